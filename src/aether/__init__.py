@@ -1,0 +1,1 @@
+"""Aether: an event-sourced service-mesh control plane for Envoy, on trio."""

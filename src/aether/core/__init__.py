@@ -1,0 +1,1 @@
+"""The pure core: events in, state and Envoy resources out. No I/O, no clock, no randomness, no logging."""

@@ -1,0 +1,72 @@
+"""Identity events: X.509 SVIDs and trust bundles as the SPIFFE Workload API (or files) deliver them."""
+
+from __future__ import annotations
+
+import attrs
+
+from aether.core.events.base import Event
+from aether.core.values import Redacted
+
+
+@attrs.frozen(kw_only=True)
+class Svid:
+    """An X.509-SVID: certificate chain and private key for one SPIFFE ID."""
+
+    spiffe_id: str
+    cert_chain_pem: bytes
+    private_key: Redacted
+    """The PEM private key; kept in the log so replay reproduces the SDS secret, never shown."""
+    not_after: int = 0
+    """Expiry of the leaf, in nanoseconds since the Unix epoch."""
+
+
+@attrs.frozen(kw_only=True)
+class TrustBundle:
+    """The CA certificates of one trust domain."""
+
+    trust_domain: str
+    bundle_pem: bytes
+
+
+@attrs.frozen(kw_only=True)
+class SvidRotated(Event):
+    """A new SVID for `svid.spiffe_id` was issued (first issue or rotation). Replaces the previous one."""
+
+    svid: Svid
+
+    @property
+    def subject(self) -> str:
+        return f"svid/{self.svid.spiffe_id}"
+
+
+@attrs.frozen(kw_only=True)
+class SvidRemoved(Event):
+    """The SVID of `spiffe_id` is no longer issued to this node."""
+
+    spiffe_id: str
+
+    @property
+    def subject(self) -> str:
+        return f"svid/{self.spiffe_id}"
+
+
+@attrs.frozen(kw_only=True)
+class TrustBundleRotated(Event):
+    """The trust bundle of `bundle.trust_domain` changed."""
+
+    bundle: TrustBundle
+
+    @property
+    def subject(self) -> str:
+        return f"bundle/{self.bundle.trust_domain}"
+
+
+@attrs.frozen(kw_only=True)
+class TrustBundleRemoved(Event):
+    """The trust bundle of `trust_domain` is gone."""
+
+    trust_domain: str
+
+    @property
+    def subject(self) -> str:
+        return f"bundle/{self.trust_domain}"

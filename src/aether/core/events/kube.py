@@ -1,0 +1,148 @@
+"""Kubernetes events: Services, Gateway API objects, ReferenceGrants and the MeshConfig, as the watches see them."""
+
+from __future__ import annotations
+
+import attrs
+
+from aether.core.events.base import Event
+from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map
+
+
+@attrs.frozen(kw_only=True)
+class ObjectMeta:
+    """The identifying metadata of a Kubernetes object."""
+
+    kind: str
+    namespace: str = ""
+    name: str
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+    creation_timestamp: str = ""
+    """RFC 3339, as the API server writes it (route precedence breaks ties on it)."""
+
+    @property
+    def key(self) -> str:
+        """`<kind>/<namespace>/<name>`."""
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@attrs.frozen(kw_only=True)
+class KubeObject:
+    """A Kubernetes object kept as its metadata plus its spec in canonical JSON.
+
+    Typed models are derived from `spec_json` by the projections that need them; the log keeps what was observed.
+    """
+
+    meta: ObjectMeta
+    spec_json: str
+    """The spec as canonical JSON: sorted keys, `(",", ":")` separators, UTF-8."""
+
+
+@attrs.frozen(kw_only=True)
+class ServicePort:
+    """One port of a Kubernetes Service."""
+
+    name: str = ""
+    port: int
+    target_port: str = ""
+    protocol: str = "TCP"
+    app_protocol: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class KubeService:
+    """A Kubernetes Service: what backendRefs name and what selects the pods behind them."""
+
+    meta: ObjectMeta
+    selector: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
+    ports: tuple[ServicePort, ...] = attrs.field(default=(), converter=tuple)
+    cluster_ip: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class MeshConfig:
+    """The mesh-wide settings (from the MeshConfig object)."""
+
+    mesh_domain: str = "aether.internal"
+    trust_domain: str = "aether.internal"
+    on_demand_ttl_seconds: int = 600
+    """How long a service requested on demand stays in a node's dependency set after its last use."""
+    generation: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class KubeServiceUpserted(Event):
+    """A Service was created or changed."""
+
+    service: KubeService
+
+    @property
+    def subject(self) -> str:
+        return self.service.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class KubeServiceDeleted(Event):
+    """A Service was deleted."""
+
+    meta: ObjectMeta
+
+    @property
+    def subject(self) -> str:
+        return self.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class GatewayObjectUpserted(Event):
+    """A Gateway API object (GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, UDPRoute) changed."""
+
+    object: KubeObject
+
+    @property
+    def subject(self) -> str:
+        return self.object.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class GatewayObjectDeleted(Event):
+    """A Gateway API object was deleted."""
+
+    meta: ObjectMeta
+
+    @property
+    def subject(self) -> str:
+        return self.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class ReferenceGrantUpserted(Event):
+    """A ReferenceGrant was created or changed."""
+
+    object: KubeObject
+
+    @property
+    def subject(self) -> str:
+        return self.object.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class ReferenceGrantDeleted(Event):
+    """A ReferenceGrant was deleted."""
+
+    meta: ObjectMeta
+
+    @property
+    def subject(self) -> str:
+        return self.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class MeshConfigUpdated(Event):
+    """The MeshConfig changed (or was first read)."""
+
+    config: MeshConfig
+
+    @property
+    def subject(self) -> str:
+        return "meshconfig"

@@ -1,0 +1,1 @@
+"""Projections from state to Envoy resources (the node-projection issue builds them)."""

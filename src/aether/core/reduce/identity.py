@@ -1,0 +1,57 @@
+"""Reducers of identity events: SVIDs and trust bundles."""
+
+from __future__ import annotations
+
+import attrs
+
+from aether.core.events.identity import SvidRemoved, SvidRotated, TrustBundleRemoved, TrustBundleRotated
+from aether.core.reduce.common import applied, rejected
+from aether.core.state.diagnostics import RejectionReason
+from aether.core.state.state import State
+from aether.core.validation import spiffe_id_problem, trust_domain_problem
+
+
+def svid_rotated(state: State, event: SvidRotated, seq: int) -> State:
+    """Adopt the SVID; a malformed SPIFFE ID or missing material is a rejection and the old SVID stays."""
+    svid = event.svid
+    problem = spiffe_id_problem(svid.spiffe_id)
+    if problem is None and not svid.cert_chain_pem:
+        problem = "certificate chain must not be empty"
+    if problem is None and not svid.private_key.secret:
+        problem = "private key must not be empty"
+    if problem is not None:
+        message = f"svid {svid.spiffe_id!r}: {problem}"
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_SVID, message=message)
+    identity = attrs.evolve(state.identity, svids=state.identity.svids.set(svid.spiffe_id, svid))
+    return applied(state, event, seq, identity=identity)
+
+
+def svid_removed(state: State, event: SvidRemoved, seq: int) -> State:
+    """Forget the SVID; an unknown one is a rejection."""
+    if event.spiffe_id not in state.identity.svids:
+        message = f"svid {event.spiffe_id!r} removed but not known"
+        return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_SVID, message=message)
+    identity = attrs.evolve(state.identity, svids=state.identity.svids.delete(event.spiffe_id))
+    return applied(state, event, seq, identity=identity)
+
+
+def trust_bundle_rotated(state: State, event: TrustBundleRotated, seq: int) -> State:
+    """Adopt the trust bundle."""
+    bundle = event.bundle
+    problem = trust_domain_problem(bundle.trust_domain)
+    if problem is None and not bundle.bundle_pem:
+        problem = "bundle must not be empty"
+    if problem is not None:
+        message = f"trust bundle {bundle.trust_domain!r}: {problem}"
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_TRUST_BUNDLE, message=message)
+    bundles = state.identity.trust_bundles.set(bundle.trust_domain, bundle)
+    return applied(state, event, seq, identity=attrs.evolve(state.identity, trust_bundles=bundles))
+
+
+def trust_bundle_removed(state: State, event: TrustBundleRemoved, seq: int) -> State:
+    """Forget the trust bundle; an unknown one is a rejection."""
+    if event.trust_domain not in state.identity.trust_bundles:
+        message = f"trust bundle {event.trust_domain!r} removed but not known"
+        return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_TRUST_BUNDLE, message=message)
+    bundles = state.identity.trust_bundles.delete(event.trust_domain)
+    return applied(state, event, seq, identity=attrs.evolve(state.identity, trust_bundles=bundles))

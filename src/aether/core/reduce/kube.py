@@ -1,0 +1,142 @@
+"""Reducers of Kubernetes object events: Services, Gateway API objects, ReferenceGrants and the MeshConfig."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import immutables
+
+from aether.core.events.base import Event
+from aether.core.events.kube import (
+    GatewayObjectDeleted,
+    GatewayObjectUpserted,
+    KubeObject,
+    KubeServiceDeleted,
+    KubeServiceUpserted,
+    MeshConfigUpdated,
+    ObjectMeta,
+    ReferenceGrantDeleted,
+    ReferenceGrantUpserted,
+)
+from aether.core.reduce.common import applied, rejected
+from aether.core.state.diagnostics import RejectionReason
+from aether.core.state.state import State
+from aether.core.validation import dns_label_problem, dns_subdomain_problem, port_problem, trust_domain_problem
+
+GATEWAY_KINDS = frozenset(("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute", "UDPRoute"))
+"""The Gateway API kinds the mesh folds (ReferenceGrant has events of its own)."""
+
+
+def canonical_json(value: object) -> str:
+    """Return `value` as canonical JSON: sorted keys, no insignificant whitespace, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _meta_problem(meta: ObjectMeta) -> str | None:
+    if meta.kind != "GatewayClass" and (problem := dns_label_problem(meta.namespace, what="namespace")):
+        return problem
+    return dns_subdomain_problem(meta.name, what="name")
+
+
+def _spec_problem(item: KubeObject) -> str | None:
+    try:
+        spec = json.loads(item.spec_json)
+    except ValueError as exc:
+        return f"spec must be JSON ({exc})"
+    if not isinstance(spec, dict):
+        return f"spec must be a JSON object (got {type(spec).__name__})"
+    if canonical_json(spec) != item.spec_json:
+        return "spec must be canonical JSON (sorted keys, no whitespace); the source must canonicalize it"
+    return None
+
+
+def _upsert_object(
+    state: State,
+    event: Event,
+    seq: int,
+    *,
+    item: KubeObject,
+    field: str,
+    kinds: frozenset[str],
+) -> State:
+    meta = item.meta
+    objects: immutables.Map[str, KubeObject] = getattr(state.kube, field)
+    if meta.kind not in kinds:
+        message = f"{meta.key}: kind must be one of {sorted(kinds)!r} (got {meta.kind!r})"
+        return rejected(state, event, seq, reason=RejectionReason.UNSUPPORTED_KIND, message=message)
+    problem = _meta_problem(meta) or _spec_problem(item)
+    if problem is not None:
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{meta.key}: {problem}")
+    known = objects.get(meta.key)
+    if known is not None and known.meta.uid == meta.uid and meta.generation < known.meta.generation:
+        message = f"{meta.key}: generation {meta.generation!r} is older than the applied {known.meta.generation!r}"
+        return rejected(state, event, seq, reason=RejectionReason.STALE_OBJECT, message=message)
+    kube = attrs.evolve(state.kube, **{field: objects.set(meta.key, item)})
+    return applied(state, event, seq, kube=kube)
+
+
+def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, field: str) -> State:
+    objects: immutables.Map[str, object] = getattr(state.kube, field)
+    if meta.key not in objects:
+        message = f"{meta.key} deleted but not known"
+        return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_OBJECT, message=message)
+    return applied(state, event, seq, kube=attrs.evolve(state.kube, **{field: objects.delete(meta.key)}))
+
+
+def gateway_object_upserted(state: State, event: GatewayObjectUpserted, seq: int) -> State:
+    """Store the Gateway API object; an unsupported kind, a bad spec or an older generation is a rejection."""
+    return _upsert_object(state, event, seq, item=event.object, field="gateway_objects", kinds=GATEWAY_KINDS)
+
+
+def gateway_object_deleted(state: State, event: GatewayObjectDeleted, seq: int) -> State:
+    """Forget the Gateway API object."""
+    return _delete_object(state, event, seq, meta=event.meta, field="gateway_objects")
+
+
+def reference_grant_upserted(state: State, event: ReferenceGrantUpserted, seq: int) -> State:
+    """Store the ReferenceGrant."""
+    kinds = frozenset(("ReferenceGrant",))
+    return _upsert_object(state, event, seq, item=event.object, field="reference_grants", kinds=kinds)
+
+
+def reference_grant_deleted(state: State, event: ReferenceGrantDeleted, seq: int) -> State:
+    """Forget the ReferenceGrant."""
+    return _delete_object(state, event, seq, meta=event.meta, field="reference_grants")
+
+
+def kube_service_upserted(state: State, event: KubeServiceUpserted, seq: int) -> State:
+    """Store the Service; a bad name or port is a rejection and the previous version stays."""
+    service = event.service
+    meta = service.meta
+    problem = _meta_problem(meta) or next(
+        (p for p in (port_problem(port.port, what=f"port {port.name!r}") for port in service.ports) if p), None
+    )
+    if meta.kind != "Service":
+        problem = f"kind must be 'Service' (got {meta.kind!r})"
+    if problem is not None:
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{meta.key}: {problem}")
+    kube = attrs.evolve(state.kube, services=state.kube.services.set(meta.key, service))
+    return applied(state, event, seq, kube=kube)
+
+
+def kube_service_deleted(state: State, event: KubeServiceDeleted, seq: int) -> State:
+    """Forget the Service."""
+    return _delete_object(state, event, seq, meta=event.meta, field="services")
+
+
+def mesh_config_updated(state: State, event: MeshConfigUpdated, seq: int) -> State:
+    """Adopt the MeshConfig; an invalid one is rejected and the one in force stays."""
+    config = event.config
+    problem = (
+        dns_subdomain_problem(config.mesh_domain, what="mesh domain")
+        or trust_domain_problem(config.trust_domain)
+        or (
+            None
+            if config.on_demand_ttl_seconds > 0
+            else f"on-demand ttl must be positive seconds (got {config.on_demand_ttl_seconds!r})"
+        )
+    )
+    if problem is not None:
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_MESH_CONFIG, message=f"meshconfig: {problem}")
+    return applied(state, event, seq, kube=attrs.evolve(state.kube, mesh_config=config))

@@ -1,0 +1,52 @@
+"""Reducers of pod events."""
+
+from __future__ import annotations
+
+from aether.core.events.pods import Pod, PodAdded, PodRemoved, PodUpdated
+from aether.core.reduce.annotations import parse_pod_config, pod_problem, unmanaged_reason
+from aether.core.reduce.common import applied, rejected
+from aether.core.state.diagnostics import RejectionReason
+from aether.core.state.pods import PodRecord
+from aether.core.state.state import State
+
+
+def _upsert(state: State, event: PodAdded | PodUpdated, seq: int) -> State:
+    pod: Pod = event.pod
+    problem = pod_problem(pod)
+    if problem is not None:
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_POD, message=problem)
+    unmanaged = unmanaged_reason(pod)
+    if unmanaged is not None:
+        # A pod that leaves the mesh (label removed) must stop being served.
+        pods = state.pods.delete(pod.key) if pod.key in state.pods else state.pods
+        state = applied(state, event, seq, pods=pods)
+        return rejected(state, event, seq, reason=RejectionReason.NOT_MANAGED, message=unmanaged)
+    config, problems = parse_pod_config(pod)
+    state = applied(state, event, seq, pods=state.pods.set(pod.key, PodRecord(pod=pod, config=config)))
+    if problems:
+        message = f"pod {pod.key!r}: " + "; ".join(problems)
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_ANNOTATION, message=message)
+    return state
+
+
+def pod_added(state: State, event: PodAdded, seq: int) -> State:
+    """Upsert the pod (an `Added` for a known pod is a replay or a re-ADD: it replaces)."""
+    return _upsert(state, event, seq)
+
+
+def pod_updated(state: State, event: PodUpdated, seq: int) -> State:
+    """Upsert the pod (an update of an unknown pod adds it: the add was observed by another source)."""
+    return _upsert(state, event, seq)
+
+
+def pod_removed(state: State, event: PodRemoved, seq: int) -> State:
+    """Remove the pod; an unknown pod, or another incarnation (uid), is a rejection."""
+    key = f"{event.namespace}/{event.name}"
+    record = state.pods.get(key)
+    if record is None:
+        message = f"pod {key!r} removed but not known on this node"
+        return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_POD, message=message)
+    if event.uid and record.pod.uid and event.uid != record.pod.uid:
+        message = f"pod {key!r} removed with uid {event.uid!r} but the known pod has uid {record.pod.uid!r}"
+        return rejected(state, event, seq, reason=RejectionReason.STALE_POD, message=message)
+    return applied(state, event, seq, pods=state.pods.delete(key))

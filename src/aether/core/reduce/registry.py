@@ -1,0 +1,170 @@
+"""Reducers of registry events (the registrar's WatchEndpoints stream).
+
+Versions are the registrar's monotonic decimal counters: an event older than the state's version is stale and
+rejected (a reordered or replayed delivery), one at the same version re-applies idempotently.
+"""
+
+from __future__ import annotations
+
+import attrs
+import immutables
+
+from aether.core.events.base import Event
+from aether.core.events.registry import (
+    Endpoint,
+    EndpointAdded,
+    EndpointRemoved,
+    EndpointsSnapshotCompleted,
+    EndpointsSnapshotReceived,
+    EndpointUpdated,
+    RegistryServiceAdded,
+    RegistryServiceRemoved,
+)
+from aether.core.reduce.common import applied, rejected
+from aether.core.state.diagnostics import RejectionReason
+from aether.core.state.registry import RegistryState
+from aether.core.state.state import State
+from aether.core.validation import ip_problem, port_problem, service_key_problem
+
+
+def _version_problem(current: str, incoming: str) -> tuple[RejectionReason, str] | None:
+    if not incoming.isdigit():
+        return RejectionReason.INVALID_VERSION, f"registry version must be a decimal counter (got {incoming!r})"
+    if current and int(incoming) < int(current):
+        return RejectionReason.STALE_VERSION, f"registry version {incoming!r} is older than the applied {current!r}"
+    return None
+
+
+def _endpoint_problem(endpoint: Endpoint) -> str | None:
+    problem = (
+        service_key_problem(endpoint.service)
+        or ip_problem(endpoint.ip, what="ip")
+        or port_problem(endpoint.port, what="port")
+        or next((p for p in (port_problem(port, what="ports") for port in endpoint.ports) if p), None)
+        or (None if endpoint.weight >= 1 else f"weight must be at least 1 (got {endpoint.weight!r})")
+    )
+    return None if problem is None else f"endpoint {endpoint.service}/{endpoint.ip}: {problem}"
+
+
+def _checked(state: State, event: Event, seq: int, version: str) -> State | None:
+    """Return the rejected state if `version` cannot apply, else None."""
+    problem = _version_problem(state.registry.version, version)
+    if problem is None:
+        return None
+    reason, message = problem
+    return rejected(state, event, seq, reason=reason, message=message)
+
+
+def endpoints_snapshot_received(state: State, event: EndpointsSnapshotReceived, seq: int) -> State:
+    """Replace the whole registry view: what the snapshot lacks has vanished. Bad endpoints are left out."""
+    failed = _checked(state, event, seq, event.version)
+    if failed is not None:
+        return failed
+    services = immutables.Map((service, True) for service in sorted(set(event.services)))
+    grouped: dict[str, dict[tuple[object, str], Endpoint]] = {}
+    problems: list[str] = []
+    for endpoint in event.endpoints:
+        problem = _endpoint_problem(endpoint)
+        if problem is None and endpoint.service not in services:
+            problem = f"endpoint {endpoint.service}/{endpoint.ip}: service {endpoint.service!r} is not in the catalog"
+        if problem is None:
+            grouped.setdefault(endpoint.service, {})[(endpoint.protocol, endpoint.ip)] = endpoint
+        else:
+            problems.append(problem)
+    registry = RegistryState(
+        version=event.version,
+        synced=False,
+        services=services,
+        endpoints=immutables.Map((service, immutables.Map(items)) for service, items in grouped.items()),
+    )
+    state = applied(state, event, seq, registry=registry)
+    if problems:
+        message = f"{len(problems)} endpoints of snapshot {event.version!r} left out: " + "; ".join(sorted(problems))
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_ENDPOINT, message=message)
+    return state
+
+
+def endpoints_snapshot_completed(state: State, event: EndpointsSnapshotCompleted, seq: int) -> State:
+    """Mark the registry view complete at the event's version."""
+    failed = _checked(state, event, seq, event.version)
+    if failed is not None:
+        return failed
+    return applied(state, event, seq, registry=attrs.evolve(state.registry, version=event.version, synced=True))
+
+
+def _upsert_endpoint(state: State, event: EndpointAdded | EndpointUpdated, seq: int) -> State:
+    failed = _checked(state, event, seq, event.version)
+    if failed is not None:
+        return failed
+    endpoint = event.endpoint
+    problem = _endpoint_problem(endpoint)
+    if problem is not None:
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_ENDPOINT, message=problem)
+    registry = state.registry
+    if endpoint.service not in registry.services:
+        message = f"endpoint {endpoint.service}/{endpoint.ip}: service {endpoint.service!r} is not in the catalog"
+        return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_SERVICE, message=message)
+    items = registry.endpoints_of(endpoint.service).set((endpoint.protocol, endpoint.ip), endpoint)
+    new_registry = RegistryState(
+        version=event.version,
+        synced=registry.synced,
+        services=registry.services,
+        endpoints=registry.endpoints.set(endpoint.service, items),
+    )
+    return applied(state, event, seq, registry=new_registry)
+
+
+def endpoint_added(state: State, event: EndpointAdded, seq: int) -> State:
+    """Upsert the endpoint (a duplicate delivery re-applies to the same state)."""
+    return _upsert_endpoint(state, event, seq)
+
+
+def endpoint_updated(state: State, event: EndpointUpdated, seq: int) -> State:
+    """Upsert the endpoint."""
+    return _upsert_endpoint(state, event, seq)
+
+
+def endpoint_removed(state: State, event: EndpointRemoved, seq: int) -> State:
+    """Remove the endpoint; one the registry view does not hold is a rejection."""
+    failed = _checked(state, event, seq, event.version)
+    if failed is not None:
+        return failed
+    registry = state.registry
+    items = registry.endpoints_of(event.service)
+    key = (event.protocol, event.ip)
+    if key not in items:
+        message = f"endpoint {event.service}/{event.ip} ({event.protocol.name.lower()}) removed but not known"
+        return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_ENDPOINT, message=message)
+    remaining = items.delete(key)
+    endpoints = registry.endpoints.set(event.service, remaining) if remaining else registry.endpoints.delete(event.service)
+    new_registry = attrs.evolve(registry, version=event.version, endpoints=endpoints)
+    return applied(state, event, seq, registry=new_registry)
+
+
+def registry_service_added(state: State, event: RegistryServiceAdded, seq: int) -> State:
+    """Add the service to the catalog."""
+    failed = _checked(state, event, seq, event.version)
+    if failed is not None:
+        return failed
+    problem = service_key_problem(event.service)
+    if problem is not None:
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_SERVICE, message=problem)
+    registry = state.registry
+    new_registry = attrs.evolve(registry, version=event.version, services=registry.services.set(event.service, True))
+    return applied(state, event, seq, registry=new_registry)
+
+
+def registry_service_removed(state: State, event: RegistryServiceRemoved, seq: int) -> State:
+    """Remove the service from the catalog, with its endpoints. An unknown service is a rejection."""
+    failed = _checked(state, event, seq, event.version)
+    if failed is not None:
+        return failed
+    registry = state.registry
+    if event.service not in registry.services:
+        message = f"service {event.service!r} removed but not in the catalog"
+        return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_SERVICE, message=message)
+    endpoints = registry.endpoints.delete(event.service) if event.service in registry.endpoints else registry.endpoints
+    new_registry = attrs.evolve(
+        registry, version=event.version, services=registry.services.delete(event.service), endpoints=endpoints
+    )
+    return applied(state, event, seq, registry=new_registry)

@@ -1,0 +1,130 @@
+"""The state's protobuf form (`aether.log.v1.State`): what a checkpoint stores and what the digest hashes.
+
+Every collection is written in the order `aether.core.order` decides, so equal states give equal bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+import immutables
+from google.protobuf.message import DecodeError
+
+from aether.core.errors import CodecError
+from aether.core.events.identity import Svid, TrustBundle
+from aether.core.events.kube import KubeObject, KubeService, MeshConfig
+from aether.core.events.registry import Endpoint
+from aether.core.events.wire import plan_for
+from aether.core.order import sorted_values
+from aether.core.state.diagnostics import Diagnostics, Rejection
+from aether.core.state.feedback import FeedbackState, OnDemandRequest, XdsFeedback
+from aether.core.state.identity import IdentityState
+from aether.core.state.kube import KubeState
+from aether.core.state.pods import PodRecord
+from aether.core.state.registry import RegistryState
+from aether.core.state.state import State
+from aether.proto.log.v1 import log_pb2
+
+
+def _write(values: Iterable[Any], target: Any) -> None:
+    for value in values:
+        plan_for(type(value)).encode_into(value, target.add())
+
+
+def _read(cls: type[Any], messages: Iterable[Any]) -> list[Any]:
+    plan = plan_for(cls)
+    return [plan.decode(message) for message in messages]
+
+
+def state_to_proto(state: State) -> log_pb2.State:
+    """Return `state` as an `aether.log.v1.State` message, every list in a defined order."""
+    message = log_pb2.State(seq=state.seq, rejected_total=state.diagnostics.rejected_total)
+    _write(sorted_values(state.pods), message.pods)
+    registry = state.registry
+    message.registry.SetInParent()
+    message.registry.version = registry.version
+    message.registry.synced = registry.synced
+    message.registry.services.extend(sorted(registry.services))
+    for service in sorted(registry.endpoints):
+        _write(sorted_values(registry.endpoints[service]), message.registry.endpoints)
+    _write(sorted_values(state.kube.services), message.services)
+    _write(sorted_values(state.kube.gateway_objects), message.gateway_objects)
+    _write(sorted_values(state.kube.reference_grants), message.reference_grants)
+    plan_for(MeshConfig).encode_into(state.kube.mesh_config, message.mesh_config)
+    _write(sorted_values(state.identity.svids), message.svids)
+    _write(sorted_values(state.identity.trust_bundles), message.trust_bundles)
+    _write(sorted_values(state.feedback.streams), message.xds_feedback)
+    _write(sorted_values(state.feedback.on_demand), message.on_demand)
+    _write(sorted_values(state.diagnostics.rejections), message.rejections)
+    return message
+
+
+def state_from_proto(message: log_pb2.State) -> State:
+    """Return the state an `aether.log.v1.State` message holds."""
+    endpoints: dict[str, dict[Any, Endpoint]] = {}
+    for endpoint in _read(Endpoint, message.registry.endpoints):
+        endpoints.setdefault(endpoint.service, {})[(endpoint.protocol, endpoint.ip)] = endpoint
+    registry = RegistryState(
+        version=message.registry.version,
+        synced=message.registry.synced,
+        services=immutables.Map((service, True) for service in message.registry.services),
+        endpoints=immutables.Map((service, immutables.Map(items)) for service, items in endpoints.items()),
+    )
+    pods: list[PodRecord] = _read(PodRecord, message.pods)
+    services: list[KubeService] = _read(KubeService, message.services)
+    gateway_objects: list[KubeObject] = _read(KubeObject, message.gateway_objects)
+    reference_grants: list[KubeObject] = _read(KubeObject, message.reference_grants)
+    svids: list[Svid] = _read(Svid, message.svids)
+    bundles: list[TrustBundle] = _read(TrustBundle, message.trust_bundles)
+    streams: list[XdsFeedback] = _read(XdsFeedback, message.xds_feedback)
+    on_demand: list[OnDemandRequest] = _read(OnDemandRequest, message.on_demand)
+    rejections: list[Rejection] = _read(Rejection, message.rejections)
+    return State(
+        seq=message.seq,
+        pods=immutables.Map((record.pod.key, record) for record in pods),
+        registry=registry,
+        kube=KubeState(
+            services=immutables.Map((service.meta.key, service) for service in services),
+            gateway_objects=immutables.Map((item.meta.key, item) for item in gateway_objects),
+            reference_grants=immutables.Map((item.meta.key, item) for item in reference_grants),
+            mesh_config=plan_for(MeshConfig).decode(message.mesh_config),
+        ),
+        identity=IdentityState(
+            svids=immutables.Map((svid.spiffe_id, svid) for svid in svids),
+            trust_bundles=immutables.Map((bundle.trust_domain, bundle) for bundle in bundles),
+        ),
+        feedback=FeedbackState(
+            streams=immutables.Map(((item.node_id, item.type_url), item) for item in streams),
+            on_demand=immutables.Map(((item.node_id, item.cluster_name), item) for item in on_demand),
+        ),
+        diagnostics=Diagnostics(
+            rejections=immutables.Map((item.subject, item) for item in rejections),
+            rejected_total=message.rejected_total,
+        ),
+    )
+
+
+def encode_state(state: State) -> bytes:
+    """Serialize `state` (a checkpoint's payload)."""
+    return state_to_proto(state).SerializeToString(deterministic=True)
+
+
+def decode_state(payload: bytes) -> State:
+    """Parse a checkpoint's payload.
+
+    Raises:
+        CodecError: `payload` is not an `aether.log.v1.State`.
+    """
+    message = log_pb2.State()
+    try:
+        message.ParseFromString(payload)
+    except DecodeError as exc:
+        raise CodecError(what="checkpoint state", reason=f"not an aether.log.v1.State ({exc})") from exc
+    return state_from_proto(message)
+
+
+def state_digest(state: State) -> str:
+    """Return the SHA-256 of the state's bytes, `sha256:<hex>`: equal states, equal digests, in any process."""
+    return "sha256:" + hashlib.sha256(encode_state(state)).hexdigest()

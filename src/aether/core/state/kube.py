@@ -1,0 +1,18 @@
+"""The Kubernetes objects this node folds: Services, Gateway API objects, ReferenceGrants and the MeshConfig."""
+
+from __future__ import annotations
+
+import attrs
+import immutables
+
+from aether.core.events.kube import KubeObject, KubeService, MeshConfig
+
+
+@attrs.frozen(kw_only=True)
+class KubeState:
+    """Kubernetes objects keyed by `<kind>/<namespace>/<name>` (their `ObjectMeta.key`)."""
+
+    services: immutables.Map[str, KubeService] = immutables.Map()
+    gateway_objects: immutables.Map[str, KubeObject] = immutables.Map()
+    reference_grants: immutables.Map[str, KubeObject] = immutables.Map()
+    mesh_config: MeshConfig = MeshConfig()

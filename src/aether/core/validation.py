@@ -1,0 +1,76 @@
+"""Checks of names and values shared by the reducers: each returns a problem message, or None when fine.
+
+Messages follow the house rule: lowercase, name the rule, show the offending value with `!r`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_TRUST_DOMAIN = re.compile(r"^[a-z0-9._-]+$")
+_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
+
+MAX_PORT = 65535
+
+
+def dns_label_problem(value: str, *, what: str) -> str | None:
+    """Check an RFC 1123 label (a namespace, a service account, a service name)."""
+    if _DNS_LABEL.match(value):
+        return None
+    return f"{what} must be an RFC 1123 label (lowercase alphanumerics and '-', at most 63) (got {value!r})"
+
+
+def dns_subdomain_problem(value: str, *, what: str) -> str | None:
+    """Check an RFC 1123 subdomain (a mesh domain, a pod name)."""
+    if 0 < len(value) <= 253 and all(_DNS_LABEL.match(label) for label in value.split(".")):
+        return None
+    return f"{what} must be an RFC 1123 subdomain (got {value!r})"
+
+
+def service_key_problem(value: str) -> str | None:
+    """Check a mesh service key `<namespace>/<serviceAccount>`."""
+    namespace, slash, account = value.partition("/")
+    if slash and _DNS_LABEL.match(namespace) and 0 < len(account) <= 253:
+        if all(_DNS_LABEL.match(label) for label in account.split(".")):
+            return None
+    return f"service key must be '<namespace>/<serviceAccount>' (got {value!r})"
+
+
+def ip_problem(value: str, *, what: str) -> str | None:
+    """Check an IPv4 or IPv6 address."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return f"{what} must be an IP address (got {value!r})"
+    return None
+
+
+def port_problem(value: int, *, what: str) -> str | None:
+    """Check a port number."""
+    if 1 <= value <= MAX_PORT:
+        return None
+    return f"{what} must be 1..{MAX_PORT} (got {value!r})"
+
+
+def trust_domain_problem(value: str) -> str | None:
+    """Check a SPIFFE trust domain name."""
+    if _TRUST_DOMAIN.match(value) and len(value) <= 255:
+        return None
+    return f"trust domain must be lowercase letters, digits, '.', '-' or '_' (got {value!r})"
+
+
+def spiffe_id_problem(value: str) -> str | None:
+    """Check a SPIFFE ID `spiffe://<trustDomain>/<path>` (a path is required for workload identities)."""
+    scheme, _, rest = value.partition("://")
+    domain, slash, path = rest.partition("/")
+    segments = path.split("/")
+    if (
+        scheme == "spiffe"
+        and _TRUST_DOMAIN.match(domain)
+        and slash
+        and all(_PATH_SEGMENT.match(item) and item not in (".", "..") for item in segments)
+    ):
+        return None
+    return f"spiffe id must be 'spiffe://<trustDomain>/<path>' (got {value!r})"
