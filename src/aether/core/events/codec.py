@@ -40,9 +40,13 @@ def event_from_proto(message: log_pb2.Event) -> Event:
     if kind is None:
         numbers = tuple(sorted({field.field_number for field in unknown_fields.UnknownFieldSet(message)}))
         raise UnknownEventKind(what="event record", reason="unknown kind", field_numbers=numbers)
-    event: Event = _BY_KIND[kind].decode(
-        getattr(message, kind), observed_at=message.observed_at, source=message.source
-    )
+    try:
+        event: Event = _BY_KIND[kind].decode(
+            getattr(message, kind), observed_at=message.observed_at, source=message.source
+        )
+    except KeyError as exc:
+        reason = f"{kind}: enum value {exc.args[0]!r} is unknown (written by a newer version?)"
+        raise CodecError(what="event record", reason=reason) from exc
     return event
 
 

@@ -4,6 +4,10 @@ A class and its message share field names. Each field's Python type decides how 
 scalars as they are, enums as their value, string maps as sorted `StringPair` lists, `Redacted` as bytes,
 tuples as repeated fields (order kept), and nested attrs classes as sub-messages (recursively).
 Deriving the mapping from the types keeps one piece of code for every value, event and checkpoint.
+
+Like attrs builds `__init__`, the plan compiles one encode and one decode function per class: replaying a
+million-record log spends most of its time here, and straight-line code is several times faster than a loop of
+per-field closures.
 """
 
 from __future__ import annotations
@@ -21,140 +25,91 @@ from google.protobuf.message import Message
 from aether.core.errors import InternalError
 from aether.core.values import Redacted
 
-_Encode = Callable[[Any, Any], None]
-"""`encode(value, message)`: write one attribute of `value` into `message`."""
-_Decode = Callable[[Any], tuple[str, Any]]
-"""`decode(message) -> (name, value)`: read one attribute from `message`."""
-
 
 @attrs.frozen(kw_only=True)
 class WirePlan:
     """How one attrs class crosses to and from its protobuf message."""
 
     cls: type[Any]
-    encoders: tuple[_Encode, ...]
-    decoders: tuple[_Decode, ...]
+    encode_into: Callable[[Any, Message], None]
+    """`encode_into(value, message)`: write every field of `value` into `message`, marking it present."""
+    decode: Callable[..., Any]
+    """`decode(message, **extra)`: build an instance from `message`; `extra` supplies fields it does not carry."""
 
-    def encode_into(self, value: Any, message: Message) -> None:
-        """Write every field of `value` into `message` (which is marked present even if all fields are defaults)."""
-        message.SetInParent()
-        for encode in self.encoders:
-            encode(value, message)
 
-    def decode(self, message: Message, **extra: Any) -> Any:
-        """Build an instance of the class from `message`; `extra` supplies fields the message does not carry."""
-        fields = dict(decode(message) for decode in self.decoders)
-        fields.update(extra)
-        return self.cls(**fields)
+def _pairs(mapping: immutables.Map[str, str], target: Any) -> None:
+    for key, item in sorted(mapping.items()):
+        target.add(key=key, value=item)
+
+
+def _from_pairs(pairs: Any) -> immutables.Map[str, str]:
+    return immutables.Map((pair.key, pair.value) for pair in pairs)
+
+
+def _encode_all(plan: Callable[[], WirePlan], values: Any, target: Any) -> None:
+    encode_into = plan().encode_into
+    for value in values:
+        encode_into(value, target.add())
+
+
+def _decode_all(plan: Callable[[], WirePlan], messages: Any) -> tuple[Any, ...]:
+    decode = plan().decode
+    return tuple(decode(message) for message in messages)
 
 
 @functools.cache
 def plan_for(cls: type[Any], *, skip: frozenset[str] = frozenset()) -> WirePlan:
     """Return the (cached) wire plan of attrs class `cls`, leaving out the fields named in `skip`."""
     hints = typing.get_type_hints(cls)
-    encoders: list[_Encode] = []
-    decoders: list[_Decode] = []
-    for field in attrs.fields(cls):
+    namespace: dict[str, Any] = {
+        "_cls": cls,
+        "_pairs": _pairs,
+        "_from_pairs": _from_pairs,
+        "_Redacted": Redacted,
+        "_encode_all": _encode_all,
+        "_decode_all": _decode_all,
+    }
+    encode_lines = ["def encode_into(value, message):", "    message.SetInParent()"]
+    decode_args: list[str] = []
+    for index, field in enumerate(attrs.fields(cls)):
         if field.name in skip:
             continue
-        encode, decode = _field_codec(field.name, hints[field.name])
-        encoders.append(encode)
-        decoders.append(decode)
-    return WirePlan(cls=cls, encoders=tuple(encoders), decoders=tuple(decoders))
+        encode, decode = _field_code(field.name, hints[field.name], f"_t{index}", namespace)
+        encode_lines.append(f"    {encode}")
+        decode_args.append(f"{field.name}={decode}")
+    source = "\n".join(
+        [
+            *encode_lines,
+            "def decode(message, **extra):",
+            f"    return _cls({', '.join([*decode_args, '**extra'])})",
+        ]
+    )
+    exec(compile(source, f"<wire plan of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102 - our own code
+    return WirePlan(cls=cls, encode_into=namespace["encode_into"], decode=namespace["decode"])
 
 
-def _field_codec(name: str, hint: Any) -> tuple[_Encode, _Decode]:
+def _field_code(name: str, hint: Any, slot: str, namespace: dict[str, Any]) -> tuple[str, str]:
+    """Return the encode statement and the decode expression of one field."""
+    value, wire = f"value.{name}", f"message.{name}"
     origin = typing.get_origin(hint)
     if hint in (str, int, bool, bytes):
-        return _scalar(name)
+        return f"{wire} = {value}", wire
     if isinstance(hint, type) and issubclass(hint, enum.IntEnum | enum.StrEnum):
-        return _enum(name, hint)
+        # A dict lookup is ~7x cheaper than calling the enum; an unknown value raises KeyError (see codec).
+        namespace[slot] = {member.value: member for member in hint}
+        return f"{wire} = {value}.value", f"{slot}[{wire}]"
     if hint is Redacted:
-        return _redacted(name)
+        return f"{wire} = {value}.secret", f"_Redacted({wire})"
     if origin is immutables.Map:
-        return _string_map(name)
+        return f"_pairs({value}, {wire})", f"_from_pairs({wire})"
     if origin is tuple:
         item = typing.get_args(hint)[0]
         if item in (str, int):
-            return _scalar_list(name)
+            return f"{wire}.extend({value})", f"tuple({wire})"
         if attrs.has(item):
-            return _message_list(name, item)
+            namespace[slot] = functools.partial(plan_for, item)
+            return f"_encode_all({slot}, {value}, {wire})", f"_decode_all({slot}, {wire})"
     if isinstance(hint, type) and attrs.has(hint):
-        return _message(name, hint)
+        namespace[slot] = functools.partial(plan_for, hint)
+        return f"{slot}().encode_into({value}, {wire})", f"{slot}().decode({wire})"
     raise InternalError(detail=f"field {name!r} has a type the wire mapping does not know: {hint!r}")
-
-
-def _scalar(name: str) -> tuple[_Encode, _Decode]:
-    def encode(value: Any, message: Any) -> None:
-        setattr(message, name, getattr(value, name))
-
-    def decode(message: Any) -> tuple[str, Any]:
-        return name, getattr(message, name)
-
-    return encode, decode
-
-
-def _enum(name: str, kind: type[enum.IntEnum] | type[enum.StrEnum]) -> tuple[_Encode, _Decode]:
-    def encode(value: Any, message: Any) -> None:
-        setattr(message, name, getattr(value, name).value)
-
-    def decode(message: Any) -> tuple[str, Any]:
-        return name, kind(getattr(message, name))
-
-    return encode, decode
-
-
-def _redacted(name: str) -> tuple[_Encode, _Decode]:
-    def encode(value: Any, message: Any) -> None:
-        setattr(message, name, getattr(value, name).secret)
-
-    def decode(message: Any) -> tuple[str, Any]:
-        return name, Redacted(getattr(message, name))
-
-    return encode, decode
-
-
-def _string_map(name: str) -> tuple[_Encode, _Decode]:
-    def encode(value: Any, message: Any) -> None:
-        pairs = getattr(message, name)
-        for key, item in sorted(getattr(value, name).items()):
-            pairs.add(key=key, value=item)
-
-    def decode(message: Any) -> tuple[str, Any]:
-        return name, immutables.Map((pair.key, pair.value) for pair in getattr(message, name))
-
-    return encode, decode
-
-
-def _scalar_list(name: str) -> tuple[_Encode, _Decode]:
-    def encode(value: Any, message: Any) -> None:
-        getattr(message, name).extend(getattr(value, name))
-
-    def decode(message: Any) -> tuple[str, Any]:
-        return name, tuple(getattr(message, name))
-
-    return encode, decode
-
-
-def _message(name: str, cls: type[Any]) -> tuple[_Encode, _Decode]:
-    def encode(value: Any, message: Any) -> None:
-        plan_for(cls).encode_into(getattr(value, name), getattr(message, name))
-
-    def decode(message: Any) -> tuple[str, Any]:
-        return name, plan_for(cls).decode(getattr(message, name))
-
-    return encode, decode
-
-
-def _message_list(name: str, cls: type[Any]) -> tuple[_Encode, _Decode]:
-    def encode(value: Any, message: Any) -> None:
-        plan = plan_for(cls)
-        items = getattr(message, name)
-        for item in getattr(value, name):
-            plan.encode_into(item, items.add())
-
-    def decode(message: Any) -> tuple[str, Any]:
-        plan = plan_for(cls)
-        return name, tuple(plan.decode(item) for item in getattr(message, name))
-
-    return encode, decode
