@@ -1,0 +1,5 @@
+"""The `aether` command."""
+
+from aether.cli.main import main
+
+__all__ = ["main"]

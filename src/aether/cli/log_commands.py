@@ -1,0 +1,149 @@
+"""`aether log …`: replay, inspect, verify and recover a captured event log, offline.
+
+Every command but `recover` only reads; for one log, each prints the same bytes on every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from aether.core.errors import CodecError
+from aether.core.events import kind_of
+from aether.core.state import decode_state, state_document, summarize
+from aether.log import list_checkpoints, read_checkpoint, recover_log, scan_log, verify_log
+from aether.log.errors import CheckpointError
+from aether.replay import UndecodableRecordError, decode_record, replay_log
+
+MAX_UNDECODABLE_SHOWN = 20
+"""verify lists at most this many undecodable records (then a count): enough to see a pattern, not a flood."""
+
+
+def add_parser(roles: Any) -> None:
+    """Add `aether log` and its subcommands to the root parser's subparsers `roles`."""
+    parser = roles.add_parser("log", help="replay, inspect, verify or recover an event log")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    replay = commands.add_parser("replay", help="fold a log offline and print the state and its digest")
+    replay.add_argument("directory", type=Path, metavar="DIR")
+    replay.add_argument("--until", type=int, metavar="SEQ", help="fold up to this sequence number")
+    replay.add_argument("--format", choices=("summary", "json"), default="summary")
+    replay.add_argument(
+        "--no-checkpoint", action="store_true", help="fold every record from seq 1 instead of the newest checkpoint"
+    )
+    replay.set_defaults(run=run_replay)
+
+    inspect = commands.add_parser("inspect", help="list records: sequence, time, kind, subject, source")
+    inspect.add_argument("directory", type=Path, metavar="DIR")
+    inspect.add_argument("--from", dest="from_seq", type=int, default=1, metavar="SEQ")
+    inspect.add_argument("--until", type=int, metavar="SEQ")
+    inspect.set_defaults(run=run_inspect)
+
+    verify = commands.add_parser("verify", help="check every frame, record and checkpoint; exit 1 on any problem")
+    verify.add_argument("directory", type=Path, metavar="DIR")
+    verify.set_defaults(run=run_verify)
+
+    recover = commands.add_parser("recover", help="cut a torn tail as the agent does at start-up (modifies DIR)")
+    recover.add_argument("directory", type=Path, metavar="DIR")
+    recover.set_defaults(run=run_recover)
+
+
+def format_time(nanoseconds: int) -> str:
+    """Return an event time as RFC 3339 UTC with nanoseconds (integer arithmetic: no float rounding)."""
+    seconds, fraction = divmod(nanoseconds, 1_000_000_000)
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{fraction:09d}Z"
+
+
+def run_replay(arguments: argparse.Namespace) -> int:
+    """`aether log replay DIR`."""
+    result = replay_log(arguments.directory, until=arguments.until, use_checkpoints=not arguments.no_checkpoint)
+    for skipped in result.skipped_checkpoints:
+        print(f"aether: warning: checkpoint {skipped.path} not used: {skipped.reason}", file=sys.stderr)
+    summary = summarize(result.state)
+    if arguments.format == "json":
+        document = {
+            "log": str(arguments.directory),
+            "checkpointSeq": result.checkpoint_seq,
+            "recordsFolded": result.records_folded,
+            "summary": {key: value for key, value in attrs.asdict(summary).items()},
+            "state": state_document(result.state),
+        }
+        print(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False))
+        return 0
+    start = "seq 1" if result.checkpoint_seq is None else f"checkpoint at seq {result.checkpoint_seq}"
+    print(f"log               {arguments.directory}")
+    print(f"folded            {result.records_folded} records from {start}")
+    for line in summary.lines():
+        print(line)
+    rejections = sorted(result.state.diagnostics.rejections.values(), key=lambda item: (item.seq, item.subject))
+    if rejections:
+        print("rejections in force:")
+    for rejection in rejections:
+        print(f"  seq {rejection.seq} {rejection.reason.value} {rejection.subject}: {rejection.message}")
+    return 0
+
+
+def run_inspect(arguments: argparse.Namespace) -> int:
+    """`aether log inspect DIR`."""
+    print(f"{'SEQ':>8}  {'TIME':<30}  {'KIND':<28}  {'SOURCE':<10}  SUBJECT")
+    for item in scan_log(arguments.directory, from_seq=arguments.from_seq, to_seq=arguments.until):
+        event = decode_record(item)
+        time = format_time(event.observed_at)
+        print(f"{item.seq:>8}  {time:<30}  {kind_of(event):<28}  {event.source:<10}  {event.subject}")
+    return 0
+
+
+def run_verify(arguments: argparse.Namespace) -> int:
+    """`aether log verify DIR`: frames and checkpoints (aether.log), then every payload through the codecs."""
+    report = verify_log(arguments.directory)
+    problems = [str(finding) for finding in report.findings]
+    if not report.findings:
+        undecodable = 0
+        for item in scan_log(arguments.directory):
+            try:
+                decode_record(item)
+            except UndecodableRecordError as exc:
+                undecodable += 1
+                if undecodable <= MAX_UNDECODABLE_SHOWN:
+                    problems.append(str(exc))
+        if undecodable > MAX_UNDECODABLE_SHOWN:
+            problems.append(f"... and {undecodable - MAX_UNDECODABLE_SHOWN} more undecodable records")
+        for file in list_checkpoints(arguments.directory):
+            try:
+                state = decode_state(read_checkpoint(file.path).payload)
+            except (CheckpointError, CodecError) as exc:
+                problems.append(f"{file.path}: invalid checkpoint: {exc}")
+                continue
+            if state.seq != file.seq:
+                problems.append(f"{file.path}: invalid checkpoint: state is at seq {state.seq}, not {file.seq}")
+    print(f"log          {report.directory}")
+    print(f"segments     {report.segments}")
+    print(f"records      {report.records} (seq {report.first_seq}..{report.last_seq})")
+    print(f"checkpoints  {report.checkpoints} ({report.valid_checkpoints} valid)")
+    if not problems:
+        print("ok")
+        return 0
+    print(f"{len(problems)} problems:")
+    for problem in problems:
+        print(f"  {problem}")
+    return 1
+
+
+def run_recover(arguments: argparse.Namespace) -> int:
+    """`aether log recover DIR`."""
+    report = recover_log(arguments.directory)
+    if report.cut is None:
+        print(f"{report.directory}: clean; last seq {report.last_seq}")
+    else:
+        cut = report.cut
+        print(f"{cut.segment}: cut {cut.bytes_cut} bytes at offset {cut.offset} ({cut.reason}); last seq {report.last_seq}")
+    for invalid in report.invalid_checkpoints:
+        print(f"{invalid.path}: invalid checkpoint set aside: {invalid.reason}")
+    return 0

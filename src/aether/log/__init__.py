@@ -1,0 +1,91 @@
+"""The durable, append-only event log: framed, checksummed segments, group commit, recovery, checkpoints.
+
+Payloads are opaque bytes; encoding events is another layer's job.
+"""
+
+from __future__ import annotations
+
+from aether.log.checkpoint import (
+    Checkpoint,
+    CheckpointFile,
+    InvalidCheckpoint,
+    NewestCheckpoint,
+    list_checkpoints,
+    read_checkpoint,
+    read_newest_checkpoint,
+)
+from aether.log.errors import (
+    BadMagicError,
+    CheckpointError,
+    CheckpointSeqError,
+    CorruptRecordError,
+    LogBrokenError,
+    LogClosedError,
+    LogDamageError,
+    LogError,
+    LogRangeError,
+    LogWriteError,
+    NotALogError,
+    PayloadTooLargeError,
+    RecordsMissingError,
+    SequenceGapError,
+    TornTailError,
+)
+from aether.log.frame import MAX_PAYLOAD
+from aether.log.reader import read_last_seq, scan_log
+from aether.log.recovery import RecoveryReport, TailCut, recover_log
+from aether.log.retention import CHECKPOINTS_KEPT, DEFAULT_RETENTION_MARGIN
+from aether.log.segment import LogRecord
+from aether.log.verify import Finding, Severity, VerifyReport, verify_log
+from aether.log.writer import (
+    DEFAULT_SEGMENT_MAX_BYTES,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_RECORDS,
+    EventLog,
+    LogStatistics,
+    open_event_log,
+)
+
+__all__ = [
+    "CHECKPOINTS_KEPT",
+    "DEFAULT_RETENTION_MARGIN",
+    "DEFAULT_SEGMENT_MAX_BYTES",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_RECORDS",
+    "MAX_PAYLOAD",
+    "BadMagicError",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointFile",
+    "CheckpointSeqError",
+    "CorruptRecordError",
+    "EventLog",
+    "Finding",
+    "InvalidCheckpoint",
+    "LogBrokenError",
+    "LogClosedError",
+    "LogDamageError",
+    "LogError",
+    "LogRangeError",
+    "LogRecord",
+    "LogStatistics",
+    "LogWriteError",
+    "NewestCheckpoint",
+    "NotALogError",
+    "PayloadTooLargeError",
+    "RecordsMissingError",
+    "RecoveryReport",
+    "SequenceGapError",
+    "Severity",
+    "TailCut",
+    "TornTailError",
+    "VerifyReport",
+    "list_checkpoints",
+    "open_event_log",
+    "read_checkpoint",
+    "read_last_seq",
+    "read_newest_checkpoint",
+    "recover_log",
+    "scan_log",
+    "verify_log",
+]

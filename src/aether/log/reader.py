@@ -1,0 +1,109 @@
+"""Reading records across segments in seq order, and finding the log's last seq.
+
+Everything here is blocking and read-only; it works on a log that a writer has open.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from aether.log.errors import LogRangeError, SequenceGapError
+from aether.log.layout import SegmentFile, check_log_directory, list_segment_files
+from aether.log.segment import DamageKind, LogRecord, SegmentDamage, scan_segment
+
+__all__ = ["read_last_seq", "scan_log"]
+
+
+def scan_log(directory: Path, *, from_seq: int = 1, to_seq: int | None = None) -> Iterator[LogRecord]:
+    """Read the log's records in seq order.
+
+    Checks every frame it reads (and, from the segment holding ``from_seq`` on,
+    that each segment continues the previous one's seqs).
+    To read a log a writer has open, pass the writer's ``last_seq`` as ``to_seq``:
+    scanning then stops before any batch still being written.
+
+    Args:
+        directory: The log directory.
+        from_seq: The first seq to yield.
+        to_seq: The last seq to yield; None reads to the end of the log.
+
+    Returns:
+        An iterator over the records with ``from_seq <= seq <= to_seq``.
+
+    Raises:
+        NotALogError: At once, if ``directory`` is not a log.
+        LogRangeError: At once, if retention already deleted ``from_seq``.
+        CorruptRecordError: While iterating, at damage a crash cannot explain.
+        BadMagicError: While iterating, at a segment that does not start with the segment magic.
+        SequenceGapError: While iterating, at a segment that does not continue the previous one.
+        TornTailError: While iterating, at a torn tail that recovery has not cut yet,
+            after every good record before it.
+    """
+    check_log_directory(directory)
+    segments = list_segment_files(directory)
+    if segments and from_seq < segments[0].first_seq and segments[0].first_seq > 1:
+        raise LogRangeError(directory, seq=from_seq, first_seq=segments[0].first_seq)
+    # The segment holding from_seq is the last one whose first seq is not above it.
+    start = max(0, bisect.bisect_right([segment.first_seq for segment in segments], from_seq) - 1)
+    return _scan(segments, start=start, from_seq=from_seq, to_seq=to_seq)
+
+
+def _scan(
+    segments: Sequence[SegmentFile], *, start: int, from_seq: int, to_seq: int | None
+) -> Iterator[LogRecord]:
+    if to_seq is not None and to_seq < from_seq:
+        return
+    previous: SegmentFile | None = None
+    previous_last_seq = 0
+    for index in range(start, len(segments)):
+        segment = segments[index]
+        if previous is not None and segment.first_seq != previous_last_seq + 1:
+            raise SequenceGapError(
+                segment.path, previous=previous.path, expected=previous_last_seq + 1, found=segment.first_seq
+            )
+        segment_last_seq = segment.first_seq - 1
+        for item in scan_segment(segment, last=index == len(segments) - 1, oldest=index == 0):
+            if isinstance(item, SegmentDamage):
+                raise item.to_error()
+            segment_last_seq = item.seq
+            if item.seq >= from_seq:
+                yield item
+            if item.seq == to_seq:
+                return
+        previous, previous_last_seq = segment, segment_last_seq
+
+
+def read_last_seq(directory: Path) -> int:
+    """Return the seq of the log's last good record, without modifying anything.
+
+    Only the last segment is read (and the one before it if the last one's header is torn).
+    A torn tail is tolerated: the last record before it counts.
+
+    Args:
+        directory: The log directory.
+
+    Returns:
+        The last seq, or 0 for a log without records.
+
+    Raises:
+        NotALogError: If ``directory`` is not a log.
+        LogDamageError: If the segments read are damaged in a way a crash cannot explain.
+    """
+    check_log_directory(directory)
+    segments = list_segment_files(directory)
+    for index in reversed(range(len(segments))):
+        segment = segments[index]
+        last_seq = segment.first_seq - 1
+        header_torn = False
+        for item in scan_segment(segment, last=index == len(segments) - 1, oldest=index == 0):
+            if isinstance(item, LogRecord):
+                last_seq = item.seq
+            elif item.kind is not DamageKind.TORN_TAIL:
+                raise item.to_error()
+            else:
+                header_torn = item.offset == 0
+        if not header_torn:
+            return last_seq
+    return 0

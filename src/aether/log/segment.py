@@ -1,0 +1,241 @@
+"""Scanning one segment file frame by frame, and telling a torn tail from corruption.
+
+Scanning is blocking file I/O; async callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import attrs
+
+from aether.log.errors import BadMagicError, CorruptRecordError, LogDamageError, TornTailError
+from aether.log.frame import (
+    FRAME_HEADER_SIZE,
+    MAX_PAYLOAD,
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_MAGIC,
+    FrameHeader,
+    SegmentHeader,
+    find_valid_frame,
+    frame_problem,
+)
+from aether.log.layout import SegmentFile
+
+__all__ = ["DamageKind", "LogRecord", "SegmentDamage", "scan_segment"]
+
+# Segments are read sequentially; a large buffer keeps the number of read syscalls low.
+_READ_BUFFER_SIZE = 1 * 2**20
+
+
+@attrs.frozen(kw_only=True)
+class LogRecord:
+    """One record read from the log."""
+
+    seq: int
+    """The record's sequence number (1, 2, 3, ... across the whole log)."""
+    payload: bytes
+    """The opaque payload that was appended."""
+    segment: Path
+    """The segment file holding the record."""
+    offset: int
+    """The offset of the record's frame in that file."""
+
+
+class DamageKind(enum.Enum):
+    """How damage found in a segment is classified."""
+
+    TORN_TAIL = "torn tail"
+    """The last segment ends in a write a crash interrupted; nothing valid follows, so it can be cut."""
+    CORRUPT_RECORD = "corrupt record"
+    """A frame or header is damaged where a crash cannot explain it; nothing may be cut."""
+    BAD_MAGIC = "bad magic"
+    """The segment does not start with the segment magic."""
+
+
+@attrs.frozen(kw_only=True)
+class SegmentDamage:
+    """The first damage found in a segment, classified."""
+
+    kind: DamageKind
+    """Torn tail, corrupt record or bad magic."""
+    segment: Path
+    """The segment file."""
+    offset: int
+    """Where the damage starts (0 for the header)."""
+    reason: str
+    """What is wrong, with the values found."""
+    file_size: int
+    """The segment's size; a torn tail cut removes ``file_size - offset`` bytes."""
+    found_magic: bytes | None = None
+    """For bad magic: the bytes found instead of the magic."""
+    resume_offset: int | None = None
+    """For corruption: the offset of the next valid frame after the damage, if there is one."""
+    resume_seq: int | None = None
+    """For corruption: the seq of the frame at ``resume_offset``."""
+
+    def to_error(self) -> LogDamageError:
+        """Return the exception that reports this damage."""
+        match self.kind:
+            case DamageKind.TORN_TAIL:
+                return TornTailError(self.segment, offset=self.offset, reason=self.reason)
+            case DamageKind.CORRUPT_RECORD:
+                return CorruptRecordError(self.segment, offset=self.offset, reason=self.reason)
+            case DamageKind.BAD_MAGIC:
+                assert self.found_magic is not None, (
+                    "bad magic damage always carries the magic; this is a bug"
+                )
+                return BadMagicError(
+                    self.segment, offset=self.offset, found=self.found_magic, expected=SEGMENT_MAGIC
+                )
+
+
+def scan_segment(
+    segment: SegmentFile, *, last: bool, oldest: bool, resync: bool = False
+) -> Iterator[LogRecord | SegmentDamage]:
+    """Read a segment's frames in order, checking each one.
+
+    Damage in the last segment is a torn tail when no valid frame (complete, checksum ok,
+    seq above the last good one) starts at or after the damaged offset; otherwise it is corruption.
+    A frame that is itself valid but skips seqs therefore counts as corruption (records are missing).
+    Damage in any other segment is corruption.
+    A last segment whose header is incomplete or zero-filled is a torn tail (a crash during rollover)
+    unless valid frames follow it, or it is also the oldest segment and does not start at seq 1:
+    cutting that one would lose where the log's seqs are.
+
+    Args:
+        segment: The segment file.
+        last: Whether this is the log's last segment.
+        oldest: Whether this is the log's oldest segment.
+        resync: After corruption, continue with the next valid frame instead of stopping.
+
+    Yields:
+        Each good record, then at most one :class:`SegmentDamage` per damaged stretch.
+        Scanning stops after a torn tail, bad magic, or corruption when ``resync`` is false.
+    """
+    with open(segment.path, "rb", buffering=_READ_BUFFER_SIZE) as file:
+        file_size = os.fstat(file.fileno()).st_size
+        header_bytes = file.read(SEGMENT_HEADER_SIZE)
+        header_damage = _check_header(
+            segment, header_bytes, file=file, file_size=file_size, last=last, oldest=oldest
+        )
+        if header_damage is not None:
+            yield header_damage
+            return
+        expected_seq = segment.first_seq
+        offset = SEGMENT_HEADER_SIZE
+        while True:
+            header_data = file.read(FRAME_HEADER_SIZE)
+            if not header_data:
+                return
+            problem, header, payload = _read_frame(file, header_data, expected_seq=expected_seq)
+            if problem is None:
+                assert header is not None, "a frame without a problem was read whole; this is a bug"
+                yield LogRecord(seq=header.seq, payload=payload, segment=segment.path, offset=offset)
+                offset += FRAME_HEADER_SIZE + header.length
+                expected_seq += 1
+                continue
+            damage = _classify(
+                segment.path, file, offset=offset, reason=problem, after_seq=expected_seq - 1, last=last
+            )
+            yield damage
+            if not resync or damage.resume_offset is None or damage.resume_seq is None:
+                return
+            offset = damage.resume_offset
+            expected_seq = damage.resume_seq
+            file.seek(offset)
+
+
+def _check_header(
+    segment: SegmentFile, header_bytes: bytes, *, file: BinaryIO, file_size: int, last: bool, oldest: bool
+) -> SegmentDamage | None:
+    # A header is written (and fsynced) only when the log is created or at a rollover,
+    # so a crash can tear the header of a last segment that starts at seq 1 or follows another segment.
+    cuttable = last and (segment.first_seq == 1 or not oldest)
+    if len(header_bytes) < SEGMENT_HEADER_SIZE:
+        reason = f"incomplete segment header ({len(header_bytes)!r} of {SEGMENT_HEADER_SIZE!r} bytes)"
+        kind = DamageKind.TORN_TAIL if cuttable else DamageKind.CORRUPT_RECORD
+        return SegmentDamage(kind=kind, segment=segment.path, offset=0, reason=reason, file_size=file_size)
+    header = SegmentHeader.from_bytes(header_bytes)
+    if header.magic != SEGMENT_MAGIC:
+        if cuttable and header_bytes == bytes(SEGMENT_HEADER_SIZE):
+            damage = _classify(
+                segment.path,
+                file,
+                offset=0,
+                reason="zero-filled segment header",
+                after_seq=segment.first_seq - 1,
+                last=True,
+            )
+            if damage.kind is DamageKind.TORN_TAIL:
+                return damage
+        return SegmentDamage(
+            kind=DamageKind.BAD_MAGIC,
+            segment=segment.path,
+            offset=0,
+            reason=f"bad magic {header.magic!r} (expected {SEGMENT_MAGIC!r})",
+            file_size=file_size,
+            found_magic=header.magic,
+        )
+    if header.first_seq != segment.first_seq:
+        reason = (
+            f"segment header says first seq {header.first_seq!r} but the file name says {segment.first_seq!r}"
+        )
+        # The seq field sits right after the 8-byte magic.
+        offset = len(SEGMENT_MAGIC)
+        return SegmentDamage(
+            kind=DamageKind.CORRUPT_RECORD,
+            segment=segment.path,
+            offset=offset,
+            reason=reason,
+            file_size=file_size,
+        )
+    return None
+
+
+def _read_frame(
+    file: BinaryIO, header_data: bytes, *, expected_seq: int
+) -> tuple[str | None, FrameHeader | None, bytes]:
+    if len(header_data) < FRAME_HEADER_SIZE:
+        return f"incomplete frame header ({len(header_data)!r} of {FRAME_HEADER_SIZE!r} bytes)", None, b""
+    header = FrameHeader.from_bytes(header_data)
+    if header.length > MAX_PAYLOAD:
+        return f"payload length {header.length!r} exceeds the maximum {MAX_PAYLOAD!r}", header, b""
+    payload = file.read(header.length)
+    if len(payload) < header.length:
+        reason = (
+            f"payload length {header.length!r} runs past the end of the file"
+            f" ({len(payload)!r} bytes follow the header)"
+        )
+        return reason, header, b""
+    return frame_problem(header, payload, expected_seq=expected_seq), header, payload
+
+
+def _classify(
+    path: Path, file: BinaryIO, *, offset: int, reason: str, after_seq: int, last: bool
+) -> SegmentDamage:
+    # Error path only: read everything from the damage to the end of the file and search it.
+    file.seek(offset)
+    rest = file.read()
+    file_size = offset + len(rest)
+    start = SEGMENT_HEADER_SIZE if offset == 0 else 0
+    found = find_valid_frame(rest, start=start, after_seq=after_seq)
+    if found is not None:
+        header = FrameHeader.from_bytes(rest, offset=found)
+        return SegmentDamage(
+            kind=DamageKind.CORRUPT_RECORD,
+            segment=path,
+            offset=offset,
+            reason=reason,
+            file_size=file_size,
+            resume_offset=offset + found,
+            resume_seq=header.seq,
+        )
+    if last and offset > 0 and rest.count(0) == len(rest):
+        reason = f"zero-filled tail ({len(rest)!r} bytes)"
+    kind = DamageKind.TORN_TAIL if last else DamageKind.CORRUPT_RECORD
+    return SegmentDamage(kind=kind, segment=path, offset=offset, reason=reason, file_size=file_size)

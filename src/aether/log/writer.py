@@ -1,0 +1,464 @@
+"""The writer: :func:`open_event_log` and :class:`EventLog`, group commit with one fsync per batch.
+
+One committer task owns the active segment; appenders hand it their payloads over a channel and wait
+until the batch holding them is written and fsynced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import AsyncIterator, Iterable, Iterator
+from pathlib import Path
+from typing import NoReturn, final
+
+import attrs
+import trio
+
+from aether.log.active_segment import ActiveSegment, open_for_append, roll_over, write_batch
+from aether.log.errors import (
+    CheckpointSeqError,
+    LogBrokenError,
+    LogClosedError,
+    LogError,
+    LogWriteError,
+    PayloadTooLargeError,
+)
+from aether.log.frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, SEGMENT_HEADER_SIZE
+from aether.log.reader import scan_log
+from aether.log.recovery import RecoveryReport
+from aether.log.retention import DEFAULT_RETENTION_MARGIN, write_checkpoint_and_retain
+from aether.log.segment import LogRecord
+
+__all__ = [
+    "DEFAULT_SEGMENT_MAX_BYTES",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_RECORDS",
+    "EventLog",
+    "LogStatistics",
+    "open_event_log",
+]
+
+DEFAULT_SEGMENT_MAX_BYTES = 64 * 2**20
+"""Roll over to a new segment once the active one reaches this size (64 MiB).
+
+Retention deletes whole segments, so smaller segments free disk sooner after a checkpoint;
+larger ones mean fewer files and fewer rollover fsyncs. 64 MiB is about 300,000 typical events.
+"""
+
+MAX_BATCH_BYTES = 4 * 2**20
+"""Stop adding appends to a batch once its frames reach this size (4 MiB).
+
+By then one fsync is dominated by the bytes it flushes, so a larger batch gains no throughput;
+the bound keeps one batch's memory, its write latency and the tail a crash can tear small.
+One append_many larger than this still goes out whole, as a batch of its own.
+"""
+
+MAX_BATCH_RECORDS = 65_536
+"""Stop adding appends to a batch once it holds this many records.
+
+Framing runs in a worker thread, but waking the waiters runs in the event loop;
+this caps how long one batch's wake-ups can hold the loop (tens of milliseconds at most).
+"""
+
+
+@attrs.frozen(kw_only=True)
+class LogStatistics:
+    """Counters of an open :class:`EventLog`, since it was opened."""
+
+    appends: int
+    """Records made durable."""
+    batches: int
+    """Batches written; each is one write and one fsync."""
+    fsyncs: int
+    """fsync calls on segment files and the segments directory (one per batch, two per rollover)."""
+    bytes_written: int
+    """Bytes appended to segments, headers included."""
+    rollovers: int
+    """New segments started."""
+    checkpoints_written: int
+    """Checkpoints written."""
+    segments_deleted: int
+    """Segments deleted by retention."""
+    segments: int
+    """Segment files the log has now."""
+    last_seq: int
+    """The seq of the last durable record."""
+    appenders_waiting: int
+    """Appenders blocked while handing their payloads to the committer (a batch is being written)."""
+
+
+@attrs.define(kw_only=True)
+class _AppendRequest:
+    payloads: tuple[bytes, ...]
+    size: int
+    done: trio.Event = attrs.Factory(trio.Event)
+    # Set by the committer, exactly one of them, before done is set.
+    seqs: range | None = None
+    error: LogError | None = None
+
+
+@attrs.define(kw_only=True)
+class _CheckpointRequest:
+    seq: int
+    payload: bytes
+    done: trio.Event = attrs.Factory(trio.Event)
+    error: LogError | None = None
+
+
+_Request = _AppendRequest | _CheckpointRequest
+
+
+@final
+class EventLog:
+    """A durable, append-only log of opaque payloads, open for appending.
+
+    Get one from :func:`open_event_log`; it is only usable inside that ``async with`` block.
+    """
+
+    def __init__(
+        self,
+        *,
+        directory: Path,
+        recovery: RecoveryReport,
+        active: ActiveSegment,
+        segments: int,
+        segment_max_bytes: int,
+        retention_margin: int,
+        send_channel: trio.MemorySendChannel[_Request],
+    ) -> None:
+        self._directory = directory
+        self._recovery = recovery
+        self._segment_max_bytes = segment_max_bytes
+        self._retention_margin = retention_margin
+        self._send_channel = send_channel
+        # Invariant: the fields below change only in the committer task, never while a worker thread runs.
+        self._active = active
+        self._last_seq = recovery.last_seq
+        self._closed = False
+        self._failure: LogWriteError | None = None
+        self._appends = 0
+        self._batches = 0
+        self._fsyncs = 0
+        self._bytes_written = 0
+        self._rollovers = 0
+        self._checkpoints_written = 0
+        self._segments_deleted = 0
+        self._segments = segments
+
+    @property
+    def directory(self) -> Path:
+        """The log directory."""
+        return self._directory
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        """What recovery found and did when the log was opened."""
+        return self._recovery
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last durable record (0 for a log without records)."""
+        return self._last_seq
+
+    def statistics(self) -> LogStatistics:
+        """Return the log's counters since it was opened."""
+        return LogStatistics(
+            appends=self._appends,
+            batches=self._batches,
+            fsyncs=self._fsyncs,
+            bytes_written=self._bytes_written,
+            rollovers=self._rollovers,
+            checkpoints_written=self._checkpoints_written,
+            segments_deleted=self._segments_deleted,
+            segments=self._segments,
+            last_seq=self._last_seq,
+            appenders_waiting=self._send_channel.statistics().tasks_waiting_send,
+        )
+
+    async def append(self, payload: bytes) -> int:
+        """Append one payload; return once it is durable.
+
+        Args:
+            payload: The opaque payload, at most :data:`~aether.log.frame.MAX_PAYLOAD` bytes.
+
+        Returns:
+            The record's seq.
+
+        Raises:
+            PayloadTooLargeError: If the payload is too large; nothing was appended.
+            LogWriteError: If writing or syncing the batch holding it failed.
+            LogBrokenError: If an earlier write failed; the log appends nothing more.
+            LogClosedError: If the log was closed.
+
+        Error handling:
+            If the call is cancelled after the committer took the payload, the record may still
+            become durable; its seq is then simply not returned.
+        """
+        seqs = await self.append_many((payload,))
+        return seqs.start
+
+    async def append_many(self, payloads: Iterable[bytes]) -> range:
+        """Append payloads as consecutive records in one batch; return once they are durable.
+
+        Args:
+            payloads: The opaque payloads, each at most :data:`~aether.log.frame.MAX_PAYLOAD` bytes.
+
+        Returns:
+            The records' seqs (empty, starting after the last seq, when there are no payloads).
+
+        Raises:
+            PayloadTooLargeError: If a payload is too large; nothing was appended.
+            LogWriteError: If writing or syncing the batch holding them failed.
+            LogBrokenError: If an earlier write failed; the log appends nothing more.
+            LogClosedError: If the log was closed.
+
+        Error handling:
+            If the call is cancelled after the committer took the payloads, the records may still
+            become durable, all of them or none.
+        """
+        batch = tuple(payloads)
+        for payload in batch:
+            if len(payload) > MAX_PAYLOAD:
+                raise PayloadTooLargeError(len(payload), maximum=MAX_PAYLOAD)
+        self._check_usable()
+        if not batch:
+            await trio.lowlevel.checkpoint()
+            return range(self._last_seq + 1, self._last_seq + 1)
+        size = sum(len(payload) for payload in batch) + FRAME_HEADER_SIZE * len(batch)
+        request = _AppendRequest(payloads=batch, size=size)
+        await self._send(request)
+        await request.done.wait()
+        if request.error is not None:
+            self._raise(request.error)
+        assert request.seqs is not None, "a finished append has seqs or an error; this is a bug"
+        return request.seqs
+
+    async def write_checkpoint(self, *, seq: int, payload: bytes) -> None:
+        """Write a checkpoint at ``seq``, then delete what it makes unnecessary.
+
+        The checkpoint is durable before anything is deleted. Retention then deletes the segments
+        whose records all have seqs at or below both ``seq - retention_margin`` and the older kept
+        checkpoint's seq (never the active segment), and all but the newest two checkpoints.
+        Appends wait while this runs: the committer does it between batches.
+
+        Args:
+            seq: The seq of the last record the payload includes; at most :attr:`last_seq`.
+            payload: The opaque checkpoint payload.
+
+        Raises:
+            CheckpointSeqError: If ``seq`` is not in ``0..last_seq``.
+            LogWriteError: If writing the checkpoint or deleting old files failed;
+                appends are not affected.
+            LogBrokenError: If an earlier append write failed.
+            LogClosedError: If the log was closed.
+        """
+        self._check_usable()
+        if not 0 <= seq <= self._last_seq:
+            raise CheckpointSeqError(self._directory, seq=seq, last_seq=self._last_seq)
+        request = _CheckpointRequest(seq=seq, payload=payload)
+        await self._send(request)
+        await request.done.wait()
+        if request.error is not None:
+            self._raise(request.error)
+
+    def read(self, *, from_seq: int = 1) -> Iterator[LogRecord]:
+        """Read durable records from ``from_seq`` up to the current :attr:`last_seq`.
+
+        This is blocking file I/O: call it (and iterate) in a worker thread, e.g. with
+        ``trio.to_thread.run_sync(lambda: list(log.read(from_seq=n)))``.
+
+        Args:
+            from_seq: The first seq to read.
+
+        Returns:
+            An iterator over the records, as :func:`~aether.log.reader.scan_log` gives them.
+        """
+        return scan_log(self._directory, from_seq=from_seq, to_seq=self._last_seq)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LogClosedError(self._directory)
+        if self._failure is not None:
+            raise LogBrokenError(self._directory) from self._failure
+
+    def _raise(self, error: LogError) -> NoReturn:
+        # One error answers every waiter of a batch; each raises its own copy so tracebacks do not pile up.
+        if isinstance(error, LogWriteError):
+            raise LogWriteError(error.path, operation=error.operation, error=error.error) from error.error
+        if isinstance(error, LogBrokenError):
+            raise LogBrokenError(self._directory) from self._failure
+        raise error
+
+    async def _send(self, request: _Request) -> None:
+        try:
+            await self._send_channel.send(request)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise LogClosedError(self._directory) from None
+
+    async def _serve_committer(self, receive_channel: trio.MemoryReceiveChannel[_Request]) -> None:
+        # Requests taken from the channel and not yet answered; `finally` answers them if this task dies.
+        carried: _Request | None = None
+        in_flight: list[_Request] = []
+        try:
+            async with receive_channel:
+                while True:
+                    if carried is None:
+                        try:
+                            carried = await receive_channel.receive()
+                        except trio.EndOfChannel:
+                            return
+                    request, carried = carried, None
+                    if isinstance(request, _CheckpointRequest):
+                        in_flight = [request]
+                        await self._checkpoint(request)
+                        continue
+                    batch, carried = _take_batch(request, receive_channel)
+                    in_flight = list(batch)
+                    await self._commit(batch)
+        finally:
+            for request in [*in_flight, *([] if carried is None else [carried])]:
+                if not request.done.is_set():
+                    request.error = LogClosedError(self._directory)
+                    request.done.set()
+
+    async def _commit(self, batch: list[_AppendRequest]) -> None:
+        if self._failure is not None:
+            for request in batch:
+                request.error = LogBrokenError(self._directory)
+                request.done.set()
+            return
+        first_seq = self._last_seq + 1
+        payloads = [payload for request in batch for payload in request.payloads]
+        try:
+            # Checked between batches, so a segment may overshoot the limit by one batch.
+            if self._active.size >= self._segment_max_bytes and self._active.size > SEGMENT_HEADER_SIZE:
+                roll = functools.partial(roll_over, self._directory, self._active, first_seq=first_seq)
+                self._active = await trio.to_thread.run_sync(roll)
+                self._rollovers += 1
+                self._segments += 1
+                self._fsyncs += 2
+                self._bytes_written += SEGMENT_HEADER_SIZE
+            write = functools.partial(write_batch, self._active, first_seq=first_seq, payloads=payloads)
+            self._active = await trio.to_thread.run_sync(write)
+        except LogWriteError as error:
+            self._failure = error
+            for request in batch:
+                request.error = error
+                request.done.set()
+            return
+        self._batches += 1
+        self._fsyncs += 1
+        self._bytes_written += sum(request.size for request in batch)
+        self._appends += len(payloads)
+        self._last_seq += len(payloads)
+        seq = first_seq
+        for request in batch:
+            request.seqs = range(seq, seq + len(request.payloads))
+            seq += len(request.payloads)
+            request.done.set()
+
+    async def _checkpoint(self, request: _CheckpointRequest) -> None:
+        work = functools.partial(
+            write_checkpoint_and_retain,
+            self._directory,
+            seq=request.seq,
+            payload=request.payload,
+            retention_margin=self._retention_margin,
+        )
+        try:
+            plan = await trio.to_thread.run_sync(work)
+        except LogWriteError as error:
+            request.error = error
+        else:
+            self._checkpoints_written += 1
+            self._segments_deleted += len(plan.segments)
+            self._segments -= len(plan.segments)
+        request.done.set()
+
+
+def _take_batch(
+    first: _AppendRequest, receive_channel: trio.MemoryReceiveChannel[_Request]
+) -> tuple[list[_AppendRequest], _Request | None]:
+    # Everything appended while the previous batch was being synced is waiting in the channel.
+    # Returns the batch and the request taken that did not fit in it, if any.
+    batch = [first]
+    size = first.size
+    count = len(first.payloads)
+    while True:
+        try:
+            request = receive_channel.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return batch, None
+        if (
+            isinstance(request, _CheckpointRequest)
+            or size + request.size > MAX_BATCH_BYTES
+            or count + len(request.payloads) > MAX_BATCH_RECORDS
+        ):
+            return batch, request
+        batch.append(request)
+        size += request.size
+        count += len(request.payloads)
+
+
+@contextlib.asynccontextmanager
+async def open_event_log(
+    directory: Path,
+    *,
+    segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
+    retention_margin: int = DEFAULT_RETENTION_MARGIN,
+    create: bool = True,
+) -> AsyncIterator[EventLog]:
+    """Open a log for appending: recover it, then run its committer until the block exits.
+
+    Args:
+        directory: The log directory.
+        segment_max_bytes: Roll over to a new segment once the active one reaches this size.
+        retention_margin: Records before the newest checkpoint that retention keeps.
+        create: Create the log if ``directory`` is missing or empty.
+
+    Yields:
+        The open log; its :attr:`~EventLog.recovery` says what recovery found and did.
+
+    Raises:
+        NotALogError: If ``directory`` is not a log (and, with ``create``, not missing or empty).
+        LogDamageError: If recovery found damage a crash cannot explain; nothing was modified.
+        LogWriteError: If creating the log, cutting a torn tail or opening the segment failed.
+
+    Resource handling:
+        The committer runs in a nursery of its own for the duration of the block.
+        On a normal exit, appends already handed to the committer are written before the block
+        finishes; later appends raise :class:`LogClosedError`. The segment file is closed on exit.
+
+    Error handling:
+        A failed write or fsync does not end the block: every append in that batch raises
+        :class:`LogWriteError`, and every later one :class:`LogBrokenError`.
+        An exception leaving the block is wrapped in an ``ExceptionGroup`` by the nursery.
+    """
+    if segment_max_bytes < 1:
+        raise ValueError(f"segment_max_bytes: must be at least 1 (got {segment_max_bytes!r})")
+    if retention_margin < 0:
+        raise ValueError(f"retention_margin: must be at least 0 (got {retention_margin!r})")
+    opened = await trio.to_thread.run_sync(functools.partial(open_for_append, directory, create=create))
+    send_channel, receive_channel = trio.open_memory_channel[_Request](0)
+    log = EventLog(
+        directory=directory,
+        recovery=opened.recovery,
+        active=opened.active,
+        segments=opened.segments,
+        segment_max_bytes=segment_max_bytes,
+        retention_margin=retention_margin,
+        send_channel=send_channel,
+    )
+    try:
+        async with trio.open_nursery() as committer_nursery:
+            committer_nursery.start_soon(log._serve_committer, receive_channel)
+            async with send_channel:
+                try:
+                    yield log
+                finally:
+                    log._closed = True
+    finally:
+        # The committer and its worker threads have finished, so nothing else uses the descriptor.
+        os.close(log._active.descriptor)
