@@ -228,6 +228,14 @@ async def test_a_payload_over_the_maximum_is_refused(tmp_path: Path) -> None:
         assert log.last_seq == 0
 
 
+async def test_a_payload_must_be_bytes(tmp_path: Path) -> None:
+    """Anything but bytes is refused before anything is written."""
+    async with open_event_log(tmp_path) as log:
+        with pytest.raises(TypeError, match=r"^payload: must be bytes \(got 'str'\)$"):
+            await log.append_many([b"ok", "text"])  # type: ignore[list-item]
+        assert log.last_seq == 0
+
+
 @pytest.fixture
 def file_size_limit() -> Iterator[None]:
     """Make writes past a file size fail with EFBIG instead of killing the process with SIGXFSZ."""

@@ -133,7 +133,8 @@ class EventLog:
         self._segment_max_bytes = segment_max_bytes
         self._retention_margin = retention_margin
         self._send_channel = send_channel
-        # Invariant: the fields below change only in the committer task, never while a worker thread runs.
+        # Invariant: apart from `_closed` (set by open_event_log on exit), the fields below change only in
+        # the committer task, and never while one of its worker threads runs.
         self._active = active
         self._last_seq = recovery.last_seq
         self._closed = False
@@ -187,6 +188,7 @@ class EventLog:
             The record's seq.
 
         Raises:
+            TypeError: If the payload is not ``bytes``; nothing was appended.
             PayloadTooLargeError: If the payload is too large; nothing was appended.
             LogWriteError: If writing or syncing the batch holding it failed.
             LogBrokenError: If an earlier write failed; the log appends nothing more.
@@ -209,6 +211,7 @@ class EventLog:
             The records' seqs (empty, starting after the last seq, when there are no payloads).
 
         Raises:
+            TypeError: If a payload is not ``bytes``; nothing was appended.
             PayloadTooLargeError: If a payload is too large; nothing was appended.
             LogWriteError: If writing or syncing the batch holding them failed.
             LogBrokenError: If an earlier write failed; the log appends nothing more.
@@ -220,6 +223,8 @@ class EventLog:
         """
         batch = tuple(payloads)
         for payload in batch:
+            if not isinstance(payload, bytes):
+                raise TypeError(f"payload: must be bytes (got {type(payload).__name__!r})")
             if len(payload) > MAX_PAYLOAD:
                 raise PayloadTooLargeError(len(payload), maximum=MAX_PAYLOAD)
         self._check_usable()
@@ -297,7 +302,7 @@ class EventLog:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise LogClosedError(self._directory) from None
 
-    async def _serve_committer(self, receive_channel: trio.MemoryReceiveChannel[_Request]) -> None:
+    async def _run_committer(self, receive_channel: trio.MemoryReceiveChannel[_Request]) -> None:
         # Requests taken from the channel and not yet answered; `finally` answers them if this task dies.
         carried: _Request | None = None
         in_flight: list[_Request] = []
@@ -441,6 +446,8 @@ async def open_event_log(
     if retention_margin < 0:
         raise ValueError(f"retention_margin: must be at least 0 (got {retention_margin!r})")
     opened = await trio.to_thread.run_sync(functools.partial(open_for_append, directory, create=create))
+    # Unbuffered: appenders block in send() while a batch is being synced, and the committer takes all of
+    # them at once as the next batch. All appenders share this one send end, which only this function closes.
     send_channel, receive_channel = trio.open_memory_channel[_Request](0)
     log = EventLog(
         directory=directory,
@@ -453,7 +460,7 @@ async def open_event_log(
     )
     try:
         async with trio.open_nursery() as committer_nursery:
-            committer_nursery.start_soon(log._serve_committer, receive_channel)
+            committer_nursery.start_soon(log._run_committer, receive_channel)
             async with send_channel:
                 try:
                     yield log
