@@ -65,7 +65,12 @@ def churn_records(*, services: int, endpoints_per_service: int, count: int, firs
 def write_results(name: str, figures: dict[str, Any]) -> None:
     """Write `figures` to bench/results/<name>.json (with the machine they were measured on)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    document = {"benchmark": name, "machine": platform.machine(), "python": platform.python_version(), **figures}
+    document = {
+        "benchmark": name,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        **figures,
+    }
     (RESULTS / f"{name}.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 

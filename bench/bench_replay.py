@@ -28,7 +28,9 @@ BATCH = 10_000
 def _snapshot_payload() -> bytes:
     state = registry_state(services=SERVICES, endpoints_per_service=ENDPOINTS_PER_SERVICE)
     endpoints: list[Endpoint] = [
-        endpoint for service in sorted(state.registry.endpoints) for endpoint in state.registry.endpoints[service].values()
+        endpoint
+        for service in sorted(state.registry.endpoints)
+        for endpoint in state.registry.endpoints[service].values()
     ]
     event = EndpointsSnapshotReceived(
         observed_at=0, source="bench", version="1", endpoints=endpoints, services=service_names(SERVICES)
@@ -79,14 +81,24 @@ def main() -> None:
         assert folded == TAIL, f"start-up folded {folded} records from checkpoint {started}, expected {TAIL}"
         tail_full_seconds = timed(lambda: replay_log(tail_log, use_checkpoints=False))
 
-    print(f"replay: {records:,} records (a {SERVICES:,} x {ENDPOINTS_PER_SERVICE} snapshot, then endpoint churn)")
-    print(f"  scan only (frames + crc32c)   {scan_seconds:8.2f} s   {records / scan_seconds:>12,.0f} records/s")
-    print(f"  replay (decode + fold)        {replay_seconds:8.2f} s   {records / replay_seconds:>12,.0f} records/s")
+    print(
+        f"replay: {records:,} records (a {SERVICES:,} x {ENDPOINTS_PER_SERVICE} snapshot, then endpoint churn)"
+    )
+    print(
+        f"  scan only (frames + crc32c)   {scan_seconds:8.2f} s   {records / scan_seconds:>12,.0f} records/s"
+    )
+    print(
+        f"  replay (decode + fold)        {replay_seconds:8.2f} s   {records / replay_seconds:>12,.0f} records/s"
+    )
     print(f"  replay / scan ratio           {replay_seconds / scan_seconds:8.2f}")
-    print(f"  aim: replay of 1M <= 15 s: {'met' if replay_seconds * 1_000_000 / records <= 15 else 'NOT met'}")
+    print(
+        f"  aim: replay of 1M <= 15 s: {'met' if replay_seconds * 1_000_000 / records <= 15 else 'NOT met'}"
+    )
     print(f"start-up: checkpoint ({SERVICES * ENDPOINTS_PER_SERVICE:,} endpoints) + {TAIL:,}-record tail")
     print(f"  from checkpoint + tail        {startup_seconds:8.2f} s")
-    print(f"  full replay of the same log   {tail_full_seconds:8.2f} s   (ratio {startup_seconds / tail_full_seconds:.2f})")
+    print(
+        f"  full replay of the same log   {tail_full_seconds:8.2f} s   (ratio {startup_seconds / tail_full_seconds:.2f})"
+    )
     print(f"  aim: start-up <= 1 s: {'met' if startup_seconds <= 1 else 'NOT met'}")
     write_results(
         "replay",

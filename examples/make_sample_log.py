@@ -104,7 +104,9 @@ def _route(name: str, spec: dict[str, object], *, generation: int = 1) -> Gatewa
         resource_version=str(100 + generation),
         creation_timestamp="2026-11-29T12:00:00Z",
     )
-    return GatewayObjectUpserted(observed_at=0, source="kubernetes", object=KubeObject(meta=meta, spec_json=_canonical(spec)))
+    return GatewayObjectUpserted(
+        observed_at=0, source="kubernetes", object=KubeObject(meta=meta, spec_json=_canonical(spec))
+    )
 
 
 def story() -> list[Event]:
@@ -114,39 +116,103 @@ def story() -> list[Event]:
         "rules": [{"backendRefs": [{"name": "cart", "weight": 90}, {"name": "cart-canary", "weight": 10}]}],
     }
     cart_service = KubeService(
-        meta=ObjectMeta(kind="Service", namespace="shop", name="cart", uid="uid-svc-cart", resource_version="7"),
+        meta=ObjectMeta(
+            kind="Service", namespace="shop", name="cart", uid="uid-svc-cart", resource_version="7"
+        ),
         selector={"app": "cart"},
         ports=(ServicePort(name="http", port=80, target_port="8080"),),
         cluster_ip="10.96.0.20",
     )
     return [
-        MeshConfigUpdated(observed_at=0, source="kubernetes", config=MeshConfig(mesh_domain="aether.internal", trust_domain="shop.example")),
-        TrustBundleRotated(observed_at=0, source="identity", bundle=TrustBundle(trust_domain="shop.example", bundle_pem=b"-----BEGIN CERTIFICATE-----\nsample-ca\n-----END CERTIFICATE-----\n")),
+        MeshConfigUpdated(
+            observed_at=0,
+            source="kubernetes",
+            config=MeshConfig(mesh_domain="aether.internal", trust_domain="shop.example"),
+        ),
+        TrustBundleRotated(
+            observed_at=0,
+            source="identity",
+            bundle=TrustBundle(
+                trust_domain="shop.example",
+                bundle_pem=b"-----BEGIN CERTIFICATE-----\nsample-ca\n-----END CERTIFICATE-----\n",
+            ),
+        ),
         EndpointsSnapshotReceived(
             observed_at=0,
             source="registrar",
             version="41",
             services=("shop/cart", "shop/catalog", "shop/web"),
-            endpoints=(_endpoint("catalog", "10.2.0.11"), _endpoint("catalog", "10.2.0.12"), _endpoint("cart", "10.2.0.21")),
+            endpoints=(
+                _endpoint("catalog", "10.2.0.11"),
+                _endpoint("catalog", "10.2.0.12"),
+                _endpoint("cart", "10.2.0.21"),
+            ),
         ),
         EndpointsSnapshotCompleted(observed_at=0, source="registrar", version="41"),
-        PodAdded(observed_at=0, source="cni", pod=_pod("web-1", "web", "10.1.0.5", **{"config.aether.io/upstreams": "cart,catalog"})),
-        SvidRotated(observed_at=0, source="identity", svid=Svid(spiffe_id="spiffe://shop.example/ns/shop/sa/web", cert_chain_pem=b"-----BEGIN CERTIFICATE-----\nsample-web\n-----END CERTIFICATE-----\n", private_key=Redacted(b"-----BEGIN PRIVATE KEY-----\nsample\n-----END PRIVATE KEY-----\n"), not_after=START + 3_600_000_000_000)),
-        EndpointAdded(observed_at=0, source="registrar", version="42", endpoint=_endpoint("web", "10.1.0.5", health=Health.UNHEALTHY)),
-        EndpointUpdated(observed_at=0, source="registrar", version="43", endpoint=_endpoint("web", "10.1.0.5")),
-        PodAdded(observed_at=0, source="cni", pod=_pod("cart-1", "cart", "10.1.0.6", **{"endpoint.aether.io/weight": "lots"})),
-        EndpointAdded(observed_at=0, source="registrar", version="44", endpoint=_endpoint("cart", "10.1.0.6")),
+        PodAdded(
+            observed_at=0,
+            source="cni",
+            pod=_pod("web-1", "web", "10.1.0.5", **{"config.aether.io/upstreams": "cart,catalog"}),
+        ),
+        SvidRotated(
+            observed_at=0,
+            source="identity",
+            svid=Svid(
+                spiffe_id="spiffe://shop.example/ns/shop/sa/web",
+                cert_chain_pem=b"-----BEGIN CERTIFICATE-----\nsample-web\n-----END CERTIFICATE-----\n",
+                private_key=Redacted(b"-----BEGIN PRIVATE KEY-----\nsample\n-----END PRIVATE KEY-----\n"),
+                not_after=START + 3_600_000_000_000,
+            ),
+        ),
+        EndpointAdded(
+            observed_at=0,
+            source="registrar",
+            version="42",
+            endpoint=_endpoint("web", "10.1.0.5", health=Health.UNHEALTHY),
+        ),
+        EndpointUpdated(
+            observed_at=0, source="registrar", version="43", endpoint=_endpoint("web", "10.1.0.5")
+        ),
+        PodAdded(
+            observed_at=0,
+            source="cni",
+            pod=_pod("cart-1", "cart", "10.1.0.6", **{"endpoint.aether.io/weight": "lots"}),
+        ),
+        EndpointAdded(
+            observed_at=0, source="registrar", version="44", endpoint=_endpoint("cart", "10.1.0.6")
+        ),
         KubeServiceUpserted(observed_at=0, source="kubernetes", service=cart_service),
         _route("cart-canary", canary),
-        ResourceAcked(observed_at=0, source="xds", node_id="node-a", type_url=CLUSTER, version="v1", nonce="1"),
-        ResourceNacked(observed_at=0, source="xds", node_id="node-a", type_url=LISTENER, version="v1", nonce="2", error_code=13, error_message="sample: duplicate listener address"),
-        ResourceAcked(observed_at=0, source="xds", node_id="node-a", type_url=LISTENER, version="v2", nonce="3"),
-        OnDemandClusterRequested(observed_at=0, source="xds", node_id="node-a", cluster_name="payments.shop.aether.internal"),
+        ResourceAcked(
+            observed_at=0, source="xds", node_id="node-a", type_url=CLUSTER, version="v1", nonce="1"
+        ),
+        ResourceNacked(
+            observed_at=0,
+            source="xds",
+            node_id="node-a",
+            type_url=LISTENER,
+            version="v1",
+            nonce="2",
+            error_code=13,
+            error_message="sample: duplicate listener address",
+        ),
+        ResourceAcked(
+            observed_at=0, source="xds", node_id="node-a", type_url=LISTENER, version="v2", nonce="3"
+        ),
+        OnDemandClusterRequested(
+            observed_at=0, source="xds", node_id="node-a", cluster_name="payments.shop.aether.internal"
+        ),
         RegistryServiceAdded(observed_at=0, source="registrar", version="45", service="shop/payments"),
-        EndpointAdded(observed_at=0, source="registrar", version="46", endpoint=_endpoint("payments", "10.2.0.31")),
-        EndpointRemoved(observed_at=0, source="registrar", version="47", service="shop/catalog", ip="10.2.0.12"),
+        EndpointAdded(
+            observed_at=0, source="registrar", version="46", endpoint=_endpoint("payments", "10.2.0.31")
+        ),
+        EndpointRemoved(
+            observed_at=0, source="registrar", version="47", service="shop/catalog", ip="10.2.0.12"
+        ),
         _route("Cart_Retry", {"parentRefs": [{"kind": "Service", "name": "cart"}]}),
-        EndpointRemoved(observed_at=0, source="registrar", version="48", service="shop/catalog", ip="10.2.0.99"),
+        EndpointRemoved(
+            observed_at=0, source="registrar", version="48", service="shop/catalog", ip="10.2.0.99"
+        ),
         PodRemoved(observed_at=0, source="cni", namespace="shop", name="cart-1", uid="uid-cart-1"),
     ]
 
@@ -158,20 +224,24 @@ def timed(events: list[Event]) -> list[Event]:
 
 async def write(output: Path) -> None:
     """Write the sample log to `output` (replacing it), with a checkpoint half way."""
-    if output.exists():
-        shutil.rmtree(output)
+    if await trio.Path(output).exists():
+        await trio.to_thread.run_sync(shutil.rmtree, output)
     events = timed(story())
     half = len(events) // 2
     async with open_event_log(output) as log:
         await log.append_many([encode_event(event) for event in events[:half]])
-        state = fold_all(EMPTY_STATE, [Record(seq=index + 1, event=event) for index, event in enumerate(events[:half])])
+        state = fold_all(
+            EMPTY_STATE, [Record(seq=index + 1, event=event) for index, event in enumerate(events[:half])]
+        )
         await log.write_checkpoint(seq=state.seq, payload=encode_state(state))
         await log.append_many([encode_event(event) for event in events[half:]])
     print(f"wrote {len(events)} records and a checkpoint at seq {half} to {output}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent / "sample-log")
     trio.run(write, parser.parse_args().output)
 

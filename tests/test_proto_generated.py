@@ -11,7 +11,8 @@ COMMITTED = ROOT / "src" / "aether" / "proto"
 
 def _generator() -> object:
     spec = importlib.util.spec_from_file_location("gen_proto", ROOT / "tools" / "gen_proto.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

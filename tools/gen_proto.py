@@ -50,7 +50,9 @@ def generate(output: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(_IMPORT.sub(rb"\1 aether.proto.", path.read_bytes()))
     for directory in sorted({output, *(p for p in output.rglob("*") if p.is_dir())}):
-        (directory / "__init__.py").write_text('"""Generated protobuf modules: do not edit (nox -s proto)."""\n')
+        (directory / "__init__.py").write_text(
+            '"""Generated protobuf modules: do not edit (nox -s proto)."""\n'
+        )
 
 
 def main() -> None:

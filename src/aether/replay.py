@@ -70,10 +70,14 @@ def decode_record(item: LogRecord) -> Event:
     try:
         return decode_event(item.payload)
     except CodecError as exc:
-        raise UndecodableRecordError(segment=item.segment, offset=item.offset, seq=item.seq, reason=str(exc)) from exc
+        raise UndecodableRecordError(
+            segment=item.segment, offset=item.offset, seq=item.seq, reason=str(exc)
+        ) from exc
 
 
-def _starting_point(directory: Path, *, until: int) -> tuple[State, int | None, tuple[InvalidCheckpoint, ...]]:
+def _starting_point(
+    directory: Path, *, until: int
+) -> tuple[State, int | None, tuple[InvalidCheckpoint, ...]]:
     skipped: list[InvalidCheckpoint] = []
     for file in reversed(list_checkpoints(directory)):
         if file.seq > until:
@@ -129,4 +133,6 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
         for record in decoded_records(directory, from_seq=state.seq + 1, to_seq=last):
             state = fold(state, record)
             folded += 1
-    return Replay(state=state, checkpoint_seq=checkpoint_seq, records_folded=folded, skipped_checkpoints=skipped)
+    return Replay(
+        state=state, checkpoint_seq=checkpoint_seq, records_folded=folded, skipped_checkpoints=skipped
+    )

@@ -19,7 +19,9 @@ SAMPLE = ROOT / "examples" / "sample-log"
 
 
 def _files(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
 
 
 def _event(index: int) -> bytes:
@@ -97,14 +99,16 @@ def test_a_directory_that_is_not_a_log_is_refused(tmp_path: Path, capsys: pytest
     """A directory without the marker gets a clear error and exit 1, and is left alone."""
     (tmp_path / "notes.txt").write_text("hello")
     for command in ("replay", "inspect", "verify", "recover"):
-        status, out, err = _run(capsys, "log", command, str(tmp_path))
+        status, _, err = _run(capsys, "log", command, str(tmp_path))
         assert status == 1
         assert err.startswith(f"aether: error: {tmp_path}")
         assert "not an aether event log" in err or "not a log" in err, err
     assert _files(tmp_path) == {"notes.txt": b"hello"}
 
 
-def test_a_segment_with_a_foreign_magic_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_segment_with_a_foreign_magic_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A segment that does not start with the segment magic is named, at offset 0."""
     segment = _log(tmp_path / "log", [_event(1)])
     segment.write_bytes(b"NOTMAGIC" + segment.read_bytes()[8:])
@@ -112,7 +116,8 @@ def test_a_segment_with_a_foreign_magic_is_refused(tmp_path: Path, capsys: pytes
     for command in ("replay", "inspect", "recover"):
         status, _, err = _run(capsys, "log", command, str(tmp_path / "log"))
         assert status == 1
-        assert str(segment) in err and "offset 0" in err, err
+        assert str(segment) in err, err
+        assert "offset 0" in err, err
     status, out, _ = _run(capsys, "log", "verify", str(tmp_path / "log"))
     assert status == 1
     assert f"{segment} at offset 0: corruption:" in out
@@ -143,7 +148,8 @@ def test_damage_in_the_middle_names_the_file_and_offset(
     for command in ("replay", "inspect", "recover"):
         status, _, err = _run(capsys, "log", command, str(tmp_path / "log"))
         assert status == 1
-        assert f"{segment.name}" in err and f"offset {offset}" in err, err
+        assert segment.name in err, err
+        assert f"offset {offset}" in err, err
     status, out, _ = _run(capsys, "log", "verify", str(tmp_path / "log"))
     assert status == 1
     assert f"{segment} at offset {offset}: corruption:" in out

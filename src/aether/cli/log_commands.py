@@ -35,7 +35,9 @@ def add_parser(roles: Any) -> None:
     replay.add_argument("--until", type=int, metavar="SEQ", help="fold up to this sequence number")
     replay.add_argument("--format", choices=("summary", "json"), default="summary")
     replay.add_argument(
-        "--no-checkpoint", action="store_true", help="fold every record from seq 1 instead of the newest checkpoint"
+        "--no-checkpoint",
+        action="store_true",
+        help="fold every record from seq 1 instead of the newest checkpoint",
     )
     replay.set_defaults(run=run_replay)
 
@@ -45,11 +47,15 @@ def add_parser(roles: Any) -> None:
     inspect.add_argument("--until", type=int, metavar="SEQ")
     inspect.set_defaults(run=run_inspect)
 
-    verify = commands.add_parser("verify", help="check every frame, record and checkpoint; exit 1 on any problem")
+    verify = commands.add_parser(
+        "verify", help="check every frame, record and checkpoint; exit 1 on any problem"
+    )
     verify.add_argument("directory", type=Path, metavar="DIR")
     verify.set_defaults(run=run_verify)
 
-    recover = commands.add_parser("recover", help="cut a torn tail as the agent does at start-up (modifies DIR)")
+    recover = commands.add_parser(
+        "recover", help="cut a torn tail as the agent does at start-up (modifies DIR)"
+    )
     recover.add_argument("directory", type=Path, metavar="DIR")
     recover.set_defaults(run=run_recover)
 
@@ -63,7 +69,9 @@ def format_time(nanoseconds: int) -> str:
 
 def run_replay(arguments: argparse.Namespace) -> int:
     """`aether log replay DIR`."""
-    result = replay_log(arguments.directory, until=arguments.until, use_checkpoints=not arguments.no_checkpoint)
+    result = replay_log(
+        arguments.directory, until=arguments.until, use_checkpoints=not arguments.no_checkpoint
+    )
     for skipped in result.skipped_checkpoints:
         print(f"aether: warning: checkpoint {skipped.path} not used: {skipped.reason}", file=sys.stderr)
     summary = summarize(result.state)
@@ -82,7 +90,9 @@ def run_replay(arguments: argparse.Namespace) -> int:
     print(f"folded            {result.records_folded} records from {start}")
     for line in summary.lines():
         print(line)
-    rejections = sorted(result.state.diagnostics.rejections.values(), key=lambda item: (item.seq, item.subject))
+    rejections = sorted(
+        result.state.diagnostics.rejections.values(), key=lambda item: (item.seq, item.subject)
+    )
     if rejections:
         print("rejections in force:")
     for rejection in rejections:
@@ -122,7 +132,9 @@ def run_verify(arguments: argparse.Namespace) -> int:
                 problems.append(f"{file.path}: invalid checkpoint: {exc}")
                 continue
             if state.seq != file.seq:
-                problems.append(f"{file.path}: invalid checkpoint: state is at seq {state.seq}, not {file.seq}")
+                problems.append(
+                    f"{file.path}: invalid checkpoint: state is at seq {state.seq}, not {file.seq}"
+                )
     print(f"log          {report.directory}")
     print(f"segments     {report.segments}")
     print(f"records      {report.records} (seq {report.first_seq}..{report.last_seq})")
@@ -143,7 +155,9 @@ def run_recover(arguments: argparse.Namespace) -> int:
         print(f"{report.directory}: clean; last seq {report.last_seq}")
     else:
         cut = report.cut
-        print(f"{cut.segment}: cut {cut.bytes_cut} bytes at offset {cut.offset} ({cut.reason}); last seq {report.last_seq}")
+        print(
+            f"{cut.segment}: cut {cut.bytes_cut} bytes at offset {cut.offset} ({cut.reason}); last seq {report.last_seq}"
+        )
     for invalid in report.invalid_checkpoints:
         print(f"{invalid.path}: invalid checkpoint set aside: {invalid.reason}")
     return 0

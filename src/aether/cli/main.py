@@ -16,7 +16,9 @@ EXIT_FAILED = 1
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the whole command line."""
-    parser = argparse.ArgumentParser(prog="aether", description="Aether: an event-sourced service-mesh control plane.")
+    parser = argparse.ArgumentParser(
+        prog="aether", description="Aether: an event-sourced service-mesh control plane."
+    )
     roles = parser.add_subparsers(dest="role", required=True, metavar="COMMAND")
     log_commands.add_parser(roles)
     return parser

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
-K = TypeVar("K", bound=str | tuple[str, ...])
 V = TypeVar("V")
 
 
-def sorted_items(mapping: Mapping[K, V]) -> list[tuple[K, V]]:
-    """Return the items of `mapping` sorted by key."""
+def sorted_items(mapping: Mapping[Any, V]) -> list[tuple[Any, V]]:
+    """Return the items of `mapping` sorted by key (strings, or tuples of strings and int enums)."""
     return sorted(mapping.items(), key=lambda item: item[0])
 
 
-def sorted_values(mapping: Mapping[K, V]) -> list[V]:
+def sorted_values(mapping: Mapping[Any, V]) -> list[V]:
     """Return the values of `mapping` in the order of their sorted keys."""
     return [value for _, value in sorted_items(mapping)]
 

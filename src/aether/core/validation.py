@@ -36,9 +36,13 @@ def dns_subdomain_problem(value: str, *, what: str) -> str | None:
 def service_key_problem(value: str) -> str | None:
     """Check a mesh service key `<namespace>/<serviceAccount>`."""
     namespace, slash, account = value.partition("/")
-    if slash and _DNS_LABEL.match(namespace) and 0 < len(account) <= 253:
-        if all(_DNS_LABEL.match(label) for label in account.split(".")):
-            return None
+    if (
+        slash
+        and _DNS_LABEL.match(namespace)
+        and 0 < len(account) <= 253
+        and all(_DNS_LABEL.match(label) for label in account.split("."))
+    ):
+        return None
     return f"service key must be '<namespace>/<serviceAccount>' (got {value!r})"
 
 

@@ -3,7 +3,14 @@
 from aether.core.events.base import Event
 from aether.core.events.catalog import EVENT_TYPES, KIND_OF, Record, kind_of
 from aether.core.events.codec import decode_event, encode_event, event_from_proto, event_to_proto
-from aether.core.events.identity import Svid, SvidRemoved, SvidRotated, TrustBundle, TrustBundleRemoved, TrustBundleRotated
+from aether.core.events.identity import (
+    Svid,
+    SvidRemoved,
+    SvidRotated,
+    TrustBundle,
+    TrustBundleRemoved,
+    TrustBundleRotated,
+)
 from aether.core.events.kube import (
     GatewayObjectDeleted,
     GatewayObjectUpserted,

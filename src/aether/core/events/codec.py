@@ -38,7 +38,8 @@ def event_from_proto(message: log_pb2.Event) -> Event:
     """
     kind = message.WhichOneof("kind")
     if kind is None:
-        numbers = tuple(sorted({field.field_number for field in unknown_fields.UnknownFieldSet(message)}))
+        unknown = unknown_fields.UnknownFieldSet(message)
+        numbers = tuple(sorted({unknown[index].field_number for index in range(len(unknown))}))
         raise UnknownEventKind(what="event record", reason="unknown kind", field_numbers=numbers)
     try:
         event: Event = _BY_KIND[kind].decode(

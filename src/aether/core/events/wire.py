@@ -63,9 +63,18 @@ def _decode_all(plan: Callable[[], WirePlan], messages: Any) -> tuple[Any, ...]:
     return tuple(decode(message) for message in messages)
 
 
-@functools.cache
+_PLANS: dict[tuple[type[Any], frozenset[str]], WirePlan] = {}
+
+
 def plan_for(cls: type[Any], *, skip: frozenset[str] = frozenset()) -> WirePlan:
     """Return the (cached) wire plan of attrs class `cls`, leaving out the fields named in `skip`."""
+    plan = _PLANS.get((cls, skip))
+    if plan is None:
+        plan = _PLANS[(cls, skip)] = _compile(cls, skip)
+    return plan
+
+
+def _compile(cls: type[Any], skip: frozenset[str]) -> WirePlan:
     hints = typing.get_type_hints(cls)
     namespace: dict[str, Any] = {
         "_cls": cls,
@@ -90,7 +99,7 @@ def plan_for(cls: type[Any], *, skip: frozenset[str] = frozenset()) -> WirePlan:
             f"    return _cls({', '.join([*decode_args, '**extra'])})",
         ]
     )
-    exec(compile(source, f"<wire plan of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102 - our own code
+    exec(compile(source, f"<wire plan of {cls.__qualname__}>", "exec"), namespace)
     return WirePlan(cls=cls, encode_into=namespace["encode_into"], decode=namespace["decode"])
 
 

@@ -60,10 +60,12 @@ def _ports(pod: Pod, problems: list[str]) -> tuple[int, ...]:
     ports: list[int] = []
     for item in raw.split(","):
         number = item.strip().removesuffix("=h2")
-        if number.isdigit() and 1 <= int(number) <= MAX_PORT:
+        if number.isascii() and number.isdigit() and 1 <= int(number) <= MAX_PORT:
             ports.append(int(number))
         else:
-            problems.append(f"annotation {PORTS!r}: each port must be 1..{MAX_PORT}, optionally '=h2' (got {item!r})")
+            problems.append(
+                f"annotation {PORTS!r}: each port must be 1..{MAX_PORT}, optionally '=h2' (got {item!r})"
+            )
     return tuple(ports)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import attrs
 import immutables
@@ -22,9 +23,16 @@ from aether.core.events.kube import (
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
 from aether.core.state.state import State
-from aether.core.validation import dns_label_problem, dns_subdomain_problem, port_problem, trust_domain_problem
+from aether.core.validation import (
+    dns_label_problem,
+    dns_subdomain_problem,
+    port_problem,
+    trust_domain_problem,
+)
 
-GATEWAY_KINDS = frozenset(("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute", "UDPRoute"))
+GATEWAY_KINDS = frozenset(
+    ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute", "UDPRoute")
+)
 """The Gateway API kinds the mesh folds (ReferenceGrant has events of its own)."""
 
 
@@ -42,7 +50,7 @@ def _meta_problem(meta: ObjectMeta) -> str | None:
 def _spec_problem(item: KubeObject) -> str | None:
     try:
         spec = json.loads(item.spec_json)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return f"spec must be JSON ({exc})"
     if not isinstance(spec, dict):
         return f"spec must be a JSON object (got {type(spec).__name__})"
@@ -67,13 +75,17 @@ def _upsert_object(
         return rejected(state, event, seq, reason=RejectionReason.UNSUPPORTED_KIND, message=message)
     problem = _meta_problem(meta) or _spec_problem(item)
     if problem is not None:
-        return rejected(state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{meta.key}: {problem}")
+        return rejected(
+            state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{meta.key}: {problem}"
+        )
     known = objects.get(meta.key)
     if known is not None and known.meta.uid == meta.uid and meta.generation < known.meta.generation:
-        message = f"{meta.key}: generation {meta.generation!r} is older than the applied {known.meta.generation!r}"
+        message = (
+            f"{meta.key}: generation {meta.generation!r} is older than the applied {known.meta.generation!r}"
+        )
         return rejected(state, event, seq, reason=RejectionReason.STALE_OBJECT, message=message)
-    kube = attrs.evolve(state.kube, **{field: objects.set(meta.key, item)})
-    return applied(state, event, seq, kube=kube)
+    changes: dict[str, Any] = {field: objects.set(meta.key, item)}
+    return applied(state, event, seq, kube=attrs.evolve(state.kube, **changes))
 
 
 def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, field: str) -> State:
@@ -81,7 +93,8 @@ def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, fi
     if meta.key not in objects:
         message = f"{meta.key} deleted but not known"
         return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_OBJECT, message=message)
-    return applied(state, event, seq, kube=attrs.evolve(state.kube, **{field: objects.delete(meta.key)}))
+    changes: dict[str, Any] = {field: objects.delete(meta.key)}
+    return applied(state, event, seq, kube=attrs.evolve(state.kube, **changes))
 
 
 def gateway_object_upserted(state: State, event: GatewayObjectUpserted, seq: int) -> State:
@@ -110,12 +123,15 @@ def kube_service_upserted(state: State, event: KubeServiceUpserted, seq: int) ->
     service = event.service
     meta = service.meta
     problem = _meta_problem(meta) or next(
-        (p for p in (port_problem(port.port, what=f"port {port.name!r}") for port in service.ports) if p), None
+        (p for p in (port_problem(port.port, what=f"port {port.name!r}") for port in service.ports) if p),
+        None,
     )
     if meta.kind != "Service":
         problem = f"kind must be 'Service' (got {meta.kind!r})"
     if problem is not None:
-        return rejected(state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{meta.key}: {problem}")
+        return rejected(
+            state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{meta.key}: {problem}"
+        )
     kube = attrs.evolve(state.kube, services=state.kube.services.set(meta.key, service))
     return applied(state, event, seq, kube=kube)
 
@@ -138,5 +154,7 @@ def mesh_config_updated(state: State, event: MeshConfigUpdated, seq: int) -> Sta
         )
     )
     if problem is not None:
-        return rejected(state, event, seq, reason=RejectionReason.INVALID_MESH_CONFIG, message=f"meshconfig: {problem}")
+        return rejected(
+            state, event, seq, reason=RejectionReason.INVALID_MESH_CONFIG, message=f"meshconfig: {problem}"
+        )
     return applied(state, event, seq, kube=attrs.evolve(state.kube, mesh_config=config))

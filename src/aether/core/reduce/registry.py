@@ -17,21 +17,28 @@ from aether.core.events.registry import (
     EndpointsSnapshotCompleted,
     EndpointsSnapshotReceived,
     EndpointUpdated,
+    Protocol,
     RegistryServiceAdded,
     RegistryServiceRemoved,
 )
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
-from aether.core.state.registry import RegistryState
+from aether.core.state.registry import RegistryState, ServiceEndpoints
 from aether.core.state.state import State
 from aether.core.validation import ip_problem, port_problem, service_key_problem
 
 
 def _version_problem(current: str, incoming: str) -> tuple[RejectionReason, str] | None:
-    if not incoming.isdigit():
-        return RejectionReason.INVALID_VERSION, f"registry version must be a decimal counter (got {incoming!r})"
+    if not (incoming.isascii() and incoming.isdigit()):
+        return (
+            RejectionReason.INVALID_VERSION,
+            f"registry version must be a decimal counter (got {incoming!r})",
+        )
     if current and int(incoming) < int(current):
-        return RejectionReason.STALE_VERSION, f"registry version {incoming!r} is older than the applied {current!r}"
+        return (
+            RejectionReason.STALE_VERSION,
+            f"registry version {incoming!r} is older than the applied {current!r}",
+        )
     return None
 
 
@@ -61,7 +68,7 @@ def endpoints_snapshot_received(state: State, event: EndpointsSnapshotReceived, 
     if failed is not None:
         return failed
     services = immutables.Map((service, True) for service in sorted(set(event.services)))
-    grouped: dict[str, dict[tuple[object, str], Endpoint]] = {}
+    grouped: dict[str, dict[tuple[Protocol, str], Endpoint]] = {}
     problems: list[str] = []
     for endpoint in event.endpoints:
         problem = _endpoint_problem(endpoint)
@@ -71,15 +78,15 @@ def endpoints_snapshot_received(state: State, event: EndpointsSnapshotReceived, 
             grouped.setdefault(endpoint.service, {})[(endpoint.protocol, endpoint.ip)] = endpoint
         else:
             problems.append(problem)
-    registry = RegistryState(
-        version=event.version,
-        synced=False,
-        services=services,
-        endpoints=immutables.Map((service, immutables.Map(items)) for service, items in grouped.items()),
+    endpoints: immutables.Map[str, ServiceEndpoints] = immutables.Map(
+        {service: ServiceEndpoints(items) for service, items in grouped.items()}
     )
+    registry = RegistryState(version=event.version, synced=False, services=services, endpoints=endpoints)
     state = applied(state, event, seq, registry=registry)
     if problems:
-        message = f"{len(problems)} endpoints of snapshot {event.version!r} left out: " + "; ".join(sorted(problems))
+        message = f"{len(problems)} endpoints of snapshot {event.version!r} left out: " + "; ".join(
+            sorted(problems)
+        )
         return rejected(state, event, seq, reason=RejectionReason.INVALID_ENDPOINT, message=message)
     return state
 
@@ -89,7 +96,9 @@ def endpoints_snapshot_completed(state: State, event: EndpointsSnapshotCompleted
     failed = _checked(state, event, seq, event.version)
     if failed is not None:
         return failed
-    return applied(state, event, seq, registry=attrs.evolve(state.registry, version=event.version, synced=True))
+    return applied(
+        state, event, seq, registry=attrs.evolve(state.registry, version=event.version, synced=True)
+    )
 
 
 def _upsert_endpoint(state: State, event: EndpointAdded | EndpointUpdated, seq: int) -> State:
@@ -102,7 +111,9 @@ def _upsert_endpoint(state: State, event: EndpointAdded | EndpointUpdated, seq: 
         return rejected(state, event, seq, reason=RejectionReason.INVALID_ENDPOINT, message=problem)
     registry = state.registry
     if endpoint.service not in registry.services:
-        message = f"endpoint {endpoint.service}/{endpoint.ip}: service {endpoint.service!r} is not in the catalog"
+        message = (
+            f"endpoint {endpoint.service}/{endpoint.ip}: service {endpoint.service!r} is not in the catalog"
+        )
         return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_SERVICE, message=message)
     items = registry.endpoints_of(endpoint.service).set((endpoint.protocol, endpoint.ip), endpoint)
     new_registry = RegistryState(
@@ -136,7 +147,11 @@ def endpoint_removed(state: State, event: EndpointRemoved, seq: int) -> State:
         message = f"endpoint {event.service}/{event.ip} ({event.protocol.name.lower()}) removed but not known"
         return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_ENDPOINT, message=message)
     remaining = items.delete(key)
-    endpoints = registry.endpoints.set(event.service, remaining) if remaining else registry.endpoints.delete(event.service)
+    endpoints = (
+        registry.endpoints.set(event.service, remaining)
+        if remaining
+        else registry.endpoints.delete(event.service)
+    )
     new_registry = attrs.evolve(registry, version=event.version, endpoints=endpoints)
     return applied(state, event, seq, registry=new_registry)
 
@@ -150,7 +165,9 @@ def registry_service_added(state: State, event: RegistryServiceAdded, seq: int) 
     if problem is not None:
         return rejected(state, event, seq, reason=RejectionReason.INVALID_SERVICE, message=problem)
     registry = state.registry
-    new_registry = attrs.evolve(registry, version=event.version, services=registry.services.set(event.service, True))
+    new_registry = attrs.evolve(
+        registry, version=event.version, services=registry.services.set(event.service, True)
+    )
     return applied(state, event, seq, registry=new_registry)
 
 
@@ -163,7 +180,11 @@ def registry_service_removed(state: State, event: RegistryServiceRemoved, seq: i
     if event.service not in registry.services:
         message = f"service {event.service!r} removed but not in the catalog"
         return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_SERVICE, message=message)
-    endpoints = registry.endpoints.delete(event.service) if event.service in registry.endpoints else registry.endpoints
+    endpoints = (
+        registry.endpoints.delete(event.service)
+        if event.service in registry.endpoints
+        else registry.endpoints
+    )
     new_registry = attrs.evolve(
         registry, version=event.version, services=registry.services.delete(event.service), endpoints=endpoints
     )
