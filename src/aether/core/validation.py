@@ -1,5 +1,7 @@
 """Checks of names and values shared by the reducers: each returns a problem message, or None when fine.
 
+Patterns are applied with `fullmatch`: `$` would also accept a value ending in a newline.
+
 Messages follow the house rule: lowercase, name the rule, show the offending value with `!r`.
 """
 
@@ -9,25 +11,25 @@ import functools
 import ipaddress
 import re
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_TRUST_DOMAIN = re.compile(r"^[a-z0-9._-]+$")
-_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_TRUST_DOMAIN = re.compile(r"[a-z0-9._-]+")
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_IPV4 = re.compile(rf"^{_OCTET}(?:\.{_OCTET}){{3}}$")
+_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
 
 MAX_PORT = 65535
 
 
 def dns_label_problem(value: str, *, what: str) -> str | None:
     """Check an RFC 1123 label (a namespace, a service account, a service name)."""
-    if _DNS_LABEL.match(value):
+    if _DNS_LABEL.fullmatch(value):
         return None
     return f"{what} must be an RFC 1123 label (lowercase alphanumerics and '-', at most 63) (got {value!r})"
 
 
 def dns_subdomain_problem(value: str, *, what: str) -> str | None:
     """Check an RFC 1123 subdomain (a mesh domain, a pod name)."""
-    if 0 < len(value) <= 253 and all(_DNS_LABEL.match(label) for label in value.split(".")):
+    if 0 < len(value) <= 253 and all(_DNS_LABEL.fullmatch(label) for label in value.split(".")):
         return None
     return f"{what} must be an RFC 1123 subdomain (got {value!r})"
 
@@ -38,9 +40,9 @@ def service_key_problem(value: str) -> str | None:
     namespace, slash, account = value.partition("/")
     if (
         slash
-        and _DNS_LABEL.match(namespace)
+        and _DNS_LABEL.fullmatch(namespace)
         and 0 < len(account) <= 253
-        and all(_DNS_LABEL.match(label) for label in account.split("."))
+        and all(_DNS_LABEL.fullmatch(label) for label in account.split("."))
     ):
         return None
     return f"service key must be '<namespace>/<serviceAccount>' (got {value!r})"
@@ -49,7 +51,7 @@ def service_key_problem(value: str) -> str | None:
 def ip_problem(value: str, *, what: str) -> str | None:
     """Check an IPv4 or IPv6 address."""
     # Endpoint churn validates an IP per event: a regex settles dotted quads ~8x faster than `ipaddress`.
-    if _IPV4.match(value):
+    if _IPV4.fullmatch(value):
         return None
     try:
         ipaddress.ip_address(value)
@@ -67,7 +69,7 @@ def port_problem(value: int, *, what: str) -> str | None:
 
 def trust_domain_problem(value: str) -> str | None:
     """Check a SPIFFE trust domain name."""
-    if _TRUST_DOMAIN.match(value) and len(value) <= 255:
+    if _TRUST_DOMAIN.fullmatch(value) and len(value) <= 255:
         return None
     return f"trust domain must be lowercase letters, digits, '.', '-' or '_' (got {value!r})"
 
@@ -79,9 +81,9 @@ def spiffe_id_problem(value: str) -> str | None:
     segments = path.split("/")
     if (
         scheme == "spiffe"
-        and _TRUST_DOMAIN.match(domain)
+        and _TRUST_DOMAIN.fullmatch(domain)
         and slash
-        and all(_PATH_SEGMENT.match(item) and item not in (".", "..") for item in segments)
+        and all(_PATH_SEGMENT.fullmatch(item) and item not in (".", "..") for item in segments)
     ):
         return None
     return f"spiffe id must be 'spiffe://<trustDomain>/<path>' (got {value!r})"

@@ -44,6 +44,8 @@ SEGMENT_HEADER_SIZE = _SEGMENT_HEADER.size
 # Frame header: payload length (u32), crc32c (u32), seq (u64), all little-endian.
 _FRAME_HEADER = struct.Struct("<IIQ")
 FRAME_HEADER_SIZE = _FRAME_HEADER.size
+unpack_frame_header = _FRAME_HEADER.unpack
+"""`unpack_frame_header(data) -> (length, checksum, seq)` for exactly FRAME_HEADER_SIZE bytes (the hot path)."""
 
 # The fields the checksum covers besides the payload, in this order: length, then seq.
 _CHECKSUMMED_FIELDS = struct.Struct("<IQ")

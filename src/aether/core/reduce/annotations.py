@@ -43,10 +43,9 @@ def _int_annotation(pod: Pod, name: str, *, low: int, high: int, problems: list[
     raw = pod.annotations.get(name)
     if raw is None:
         return None
-    try:
-        value = int(raw.strip(), 10)
-    except ValueError:
-        value = None
+    digits = raw.strip()
+    # ASCII digits only: int() would also take '1_000', '+5' and non-ASCII digits, which no user means.
+    value = int(digits) if digits.isascii() and digits.isdigit() else None
     if value is None or not low <= value <= high:
         problems.append(f"annotation {name!r} must be an integer {low}..{high} (got {raw!r})")
         return None

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from aether.core.events.base import Event
 from aether.core.state.diagnostics import Rejection, RejectionReason
 from aether.core.state.state import State
 
-_STATE_FIELDS = frozenset(field.name for field in attrs.fields(State))
-
-
 def _next_state(state: State, seq: int, changes: dict[str, Any]) -> State:
     # `attrs.evolve` looks the fields up on every call; on the endpoint-churn path this explicit constructor is
-    # about 3x cheaper. Invariant: `changes` names only fields of State (checked below, cheaply).
-    assert changes.keys() <= _STATE_FIELDS, f"unknown State fields {sorted(changes.keys() - _STATE_FIELDS)!r}"
-    return State(
-        seq=seq,
-        pods=changes.get("pods", state.pods),
-        registry=changes.get("registry", state.registry),
-        kube=changes.get("kube", state.kube),
-        identity=changes.get("identity", state.identity),
-        feedback=changes.get("feedback", state.feedback),
-        diagnostics=changes.get("diagnostics", state.diagnostics),
-    )
+    # about 3x cheaper. A misspelt key in `changes` makes State() raise TypeError: a bug shows at once.
+    fields: dict[str, Any] = {
+        "pods": state.pods,
+        "registry": state.registry,
+        "kube": state.kube,
+        "identity": state.identity,
+        "feedback": state.feedback,
+        "diagnostics": state.diagnostics,
+    }
+    fields.update(changes)
+    return State(seq=seq, **fields)
 
 
 def applied(state: State, event: Event, seq: int, **changes: Any) -> State:

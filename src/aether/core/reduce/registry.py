@@ -47,9 +47,10 @@ def _endpoint_problem(endpoint: Endpoint) -> str | None:
         service_key_problem(endpoint.service)
         or ip_problem(endpoint.ip, what="ip")
         or port_problem(endpoint.port, what="port")
-        or next((p for p in (port_problem(port, what="ports") for port in endpoint.ports) if p), None)
         or (None if endpoint.weight >= 1 else f"weight must be at least 1 (got {endpoint.weight!r})")
     )
+    for port in endpoint.ports:  # a loop, not a generator: most endpoints list no extra ports
+        problem = problem or port_problem(port, what="ports")
     return None if problem is None else f"endpoint {endpoint.service}/{endpoint.ip}: {problem}"
 
 
