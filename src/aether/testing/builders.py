@@ -54,12 +54,12 @@ from aether.core.reduce import fold_all
 from aether.core.reduce.annotations import MANAGED_LABEL
 from aether.core.reduce.kube import canonical_json
 from aether.core.state import EMPTY_STATE, Diagnostics, State
-from aether.core.values import Redacted
+from aether.core.values import Redacted, StrMap, freeze_str_map
 
 AT = 1_700_000_000_000_000_000
 """The observation time every builder stamps unless told otherwise (2023-11-14T22:13:20Z, in nanoseconds)."""
 
-MANAGED_LABELS: Mapping[str, str] = {MANAGED_LABEL: "true"}
+MANAGED_LABELS: StrMap = freeze_str_map({MANAGED_LABEL: "true"})
 """The labels of a pod that joins the mesh: the default of `make_pod`."""
 
 CLUSTER_TYPE_URL = "type.googleapis.com/envoy.config.cluster.v3.Cluster"

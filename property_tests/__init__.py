@@ -1,0 +1,1 @@
+"""Hypothesis properties of the core: totality, determinism, idempotence, invariants and codec round trips."""

@@ -1,0 +1,487 @@
+"""Hypothesis strategies for every value and event of the core (STYLE T4: every event type must have one here).
+
+Names come from small alphabets so that a sequence keeps meeting the same subjects: the same pods are added and
+removed, endpoints arrive for services that are and are not in the catalog, registry versions mostly go up and
+sometimes down. Most values are valid, so that folding populates the state; a minority is bad on purpose
+(invalid names, annotations, specs, SPIFFE IDs, ports, versions) to exercise every rejection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+from hypothesis import strategies as st
+
+from aether.core.events import (
+    EVENT_TYPES,
+    Endpoint,
+    EndpointAdded,
+    EndpointRemoved,
+    EndpointsSnapshotCompleted,
+    EndpointsSnapshotReceived,
+    EndpointUpdated,
+    Event,
+    GatewayObjectDeleted,
+    GatewayObjectUpserted,
+    Health,
+    HealthCheckMode,
+    KubeObject,
+    KubeService,
+    KubeServiceDeleted,
+    KubeServiceUpserted,
+    MeshConfig,
+    MeshConfigUpdated,
+    ObjectMeta,
+    OnDemandClusterRequested,
+    Pod,
+    PodAdded,
+    PodRemoved,
+    PodUpdated,
+    Protocol,
+    Record,
+    ReferenceGrantDeleted,
+    ReferenceGrantUpserted,
+    RegistryServiceAdded,
+    RegistryServiceRemoved,
+    ResourceAcked,
+    ResourceNacked,
+    ServicePort,
+    Svid,
+    SvidRemoved,
+    SvidRotated,
+    TrustBundle,
+    TrustBundleRemoved,
+    TrustBundleRotated,
+)
+from aether.core.reduce.annotations import (
+    HEALTH_CHECK_MODE,
+    MANAGED_LABEL,
+    PORT,
+    PORTS,
+    PROTOCOL,
+    UPSTREAMS,
+    WEIGHT,
+)
+from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
+from aether.core.values import Redacted
+from aether.testing import AT
+
+T = TypeVar("T")
+
+MAX_EVENTS = 40
+"""The longest generated sequence: long enough to add, change and remove the same subjects, short enough to keep
+each property test under ten seconds at 200 examples."""
+
+UINT32_MAX = 2**32 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def mostly(good: st.SearchStrategy[T], bad: st.SearchStrategy[T], *, one_in: int = 6) -> st.SearchStrategy[T]:
+    """Draw from `good`, and from `bad` about once in `one_in` draws (shrinking goes towards `good`)."""
+    return st.integers(0, one_in - 1).flatmap(lambda n: bad if n == one_in - 1 else good)
+
+
+def _among(good: tuple[T, ...], bad: tuple[T, ...], *, one_in: int = 6) -> st.SearchStrategy[T]:
+    """Sample `good` values, and a `bad` one about once in `one_in` draws (one draw: cheaper than `mostly`)."""
+    weighted = good * ((one_in - 1) * len(bad)) + bad * len(good)
+    return st.sampled_from(weighted)
+
+
+# --- names ---
+
+NAMESPACES = ("default", "shop")
+SERVICE_ACCOUNTS = ("web", "db")
+POD_NAMES = ("web-1", "web-2", "db-0")
+SERVICES = tuple(f"{namespace}/{account}" for namespace in NAMESPACES for account in SERVICE_ACCOUNTS)
+IPS = ("10.0.0.1", "10.0.0.2", "10.0.1.7", "fd00::1")
+MESH_DOMAINS = ("aether.internal", "mesh.local")
+TRUST_DOMAINS = ("aether.internal", "example.org")
+SPIFFE_IDS = tuple(
+    f"spiffe://aether.internal/ns/{ns}/sa/{sa}" for ns in NAMESPACES for sa in SERVICE_ACCOUNTS
+)
+NODE_IDS = ("node-a", "node-b")
+TYPE_URLS = (
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    "type.googleapis.com/envoy.config.listener.v3.Listener",
+)
+
+namespaces = _among(NAMESPACES, ("kube-system", "spire-server", "Bad_NS", ""))
+pod_names = _among(POD_NAMES, ("-web", "WEB-1", ""))
+service_accounts = _among((*SERVICE_ACCOUNTS, "default"), ("Web", "", "a" * 254))
+service_keys = _among(SERVICES, ("web", "default/", "Shop/web", "default/web/extra", ""))
+ips = _among(IPS, ("10.0.0.256", "not-an-ip", "", "10.0.0.1 "))
+spiffe_ids = _among(
+    (*SPIFFE_IDS, "spiffe://example.org/ns/default/sa/web"),
+    (
+        "spiffe://aether.internal",
+        "spiffe://aether.internal/",
+        "https://aether.internal/ns/default",
+        "spiffe://Aether/ns/default",
+        "spiffe://aether.internal/ns/../sa",
+    ),
+)
+trust_domains = _among(TRUST_DOMAINS, ("Bad Domain", ""))
+small_text = st.text(alphabet="abz-./:é\x00 ", max_size=6)
+"""Free text for fields the core stores but never checks."""
+sources = mostly(
+    st.sampled_from(("cni", "registrar", "kubernetes", "identity", "xds")), small_text, one_in=20
+)
+observed_ats = mostly(st.integers(AT - 10**9, AT + 10**12), st.sampled_from((0, 1, INT64_MAX, -1)), one_in=20)
+uids = st.sampled_from(("", "uid-1", "uid-2"))
+
+
+bad_versions = st.sampled_from(("", "v3", "-1", "1.5", "²", "٣", " 4"))
+"""Registry versions that are no decimal counter (empty, signed, non-ASCII digits, words)."""
+
+
+def versions() -> st.SearchStrategy[str]:
+    """Registry versions: small decimal counters (some with leading zeros), sometimes not a counter at all."""
+    return mostly(st.one_of(st.integers(0, 12).map(str), st.just("007")), bad_versions)
+
+
+# --- pods ---
+
+_ANNOTATION_VALUES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    PORT: (("8080", "9090", " 80 "), ("0", "70000", "http", "²", "")),
+    PORTS: (("9090", "9090,9091=h2", " 8443 "), ("x", "0", "9090,,", "²", "70000=h2")),
+    WEIGHT: (("1", "100", "1024"), ("0", "-5", "2000000", "heavy")),
+    PROTOCOL: (("http", "tcp", "HTTP"), ("udp", "")),
+    HEALTH_CHECK_MODE: (("eds", "active", " EDS "), ("none",)),
+    UPSTREAMS: (("db", "shop/db", "db, shop/web", "", " , "), ("Bad/x", "shop/", "a/b/c")),
+    "example.com/unrelated": (("x",), ("",)),
+}
+
+
+@st.composite
+def pod_annotations(draw: st.DrawFn) -> dict[str, str]:
+    """Mesh annotations, each one valid most of the time."""
+    names = draw(st.lists(st.sampled_from(sorted(_ANNOTATION_VALUES)), unique=True, max_size=4))
+    return {name: draw(_among(*_ANNOTATION_VALUES[name])) for name in names}
+
+
+pod_labels = mostly(
+    st.sampled_from(({MANAGED_LABEL: "true"}, {MANAGED_LABEL: "true", "app": "web"})),
+    st.sampled_from(({}, {MANAGED_LABEL: "false"}, {MANAGED_LABEL: "True"})),
+)
+
+
+def pods() -> st.SearchStrategy[Pod]:
+    """Pods of a few names in a few namespaces, mostly managed, with mostly valid annotations."""
+    return st.builds(
+        Pod,
+        namespace=namespaces,
+        name=pod_names,
+        uid=uids,
+        node_name=st.sampled_from(("node-a", "")),
+        service_account=service_accounts,
+        labels=pod_labels,
+        annotations=pod_annotations(),
+        ips=st.lists(ips, max_size=2).map(tuple),
+        netns=st.sampled_from(("", "/var/run/netns/cni-1")),
+        container_id=st.sampled_from(("", "containerd://abc")),
+    )
+
+
+# --- registry ---
+
+_ports = mostly(st.sampled_from((80, 8080, 9090)), st.sampled_from((0, 65536, UINT32_MAX)), one_in=12)
+
+
+def endpoints() -> st.SearchStrategy[Endpoint]:
+    """Endpoints of a few services and IPs, mostly valid (bad service keys, IPs, ports and weights otherwise)."""
+    return st.builds(
+        Endpoint,
+        service=_among(SERVICES, ("web", "default/", "Shop/web"), one_in=12),
+        protocol=mostly(st.sampled_from((Protocol.HTTP, Protocol.TCP)), st.just(Protocol.UNSPECIFIED)),
+        ip=_among(IPS, ("10.0.0.256", "not-an-ip", "", "10.0.0.1 "), one_in=12),
+        port=_ports,
+        ports=st.lists(_ports, max_size=1).map(tuple),
+        weight=mostly(st.sampled_from((1, 100, 1024)), st.sampled_from((0, UINT32_MAX)), one_in=12),
+        region=st.sampled_from(("", "eu-west-1")),
+        zone=st.sampled_from(("", "eu-west-1a")),
+        metadata=st.sampled_from(({}, {"version": "v1"}, {"track": "canary", "version": "v2"})),
+        health=st.sampled_from(Health),
+        health_check_mode=st.sampled_from(HealthCheckMode),
+        namespace=st.sampled_from(("", *NAMESPACES)),
+        pod_name=st.sampled_from(("", *POD_NAMES)),
+        node_name=st.sampled_from(("", "node-a")),
+        node_ip=st.sampled_from(("", "192.168.1.10")),
+        cluster_name=st.sampled_from(("", "kind")),
+    )
+
+
+def _event(cls: Callable[..., T], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[T]:
+    return st.builds(cls, observed_at=observed_ats, source=sources, **fields)
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> EndpointsSnapshotReceived:
+    """Full registry snapshots whose catalog mostly names the service of every endpoint (plus a few others)."""
+    items = draw(st.lists(endpoints(), max_size=4))
+    catalog = {item.service for item in items} | set(draw(st.lists(service_keys, max_size=2)))
+    if items and draw(st.integers(0, 4)) == 4:
+        catalog.discard(items[0].service)
+    services: list[str] = draw(st.permutations(sorted(catalog)))
+    # Passed as Any: attrs types a `converter=tuple` parameter with an unsolved type variable.
+    contents: dict[str, Any] = {"endpoints": tuple(items), "services": tuple(services)}
+    return EndpointsSnapshotReceived(
+        observed_at=draw(observed_ats), source=draw(sources), version=draw(versions()), **contents
+    )
+
+
+# --- Kubernetes ---
+
+_json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.text(alphabet='ab/é"\\', max_size=4)
+)
+json_values = st.recursive(
+    _json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(alphabet="abcé", max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+json_objects = st.dictionaries(st.text(alphabet="abcé", max_size=3), json_values, max_size=3)
+
+
+@st.composite
+def _non_canonical_json(draw: st.DrawFn) -> str:
+    value = draw(json_objects)
+    return draw(
+        st.sampled_from(
+            (
+                json.dumps(value),
+                json.dumps(value, indent=1),
+                json.dumps(dict(reversed(list(value.items()))), separators=(",", ":")),
+                json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=True),
+            )
+        )
+    )
+
+
+def spec_jsons() -> st.SearchStrategy[str]:
+    """Specs: mostly canonical JSON objects; otherwise non-canonical, not objects, not JSON, or nested too deep."""
+    bad = st.one_of(
+        _non_canonical_json(),
+        st.sampled_from(
+            ("", "{", "not json", "[1,2]", "null", '"text"', '{"a":NaN}', "[" * 5000 + "]" * 5000)
+        ),
+    )
+    return mostly(json_objects.map(canonical_json), bad, one_in=4)
+
+
+def object_metas(
+    kinds: tuple[str, ...], *, bad_kinds: tuple[str, ...] = ("Ingress",)
+) -> st.SearchStrategy[ObjectMeta]:
+    """Metadata of objects of `kinds` (of `bad_kinds` sometimes), with a few names and small generations."""
+    return st.builds(
+        ObjectMeta,
+        kind=_among(kinds, bad_kinds),
+        namespace=namespaces,
+        name=_among(("web", "db", "canary"), ("Bad Name", "")),
+        uid=uids,
+        generation=mostly(st.integers(0, 4), st.sampled_from((-1, INT64_MAX))),
+        resource_version=st.sampled_from(("", "1", "42")),
+        creation_timestamp=st.sampled_from(("", "2024-01-01T00:00:00Z")),
+    )
+
+
+_GATEWAY_KINDS = tuple(sorted(GATEWAY_KINDS))
+gateway_metas = object_metas(_GATEWAY_KINDS, bad_kinds=("ReferenceGrant", "Ingress", "Service"))
+reference_grant_metas = object_metas(("ReferenceGrant",), bad_kinds=("HTTPRoute", "Ingress"))
+service_metas = object_metas(("Service",), bad_kinds=("Endpoints", "HTTPRoute"))
+
+
+def kube_objects(metas: st.SearchStrategy[ObjectMeta]) -> st.SearchStrategy[KubeObject]:
+    """Objects with the given metadata and a (mostly canonical) spec."""
+    return st.builds(KubeObject, meta=metas, spec_json=spec_jsons())
+
+
+def service_ports() -> st.SearchStrategy[ServicePort]:
+    """Ports of a Service, mostly in range."""
+    return st.builds(
+        ServicePort,
+        name=st.sampled_from(("", "http", "grpc")),
+        port=_ports,
+        target_port=st.sampled_from(("", "8080", "http")),
+        protocol=st.sampled_from(("TCP", "UDP")),
+        app_protocol=st.sampled_from(("", "http", "kubernetes.io/h2c")),
+    )
+
+
+def kube_services() -> st.SearchStrategy[KubeService]:
+    """Services of a few names, mostly valid."""
+    return st.builds(
+        KubeService,
+        meta=service_metas,
+        selector=st.dictionaries(
+            st.sampled_from(("app", "track")), st.sampled_from(("web", "db")), max_size=2
+        ),
+        ports=st.lists(service_ports(), max_size=2).map(tuple),
+        cluster_ip=st.sampled_from(("", "10.96.0.10", "None")),
+    )
+
+
+def mesh_configs() -> st.SearchStrategy[MeshConfig]:
+    """MeshConfigs, mostly valid (a bad domain, trust domain or TTL otherwise)."""
+    return st.builds(
+        MeshConfig,
+        mesh_domain=_among(MESH_DOMAINS, ("Bad Domain", "", "-mesh")),
+        trust_domain=trust_domains,
+        on_demand_ttl_seconds=mostly(st.sampled_from((1, 60, 600)), st.sampled_from((0, -5))),
+        generation=st.integers(0, 3),
+    )
+
+
+# --- identity ---
+
+
+def svids() -> st.SearchStrategy[Svid]:
+    """SVIDs of a few SPIFFE IDs, mostly with a certificate chain and a key."""
+    return st.builds(
+        Svid,
+        spiffe_id=spiffe_ids,
+        cert_chain_pem=mostly(st.sampled_from((b"cert-1", b"cert-2")), st.just(b"")),
+        private_key=mostly(st.sampled_from((b"key-1", b"key-2")), st.just(b"")).map(Redacted),
+        not_after=st.integers(0, INT64_MAX),
+    )
+
+
+def trust_bundles() -> st.SearchStrategy[TrustBundle]:
+    """Trust bundles of a few trust domains, mostly not empty."""
+    return st.builds(
+        TrustBundle,
+        trust_domain=trust_domains,
+        bundle_pem=mostly(st.sampled_from((b"ca-1", b"ca-2")), st.just(b"")),
+    )
+
+
+# --- xDS feedback ---
+
+cluster_names = _among(
+    (
+        "web.default.aether.internal:8080",
+        "db.shop.aether.internal:5432",
+        "tcp:db.shop.aether.internal:5432",
+        "web.default.mesh.local",
+    ),
+    ("example.com", "web", "udp:web.default.other.domain:53", ""),
+)
+xds_versions = st.sampled_from(("", "v1", "v2", "v3"))
+
+
+# --- events ---
+
+EVENT_STRATEGIES: Mapping[type[Event], st.SearchStrategy[Any]] = {
+    PodAdded: _event(PodAdded, pod=pods()),
+    PodUpdated: _event(PodUpdated, pod=pods()),
+    PodRemoved: _event(PodRemoved, namespace=namespaces, name=pod_names, uid=uids),
+    EndpointsSnapshotReceived: snapshots(),
+    EndpointAdded: _event(EndpointAdded, version=versions(), endpoint=endpoints()),
+    EndpointUpdated: _event(EndpointUpdated, version=versions(), endpoint=endpoints()),
+    EndpointRemoved: _event(
+        EndpointRemoved, version=versions(), service=service_keys, protocol=st.sampled_from(Protocol), ip=ips
+    ),
+    EndpointsSnapshotCompleted: _event(EndpointsSnapshotCompleted, version=versions()),
+    RegistryServiceAdded: _event(RegistryServiceAdded, version=versions(), service=service_keys),
+    RegistryServiceRemoved: _event(RegistryServiceRemoved, version=versions(), service=service_keys),
+    KubeServiceUpserted: _event(KubeServiceUpserted, service=kube_services()),
+    KubeServiceDeleted: _event(KubeServiceDeleted, meta=service_metas),
+    GatewayObjectUpserted: _event(GatewayObjectUpserted, object=kube_objects(gateway_metas)),
+    GatewayObjectDeleted: _event(GatewayObjectDeleted, meta=gateway_metas),
+    ReferenceGrantUpserted: _event(ReferenceGrantUpserted, object=kube_objects(reference_grant_metas)),
+    ReferenceGrantDeleted: _event(ReferenceGrantDeleted, meta=reference_grant_metas),
+    MeshConfigUpdated: _event(MeshConfigUpdated, config=mesh_configs()),
+    SvidRotated: _event(SvidRotated, svid=svids()),
+    SvidRemoved: _event(SvidRemoved, spiffe_id=spiffe_ids),
+    TrustBundleRotated: _event(TrustBundleRotated, bundle=trust_bundles()),
+    TrustBundleRemoved: _event(TrustBundleRemoved, trust_domain=trust_domains),
+    ResourceAcked: _event(
+        ResourceAcked,
+        node_id=st.sampled_from(NODE_IDS),
+        type_url=st.sampled_from(TYPE_URLS),
+        version=xds_versions,
+        nonce=st.sampled_from(("", "1", "2")),
+    ),
+    ResourceNacked: _event(
+        ResourceNacked,
+        node_id=st.sampled_from(NODE_IDS),
+        type_url=st.sampled_from(TYPE_URLS),
+        version=xds_versions,
+        nonce=st.sampled_from(("", "1", "2")),
+        error_code=st.sampled_from((0, 3, -1, INT32_MAX)),
+        error_message=st.sampled_from(("", "cluster 'web': unknown field", "bad listener")),
+    ),
+    OnDemandClusterRequested: _event(
+        OnDemandClusterRequested, node_id=st.sampled_from(NODE_IDS), cluster_name=cluster_names
+    ),
+}
+"""One strategy per event type of the catalog (a property test fails when a type of `EVENT_TYPES` is missing)."""
+
+
+_WEIGHTS: Mapping[type[Event], int] = {
+    PodAdded: 2,
+    PodUpdated: 2,
+    EndpointAdded: 4,
+    EndpointUpdated: 2,
+    RegistryServiceAdded: 3,
+    KubeServiceUpserted: 2,
+    GatewayObjectUpserted: 2,
+    ReferenceGrantUpserted: 2,
+    SvidRotated: 2,
+    TrustBundleRotated: 2,
+}
+"""How often an event type is drawn relative to the others (1 when absent): upserts outnumber removals, so that
+a sequence builds state up faster than it tears it down."""
+
+
+def events() -> st.SearchStrategy[Event]:
+    """Any event of the catalog; registry versions are drawn independently (`event_sequences` orders them)."""
+    return st.one_of([EVENT_STRATEGIES[cls] for cls in EVENT_TYPES for _ in range(_WEIGHTS.get(cls, 1))])
+
+
+_REGISTRY_EVENTS = (
+    EndpointsSnapshotReceived,
+    EndpointAdded,
+    EndpointUpdated,
+    EndpointRemoved,
+    EndpointsSnapshotCompleted,
+    RegistryServiceAdded,
+    RegistryServiceRemoved,
+)
+_VERSION_STEPS = (1, 1, 1, 1, 2, 0, 0, -1)
+"""How the registry counter moves between two registry events: mostly up, sometimes repeated, sometimes down."""
+
+
+@st.composite
+def event_sequences(draw: st.DrawFn, *, max_size: int = MAX_EVENTS) -> tuple[Event, ...]:
+    """Sequences of events whose registry versions follow a counter that mostly goes up and sometimes down.
+
+    One registry event in ten gets a version that is no counter at all.
+    """
+    # Lists drawn directly average a handful of items; a drawn size spreads lengths over the whole range.
+    size = draw(st.integers(0, max_size))
+    drawn = draw(st.lists(events(), min_size=size, max_size=size))
+    counter = 0
+    sequence: list[Event] = []
+    for event in drawn:
+        if isinstance(event, _REGISTRY_EVENTS):
+            if draw(st.integers(0, 9)) == 9:
+                version = draw(bad_versions)
+            else:
+                counter = max(0, counter + draw(st.sampled_from(_VERSION_STEPS)))
+                version = str(counter)
+            event = attrs.evolve(event, version=version)
+        sequence.append(event)
+    return tuple(sequence)
+
+
+def records(*, max_size: int = MAX_EVENTS) -> st.SearchStrategy[tuple[Record, ...]]:
+    """Event sequences as log records, with consecutive sequence numbers from 1."""
+    return event_sequences(max_size=max_size).map(
+        lambda sequence: tuple(Record(seq=seq, event=event) for seq, event in enumerate(sequence, 1))
+    )

@@ -1,0 +1,162 @@
+"""Properties of `fold`: total, deterministic, idempotent, invariant-keeping, and faithful to both codecs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
+
+from aether.core.events import EVENT_TYPES, Event, Record, decode_event, encode_event
+from aether.core.reduce import fold, fold_all
+from aether.core.state import (
+    EMPTY_STATE,
+    MAX_REJECTIONS,
+    Diagnostics,
+    State,
+    decode_state,
+    encode_state,
+    state_digest,
+)
+from property_tests.strategies import EVENT_STRATEGIES, event_sequences, events, records
+
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _domain(state: State) -> State:
+    """The state without what is about the log position and the inputs (seq, rejections)."""
+    return attrs.evolve(state, seq=0, diagnostics=Diagnostics())
+
+
+def test_every_event_type_has_a_strategy() -> None:
+    """Every event type of the catalog has a strategy in `strategies.py`, and no other type has one (STYLE T4)."""
+    assert set(EVENT_STRATEGIES) == set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda cls: cls.__name__)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_each_strategy_draws_its_own_event_type(cls: type[Event], data: st.DataObject) -> None:
+    """The strategy registered for an event type draws instances of exactly that type."""
+    assert type(data.draw(EVENT_STRATEGIES[cls])) is cls
+
+
+_REACHABLE: dict[str, Callable[[State], bool]] = {
+    "pods": lambda state: len(state.pods) >= 2,
+    "endpoints": lambda state: state.registry.endpoint_count() >= 2,
+    "synced": lambda state: state.registry.synced,
+    "kube-services": lambda state: bool(state.kube.services),
+    "gateway-objects": lambda state: bool(state.kube.gateway_objects),
+    "reference-grants": lambda state: bool(state.kube.reference_grants),
+    "mesh-config": lambda state: state.kube.mesh_config.mesh_domain == "mesh.local",
+    "identity": lambda state: bool(state.identity.svids) and bool(state.identity.trust_bundles),
+    "nacks": lambda state: any(item.nacked_version for item in state.feedback.streams.values()),
+    "on-demand": lambda state: bool(state.feedback.on_demand),
+    "rejections": lambda state: len(state.diagnostics.rejections) >= 3,
+}
+"""States the strategies must be able to reach, each holding some kind of object."""
+
+
+@pytest.mark.parametrize("name", sorted(_REACHABLE))
+def test_the_strategies_populate_every_part_of_the_state(name: str) -> None:
+    """Folding generated records reaches states that hold every kind of object (the strategies are useful)."""
+    reached = _REACHABLE[name]
+    find(
+        records(),
+        lambda items: reached(fold_all(EMPTY_STATE, items)),
+        settings=settings(max_examples=2000, deadline=None, database=None, phases=[Phase.generate]),
+    )
+
+
+@PROPERTY
+@given(records(), events())
+def test_fold_never_raises_on_any_event_in_any_reachable_state(
+    items: tuple[Record, ...], event: Event
+) -> None:
+    """Any event folds without raising from any state reachable by folding, and the result's seq is its record's."""
+    state = fold_all(EMPTY_STATE, items)
+    after = fold(state, Record(seq=state.seq + 1, event=event))
+    assert after.seq == state.seq + 1
+
+
+@PROPERTY
+@given(records())
+def test_fold_is_deterministic(items: tuple[Record, ...]) -> None:
+    """Folding the same records twice gives equal states with equal digests."""
+    first = fold_all(EMPTY_STATE, items)
+    second = fold_all(EMPTY_STATE, items)
+    assert first == second
+    assert state_digest(first) == state_digest(second)
+
+
+@PROPERTY
+@given(records())
+def test_the_state_seq_is_the_last_record_seq(items: tuple[Record, ...]) -> None:
+    """After folding records, the state's seq is the last record's seq (0 when there is none)."""
+    state = fold_all(EMPTY_STATE, items)
+    assert state.seq == (items[-1].seq if items else 0)
+
+
+@PROPERTY
+@given(event_sequences(), st.data())
+def test_folding_an_event_again_leaves_the_domain_state_unchanged(
+    sequence: tuple[Event, ...], data: st.DataObject
+) -> None:
+    """Every event is an upsert or a delete by nature: a second delivery at the next seq changes no domain state.
+
+    Only `seq` and `diagnostics` may differ. Rejections are about inputs, not the mesh: a repeated delete of
+    something already gone is recorded as a rejection, by design, so the domain state is what must not change.
+    The repeated event is either one of the sequence (a redelivery) or a fresh one.
+    """
+    candidates = [events()] + ([st.sampled_from(sequence)] if sequence else [])
+    event = data.draw(st.one_of(candidates), label="event")
+    state = fold_all(EMPTY_STATE, (Record(seq=seq, event=item) for seq, item in enumerate(sequence, 1)))
+    once = fold(state, Record(seq=state.seq + 1, event=event))
+    twice = fold(once, Record(seq=once.seq + 1, event=event))
+    assert _domain(twice) == _domain(once)
+
+
+@PROPERTY
+@given(records())
+def test_every_reachable_state_keeps_the_invariants(items: tuple[Record, ...]) -> None:
+    """Registry, pods and diagnostics keep their invariants after any sequence of records."""
+    state = fold_all(EMPTY_STATE, items)
+    registry = state.registry
+    assert set(registry.endpoints) <= set(registry.services)
+    assert all(registry.services.values())
+    for service, items_of_service in registry.endpoints.items():
+        assert len(items_of_service) > 0
+        for endpoint_key, endpoint in items_of_service.items():
+            assert endpoint.service == service
+            assert endpoint_key == (endpoint.protocol, endpoint.ip)
+    for pod_key, record in state.pods.items():
+        assert pod_key == record.pod.key
+    assert len(state.diagnostics.rejections) <= MAX_REJECTIONS
+    assert state.diagnostics.rejected_total >= len(state.diagnostics.rejections)
+    for subject, rejection in state.diagnostics.rejections.items():
+        assert rejection.subject == subject
+        assert 1 <= rejection.seq <= state.seq
+
+
+@PROPERTY
+@given(records())
+def test_the_state_codec_round_trips_every_reachable_state(items: tuple[Record, ...]) -> None:
+    """Decoding an encoded reachable state gives an equal state, with the same digest and the same bytes."""
+    state = fold_all(EMPTY_STATE, items)
+    payload = encode_state(state)
+    decoded = decode_state(payload)
+    assert decoded == state
+    assert encode_state(decoded) == payload
+    assert state_digest(decoded) == state_digest(state)
+
+
+@PROPERTY
+@given(events())
+def test_the_event_codec_round_trips_every_event(event: Event) -> None:
+    """Decoding an encoded event gives an equal event, and encoding that again gives the same bytes."""
+    payload = encode_event(event)
+    decoded = decode_event(payload)
+    assert decoded == event
+    assert encode_event(decoded) == payload

@@ -1,0 +1,1 @@
+"""Unit tests of the pure core, mirroring `src/aether/core`."""

@@ -1,0 +1,374 @@
+"""Tests of `aether.core.reduce.kube`: Services, Gateway API objects, ReferenceGrants and the MeshConfig."""
+
+from __future__ import annotations
+
+import immutables
+import pytest
+
+from aether.core.events import KubeObject, KubeService, MeshConfig, ServicePort
+from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
+from aether.core.state import Diagnostics, KubeState, Rejection, RejectionReason, State
+from aether.testing import (
+    domain_of,
+    fold_events,
+    gateway_object_deleted,
+    gateway_object_upserted,
+    kube_service_deleted,
+    kube_service_upserted,
+    make_kube_object,
+    make_kube_service,
+    make_mesh_config,
+    make_meta,
+    mesh_config_updated,
+    reference_grant_deleted,
+    reference_grant_upserted,
+)
+
+ROUTE = make_kube_object(
+    "canary", uid="u1", generation=2, spec={"parentRefs": [{"name": "web"}], "hostnames": ["é"]}
+)
+GRANT = make_kube_object("allow-shop", kind="ReferenceGrant", spec={"from": [{"kind": "HTTPRoute"}]})
+WEB = make_kube_service()
+
+
+def _rejected(
+    subject: str, reason: RejectionReason, message: str, *, seq: int, total: int = 1
+) -> Diagnostics:
+    rejection = Rejection(subject=subject, reason=reason, message=message, seq=seq)
+    return Diagnostics(rejections=immutables.Map({subject: rejection}), rejected_total=total)
+
+
+def _with_route() -> State:
+    return fold_events(gateway_object_upserted(ROUTE))
+
+
+# --- canonical JSON ---
+
+
+def test_canonical_json_sorts_keys_drops_whitespace_and_keeps_utf8() -> None:
+    """Canonical JSON: sorted keys at every level, `,`/`:` separators, non-ASCII kept as is."""
+    assert (
+        canonical_json({"b": [1, {"d": None, "c": True}], "a": "é"})
+        == '{"a":"é","b":[1,{"c":true,"d":null}]}'
+    )
+
+
+# --- Gateway API objects ---
+
+
+def test_a_gateway_object_is_stored_under_its_key() -> None:
+    """An HTTPRoute with a canonical spec is stored under `<kind>/<namespace>/<name>`."""
+    assert _with_route() == State(
+        seq=1, kube=KubeState(gateway_objects=immutables.Map({"HTTPRoute/default/canary": ROUTE}))
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(GATEWAY_KINDS))
+def test_every_gateway_kind_is_folded(kind: str) -> None:
+    """Each Gateway API kind the mesh knows is stored (a GatewayClass needs no namespace)."""
+    item = make_kube_object("main", kind=kind, namespace="" if kind == "GatewayClass" else "default")
+    state = fold_events(gateway_object_upserted(item))
+    assert state.kube.gateway_objects == immutables.Map({item.meta.key: item})
+    assert state.diagnostics == Diagnostics()
+
+
+def test_a_newer_generation_replaces_the_object() -> None:
+    """An upsert of a higher (or the same) generation replaces the stored object."""
+    newer = make_kube_object("canary", uid="u1", generation=3, spec={"parentRefs": []})
+    state = fold_events(gateway_object_upserted(newer), state=_with_route())
+    assert state.kube.gateway_objects == immutables.Map({"HTTPRoute/default/canary": newer})
+
+
+def test_an_older_generation_of_the_same_object_is_stale() -> None:
+    """An upsert of a lower generation with the same uid is rejected as stale; the newer object stays."""
+    before = _with_route()
+    older = make_kube_object("canary", uid="u1", generation=1)
+    state = fold_events(gateway_object_upserted(older), state=before)
+    assert domain_of(state) == domain_of(before)
+    assert state.diagnostics == _rejected(
+        "HTTPRoute/default/canary",
+        RejectionReason.STALE_OBJECT,
+        "HTTPRoute/default/canary: generation 1 is older than the applied 2",
+        seq=2,
+    )
+
+
+def test_a_recreated_object_with_a_lower_generation_replaces_the_old_one() -> None:
+    """A lower generation under another uid is a new incarnation, so it applies."""
+    recreated = make_kube_object("canary", uid="u2", generation=1)
+    state = fold_events(gateway_object_upserted(recreated), state=_with_route())
+    assert state.kube.gateway_objects == immutables.Map({"HTTPRoute/default/canary": recreated})
+    assert state.diagnostics == Diagnostics()
+
+
+def test_an_unsupported_kind_is_rejected() -> None:
+    """A kind outside the Gateway API kinds is rejected; nothing changes."""
+    item = make_kube_object("web", kind="Ingress")
+    state = fold_events(gateway_object_upserted(item))
+    assert domain_of(state) == State()
+    assert state.diagnostics == _rejected(
+        "Ingress/default/web",
+        RejectionReason.UNSUPPORTED_KIND,
+        "Ingress/default/web: kind must be one of ['GRPCRoute', 'Gateway', 'GatewayClass', 'HTTPRoute', 'TCPRoute',"
+        " 'TLSRoute', 'UDPRoute'] (got 'Ingress')",
+        seq=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (
+            make_kube_object(spec_json="not json"),
+            "HTTPRoute/default/canary: spec must be JSON (Expecting value: line 1 column 1 (char 0))",
+        ),
+        (
+            make_kube_object(spec_json="[1,2]"),
+            "HTTPRoute/default/canary: spec must be a JSON object (got list)",
+        ),
+        (
+            make_kube_object(spec_json="null"),
+            "HTTPRoute/default/canary: spec must be a JSON object (got NoneType)",
+        ),
+        (
+            make_kube_object(spec_json='{"b":1,"a":2}'),
+            "HTTPRoute/default/canary: spec must be canonical JSON (sorted keys, no whitespace);"
+            " the source must canonicalize it",
+        ),
+        (
+            make_kube_object(spec_json='{"a": 1}'),
+            "HTTPRoute/default/canary: spec must be canonical JSON (sorted keys, no whitespace);"
+            " the source must canonicalize it",
+        ),
+        (
+            make_kube_object(spec_json='{"a":"\\u00e9"}'),
+            "HTTPRoute/default/canary: spec must be canonical JSON (sorted keys, no whitespace);"
+            " the source must canonicalize it",
+        ),
+        (
+            make_kube_object(namespace="Bad_NS"),
+            "HTTPRoute/Bad_NS/canary: namespace must be an RFC 1123 label (lowercase alphanumerics and '-',"
+            " at most 63) (got 'Bad_NS')",
+        ),
+        (
+            make_kube_object("Canary"),
+            "HTTPRoute/default/Canary: name must be an RFC 1123 subdomain (got 'Canary')",
+        ),
+        (
+            make_kube_object("main", kind="GatewayClass", namespace="", spec_json="{ }"),
+            "GatewayClass//main: spec must be canonical JSON (sorted keys, no whitespace);"
+            " the source must canonicalize it",
+        ),
+    ],
+    ids=[
+        "not-json",
+        "list",
+        "null",
+        "unsorted",
+        "whitespace",
+        "ascii-escaped",
+        "namespace",
+        "name",
+        "class-spec",
+    ],
+)
+def test_an_object_with_a_bad_spec_or_name_is_rejected(item: KubeObject, message: str) -> None:
+    """Bad JSON, a non-object, non-canonical JSON or a bad name is rejected; the stored object stays."""
+    before = _with_route() if item.meta.key == ROUTE.meta.key else State()
+    state = fold_events(gateway_object_upserted(item), state=before)
+    assert domain_of(state) == domain_of(before)
+    assert state.diagnostics == _rejected(
+        item.meta.key, RejectionReason.INVALID_SPEC, message, seq=before.seq + 1
+    )
+
+
+def test_a_spec_nested_too_deeply_for_the_parser_is_rejected_not_raised() -> None:
+    """A spec deeper than the JSON parser's recursion limit is an invalid spec, not a crash of the fold."""
+    item = make_kube_object(spec_json="[" * 100_000 + "]" * 100_000)
+    state = fold_events(gateway_object_upserted(item))
+    assert domain_of(state) == State()
+    assert state.diagnostics.rejections["HTTPRoute/default/canary"].reason is RejectionReason.INVALID_SPEC
+    assert state.diagnostics.rejections["HTTPRoute/default/canary"].message.startswith(
+        "HTTPRoute/default/canary: spec must be JSON (maximum recursion depth exceeded"
+    )
+
+
+def test_a_later_valid_object_lifts_its_rejection() -> None:
+    """A rejected spec followed by a canonical one: the object is stored and the rejection lifted."""
+    state = fold_events(
+        gateway_object_upserted(make_kube_object(spec_json="{")), gateway_object_upserted(ROUTE)
+    )
+    assert state == State(
+        seq=2,
+        kube=KubeState(gateway_objects=immutables.Map({"HTTPRoute/default/canary": ROUTE})),
+        diagnostics=Diagnostics(rejected_total=1),
+    )
+
+
+def test_a_gateway_object_is_deleted() -> None:
+    """Deleting a stored object forgets it."""
+    state = fold_events(gateway_object_deleted(ROUTE.meta), state=_with_route())
+    assert state == State(seq=2)
+
+
+def test_deleting_an_unknown_gateway_object_is_rejected_then_lifted() -> None:
+    """Deleting an object never stored is rejected; a later upsert of it lifts the rejection."""
+    state = fold_events(gateway_object_deleted(ROUTE.meta))
+    assert domain_of(state) == State()
+    assert state.diagnostics == _rejected(
+        "HTTPRoute/default/canary",
+        RejectionReason.UNKNOWN_OBJECT,
+        "HTTPRoute/default/canary deleted but not known",
+        seq=1,
+    )
+    assert fold_events(gateway_object_upserted(ROUTE), state=state).diagnostics == Diagnostics(
+        rejected_total=1
+    )
+
+
+# --- ReferenceGrants ---
+
+
+def test_a_reference_grant_is_stored_and_deleted() -> None:
+    """A ReferenceGrant is stored under its key, apart from the Gateway API objects, and deleted."""
+    stored = fold_events(reference_grant_upserted(GRANT))
+    assert stored == State(
+        seq=1, kube=KubeState(reference_grants=immutables.Map({"ReferenceGrant/default/allow-shop": GRANT}))
+    )
+    assert fold_events(reference_grant_deleted(GRANT.meta), state=stored) == State(seq=2)
+
+
+def test_a_reference_grant_event_of_another_kind_is_rejected() -> None:
+    """A ReferenceGrant event carrying another kind is an unsupported kind."""
+    state = fold_events(reference_grant_upserted(ROUTE))
+    assert domain_of(state) == State()
+    assert state.diagnostics == _rejected(
+        "HTTPRoute/default/canary",
+        RejectionReason.UNSUPPORTED_KIND,
+        "HTTPRoute/default/canary: kind must be one of ['ReferenceGrant'] (got 'HTTPRoute')",
+        seq=1,
+    )
+
+
+def test_deleting_an_unknown_reference_grant_is_rejected() -> None:
+    """Deleting a ReferenceGrant never stored (a Gateway object of the same name does not count) is rejected."""
+    state = fold_events(reference_grant_deleted(ROUTE.meta), state=_with_route())
+    assert domain_of(state) == domain_of(_with_route())
+    assert state.diagnostics == _rejected(
+        "HTTPRoute/default/canary",
+        RejectionReason.UNKNOWN_OBJECT,
+        "HTTPRoute/default/canary deleted but not known",
+        seq=2,
+    )
+
+
+# --- Services ---
+
+
+def test_a_service_is_stored_and_replaced() -> None:
+    """A Service is stored under `Service/<namespace>/<name>`; a later version replaces it."""
+    changed = make_kube_service(ports=[ServicePort(name="grpc", port=9090)])
+    state = fold_events(kube_service_upserted(WEB), kube_service_upserted(changed))
+    assert state == State(seq=2, kube=KubeState(services=immutables.Map({"Service/default/web": changed})))
+
+
+@pytest.mark.parametrize(
+    ("service", "subject", "message"),
+    [
+        (
+            make_kube_service(ports=[ServicePort(name="http", port=80), ServicePort(name="admin", port=0)]),
+            "Service/default/web",
+            "Service/default/web: port 'admin' must be 1..65535 (got 0)",
+        ),
+        (
+            make_kube_service("Web"),
+            "Service/default/Web",
+            "Service/default/Web: name must be an RFC 1123 subdomain (got 'Web')",
+        ),
+        (
+            make_kube_service(meta=make_meta("web", kind="Endpoints")),
+            "Endpoints/default/web",
+            "Endpoints/default/web: kind must be 'Service' (got 'Endpoints')",
+        ),
+    ],
+    ids=["port", "name", "kind"],
+)
+def test_an_invalid_service_is_rejected_and_the_previous_stays(
+    service: KubeService, subject: str, message: str
+) -> None:
+    """A Service with a bad port, name or kind is rejected; the stored Service stays."""
+    before = fold_events(kube_service_upserted(WEB))
+    state = fold_events(kube_service_upserted(service), state=before)
+    assert domain_of(state) == domain_of(before)
+    assert state.diagnostics == _rejected(subject, RejectionReason.INVALID_SPEC, message, seq=2)
+
+
+def test_a_later_valid_service_lifts_its_rejection() -> None:
+    """A rejected Service followed by a valid version of it: stored, rejection lifted."""
+    bad = make_kube_service(ports=[ServicePort(name="http", port=70000)])
+    state = fold_events(kube_service_upserted(bad), kube_service_upserted(WEB))
+    assert state == State(
+        seq=2,
+        kube=KubeState(services=immutables.Map({"Service/default/web": WEB})),
+        diagnostics=Diagnostics(rejected_total=1),
+    )
+
+
+def test_a_service_is_deleted_and_an_unknown_one_is_rejected() -> None:
+    """Deleting a stored Service forgets it; deleting it again is rejected."""
+    state = fold_events(
+        kube_service_upserted(WEB), kube_service_deleted(WEB.meta), kube_service_deleted(WEB.meta)
+    )
+    assert domain_of(state) == State()
+    assert state.diagnostics == _rejected(
+        "Service/default/web",
+        RejectionReason.UNKNOWN_OBJECT,
+        "Service/default/web deleted but not known",
+        seq=3,
+    )
+
+
+# --- MeshConfig ---
+
+
+def test_a_mesh_config_is_adopted() -> None:
+    """A valid MeshConfig replaces the one in force."""
+    config = make_mesh_config(mesh_domain="mesh.local", trust_domain="example.org", on_demand_ttl_seconds=60)
+    assert fold_events(mesh_config_updated(config)) == State(seq=1, kube=KubeState(mesh_config=config))
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            make_mesh_config(mesh_domain="Mesh Local"),
+            "meshconfig: mesh domain must be an RFC 1123 subdomain (got 'Mesh Local')",
+        ),
+        (
+            make_mesh_config(trust_domain="Example.org"),
+            "meshconfig: trust domain must be lowercase letters, digits, '.', '-' or '_' (got 'Example.org')",
+        ),
+        (
+            make_mesh_config(on_demand_ttl_seconds=0),
+            "meshconfig: on-demand ttl must be positive seconds (got 0)",
+        ),
+    ],
+    ids=["mesh-domain", "trust-domain", "ttl"],
+)
+def test_an_invalid_mesh_config_is_rejected_and_the_one_in_force_stays(
+    config: MeshConfig, message: str
+) -> None:
+    """An invalid MeshConfig is rejected; the one in force stays."""
+    state = fold_events(mesh_config_updated(config))
+    assert state.kube.mesh_config == MeshConfig()
+    assert state.diagnostics == _rejected("meshconfig", RejectionReason.INVALID_MESH_CONFIG, message, seq=1)
+
+
+def test_a_later_valid_mesh_config_lifts_the_rejection() -> None:
+    """A valid MeshConfig after an invalid one applies and lifts the rejection."""
+    state = fold_events(
+        mesh_config_updated(make_mesh_config(on_demand_ttl_seconds=-1)), mesh_config_updated()
+    )
+    assert state == State(
+        seq=2, kube=KubeState(mesh_config=make_mesh_config()), diagnostics=Diagnostics(rejected_total=1)
+    )
