@@ -16,7 +16,7 @@ import attrs
 from aether.core.errors import CodecError
 from aether.core.events import Event, Record, decode_event
 from aether.core.reduce import fold
-from aether.core.state import EMPTY_STATE, State, decode_state
+from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
 from aether.log import (
     CheckpointError,
     InvalidCheckpoint,
@@ -75,6 +75,14 @@ def decode_record(item: LogRecord) -> Event:
         ) from exc
 
 
+def checkpoint_problems(state: State, *, seq: int) -> tuple[str, ...]:
+    """Return why a checkpoint's decoded `state` cannot be used as the state at `seq` (empty: it can)."""
+    mismatch = (
+        () if state.seq == seq else (f"state inside is at seq {state.seq!r}, the checkpoint claims {seq!r}",)
+    )
+    return mismatch + state_problems(state)
+
+
 def _starting_point(
     directory: Path, *, until: int
 ) -> tuple[State, int | None, tuple[InvalidCheckpoint, ...]]:
@@ -88,9 +96,9 @@ def _starting_point(
         except (CheckpointError, CodecError) as exc:
             skipped.append(InvalidCheckpoint(path=file.path, reason=str(exc)))
             continue
-        if state.seq != checkpoint.seq:
-            reason = f"state inside is at seq {state.seq!r}, the checkpoint claims {checkpoint.seq!r}"
-            skipped.append(InvalidCheckpoint(path=file.path, reason=reason))
+        problems = checkpoint_problems(state, seq=checkpoint.seq)
+        if problems:
+            skipped.append(InvalidCheckpoint(path=file.path, reason="; ".join(problems)))
             continue
         return state, checkpoint.seq, tuple(skipped)
     return EMPTY_STATE, None, tuple(skipped)

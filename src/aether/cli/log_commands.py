@@ -19,7 +19,7 @@ from aether.core.events import kind_of
 from aether.core.state import decode_state, state_document, summarize
 from aether.log import list_checkpoints, read_checkpoint, recover_log, scan_log, verify_log
 from aether.log.errors import CheckpointError
-from aether.replay import UndecodableRecordError, decode_record, replay_log
+from aether.replay import UndecodableRecordError, checkpoint_problems, decode_record, replay_log
 
 MAX_UNDECODABLE_SHOWN = 20
 """verify lists at most this many undecodable records (then a count): enough to see a pattern, not a flood."""
@@ -131,10 +131,10 @@ def run_verify(arguments: argparse.Namespace) -> int:
             except (CheckpointError, CodecError) as exc:
                 problems.append(f"{file.path}: invalid checkpoint: {exc}")
                 continue
-            if state.seq != file.seq:
-                problems.append(
-                    f"{file.path}: invalid checkpoint: state is at seq {state.seq}, not {file.seq}"
-                )
+            problems.extend(
+                f"{file.path}: invalid checkpoint: {problem}"
+                for problem in checkpoint_problems(state, seq=file.seq)
+            )
     print(f"log          {report.directory}")
     print(f"segments     {report.segments}")
     print(f"records      {report.records} (seq {report.first_seq}..{report.last_seq})")

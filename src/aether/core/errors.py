@@ -4,7 +4,7 @@ The tree::
 
     CoreError                      root of every error the core raises
     ├── UnknownEvent (TypeError)   a value that is no event of the catalog reached a dispatch table
-    ├── CodecError (ValueError)    bytes that do not decode to an event or a state
+    ├── CodecError (ValueError)    bytes that do not decode to an event or a state, or a value that cannot encode
     │   └── UnknownEventKind       an event kind this version does not know (written by a newer version)
     └── InternalError              a broken invariant: this is a bug
 
@@ -33,13 +33,15 @@ class UnknownEvent(CoreError, TypeError):
 
 @attrs.define(kw_only=True, str=False)
 class CodecError(CoreError, ValueError):
-    """Bytes that do not decode to what the codec was asked for."""
+    """Bytes that do not decode to what the codec was asked for, or a value that cannot be encoded."""
 
     what: str
     reason: str
+    operation: str = "decode"
+    """`decode`, or `encode` for a value its wire type cannot hold."""
 
     def __str__(self) -> str:
-        return f"cannot decode {self.what}: {self.reason}"
+        return f"cannot {self.operation} {self.what}: {self.reason}"
 
 
 @attrs.define(kw_only=True, str=False)

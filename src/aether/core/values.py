@@ -25,6 +25,16 @@ def freeze_str_map(value: Mapping[str, str] | Iterable[tuple[str, str]]) -> StrM
     return immutables.Map(value)
 
 
+def freeze_strs(value: Iterable[str]) -> tuple[str, ...]:
+    """Return `value` as a tuple of strings (order kept): the converter of string-list fields."""
+    return tuple(value)
+
+
+def freeze_ints(value: Iterable[int]) -> tuple[int, ...]:
+    """Return `value` as a tuple of integers (order kept): the converter of integer-list fields."""
+    return tuple(value)
+
+
 @attrs.frozen(repr=False)
 class Redacted:
     """Secret bytes (a private key) whose `repr` and `str` never show the content.

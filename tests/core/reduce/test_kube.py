@@ -182,15 +182,34 @@ def test_an_object_with_a_bad_spec_or_name_is_rejected(item: KubeObject, message
     )
 
 
-def test_a_spec_nested_too_deeply_for_the_parser_is_rejected_not_raised() -> None:
-    """A spec deeper than the JSON parser's recursion limit is an invalid spec, not a crash of the fold."""
-    item = make_kube_object(spec_json="[" * 100_000 + "]" * 100_000)
+@pytest.mark.parametrize("depth", [65, 100_000])
+def test_a_spec_nested_deeper_than_the_limit_is_rejected_before_parsing(depth: int) -> None:
+    """Nesting past MAX_SPEC_DEPTH is an invalid spec, decided before the parser could hit a recursion limit."""
+    item = make_kube_object(spec_json='{"a":' + "[" * (depth - 1) + "]" * (depth - 1) + "}")
     state = fold_events(gateway_object_upserted(item))
     assert domain_of(state) == State()
-    assert state.diagnostics.rejections["HTTPRoute/default/canary"].reason is RejectionReason.INVALID_SPEC
-    assert state.diagnostics.rejections["HTTPRoute/default/canary"].message.startswith(
-        "HTTPRoute/default/canary: spec must be JSON (maximum recursion depth exceeded"
+    rejection = state.diagnostics.rejections["HTTPRoute/default/canary"]
+    assert (rejection.reason, rejection.message) == (
+        RejectionReason.INVALID_SPEC,
+        "HTTPRoute/default/canary: spec must nest at most 64 levels of arrays and objects",
     )
+
+
+def test_a_spec_nested_to_the_limit_is_accepted_and_brackets_in_strings_do_not_count() -> None:
+    """64 levels pass; brackets and escaped quotes inside strings are not nesting."""
+    spec = '{"a":' + "[" * 63 + '"[[\\"{{"' + "]" * 63 + "}"
+    state = fold_events(gateway_object_upserted(make_kube_object(spec_json=spec)))
+    assert state.diagnostics.rejections == immutables.Map()
+    assert state.kube.gateway_objects["HTTPRoute/default/canary"].spec_json == spec
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_spec_with_a_non_json_number_is_rejected(constant: str) -> None:
+    """NaN and Infinity are not JSON (RFC 8259), even though Python's parser reads them."""
+    state = fold_events(gateway_object_upserted(make_kube_object(spec_json=f'{{"a":{constant}}}')))
+    rejection = state.diagnostics.rejections["HTTPRoute/default/canary"]
+    assert rejection.reason is RejectionReason.INVALID_SPEC
+    assert f"{constant.lstrip('-')} is not JSON (RFC 8259)" in rejection.message
 
 
 def test_a_later_valid_object_lifts_its_rejection() -> None:
@@ -371,4 +390,31 @@ def test_a_later_valid_mesh_config_lifts_the_rejection() -> None:
     )
     assert state == State(
         seq=2, kube=KubeState(mesh_config=make_mesh_config()), diagnostics=Diagnostics(rejected_total=1)
+    )
+
+
+def test_a_delete_of_another_incarnation_is_stale_and_keeps_the_object() -> None:
+    """A delete whose uid differs from the stored object's (an older object of the same name) changes nothing."""
+    current = make_kube_object(uid="new")
+    state = fold_events(
+        gateway_object_upserted(current),
+        gateway_object_deleted(make_meta("canary", kind="HTTPRoute", uid="old")),
+    )
+    assert state.kube.gateway_objects == immutables.Map({"HTTPRoute/default/canary": current})
+    rejection = state.diagnostics.rejections["HTTPRoute/default/canary"]
+    assert (rejection.reason, rejection.message) == (
+        RejectionReason.STALE_OBJECT,
+        "HTTPRoute/default/canary deleted with uid 'old' but the known object has uid 'new'",
+    )
+
+
+def test_an_older_mesh_config_generation_is_rejected_and_the_newer_stays() -> None:
+    """A MeshConfig at a lower generation than the applied one is stale: the one in force stays."""
+    newer = make_mesh_config(mesh_domain="mesh.example", generation=5)
+    state = fold_events(mesh_config_updated(newer), mesh_config_updated(make_mesh_config(generation=2)))
+    assert state.kube.mesh_config == newer
+    rejection = state.diagnostics.rejections["meshconfig"]
+    assert (rejection.reason, rejection.message) == (
+        RejectionReason.INVALID_MESH_CONFIG,
+        "meshconfig: generation 2 is older than the applied 5",
     )

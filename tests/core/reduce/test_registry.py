@@ -94,7 +94,7 @@ def test_a_snapshot_leaves_out_bad_endpoints_and_rejects_them() -> None:
     assert state.diagnostics == _rejected(
         "registry",
         RejectionReason.INVALID_ENDPOINT,
-        "2 endpoints of snapshot '3' left out:"
+        "2 entries of snapshot '3' left out:"
         " endpoint default/web/10.0.0.300: ip must be an IP address (got '10.0.0.300');"
         " endpoint shop/cart/10.0.2.1: service 'shop/cart' is not in the catalog",
         seq=1,
@@ -114,7 +114,6 @@ def test_a_later_clean_snapshot_lifts_the_rejection_of_a_snapshot() -> None:
 @pytest.mark.parametrize(
     ("event", "subject"),
     [
-        (endpoints_snapshot_received(WEB_1, version="4"), "registry"),
         (endpoints_snapshot_completed("4"), "registry"),
         (endpoint_added(WEB_1, version="4"), "endpoint/default/web/http/10.0.0.1"),
         (endpoint_updated(WEB_1, version="4"), "endpoint/default/web/http/10.0.0.1"),
@@ -122,7 +121,7 @@ def test_a_later_clean_snapshot_lifts_the_rejection_of_a_snapshot() -> None:
         (registry_service_added("shop/cart", version="4"), "service/shop/cart"),
         (registry_service_removed("shop/db", version="4"), "service/shop/db"),
     ],
-    ids=["snapshot", "completed", "added", "updated", "removed", "service-added", "service-removed"],
+    ids=["completed", "added", "updated", "removed", "service-added", "service-removed"],
 )
 def test_every_registry_event_older_than_the_applied_version_is_stale(event: Event, subject: str) -> None:
     """An event at a version below the applied one is rejected as stale and changes nothing."""
@@ -132,6 +131,15 @@ def test_every_registry_event_older_than_the_applied_version_is_stale(event: Eve
     assert state.diagnostics == _rejected(
         subject, RejectionReason.STALE_VERSION, "registry version '4' is older than the applied '5'", seq=3
     )
+
+
+def test_a_snapshot_below_the_applied_version_resets_the_counter() -> None:
+    """A restarted registrar counts from a lower version: its snapshot replaces the view and later events apply."""
+    state = fold_events(
+        endpoints_snapshot_received(WEB_1, version="4"), endpoint_added(WEB_2, version="5"), state=_synced()
+    )
+    assert state.diagnostics == Diagnostics()
+    assert domain_of(state) == State(registry=_registry(WEB_1, WEB_2, version="5"))
 
 
 @pytest.mark.parametrize("version", ["", "v7", "-1", "1.5", " 7", "²", "٣"])
@@ -348,3 +356,18 @@ def test_registry_helpers_count_and_look_up_endpoints() -> None:
     assert registry.endpoint_count() == 3
     assert registry.endpoints_of("shop/db") == _endpoints({(Protocol.TCP, "10.0.1.1"): DB})
     assert registry.endpoints_of("shop/cart") == immutables.Map()
+
+
+def test_a_snapshot_leaves_malformed_catalog_entries_out() -> None:
+    """Catalog names that are no `<ns>/<sa>` key are left out of the catalog and reported, like bad endpoints."""
+    state = fold_events(
+        endpoints_snapshot_received(WEB_1, version="3", services=("default/web", "Bad Key", ""))
+    )
+    assert state.registry.services == immutables.Map({"default/web": True})
+    rejection = state.diagnostics.rejections["registry"]
+    assert rejection.reason is RejectionReason.INVALID_ENDPOINT
+    assert rejection.message == (
+        "2 entries of snapshot '3' left out: "
+        "catalog: service key must be '<namespace>/<serviceAccount>' (got '');"
+        " catalog: service key must be '<namespace>/<serviceAccount>' (got 'Bad Key')"
+    )

@@ -140,6 +140,9 @@ def test_the_latest_request_time_wins_whatever_the_order() -> None:
         "web.default.mesh.local",
         ".default.aether.internal",
         "web..aether.internal",
+        "A B.default.aether.internal",
+        "web.default.aether.internal:notaport",
+        "web.default.aether.internal:70000",
     ],
 )
 def test_a_request_for_a_name_outside_the_mesh_is_rejected(cluster_name: str) -> None:
@@ -150,7 +153,7 @@ def test_a_request_for_a_name_outside_the_mesh_is_rejected(cluster_name: str) ->
     rejection = Rejection(
         subject=subject,
         reason=RejectionReason.NOT_A_MESH_SERVICE,
-        message=f"cluster {cluster_name!r} is not a mesh service ('<sa>.<ns>.aether.internal[:port]')",
+        message=f"cluster {cluster_name!r} is not a mesh service ('[tcp:|udp:]<sa>.<ns>.aether.internal[:port]')",
         seq=1,
     )
     assert state.diagnostics == Diagnostics(rejections=immutables.Map({subject: rejection}), rejected_total=1)

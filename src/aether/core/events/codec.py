@@ -40,6 +40,8 @@ def event_from_proto(message: log_pb2.Event) -> Event:
     if kind is None:
         unknown = unknown_fields.UnknownFieldSet(message)
         numbers = tuple(sorted({unknown[index].field_number for index in range(len(unknown))}))
+        if not numbers:
+            raise CodecError(what="event record", reason="it carries no event kind")
         raise UnknownEventKind(what="event record", reason="unknown kind", field_numbers=numbers)
     try:
         event: Event = _BY_KIND[kind].decode(
@@ -52,8 +54,16 @@ def event_from_proto(message: log_pb2.Event) -> Event:
 
 
 def encode_event(event: Event) -> bytes:
-    """Serialize `event` to the bytes of one log record."""
-    return event_to_proto(event).SerializeToString(deterministic=True)
+    """Serialize `event` to the bytes of one log record.
+
+    Raises:
+        CodecError: a field holds a value its wire type cannot (a negative port, a weight over 2**32, ...);
+            the adapter that built the event must range-check what it observed.
+    """
+    try:
+        return event_to_proto(event).SerializeToString(deterministic=True)
+    except (ValueError, TypeError) as exc:
+        raise CodecError(what=type(event).__name__, reason=str(exc), operation="encode") from exc
 
 
 def decode_event(payload: bytes) -> Event:

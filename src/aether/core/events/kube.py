@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from aether.core.events.base import Event
@@ -50,13 +52,17 @@ class ServicePort:
     app_protocol: str = ""
 
 
+def _freeze_ports(value: Iterable[ServicePort]) -> tuple[ServicePort, ...]:
+    return tuple(value)
+
+
 @attrs.frozen(kw_only=True)
 class KubeService:
     """A Kubernetes Service: what backendRefs name and what selects the pods behind them."""
 
     meta: ObjectMeta
     selector: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
-    ports: tuple[ServicePort, ...] = attrs.field(default=(), converter=tuple)
+    ports: tuple[ServicePort, ...] = attrs.field(default=(), converter=_freeze_ports)
     cluster_ip: str = ""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from aether.core.events.base import Event
-from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map
+from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map, freeze_strs
 
 
 @attrs.frozen(kw_only=True)
@@ -19,7 +19,7 @@ class Pod:
     service_account: str = "default"
     labels: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
     annotations: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
-    ips: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    ips: tuple[str, ...] = attrs.field(default=(), converter=freeze_strs)
     netns: str = ""
     """Path of the pod's network namespace; empty when the pod shares the node's (local mode)."""
     container_id: str = ""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 import attrs
 
 from aether.core.events.base import Event
-from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map
+from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_ints, freeze_str_map, freeze_strs
 
 
 class Protocol(enum.IntEnum):
@@ -48,7 +49,7 @@ class Endpoint:
     protocol: Protocol = Protocol.HTTP
     ip: str
     port: int = 8080
-    ports: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    ports: tuple[int, ...] = attrs.field(default=(), converter=freeze_ints)
     weight: int = 1024
     region: str = ""
     zone: str = ""
@@ -67,6 +68,10 @@ class Endpoint:
         return (self.service, self.protocol, self.ip)
 
 
+def _freeze_endpoints(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
+    return tuple(value)
+
+
 def _endpoint_subject(service: str, protocol: Protocol, ip: str) -> str:
     return f"endpoint/{service}/{protocol.name.lower()}/{ip}"
 
@@ -79,8 +84,8 @@ class EndpointsSnapshotReceived(Event):
     """
 
     version: str
-    endpoints: tuple[Endpoint, ...] = attrs.field(default=(), converter=tuple)
-    services: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    endpoints: tuple[Endpoint, ...] = attrs.field(default=(), converter=_freeze_endpoints)
+    services: tuple[str, ...] = attrs.field(default=(), converter=freeze_strs)
 
     @property
     def subject(self) -> str:

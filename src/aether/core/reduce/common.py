@@ -8,6 +8,7 @@ from aether.core.events.base import Event
 from aether.core.state.diagnostics import Rejection, RejectionReason
 from aether.core.state.state import State
 
+
 def _next_state(state: State, seq: int, changes: dict[str, Any]) -> State:
     # `attrs.evolve` looks the fields up on every call; on the endpoint-churn path this explicit constructor is
     # about 3x cheaper. A misspelt key in `changes` makes State() raise TypeError: a bug shows at once.

@@ -13,6 +13,7 @@ from aether.core.events.kube import (
     GatewayObjectDeleted,
     GatewayObjectUpserted,
     KubeObject,
+    KubeService,
     KubeServiceDeleted,
     KubeServiceUpserted,
     MeshConfigUpdated,
@@ -47,10 +48,45 @@ def _meta_problem(meta: ObjectMeta) -> str | None:
     return dns_subdomain_problem(meta.name, what="name")
 
 
+MAX_SPEC_DEPTH = 64
+"""The deepest nesting of arrays and objects a spec may have. Gateway API objects nest about ten levels; the bound
+is checked before parsing so that no input can reach Python's recursion limit, whose reach depends on the caller's
+stack depth (folding must not)."""
+
+
+def _nesting_problem(text: str) -> str | None:
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_SPEC_DEPTH:
+                return f"spec must nest at most {MAX_SPEC_DEPTH} levels of arrays and objects"
+        elif char in "]}":
+            depth -= 1
+    return None
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
 def _spec_problem(item: KubeObject) -> str | None:
+    problem = _nesting_problem(item.spec_json)
+    if problem is not None:
+        return problem
     try:
-        spec = json.loads(item.spec_json)
-    except (ValueError, RecursionError) as exc:
+        spec = json.loads(item.spec_json, parse_constant=_reject_constant)
+    except ValueError as exc:
         return f"spec must be JSON ({exc})"
     if not isinstance(spec, dict):
         return f"spec must be a JSON object (got {type(spec).__name__})"
@@ -89,10 +125,15 @@ def _upsert_object(
 
 
 def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, field: str) -> State:
-    objects: immutables.Map[str, object] = getattr(state.kube, field)
-    if meta.key not in objects:
+    objects: immutables.Map[str, KubeObject | KubeService] = getattr(state.kube, field)
+    known = objects.get(meta.key)
+    if known is None:
         message = f"{meta.key} deleted but not known"
         return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_OBJECT, message=message)
+    known_uid = known.meta.uid
+    if meta.uid and known_uid and meta.uid != known_uid:
+        message = f"{meta.key} deleted with uid {meta.uid!r} but the known object has uid {known_uid!r}"
+        return rejected(state, event, seq, reason=RejectionReason.STALE_OBJECT, message=message)
     changes: dict[str, Any] = {field: objects.delete(meta.key)}
     return applied(state, event, seq, kube=attrs.evolve(state.kube, **changes))
 
@@ -153,6 +194,9 @@ def mesh_config_updated(state: State, event: MeshConfigUpdated, seq: int) -> Sta
             else f"on-demand ttl must be positive seconds (got {config.on_demand_ttl_seconds!r})"
         )
     )
+    current = state.kube.mesh_config.generation
+    if problem is None and config.generation < current:
+        problem = f"generation {config.generation!r} is older than the applied {current!r}"
     if problem is not None:
         return rejected(
             state, event, seq, reason=RejectionReason.INVALID_MESH_CONFIG, message=f"meshconfig: {problem}"

@@ -54,9 +54,11 @@ def _endpoint_problem(endpoint: Endpoint) -> str | None:
     return None if problem is None else f"endpoint {endpoint.service}/{endpoint.ip}: {problem}"
 
 
-def _checked(state: State, event: Event, seq: int, version: str) -> State | None:
-    """Return the rejected state if `version` cannot apply, else None."""
-    problem = _version_problem(state.registry.version, version)
+def _checked(
+    state: State, event: Event, seq: int, version: str, *, current: str | None = None
+) -> State | None:
+    """Return the rejected state if `version` cannot apply after `current` (default: the applied one), else None."""
+    problem = _version_problem(state.registry.version if current is None else current, version)
     if problem is None:
         return None
     reason, message = problem
@@ -64,13 +66,25 @@ def _checked(state: State, event: Event, seq: int, version: str) -> State | None
 
 
 def endpoints_snapshot_received(state: State, event: EndpointsSnapshotReceived, seq: int) -> State:
-    """Replace the whole registry view: what the snapshot lacks has vanished. Bad endpoints are left out."""
-    failed = _checked(state, event, seq, event.version)
+    """Replace the whole registry view: what the snapshot lacks has vanished. Bad entries are left out.
+
+    A snapshot is accepted at any version, even one below the applied version: it is the registrar's whole truth,
+    and a restarted (or another active) registrar may count from a lower number. Incremental events after it are
+    then checked against the snapshot's version.
+    """
+    failed = _checked(state, event, seq, event.version, current="")  # its form only: any version resets
     if failed is not None:
         return failed
-    services = immutables.Map((service, True) for service in sorted(set(event.services)))
-    grouped: dict[str, dict[tuple[Protocol, str], Endpoint]] = {}
     problems: list[str] = []
+    catalog: list[str] = []
+    for service in event.services:
+        problem = service_key_problem(service)
+        if problem is None:
+            catalog.append(service)
+        else:
+            problems.append(f"catalog: {problem}")
+    services = immutables.Map((service, True) for service in sorted(set(catalog)))
+    grouped: dict[str, dict[tuple[Protocol, str], Endpoint]] = {}
     for endpoint in event.endpoints:
         problem = _endpoint_problem(endpoint)
         if problem is None and endpoint.service not in services:
@@ -85,7 +99,7 @@ def endpoints_snapshot_received(state: State, event: EndpointsSnapshotReceived, 
     registry = RegistryState(version=event.version, synced=False, services=services, endpoints=endpoints)
     state = applied(state, event, seq, registry=registry)
     if problems:
-        message = f"{len(problems)} endpoints of snapshot {event.version!r} left out: " + "; ".join(
+        message = f"{len(problems)} entries of snapshot {event.version!r} left out: " + "; ".join(
             sorted(problems)
         )
         return rejected(state, event, seq, reason=RejectionReason.INVALID_ENDPOINT, message=message)

@@ -5,6 +5,7 @@ from aether.core.state.codec import decode_state, encode_state, state_digest, st
 from aether.core.state.diagnostics import MAX_REJECTIONS, Diagnostics, Rejection, RejectionReason
 from aether.core.state.feedback import FeedbackState, OnDemandRequest, XdsFeedback
 from aether.core.state.identity import IdentityState
+from aether.core.state.invariants import state_problems
 from aether.core.state.kube import KubeState
 from aether.core.state.pods import PodConfig, PodRecord
 from aether.core.state.registry import RegistryState
@@ -32,6 +33,7 @@ __all__ = [
     "state_digest",
     "state_document",
     "state_from_proto",
+    "state_problems",
     "state_to_proto",
     "summarize",
 ]

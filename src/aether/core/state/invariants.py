@@ -1,0 +1,41 @@
+"""The invariants every folded state keeps, checked on states that did not come from folding (checkpoints)."""
+
+from __future__ import annotations
+
+from aether.core.order import sorted_items
+from aether.core.state.diagnostics import MAX_REJECTIONS
+from aether.core.state.state import State
+
+
+def state_problems(state: State) -> tuple[str, ...]:
+    """Return every broken invariant of `state`, each as a message (empty: the state is sound).
+
+    Folding keeps these by construction; a checkpoint written by another version or damaged in a way its checksum
+    did not catch may not, and must then not be used.
+    """
+    problems: list[str] = []
+    registry = state.registry
+    for service, endpoints in sorted_items(registry.endpoints):
+        if service not in registry.services:
+            problems.append(f"endpoints of {service!r} but the service is not in the catalog")
+        if not endpoints:
+            problems.append(f"service {service!r} holds an empty endpoint map")
+        for key, endpoint in sorted_items(endpoints):
+            if (endpoint.service, endpoint.protocol, endpoint.ip) != (service, *key):
+                problems.append(f"endpoint {endpoint.key!r} stored under {(service, *key)!r}")
+    for key, record in sorted_items(state.pods):
+        if record.pod.key != key:
+            problems.append(f"pod {record.pod.key!r} stored under {key!r}")
+    rejections = state.diagnostics.rejections
+    if len(rejections) > MAX_REJECTIONS:
+        problems.append(f"{len(rejections)} rejections kept, more than {MAX_REJECTIONS}")
+    if state.diagnostics.rejected_total < len(rejections):
+        problems.append(
+            f"rejected_total {state.diagnostics.rejected_total} < {len(rejections)} rejections kept"
+        )
+    for subject, rejection in sorted_items(rejections):
+        if rejection.subject != subject or rejection.seq > state.seq:
+            problems.append(
+                f"rejection of {rejection.subject!r} at seq {rejection.seq} stored under {subject!r}"
+            )
+    return tuple(problems)
