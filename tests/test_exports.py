@@ -6,7 +6,14 @@ import importlib
 
 import pytest
 
-PACKAGES = ["aether.core.events", "aether.core.state", "aether.core.reduce", "aether.log", "aether.testing", "aether.cli"]
+PACKAGES = [
+    "aether.core.events",
+    "aether.core.state",
+    "aether.core.reduce",
+    "aether.log",
+    "aether.testing",
+    "aether.cli",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -15,7 +15,7 @@ import attrs
 
 from aether.core.errors import CodecError
 from aether.core.events import Event, Record, decode_event
-from aether.core.reduce import fold
+from aether.core.reduce import fold_event
 from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
 from aether.log import (
     CheckpointError,
@@ -138,8 +138,8 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
             _starting_point(directory, until=last) if use_checkpoints else (EMPTY_STATE, None, ())
         )
         folded = 0
-        for record in decoded_records(directory, from_seq=state.seq + 1, to_seq=last):
-            state = fold(state, record)
+        for item in scan_log(directory, from_seq=state.seq + 1, to_seq=last):
+            state = fold_event(state, decode_record(item), seq=item.seq)
             folded += 1
     return Replay(
         state=state, checkpoint_seq=checkpoint_seq, records_folded=folded, skipped_checkpoints=skipped

@@ -12,6 +12,7 @@ from aether.core.events import (
     EndpointsSnapshotCompleted,
     EndpointsSnapshotReceived,
     EndpointUpdated,
+    Event,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
     KubeServiceDeleted,
@@ -67,6 +68,14 @@ REDUCERS: dict[type, _Reducer] = {
 """One row per event type of the catalog (a test checks the table covers `EVENT_TYPES` exactly)."""
 
 
+def fold_event(state: State, event: Event, *, seq: int) -> State:
+    """Return the state after `event` at log position `seq`: `fold` without building a `Record` (replay's loop)."""
+    reducer = REDUCERS.get(type(event))
+    if reducer is None:
+        raise UnknownEvent(value_type=type(event).__qualname__)
+    return reducer(state, event, seq)
+
+
 def fold(state: State, record: Record) -> State:
     """Return the state after `record`: pure and total for every event of the catalog.
 
@@ -75,10 +84,7 @@ def fold(state: State, record: Record) -> State:
     Raises:
         UnknownEvent: `record.event` is not an event of the catalog (a programming error, never bad input).
     """
-    reducer = REDUCERS.get(type(record.event))
-    if reducer is None:
-        raise UnknownEvent(value_type=type(record.event).__qualname__)
-    return reducer(state, record.event, record.seq)
+    return fold_event(state, record.event, seq=record.seq)
 
 
 def fold_all(state: State, records: Iterable[Record]) -> State:
