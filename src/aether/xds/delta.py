@@ -1,0 +1,281 @@
+"""The incremental (Delta) stream machine: one `DeltaAggregatedResources` stream, sans-IO.
+
+Per type it tracks the subscription (names, wildcard), the versions Envoy holds (acknowledged), the versions it will
+hold once every response in flight is acknowledged (expected), and versions it rejected. A push sends only what
+differs from `expected`; a rejected version is never sent again; resources that left the snapshot are sent as
+`removed_resources`. Per-resource versions are the resource digests
+(https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#incremental-xds).
+
+On-demand CDS: a cluster subscribed by name that the snapshot does not hold becomes an `OnDemandClusterRequested`
+event; it is sent when a later snapshot holds it, or answered as removed when the snapshot lists it as not found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+from envoy.service.discovery.v3 import discovery_pb2  # type: ignore[import-untyped]
+
+from aether.core.events import OnDemandClusterRequested, ResourceAcked, ResourceNacked
+from aether.core.snapshot import (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    SHORT_NAMES,
+    TYPE_ORDER,
+    WILDCARD_TYPES,
+    Snapshot,
+    version_of,
+)
+from aether.xds.protocol import (
+    NOTHING,
+    Nonces,
+    ProtocolError,
+    StatusCode,
+    StreamOutput,
+    TypeStatus,
+    TypeStatusRow,
+    check_names,
+    check_node,
+    check_nonce,
+    check_type,
+    packed,
+)
+
+SOURCE = "xds"
+_REMOVED = ""
+"""The version recorded for a name sent as removed."""
+
+
+@attrs.define(kw_only=True)
+class _Sent:
+    changes: dict[str, str]
+    """What the response changed: name → digest, or `_REMOVED`."""
+
+
+@attrs.define(kw_only=True)
+class _TypeState:
+    type_url: str
+    wildcard: bool = False
+    names: set[str] = attrs.Factory(set)
+    acked: dict[str, str] = attrs.Factory(dict)
+    """Name → version Envoy holds (acknowledged, or stated when it reconnected)."""
+    expected: dict[str, str] = attrs.Factory(dict)
+    """Name → version Envoy will hold once every response in flight is acknowledged."""
+    rejected: dict[str, str] = attrs.Factory(dict)
+    """Name → version Envoy rejected: never sent again."""
+    in_flight: dict[str, _Sent] = attrs.Factory(dict)
+    requested: set[str] = attrs.Factory(set)
+    """Names already reported as requested on demand (one event per name and stream)."""
+    sent_any: bool = False
+    error: str = ""
+
+    def covers(self, name: str) -> bool:
+        return self.wildcard or name in self.names
+
+
+class DeltaStream:
+    """The protocol state of one Delta ADS stream. Feed it requests and snapshots; send what it returns."""
+
+    def __init__(self) -> None:
+        self.node_id: str | None = None
+        self._types: dict[str, _TypeState] = {}
+        self._nonces = Nonces()
+        self._snapshot: Snapshot | None = None
+
+    def receive(self, request: discovery_pb2.DeltaDiscoveryRequest, *, now: int) -> StreamOutput:
+        """Handle one request from Envoy observed at `now` (ns since the epoch).
+
+        Raises:
+            ProtocolError: the request breaks the protocol (the stream must end with its status).
+        """
+        self.node_id = check_node(self.node_id, request.node.id)
+        type_url = request.type_url
+        check_type(type_url, node_id=self.node_id)
+        check_names(request.resource_names_subscribe, type_url=type_url, node_id=self.node_id)
+        check_names(request.resource_names_unsubscribe, type_url=type_url, node_id=self.node_id)
+        check_nonce(self._nonces, request.response_nonce, type_url=type_url, node_id=self.node_id)
+        first = type_url not in self._types
+        state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
+        output = NOTHING
+        if request.response_nonce:
+            output += self._feedback(state, request, now=now)
+        if first:
+            state.acked = dict(request.initial_resource_versions)
+            state.expected = dict(state.acked)
+            if not request.resource_names_subscribe and type_url in WILDCARD_TYPES:
+                state.wildcard = True  # the legacy wildcard: a first CDS/LDS request naming nothing
+        self._update_subscription(state, request)
+        output += self._on_demand(state, now=now)
+        return output + self._push(state)
+
+    def publish(self, snapshot: Snapshot, *, now: int) -> StreamOutput:
+        """Adopt a new snapshot and return what differs from what Envoy holds, type by type in ADS order."""
+        self._snapshot = snapshot
+        output = NOTHING
+        for type_url in TYPE_ORDER:
+            state = self._types.get(type_url)
+            if state is not None:
+                output += self._on_demand(state, now=now) + self._push(state)
+        return output
+
+    def status(self) -> tuple[TypeStatusRow, ...]:
+        """Return the status of every subscribed type, in ADS order (versions summarize the held set)."""
+        rows = []
+        for type_url in TYPE_ORDER:
+            state = self._types.get(type_url)
+            if state is None:
+                continue
+            if state.error:
+                status = TypeStatus.NACKED
+            elif state.in_flight:
+                status = TypeStatus.STALE
+            elif state.sent_any or state.acked:
+                status = TypeStatus.SYNCED
+            else:
+                status = TypeStatus.NOT_SENT
+            rows.append(
+                TypeStatusRow(
+                    type_url=type_url,
+                    status=status,
+                    acked_version=_summary(state.acked),
+                    sent_version=_summary(state.expected),
+                    error=state.error,
+                )
+            )
+        return tuple(rows)
+
+    def _feedback(
+        self, state: _TypeState, request: discovery_pb2.DeltaDiscoveryRequest, *, now: int
+    ) -> StreamOutput:
+        sent = state.in_flight.pop(request.response_nonce, None)
+        if sent is None:
+            return NOTHING  # already answered (a duplicate) or superseded
+        assert self.node_id is not None
+        if request.HasField("error_detail"):
+            for name, version in sent.changes.items():
+                if version != _REMOVED:
+                    state.rejected[name] = version
+                _restore(state.expected, name, state.acked.get(name))
+            state.error = request.error_detail.message
+            event = ResourceNacked(
+                observed_at=now,
+                source=SOURCE,
+                node_id=self.node_id,
+                type_url=state.type_url,
+                version=_summary(sent.changes),
+                nonce=request.response_nonce,
+                error_code=request.error_detail.code,
+                error_message=request.error_detail.message,
+            )
+            return StreamOutput(events=(event,))
+        for name, version in sent.changes.items():
+            _restore(state.acked, name, None if version == _REMOVED else version)
+        state.error = ""
+        acked = ResourceAcked(
+            observed_at=now,
+            source=SOURCE,
+            node_id=self.node_id,
+            type_url=state.type_url,
+            version=_summary(state.acked),
+            nonce=request.response_nonce,
+        )
+        return StreamOutput(events=(acked,))
+
+    def _update_subscription(self, state: _TypeState, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
+        for name in request.resource_names_unsubscribe:
+            if name == "*":
+                state.wildcard = False
+                continue
+            if name not in state.names:
+                raise ProtocolError(
+                    code=StatusCode.INVALID_ARGUMENT,
+                    reason=f"{SHORT_NAMES[state.type_url]} request unsubscribes {name!r}, which it never subscribed",
+                    node_id=self.node_id,
+                )
+            state.names.discard(name)
+            if not state.wildcard:
+                # Envoy forgets an unsubscribed resource; so do we (it is not "removed", just not wanted).
+                for held in (state.acked, state.expected):
+                    held.pop(name, None)
+        for name in request.resource_names_subscribe:
+            if name == "*":
+                state.wildcard = True
+            else:
+                state.names.add(name)
+
+    def _on_demand(self, state: _TypeState, *, now: int) -> StreamOutput:
+        if state.type_url != CLUSTER_TYPE or self._snapshot is None:
+            return NOTHING
+        held = self._snapshot.of_type(CLUSTER_TYPE)
+        missing = sorted(
+            name
+            for name in state.names
+            if name not in held and name not in self._snapshot.not_found and name not in state.requested
+        )
+        assert self.node_id is not None
+        state.requested.update(missing)
+        events = tuple(
+            OnDemandClusterRequested(observed_at=now, source=SOURCE, node_id=self.node_id, cluster_name=name)
+            for name in missing
+        )
+        return StreamOutput(events=events)
+
+    def _push(self, state: _TypeState) -> StreamOutput:
+        if self._snapshot is None:
+            return NOTHING
+        held = self._snapshot.of_type(state.type_url)
+        updates = [
+            resource
+            for name, resource in sorted(held.items())
+            if state.covers(name)
+            and state.expected.get(name) != resource.digest
+            and state.rejected.get(name) != resource.digest
+        ]
+        removed = sorted(
+            name
+            for name, version in state.expected.items()
+            if version != _REMOVED and name not in held and state.covers(name)
+        )
+        if state.type_url == CLUSTER_TYPE:
+            # Names asked for on demand that no service matches: answer "removed" rather than leave Envoy waiting.
+            removed += sorted(
+                name
+                for name in state.names & self._snapshot.not_found
+                if state.expected.get(name) != _REMOVED and name not in held
+            )
+        if not updates and not removed:
+            return NOTHING
+        nonce = self._nonces.issue()
+        response = discovery_pb2.DeltaDiscoveryResponse(
+            type_url=state.type_url, nonce=nonce, system_version_info=self._snapshot.version(state.type_url)
+        )
+        for resource in updates:
+            response.resources.add(name=resource.name, version=resource.digest, resource=packed(resource))
+        response.removed_resources.extend(removed)
+        changes = {resource.name: resource.digest for resource in updates} | dict.fromkeys(removed, _REMOVED)
+        if state.type_url == CLUSTER_TYPE:
+            self._forget_endpoints_of(name for name in changes if name in state.expected)
+        state.expected.update(changes)
+        state.in_flight[nonce] = _Sent(changes=changes)
+        state.sent_any = True
+        return StreamOutput(responses=(response,))
+
+    def _forget_endpoints_of(self, clusters: Iterable[str]) -> None:
+        """After a cluster changes, Envoy re-creates it and needs its endpoints again: Delta does not ask."""
+        endpoints = self._types.get(ENDPOINT_TYPE)
+        if endpoints is not None:
+            for name in clusters:
+                endpoints.expected.pop(name, None)
+
+
+def _restore(held: dict[str, str], name: str, version: str | None) -> None:
+    if version is None:
+        held.pop(name, None)
+    else:
+        held[name] = version
+
+
+def _summary(versions: dict[str, str]) -> str:
+    """A short version for a set of resource versions (status and feedback events): a digest of the set."""
+    return version_of(versions)

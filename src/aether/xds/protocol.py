@@ -1,0 +1,155 @@
+"""What SotW and Delta streams share: the checks every request passes, nonces, per-type status, and outputs.
+
+Everything here is sans-IO: a stream machine takes requests and snapshots as values and returns the responses to
+send and the feedback events to append; the server (`aether.xds.server`) does the I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+from google.protobuf import any_pb2
+
+from aether.core.events import Event
+from aether.core.snapshot import SHORT_NAMES, Resource
+
+
+class StatusCode(enum.IntEnum):
+    """The gRPC status codes this server answers protocol errors with."""
+
+    INVALID_ARGUMENT = 3
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+
+
+@attrs.define(kw_only=True, str=False)
+class ProtocolError(Exception):
+    """A request that breaks the xDS protocol: the stream ends with `code` and this message; others go on."""
+
+    code: StatusCode
+    reason: str
+    node_id: str | None = None
+
+    def __str__(self) -> str:
+        node = "" if self.node_id is None else f"node {self.node_id!r}: "
+        return f"{node}{self.reason}"
+
+
+class TypeStatus(enum.StrEnum):
+    """Where one resource type of one stream stands, like `istioctl proxy-status`."""
+
+    NOT_SENT = "NOT SENT"
+    """Subscribed, but nothing sent yet (no snapshot for the node)."""
+    STALE = "STALE"
+    """Sent, not yet acknowledged."""
+    SYNCED = "SYNCED"
+    """The last response was acknowledged."""
+    NACKED = "NACKED"
+    """The last response was rejected; Envoy keeps its previous config."""
+
+
+@attrs.frozen(kw_only=True)
+class TypeStatusRow:
+    """The status of one type on one stream."""
+
+    type_url: str
+    status: TypeStatus
+    acked_version: str
+    sent_version: str
+    error: str = ""
+
+    @property
+    def short_type(self) -> str:
+        """CDS, EDS, LDS, RDS or SDS."""
+        return SHORT_NAMES[self.type_url]
+
+
+@attrs.frozen(kw_only=True)
+class StreamOutput:
+    """What a stream machine asks the server to do: send responses (in order) and append events."""
+
+    responses: tuple[Any, ...] = ()
+    events: tuple[Event, ...] = ()
+
+    def __add__(self, other: StreamOutput) -> StreamOutput:
+        return StreamOutput(responses=self.responses + other.responses, events=self.events + other.events)
+
+
+NOTHING = StreamOutput()
+
+
+class Nonces:
+    """Issues this stream's nonces ("1", "2", ...) and tells a nonce it issued from one it never did."""
+
+    def __init__(self) -> None:
+        self._issued = 0
+
+    def issue(self) -> str:
+        """Return a new nonce."""
+        self._issued += 1
+        return str(self._issued)
+
+    def was_issued(self, nonce: str) -> bool:
+        """Return True if this stream sent `nonce`."""
+        return nonce.isascii() and nonce.isdigit() and 1 <= int(nonce) <= self._issued
+
+
+def check_node(current: str | None, node_id: str) -> str:
+    """Return the stream's node id: the first request must name one; later requests may omit it.
+
+    Raises:
+        ProtocolError: the first request carries no node id.
+    """
+    if current is not None:
+        return current
+    if not node_id:
+        raise ProtocolError(
+            code=StatusCode.INVALID_ARGUMENT,
+            reason="the first request on a stream must carry a node id (node.id); set it in Envoy's bootstrap",
+        )
+    return node_id
+
+
+def check_type(type_url: str, *, node_id: str | None) -> None:
+    """Reject a type URL this server does not serve."""
+    if type_url not in SHORT_NAMES:
+        served = sorted(SHORT_NAMES)
+        raise ProtocolError(
+            code=StatusCode.INVALID_ARGUMENT,
+            reason=f"type url {type_url!r} is not served; this server serves {served!r}",
+            node_id=node_id,
+        )
+
+
+def check_names(names: Iterable[str], *, type_url: str, node_id: str | None) -> None:
+    """Reject an empty resource name."""
+    if any(not name for name in names):
+        raise ProtocolError(
+            code=StatusCode.INVALID_ARGUMENT,
+            reason=f"{SHORT_NAMES[type_url]} request names an empty resource name",
+            node_id=node_id,
+        )
+
+
+def check_nonce(nonces: Nonces, nonce: str, *, type_url: str, node_id: str | None) -> None:
+    """Reject a response nonce this stream never sent (a stale one it did send is merely ignored by the caller)."""
+    if nonce and not nonces.was_issued(nonce):
+        raise ProtocolError(
+            code=StatusCode.INVALID_ARGUMENT,
+            reason=f"{SHORT_NAMES[type_url]} request acknowledges nonce {nonce!r}, which this stream never sent",
+            node_id=node_id,
+        )
+
+
+@functools.lru_cache(maxsize=65536)
+def packed(resource: Resource) -> any_pb2.Any:
+    """Return `resource` packed in an `Any`, built once per resource (its bytes were serialized once already).
+
+    The cache holds a node's whole snapshot several times over (65,536 resources): a push of unchanged resources
+    reuses the packed messages instead of copying bodies again.
+    """
+    return any_pb2.Any(type_url=resource.type_url, value=resource.body)

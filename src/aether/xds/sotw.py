@@ -1,0 +1,206 @@
+"""The state-of-the-world stream machine: one `StreamAggregatedResources` stream, sans-IO.
+
+Per type it tracks what was subscribed, what was sent under which nonce, and what Envoy accepted or rejected.
+The rules (https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#ack-nack-and-resource-type-instance-version):
+- a request whose nonce matches the last response of its type is an ACK, or a NACK when it carries error_detail;
+- a request with an older nonce is stale and ignored; one with a nonce this stream never sent is a protocol error;
+- a NACK is recorded and never answered by re-sending the rejected resources: only a newer snapshot is sent;
+- a request without a nonce (a new or reconnected subscription) stating the version we would send gets nothing:
+  Envoy already holds it, so a reconnect causes no churn;
+- after clusters change, the next EDS request is answered even if the endpoints did not change (the CDS→EDS warming
+  trap: a re-created cluster waits for its endpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+from envoy.service.discovery.v3 import discovery_pb2  # type: ignore[import-untyped]
+
+from aether.core.events import ResourceAcked, ResourceNacked
+from aether.core.snapshot import (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    TYPE_ORDER,
+    WILDCARD_TYPES,
+    Resource,
+    Snapshot,
+    type_version,
+)
+from aether.xds.protocol import (
+    NOTHING,
+    Nonces,
+    StreamOutput,
+    TypeStatus,
+    TypeStatusRow,
+    check_names,
+    check_node,
+    check_nonce,
+    check_type,
+    packed,
+)
+
+SOURCE = "xds"
+
+
+@attrs.define(kw_only=True)
+class _TypeState:
+    type_url: str
+    names: frozenset[str] | None = None
+    """Subscribed names; None is a wildcard subscription."""
+    sent_version: str = ""
+    sent_nonce: str = ""
+    sent_digests: dict[str, str] = attrs.Factory(dict)
+    acked_version: str = ""
+    nacked_version: str = ""
+    error: str = ""
+    always_respond: bool = False
+    """Answer the next request even if nothing changed (EDS after a cluster change)."""
+
+
+class SotwStream:
+    """The protocol state of one SotW ADS stream. Feed it requests and snapshots; send what it returns."""
+
+    def __init__(self) -> None:
+        self.node_id: str | None = None
+        self._types: dict[str, _TypeState] = {}
+        self._nonces = Nonces()
+        self._snapshot: Snapshot | None = None
+
+    def receive(self, request: discovery_pb2.DiscoveryRequest, *, now: int) -> StreamOutput:
+        """Handle one request from Envoy observed at `now` (ns since the epoch).
+
+        Raises:
+            ProtocolError: the request breaks the protocol (the stream must end with its status).
+        """
+        self.node_id = check_node(self.node_id, request.node.id)
+        type_url = request.type_url
+        check_type(type_url, node_id=self.node_id)
+        check_names(request.resource_names, type_url=type_url, node_id=self.node_id)
+        nonce = request.response_nonce
+        check_nonce(self._nonces, nonce, type_url=type_url, node_id=self.node_id)
+        state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
+        names = _subscription(type_url, request.resource_names)
+        if not nonce:
+            return self._subscribe(state, type_url, names, stated_version=request.version_info, now=now)
+        if nonce != state.sent_nonce:
+            return NOTHING  # stale: an answer to a response we have since superseded
+        if request.HasField("error_detail"):
+            state.nacked_version, state.error = state.sent_version, request.error_detail.message
+            event = ResourceNacked(
+                observed_at=now,
+                source=SOURCE,
+                node_id=self.node_id,
+                type_url=type_url,
+                version=state.sent_version,
+                nonce=nonce,
+                error_code=request.error_detail.code,
+                error_message=request.error_detail.message,
+            )
+            return StreamOutput(events=(event,))
+        state.acked_version, state.nacked_version, state.error = request.version_info, "", ""
+        acked = ResourceAcked(
+            observed_at=now,
+            source=SOURCE,
+            node_id=self.node_id,
+            type_url=type_url,
+            version=request.version_info,
+            nonce=nonce,
+        )
+        changed = names != state.names
+        state.names = names
+        if changed or state.always_respond:
+            return StreamOutput(events=(acked,)) + self._respond(type_url, state)
+        return StreamOutput(events=(acked,))
+
+    def publish(self, snapshot: Snapshot) -> StreamOutput:
+        """Adopt a new snapshot and return the responses for every subscribed type whose content changed."""
+        self._snapshot = snapshot
+        output = NOTHING
+        for type_url in TYPE_ORDER:
+            state = self._types.get(type_url)
+            if state is None:
+                continue
+            version = type_version(self._selected(state).values())
+            if version != state.sent_version or state.always_respond:
+                output += self._respond(type_url, state)
+        return output
+
+    def status(self) -> tuple[TypeStatusRow, ...]:
+        """Return the status of every subscribed type, in ADS order."""
+        rows = []
+        for type_url in TYPE_ORDER:
+            state = self._types.get(type_url)
+            if state is None:
+                continue
+            if not state.sent_nonce and not state.acked_version:
+                status = TypeStatus.NOT_SENT
+            elif state.nacked_version:
+                status = TypeStatus.NACKED
+            elif state.acked_version == state.sent_version:
+                status = TypeStatus.SYNCED
+            else:
+                status = TypeStatus.STALE
+            rows.append(
+                TypeStatusRow(
+                    type_url=type_url,
+                    status=status,
+                    acked_version=state.acked_version,
+                    sent_version=state.sent_version,
+                    error=state.error,
+                )
+            )
+        return tuple(rows)
+
+    def _subscribe(
+        self, state: _TypeState, type_url: str, names: frozenset[str] | None, *, stated_version: str, now: int
+    ) -> StreamOutput:
+        state.names = names
+        if self._snapshot is None:
+            return NOTHING  # answered by the first publish
+        version = type_version(self._selected(state).values())
+        if stated_version and stated_version == version and not state.always_respond:
+            # A reconnect: Envoy already holds exactly this. Record it as accepted, send nothing.
+            state.sent_version = state.acked_version = version
+            state.sent_digests = {name: item.digest for name, item in self._selected(state).items()}
+            assert self.node_id is not None
+            event = ResourceAcked(
+                observed_at=now, source=SOURCE, node_id=self.node_id, type_url=type_url, version=version
+            )
+            return StreamOutput(events=(event,))
+        return self._respond(type_url, state)
+
+    def _selected(self, state: _TypeState) -> Mapping[str, Resource]:
+        held = self._snapshot.of_type(state.type_url) if self._snapshot else {}
+        if state.names is None:
+            return held
+        return {name: held[name] for name in sorted(state.names) if name in held}
+
+    def _respond(self, type_url: str, state: _TypeState) -> StreamOutput:
+        if self._snapshot is None:
+            return NOTHING
+        selected = self._selected(state)
+        version = type_version(selected.values())
+        if version == state.nacked_version and not state.always_respond:
+            return NOTHING  # never answer a NACK with what was rejected
+        nonce = self._nonces.issue()
+        response = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
+        response.resources.extend(packed(resource) for resource in selected.values())
+        digests = {name: resource.digest for name, resource in selected.items()}
+        if type_url == CLUSTER_TYPE and any(
+            state.sent_digests.get(name) not in (None, digest) for name, digest in digests.items()
+        ):
+            endpoints = self._types.get(ENDPOINT_TYPE)
+            if endpoints is not None:
+                endpoints.always_respond = True
+        state.sent_version, state.sent_nonce, state.sent_digests = version, nonce, digests
+        state.always_respond = False
+        return StreamOutput(responses=(response,))
+
+
+def _subscription(type_url: str, names: Iterable[str]) -> frozenset[str] | None:
+    listed = frozenset(names)
+    if "*" in listed or (not listed and type_url in WILDCARD_TYPES):
+        return None
+    return listed

@@ -1,0 +1,141 @@
+"""The Delta stream machine: wildcard and named subscriptions, per-resource versions, removals, NACKs without loops,
+reconnects without churn, on-demand CDS and the CDS→EDS trap, sans-IO."""
+
+from __future__ import annotations
+
+import pytest
+from envoy.service.discovery.v3 import discovery_pb2  # type: ignore[import-untyped]
+from google.rpc import status_pb2  # type: ignore[import-untyped]
+
+from aether.core.events import OnDemandClusterRequested, ResourceAcked, ResourceNacked
+from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE
+from aether.xds.delta import DeltaStream
+from aether.xds.protocol import ProtocolError, TypeStatus
+from tests.xds._snapshots import NODE, assignment, cluster, snapshot
+
+NOW = 1_000
+SNAP = snapshot(cluster("a"), cluster("b"), assignment("a", 1), assignment("b", 2))
+
+
+def request(
+    type_url: str = CLUSTER_TYPE,
+    *,
+    subscribe: tuple[str, ...] = (),
+    unsubscribe: tuple[str, ...] = (),
+    nonce: str = "",
+    error: str | None = None,
+    initial: dict[str, str] | None = None,
+) -> discovery_pb2.DeltaDiscoveryRequest:
+    message = discovery_pb2.DeltaDiscoveryRequest(
+        type_url=type_url,
+        resource_names_subscribe=list(subscribe),
+        resource_names_unsubscribe=list(unsubscribe),
+        response_nonce=nonce,
+        initial_resource_versions=initial or {},
+    )
+    message.node.id = NODE
+    if error is not None:
+        message.error_detail.CopyFrom(status_pb2.Status(code=3, message=error))
+    return message
+
+
+def sent(response: discovery_pb2.DeltaDiscoveryResponse) -> dict[str, str]:
+    return {item.name: item.version for item in response.resources}
+
+
+def test_a_legacy_wildcard_gets_every_cluster_with_its_digest_as_version() -> None:
+    """A first CDS request naming nothing subscribes to all clusters; each carries its own version."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    (response,) = stream.receive(request(), now=NOW).responses
+    clusters = SNAP.of_type(CLUSTER_TYPE)
+    assert sent(response) == {name: resource.digest for name, resource in clusters.items()}
+    assert list(response.removed_resources) == []
+
+
+def test_only_changed_resources_and_removals_are_sent_after_an_ack() -> None:
+    """After an ACK, a publish sends just what changed and names what vanished."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    (first,) = stream.receive(request(), now=NOW).responses
+    output = stream.receive(request(nonce=first.nonce), now=NOW)
+    assert [type(event) for event in output.events] == [ResourceAcked]
+    assert stream.status()[0].status is TypeStatus.SYNCED
+    (second,) = stream.publish(snapshot(cluster("a", timeout_ms=9), seq=2), now=NOW).responses
+    assert list(sent(second)) == ["a"]
+    assert list(second.removed_resources) == ["b"]
+
+
+def test_a_nacked_resource_is_not_sent_again_until_it_changes() -> None:
+    """NACK: the event is recorded, the rejected version is never re-sent, a new version is."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    (first,) = stream.receive(request(), now=NOW).responses
+    stream.receive(request(nonce=first.nonce), now=NOW)
+    bad = snapshot(cluster("a", timeout_ms=1), cluster("b"), seq=2)
+    (rejected,) = stream.publish(bad, now=NOW).responses
+    output = stream.receive(request(nonce=rejected.nonce, error="invalid"), now=NOW + 5)
+    assert [(type(event), event.error_message) for event in output.events if isinstance(event, ResourceNacked)] == [
+        (ResourceNacked, "invalid")
+    ]
+    assert output.responses == ()
+    assert stream.publish(bad, now=NOW).responses == ()
+    assert stream.status()[0].status is TypeStatus.NACKED
+    (fixed,) = stream.publish(snapshot(cluster("a", timeout_ms=2), cluster("b"), seq=3), now=NOW).responses
+    assert list(sent(fixed)) == ["a"]
+
+
+def test_unsubscribing_a_name_never_subscribed_is_a_protocol_error() -> None:
+    """A Delta request may only unsubscribe what it subscribed."""
+    stream = DeltaStream()
+    stream.receive(request(ENDPOINT_TYPE, subscribe=("a",)), now=NOW)
+    with pytest.raises(ProtocolError, match=r"^node 'node-a': EDS request unsubscribes 'zzz', which it never subscribed$"):
+        stream.receive(request(ENDPOINT_TYPE, unsubscribe=("zzz",)), now=NOW)
+
+
+def test_a_reconnect_with_the_current_versions_gets_nothing() -> None:
+    """initial_resource_versions equal to the snapshot's digests: no churn."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    held = {name: resource.digest for name, resource in SNAP.of_type(CLUSTER_TYPE).items()}
+    assert stream.receive(request(initial=held), now=NOW).responses == ()
+
+
+def test_an_unknown_cluster_is_requested_on_demand_then_sent_when_it_appears() -> None:
+    """On-demand CDS: one event per name; the cluster goes out once a snapshot holds it."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    output = stream.receive(request(subscribe=("web.shop.aether.internal",)), now=NOW)
+    assert output.events == (
+        OnDemandClusterRequested(observed_at=NOW, source="xds", node_id=NODE, cluster_name="web.shop.aether.internal"),
+    )
+    assert output.responses == ()
+    assert stream.publish(snapshot(cluster("a"), seq=2), now=NOW).events == ()
+    (response,) = stream.publish(snapshot(cluster("web.shop.aether.internal"), seq=3), now=NOW).responses
+    assert list(sent(response)) == ["web.shop.aether.internal"]
+
+
+def test_a_cluster_no_service_matches_is_answered_as_removed() -> None:
+    """A name the snapshot lists as not found is answered at once with removed_resources, not left hanging."""
+    stream = DeltaStream()
+    stream.publish(snapshot(cluster("a"), not_found=("ghost.shop.aether.internal",)), now=NOW)
+    output = stream.receive(request(subscribe=("ghost.shop.aether.internal",)), now=NOW)
+    (response,) = output.responses
+    assert list(response.removed_resources) == ["ghost.shop.aether.internal"]
+    assert output.events == ()
+
+
+def test_a_changed_cluster_makes_its_endpoints_go_out_again() -> None:
+    """The CDS→EDS trap in Delta: Envoy does not re-ask for known endpoints, so the server pushes them."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    (clusters,) = stream.receive(request(), now=NOW).responses
+    (endpoints,) = stream.receive(request(ENDPOINT_TYPE, subscribe=("a", "b")), now=NOW).responses
+    stream.receive(request(nonce=clusters.nonce), now=NOW)
+    stream.receive(request(ENDPOINT_TYPE, nonce=endpoints.nonce), now=NOW)
+    changed = snapshot(cluster("a", timeout_ms=9), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2)
+    responses = stream.publish(changed, now=NOW).responses
+    assert [(response.type_url, sorted(sent(response))) for response in responses] == [
+        (CLUSTER_TYPE, ["a"]),
+        (ENDPOINT_TYPE, ["a"]),
+    ]
