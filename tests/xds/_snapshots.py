@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import cluster_pb2  # type: ignore[import-untyped]
-from envoy.config.endpoint.v3 import endpoint_pb2  # type: ignore[import-untyped]
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
 
 from aether.core.snapshot import Resource, Snapshot
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from envoy.service.discovery.v3 import discovery_pb2  # type: ignore[import-untyped]
-from google.rpc import status_pb2  # type: ignore[import-untyped]
+from envoy.service.discovery.v3 import discovery_pb2
+from google.rpc import status_pb2
 
 from aether.core.events import ResourceAcked, ResourceNacked
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, type_version

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import attrs
-from envoy.service.discovery.v3 import discovery_pb2  # type: ignore[import-untyped]
+from envoy.service.discovery.v3 import discovery_pb2
 
 from aether.core.events import OnDemandClusterRequested, ResourceAcked, ResourceNacked
 from aether.core.snapshot import (

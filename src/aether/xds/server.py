@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import attrs
-import purerpc  # type: ignore[import-untyped]
+import purerpc
 import trio
-from envoy.service.discovery.v3 import discovery_pb2  # type: ignore[import-untyped]
+from envoy.service.discovery.v3 import discovery_pb2
 
 from aether.core.events import Event
 from aether.core.snapshot import Snapshot
