@@ -1,0 +1,119 @@
+"""The journal: the one owner of a node's event log and folded state.
+
+Sources send events over a channel; the journal appends them in batches (one fsync per batch, through the log's
+group commit), folds them, and hands each new state to its subscribers (the projection that publishes snapshots).
+Start-up replays the newest checkpoint plus the tail, so the node serves what it served before a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import attrs
+import trio
+
+from aether.core.events import Event, encode_event
+from aether.core.reduce import fold_event
+from aether.core.state import State, encode_state
+from aether.log import EventLog, open_event_log
+from aether.replay import Replay, collector_paused, replay_log
+
+MAX_BATCH = 1024
+"""Events folded per batch at most: large enough to amortize an fsync, small enough to publish promptly."""
+
+CHECKPOINT_EVERY = 10_000
+"""Records between checkpoints: start-up then folds at most this many after the checkpoint (well under a second)."""
+
+
+@attrs.frozen(kw_only=True)
+class JournalStatistics:
+    """Counters of the journal."""
+
+    seq: int
+    appended: int
+    batches: int
+    checkpoints: int
+
+
+class Journal:
+    """Owns the log and the state: `submit` events from any task; read `state`; subscribe to changes."""
+
+    def __init__(self, *, log: EventLog, replay: Replay, send: trio.MemorySendChannel[Event]) -> None:
+        self._log = log
+        self._state = replay.state
+        self.replay = replay
+        """What start-up replayed (checkpoint and records folded)."""
+        self._send = send
+        self._subscribers: list[Callable[[State], None]] = []
+        self._appended = self._batches = self._checkpoints = 0
+        self._since_checkpoint = replay.records_folded
+
+    @property
+    def state(self) -> State:
+        """The state folded up to the last durable record."""
+        return self._state
+
+    def sender(self) -> trio.MemorySendChannel[Event]:
+        """Return a send channel of the journal's own for one source (close it when the source ends)."""
+        return self._send.clone()
+
+    def subscribe(self, callback: Callable[[State], None]) -> None:
+        """Call `callback(state)` now and after every batch (it must not block: publish and return)."""
+        self._subscribers.append(callback)
+        callback(self._state)
+
+    def statistics(self) -> JournalStatistics:
+        """Return the journal's counters."""
+        return JournalStatistics(
+            seq=self._state.seq, appended=self._appended, batches=self._batches, checkpoints=self._checkpoints
+        )
+
+    async def _serve(self, receive: trio.MemoryReceiveChannel[Event]) -> None:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await self._apply(batch)
+
+    async def _apply(self, batch: list[Event]) -> None:
+        seqs = await self._log.append_many([encode_event(event) for event in batch])
+        state = self._state
+        with collector_paused():
+            for seq, event in zip(seqs, batch, strict=True):
+                state = fold_event(state, event, seq=seq)
+        self._state = state
+        self._appended += len(batch)
+        self._batches += 1
+        self._since_checkpoint += len(batch)
+        if self._since_checkpoint >= CHECKPOINT_EVERY:
+            await self._log.write_checkpoint(seq=state.seq, payload=encode_state(state))
+            self._checkpoints += 1
+            self._since_checkpoint = 0
+        for callback in self._subscribers:
+            callback(state)
+
+
+@contextlib.asynccontextmanager
+async def open_journal(directory: Path) -> AsyncIterator[Journal]:
+    """Open the node's log in `directory` (created if missing), replay it, and run the journal for the block.
+
+    Resource handling:
+        The appending task and the log's committer live for the block; events sent after the block ends are lost
+        with a `trio.ClosedResourceError` at the sender.
+    """
+    async with open_event_log(directory) as log:
+        replay = await trio.to_thread.run_sync(replay_log, directory)
+        # Buffer 0 would make every source wait for the fsync of each batch; a bounded buffer lets sources run
+        # ahead by one batch while the journal is writing, and pushes back beyond that.
+        send, receive = trio.open_memory_channel[Event](MAX_BATCH)
+        journal = Journal(log=log, replay=replay, send=send)
+        async with trio.open_nursery() as nursery, send:
+            nursery.start_soon(journal._serve, receive)
+            yield journal
+            nursery.cancel_scope.cancel()

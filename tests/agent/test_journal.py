@@ -1,0 +1,38 @@
+"""The journal appends events durably, folds them, notifies subscribers, and replays them after a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from aether.agent import open_journal
+from aether.core.state import State
+from aether.testing import fold_events, make_pod, pod_added, pod_removed
+
+
+async def test_events_sent_to_the_journal_are_folded_and_survive_a_restart(tmp_path: Path) -> None:
+    """Two events in, the folded state out; reopening the directory replays exactly that state."""
+    events = [pod_added(make_pod("web-1")), pod_added(make_pod("web-2")), pod_removed("web-1")]
+    seen: list[State] = []
+    folded = trio.Event()
+
+    def record(state: State) -> None:
+        seen.append(state)
+        if state.seq == len(events):
+            folded.set()
+
+    async with open_journal(tmp_path / "log") as journal:
+        journal.subscribe(record)
+        async with journal.sender() as send:
+            for event in events:
+                await send.send(event)
+        with trio.fail_after(5):
+            await folded.wait()
+        live = journal.state
+    assert live == fold_events(*events)
+    assert seen[0] == State()
+    assert seen[-1] == live
+    async with open_journal(tmp_path / "log") as reopened:
+        assert reopened.state == live
+        assert reopened.replay.records_folded == 3
