@@ -1,0 +1,96 @@
+"""The agent's admin endpoint: read-only JSON documents over HTTP/1.0 on a Unix socket (`aether status` reads it).
+
+Only the agent's own user (and group) can connect: the socket is mode 0660 and never on TCP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import socket
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+DEFAULT_ADMIN_SOCKET = Path("/run/aether/admin.sock")
+MAX_REQUEST_BYTES = 8192
+"""A request line plus headers; anything longer is not a client of ours."""
+REQUEST_TIMEOUT = 5
+"""Seconds a client has to send its request (a stuck client must not hold a task forever)."""
+
+Documents = Mapping[str, Callable[[], dict[str, Any]]]
+"""Path (e.g. `/status`) → function returning the JSON document served there."""
+
+
+async def serve_admin(
+    *, path: Path, documents: Documents, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve `documents` on the Unix socket `path` until cancelled; the socket file is removed on exit."""
+    await trio.Path(path.parent).mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        await trio.Path(path).unlink()
+    listener_socket = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await listener_socket.bind(str(path))
+        os.chmod(path, 0o660)
+        listener_socket.listen()
+        listener = trio.SocketListener(listener_socket)
+        task_status.started(path)
+        await trio.serve_listeners(functools.partial(_answer, documents=documents), [listener])
+    finally:
+        listener_socket.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # in `finally` even when cancelled: a quick syscall, no checkpoint wanted
+
+
+async def _answer(stream: trio.SocketStream, *, documents: Documents) -> None:
+    async with stream:
+        request = b""
+        with trio.move_on_after(REQUEST_TIMEOUT):
+            while b"\r\n\r\n" not in request and len(request) < MAX_REQUEST_BYTES:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                request += chunk
+        method, _, rest = request.partition(b" ")
+        target = rest.partition(b" ")[0].decode("ascii", "replace")
+        produce = documents.get(target)
+        if method != b"GET" or produce is None:
+            body = json.dumps({"error": f"not found: {target!r}; try one of {sorted(documents)!r}"}).encode()
+            status = b"404 Not Found"
+        else:
+            body = json.dumps(produce(), sort_keys=True).encode()
+            status = b"200 OK"
+        head = (
+            b"HTTP/1.0 "
+            + status
+            + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        with contextlib.suppress(trio.BrokenResourceError):
+            await stream.send_all(head + body)
+
+
+async def fetch_admin(path: Path, target: str) -> dict[str, Any]:
+    """GET `target` from the admin socket at `path` and return its JSON document.
+
+    Raises:
+        OSError: nothing listens at `path`.
+        ValueError: the answer is not a 200 with a JSON body.
+    """
+    stream = await trio.open_unix_socket(str(path))
+    async with stream:
+        await stream.send_all(f"GET {target} HTTP/1.0\r\n\r\n".encode())
+        answer = b""
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.0 200"):
+        raise ValueError(
+            f"admin {target!r} answered {head.splitlines()[0] if head else b''!r}: {body[:200]!r}"
+        )
+    document: dict[str, Any] = json.loads(body)
+    return document

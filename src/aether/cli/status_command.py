@@ -1,0 +1,41 @@
+"""`aether status`: where each connected Envoy stands, per resource type (SYNCED, STALE, NACKED), from the agent."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aether.agent.admin import DEFAULT_ADMIN_SOCKET, fetch_admin
+from aether.xds.status import render_status
+
+
+def add_parser(roles: Any) -> None:
+    """Add `aether status` to the root parser's subparsers `roles`."""
+    parser = roles.add_parser(
+        "status", help="show each connected Envoy's xDS sync state, like istioctl proxy-status"
+    )
+    parser.add_argument(
+        "--admin", type=Path, default=DEFAULT_ADMIN_SOCKET, metavar="PATH", help="the agent's admin socket"
+    )
+    parser.set_defaults(run=run_status)
+
+
+def run_status(arguments: argparse.Namespace) -> int:
+    """`aether status`."""
+    try:
+        document = trio.run(fetch_admin, arguments.admin, "/status")
+    except OSError as exc:
+        print(
+            f"aether: error: cannot reach the agent's admin socket {str(arguments.admin)!r}: {exc.strerror or exc}"
+        )
+        print("is `aether agent` running on this node? pass --admin PATH if it listens elsewhere")
+        return 1
+    if not document["streams"]:
+        print("no Envoy is connected")
+        return 0
+    for line in render_status(document):
+        print(line)
+    return 0
