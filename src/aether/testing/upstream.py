@@ -1,0 +1,169 @@
+"""A tiny HTTP/1.1 backend for tests that route traffic through Envoy: it answers 200 and names itself."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from aether.testing.envoy import HttpReader
+from aether.testing.xds_resources import LOOPBACK
+
+__all__ = [
+    "UPSTREAM_NAME_HEADER",
+    "HttpUpstream",
+    "HttpUpstreamStatistics",
+    "open_http_upstream",
+    "serve_http_upstream",
+]
+
+UPSTREAM_NAME_HEADER = "x-upstream-name"
+"""The response header that carries the upstream's name."""
+
+_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+@attrs.frozen(kw_only=True)
+class HttpUpstreamStatistics:
+    """What an `HttpUpstream` has served so far."""
+
+    requests: int
+    """Requests answered."""
+    connections: int
+    """Connections accepted; Envoy reuses upstream connections, so this is usually smaller."""
+    paths: tuple[str, ...]
+    """The request targets, in the order they were answered."""
+
+
+class HttpUpstream:
+    """A running test upstream; `serve_http_upstream` hands it to the parent once it listens."""
+
+    def __init__(self, *, name: str, host: str, port: int, body: bytes) -> None:
+        self.name = name
+        """The name the upstream answers with."""
+        self.host = host
+        """The address it listens on."""
+        self.port = port
+        """The port it listens on."""
+        self.body = body
+        """The body of every response."""
+        self._cancel_scope = trio.CancelScope()
+        self._requests = 0
+        self._connections = 0
+        self._paths: list[str] = []
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """`(host, port)`, ready for `make_load_assignment`."""
+        return self.host, self.port
+
+    def statistics(self) -> HttpUpstreamStatistics:
+        """Return the requests and connections served so far."""
+        return HttpUpstreamStatistics(
+            requests=self._requests, connections=self._connections, paths=tuple(self._paths)
+        )
+
+    def stop(self) -> None:
+        """Stop listening and drop every open connection; `serve_http_upstream` then returns."""
+        self._cancel_scope.cancel()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            await self._serve_connection(stream)
+        except trio.BrokenResourceError:
+            # The client went away mid-exchange: a normal end for a test backend.
+            return
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        # Invariant: trio runs these handlers on one thread, and the counters change only between checkpoints.
+        self._connections += 1
+        async with stream:
+            reader = HttpReader(stream)
+            try:
+                while await self._answer_one(stream, reader):
+                    pass
+            except ValueError:
+                await stream.send_all(_BAD_REQUEST)
+
+    async def _answer_one(self, stream: trio.SocketStream, reader: HttpReader) -> bool:
+        """Answer one request; return whether the connection stays open for another."""
+        message = await reader.read_head()
+        if message is None:
+            return False
+        request_line, headers = message
+        parts = request_line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise ValueError(f"http request: malformed request line (got {request_line!r})")
+        await reader.read_body(headers, delimited_by_close=False)
+        self._requests += 1
+        self._paths.append(parts[1])
+        keep_alive = parts[2] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+        head = (
+            "HTTP/1.1 200 OK\r\n"
+            "content-type: text/plain\r\n"
+            f"content-length: {len(self.body)}\r\n"
+            f"{UPSTREAM_NAME_HEADER}: {self.name}\r\n"
+            f"connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        )
+        await stream.send_all(head.encode("latin-1") + self.body)
+        return keep_alive
+
+
+async def serve_http_upstream(
+    *,
+    name: str = "upstream",
+    host: str = LOOPBACK,
+    port: int = 0,
+    body: bytes | None = None,
+    task_status: trio.TaskStatus[HttpUpstream] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve HTTP/1.1 until cancelled or stopped, answering every request with 200 and `body`.
+
+    Args:
+        name: The upstream's name, sent in the `x-upstream-name` header and the default body.
+        host: The address to listen on.
+        port: The port to listen on; 0 picks a free one.
+        body: The response body; `hello from <name>` by default.
+        task_status: Receives the `HttpUpstream` once it listens.
+    """
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound_port: int = listeners[0].socket.getsockname()[1]
+    upstream = HttpUpstream(
+        name=name, host=host, port=bound_port, body=f"hello from {name}".encode() if body is None else body
+    )
+    with upstream._cancel_scope:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, upstream._handle, listeners)
+            task_status.started(upstream)
+
+
+@asynccontextmanager
+async def open_http_upstream(
+    *,
+    name: str = "upstream",
+    host: str = LOOPBACK,
+    port: int = 0,
+    body: bytes | None = None,
+) -> AsyncIterator[HttpUpstream]:
+    """Run `serve_http_upstream` for the duration of the block.
+
+    Args:
+        name: The upstream's name, sent in the `x-upstream-name` header and the default body.
+        host: The address to listen on.
+        port: The port to listen on; 0 picks a free one.
+        body: The response body; `hello from <name>` by default.
+
+    Yields:
+        The listening upstream; `stop()` it to make it vanish before the block ends.
+    """
+    async with trio.open_nursery() as nursery:
+        upstream: HttpUpstream = await nursery.start(
+            functools.partial(serve_http_upstream, name=name, host=host, port=port, body=body)
+        )
+        try:
+            yield upstream
+        finally:
+            upstream.stop()

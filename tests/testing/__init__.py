@@ -1,0 +1,1 @@
+"""Tests of the shared test helpers in `aether.testing`."""
