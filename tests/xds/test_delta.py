@@ -75,9 +75,9 @@ def test_a_nacked_resource_is_not_sent_again_until_it_changes() -> None:
     bad = snapshot(cluster("a", timeout_ms=1), cluster("b"), seq=2)
     (rejected,) = stream.publish(bad, now=NOW).responses
     output = stream.receive(request(nonce=rejected.nonce, error="invalid"), now=NOW + 5)
-    assert [(type(event), event.error_message) for event in output.events if isinstance(event, ResourceNacked)] == [
-        (ResourceNacked, "invalid")
-    ]
+    assert [
+        (type(event), event.error_message) for event in output.events if isinstance(event, ResourceNacked)
+    ] == [(ResourceNacked, "invalid")]
     assert output.responses == ()
     assert stream.publish(bad, now=NOW).responses == ()
     assert stream.status()[0].status is TypeStatus.NACKED
@@ -89,7 +89,9 @@ def test_unsubscribing_a_name_never_subscribed_is_a_protocol_error() -> None:
     """A Delta request may only unsubscribe what it subscribed."""
     stream = DeltaStream()
     stream.receive(request(ENDPOINT_TYPE, subscribe=("a",)), now=NOW)
-    with pytest.raises(ProtocolError, match=r"^node 'node-a': EDS request unsubscribes 'zzz', which it never subscribed$"):
+    with pytest.raises(
+        ProtocolError, match=r"^node 'node-a': EDS request unsubscribes 'zzz', which it never subscribed$"
+    ):
         stream.receive(request(ENDPOINT_TYPE, unsubscribe=("zzz",)), now=NOW)
 
 
@@ -107,7 +109,9 @@ def test_an_unknown_cluster_is_requested_on_demand_then_sent_when_it_appears() -
     stream.publish(SNAP, now=NOW)
     output = stream.receive(request(subscribe=("web.shop.aether.internal",)), now=NOW)
     assert output.events == (
-        OnDemandClusterRequested(observed_at=NOW, source="xds", node_id=NODE, cluster_name="web.shop.aether.internal"),
+        OnDemandClusterRequested(
+            observed_at=NOW, source="xds", node_id=NODE, cluster_name="web.shop.aether.internal"
+        ),
     )
     assert output.responses == ()
     assert stream.publish(snapshot(cluster("a"), seq=2), now=NOW).events == ()
@@ -133,7 +137,9 @@ def test_a_changed_cluster_makes_its_endpoints_go_out_again() -> None:
     (endpoints,) = stream.receive(request(ENDPOINT_TYPE, subscribe=("a", "b")), now=NOW).responses
     stream.receive(request(nonce=clusters.nonce), now=NOW)
     stream.receive(request(ENDPOINT_TYPE, nonce=endpoints.nonce), now=NOW)
-    changed = snapshot(cluster("a", timeout_ms=9), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2)
+    changed = snapshot(
+        cluster("a", timeout_ms=9), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2
+    )
     responses = stream.publish(changed, now=NOW).responses
     assert [(response.type_url, sorted(sent(response))) for response in responses] == [
         (CLUSTER_TYPE, ["a"]),

@@ -51,9 +51,18 @@ def test_the_first_request_without_a_node_id_is_a_protocol_error() -> None:
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        (request("type.googleapis.com/envoy.Nope"), r"^node 'node-a': type url 'type.googleapis.com/envoy.Nope' is not served"),
-        (request(ENDPOINT_TYPE, names=("a", "")), r"^node 'node-a': EDS request names an empty resource name$"),
-        (request(nonce="7"), r"^node 'node-a': CDS request acknowledges nonce '7', which this stream never sent$"),
+        (
+            request("type.googleapis.com/envoy.Nope"),
+            r"^node 'node-a': type url 'type.googleapis.com/envoy.Nope' is not served",
+        ),
+        (
+            request(ENDPOINT_TYPE, names=("a", "")),
+            r"^node 'node-a': EDS request names an empty resource name$",
+        ),
+        (
+            request(nonce="7"),
+            r"^node 'node-a': CDS request acknowledges nonce '7', which this stream never sent$",
+        ),
     ],
 )
 def test_malformed_requests_are_protocol_errors(bad: discovery_pb2.DiscoveryRequest, message: str) -> None:
@@ -68,7 +77,11 @@ def test_a_subscription_before_any_snapshot_is_answered_by_the_first_publish() -
     assert stream.receive(request(), now=NOW).responses == ()
     output = stream.publish(SNAP)
     (response,) = output.responses
-    assert (response.type_url, response.version_info, response.nonce) == (CLUSTER_TYPE, SNAP.version(CLUSTER_TYPE), "1")
+    assert (response.type_url, response.version_info, response.nonce) == (
+        CLUSTER_TYPE,
+        SNAP.version(CLUSTER_TYPE),
+        "1",
+    )
     assert len(response.resources) == 2
     assert [row.status for row in stream.status()] == [TypeStatus.STALE]
 
@@ -82,7 +95,12 @@ def test_an_ack_records_the_version_and_sends_nothing() -> None:
     assert output.responses == ()
     assert output.events == (
         ResourceAcked(
-            observed_at=NOW + 1, source="xds", node_id=NODE, type_url=CLUSTER_TYPE, version=response.version_info, nonce="1"
+            observed_at=NOW + 1,
+            source="xds",
+            node_id=NODE,
+            type_url=CLUSTER_TYPE,
+            version=response.version_info,
+            nonce="1",
         ),
     )
     assert [row.status for row in stream.status()] == [TypeStatus.SYNCED]
@@ -96,7 +114,9 @@ def test_a_nack_is_recorded_and_never_answered_with_the_rejected_resources() -> 
     stream.receive(request(version=first.version_info, nonce=first.nonce), now=NOW)
     bad = snapshot(cluster("a", timeout_ms=999), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2)
     (rejected,) = stream.publish(bad).responses[:1]
-    output = stream.receive(request(version=first.version_info, nonce=rejected.nonce, error="bad timeout"), now=NOW)
+    output = stream.receive(
+        request(version=first.version_info, nonce=rejected.nonce, error="bad timeout"), now=NOW
+    )
     assert output.responses == ()
     assert output.events == (
         ResourceNacked(
@@ -112,7 +132,11 @@ def test_a_nack_is_recorded_and_never_answered_with_the_rejected_resources() -> 
     )
     assert stream.publish(bad).responses == ()
     row = stream.status()[0]
-    assert (row.status, row.acked_version, row.error) == (TypeStatus.NACKED, first.version_info, "bad timeout")
+    assert (row.status, row.acked_version, row.error) == (
+        TypeStatus.NACKED,
+        first.version_info,
+        "bad timeout",
+    )
     (fixed,) = stream.publish(snapshot(cluster("a"), cluster("b"), cluster("c"), seq=3)).responses[:1]
     assert fixed.type_url == CLUSTER_TYPE
 
@@ -145,7 +169,9 @@ def test_named_subscriptions_get_only_their_names_and_changes_are_answered() -> 
     (first,) = stream.receive(request(ENDPOINT_TYPE, names=("a",)), now=NOW).responses
     assert first.version_info == type_version([SNAP.of_type(ENDPOINT_TYPE)["a"]])
     assert len(first.resources) == 1
-    output = stream.receive(request(ENDPOINT_TYPE, names=("a", "b"), version=first.version_info, nonce=first.nonce), now=NOW)
+    output = stream.receive(
+        request(ENDPOINT_TYPE, names=("a", "b"), version=first.version_info, nonce=first.nonce), now=NOW
+    )
     (second,) = output.responses
     assert len(second.resources) == 2
 
@@ -156,7 +182,9 @@ def test_a_changed_cluster_makes_its_endpoints_go_out_again() -> None:
     stream.receive(request(), now=NOW)
     stream.receive(request(ENDPOINT_TYPE, names=("a", "b")), now=NOW)
     stream.publish(SNAP)
-    changed = snapshot(cluster("a", timeout_ms=500), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2)
+    changed = snapshot(
+        cluster("a", timeout_ms=500), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2
+    )
     responses = stream.publish(changed).responses
     assert [response.type_url for response in responses] == [CLUSTER_TYPE, ENDPOINT_TYPE]
     assert responses[1].version_info == SNAP.version(ENDPOINT_TYPE)

@@ -16,6 +16,7 @@ from google.protobuf import any_pb2
 
 from aether.core.events import Event
 from aether.core.snapshot import SHORT_NAMES, Resource
+from aether.xds.errors import XdsError
 
 
 class StatusCode(enum.IntEnum):
@@ -27,7 +28,7 @@ class StatusCode(enum.IntEnum):
 
 
 @attrs.define(kw_only=True, str=False)
-class ProtocolError(Exception):
+class ProtocolError(XdsError):
     """A request that breaks the xDS protocol: the stream ends with `code` and this message; others go on."""
 
     code: StatusCode

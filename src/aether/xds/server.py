@@ -161,8 +161,9 @@ class XdsServer:
         # Buffer 0: the pump waits until the handler takes each request, so requests keep their order and the
         # watcher's "latest snapshot wins" holds (it re-reads the cache after each hand-off).
         send, receive = trio.open_memory_channel[Any](0)
-        scope = trio.CancelScope()
-        nursery.start_soon(self._pump, requests, send.clone(), scope)
+        # Each helper task gets its own cancel scope (a scope is entered once); both end with the stream.
+        scopes = [trio.CancelScope()]
+        nursery.start_soon(self._pump, requests, send.clone(), scopes[0])
         watching = False
         try:
             async with receive, send:
@@ -172,7 +173,8 @@ class XdsServer:
                     output = self._step(machine, item)
                     if not watching and machine.node_id is not None:
                         watching = True
-                        nursery.start_soon(self._watch, machine.node_id, send.clone(), scope)
+                        scopes.append(trio.CancelScope())
+                        nursery.start_soon(self._watch, machine.node_id, send.clone(), scopes[-1])
                     await self._emit(output.events)
                     for response in output.responses:
                         self._responses += 1
@@ -182,7 +184,8 @@ class XdsServer:
             LOG.warning("xds stream %d closed: %s", stream_id, exc)
             raise _STATUS_ERRORS[exc.code](str(exc)) from exc
         finally:
-            scope.cancel()
+            for scope in scopes:
+                scope.cancel()
             del self._machines[stream_id]
 
     def _step(self, machine: SotwStream | DeltaStream, item: Any) -> StreamOutput:

@@ -1,0 +1,381 @@
+"""Fixes for purerpc 0.8.0, applied in place: Unix sockets, stream resets and disconnects, large messages.
+
+purerpc 0.8.0 (2022) is frozen. Each patch below replaces one private function or class and says why;
+`apply_purerpc_fixes` refuses any other version, so an upgrade means reviewing this file first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import socket
+import struct
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import attrs
+import h2.errors
+import h2.events
+import h2.exceptions
+import purerpc
+import purerpc.grpc_socket
+from purerpc.grpc_socket import GRPCSocket, GRPCStream, GRPCStreamState, SocketWrapper
+from purerpc.grpclib.buffers import MessageReadBuffer, MessageWriteBuffer
+from purerpc.grpclib.connection import GRPCConnection
+from purerpc.grpclib.events import Event as GRPCEvent
+from purerpc.grpclib.events import (
+    MessageReceived,
+    RequestEnded,
+    RequestReceived,
+    ResponseEnded,
+    WindowUpdated,
+)
+from purerpc.grpclib.exceptions import MessageTooLargeError as PurerpcMessageTooLargeError
+from purerpc.grpclib.status import Status, StatusCode
+
+from aether.xds.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
+
+__all__ = ["PURERPC_VERSION", "apply_purerpc_fixes"]
+
+PURERPC_VERSION = "0.8.0"
+"""The only purerpc release these patches are written for (and read against, line by line)."""
+
+_FAILURE_ATTRIBUTE = "_aether_failure"
+"""Set on a `GRPCStream` that failed: a callable returning the exception its receives and sends raise."""
+
+
+def apply_purerpc_fixes() -> None:
+    """Fix purerpc 0.8.0 in place; safe to call any number of times (later calls change nothing).
+
+    The fixes:
+
+    - Unix sockets work: TCP-only socket options are set on TCP sockets only.
+    - A stream reset by the peer (RST_STREAM), or a connection that ends, reaches the stream: its
+      receives (and so a handler's request iterator) and sends raise `PeerGoneError` instead of hanging.
+      Late events for a stream that has already ended are dropped instead of tearing down the connection.
+    - Outgoing messages are cut into DATA frames in linear time (upstream copies O(n²) bytes).
+    - A message over the size limit (`GRPCConfiguration.max_message_length`) fails only its stream, with
+      status RESOURCE_EXHAUSTED and `MessageTooLargeError`'s message; the connection and its other streams go on.
+
+    It also sets the ``purerpc`` logger to ERROR unless the application gave it a level: purerpc logs a
+    WARNING, without traceback, whenever a peer disconnects or a handler is cancelled.
+    Set that logger to DEBUG to see those warnings with their tracebacks.
+
+    Raises:
+        PurerpcVersionError: The installed purerpc is not `PURERPC_VERSION`; nothing was patched.
+    """
+    installed = getattr(purerpc, "__version__", "unknown")
+    if installed != PURERPC_VERSION:
+        raise PurerpcVersionError(installed=installed, required=PURERPC_VERSION)
+    for patch in _PATCHES:
+        current = vars(patch.owner)[patch.name]
+        if current is patch.replacement:
+            continue
+        _UPSTREAM[patch.owner, patch.name] = current
+        setattr(patch.owner, patch.name, patch.replacement)
+    logger = logging.getLogger("purerpc")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.ERROR)
+
+
+def _revert_purerpc_fixes() -> None:
+    """Put purerpc's own code back. Tests use it to show each defect; nothing else should."""
+    for (owner, name), original in _UPSTREAM.items():
+        setattr(owner, name, original)
+    _UPSTREAM.clear()
+
+
+@attrs.frozen(kw_only=True)
+class _Patch:
+    owner: Any
+    """The class or module holding the attribute."""
+    name: str
+    replacement: Any
+
+
+_UPSTREAM: dict[tuple[Any, str], Any] = {}
+"""purerpc's own attributes that the patches replaced, by (owner, name): the wrappers call some of them."""
+
+
+def _upstream(owner: Any, name: str) -> Any:
+    return _UPSTREAM[owner, name]
+
+
+# --- Fix a: Unix sockets ---------------------------------------------------------------------------
+
+
+def _set_socket_options(stream: anyio.abc.SocketStream) -> None:
+    """Replaces the static method `SocketWrapper._set_socket_options`.
+
+    Upstream sets TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT and TCP_NODELAY on every accepted socket. On AF_UNIX
+    the kernel answers ``OSError: [Errno 95] Operation not supported``, purerpc logs it and drops the connection,
+    so nothing could be served on a Unix socket. TCP sockets keep upstream's options (and its keepalive).
+    """
+    raw_socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+    if raw_socket.family in (socket.AF_INET, socket.AF_INET6):
+        _upstream(SocketWrapper, "_set_socket_options")(stream)
+
+
+# --- Fix b: stream resets and disconnects reach the stream -----------------------------------------
+
+
+class _StreamReset(GRPCEvent):  # type: ignore[misc]  # purerpc is untyped
+    """The peer reset a stream (RST_STREAM); upstream turned h2's `StreamReset` into no event at all."""
+
+    def __init__(self, *, stream_id: int, error_code: int) -> None:
+        self.stream_id = stream_id
+        self.error_code = error_code
+
+
+def _stream_reset(self: GRPCConnection, event: h2.events.StreamReset) -> list[GRPCEvent]:
+    """Replaces `GRPCConnection._stream_reset`, which returned ``[]``: the reset never reached the stream.
+
+    Also drops the stream's read buffer, which upstream kept for as long as the connection lived.
+    """
+    self.message_read_buffers.pop(event.stream_id, None)
+    return [_StreamReset(stream_id=event.stream_id, error_code=int(event.error_code))]
+
+
+async def _listen(self: GRPCSocket) -> AsyncIterator[GRPCStream]:
+    """Replaces `GRPCSocket._listen`, the read loop of every connection (server and client side).
+
+    Upstream has three defects this fixes:
+
+    - A reset stream (see `_stream_reset`) was never told: a handler waiting for its next request waited until
+      a later send failed. Now the stream fails with `PeerGoneError`.
+    - When the connection ended, the loop returned without telling the open streams, with the same result,
+      and purerpc's connection task waited for those handlers forever. Now every open stream fails.
+    - It looked streams up with ``self._streams[stream_id]``: an event for a stream that already ended
+      raised KeyError and tore down the connection with all its streams. Now such events are dropped.
+
+    Also: a message over the size limit (`_MessageRejected`) fails its stream; see `_reject_message`.
+    """
+    try:
+        while True:
+            try:
+                data = await self._socket.recv(self._receive_buffer_size)
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return
+            events = self._grpc_connection.receive_data(data)
+            await self._socket.flush()
+            for event in events:
+                if isinstance(event, WindowUpdated):
+                    # As upstream: wake the senders waiting for flow-control window.
+                    if event.stream_id == 0:
+                        for stream in self._streams.values():
+                            await stream._set_flow_control_update()
+                    elif event.stream_id in self._streams:
+                        await self._streams[event.stream_id]._set_flow_control_update()
+                    continue
+                if isinstance(event, RequestReceived):
+                    self._allocate_stream(event.stream_id)
+                stream = self._streams.get(event.stream_id)
+                if stream is None:
+                    continue  # the stream already ended or failed: nobody reads its events any more
+                if isinstance(event, _StreamReset):
+                    _fail_stream(
+                        self,
+                        stream,
+                        functools.partial(
+                            PeerGoneError, stream_id=event.stream_id, error_code=event.error_code
+                        ),
+                    )
+                elif isinstance(event, _MessageRejected):
+                    await _reject_message(self, stream, event)
+                else:
+                    await stream._incoming_events[0].send(event)
+                    if isinstance(event, RequestReceived):
+                        yield stream
+                    elif isinstance(event, RequestEnded | ResponseEnded):
+                        stream._close_remote()
+    finally:
+        # The connection ended (or this loop was cancelled): no event will ever reach these streams.
+        for stream in list(self._streams.values()):
+            _fail_stream(
+                self, stream, functools.partial(PeerGoneError, stream_id=stream.stream_id, error_code=None)
+            )
+
+
+def _fail_stream(connection: GRPCSocket, stream: GRPCStream, failure: Callable[[], Exception]) -> None:
+    """End `stream` for whoever uses it: its receives and sends raise ``failure()`` from now on."""
+    setattr(stream, _FAILURE_ATTRIBUTE, failure)
+    # Invariant: a failed stream is CLOSED and out of `_streams`, so nothing delivers to it or closes it again
+    # (purerpc's own `close` on it raises TypeError, which purerpc's handler wrapper catches and logs).
+    stream._state = GRPCStreamState.CLOSED
+    connection._streams.pop(stream.stream_id, None)
+    connection._grpc_connection.message_read_buffers.pop(stream.stream_id, None)
+    # A receive waiting on the closed channel gets EndOfStream (see `_receive`); a send waiting for
+    # flow-control window wakes up (see `_wait_flow_control_update`).
+    stream._incoming_events[0].close()
+    stream._flow_control_update_event.set()
+
+
+def _raise_if_failed(stream: GRPCStream) -> None:
+    failure: Callable[[], Exception] | None = getattr(stream, _FAILURE_ATTRIBUTE, None)
+    if failure is not None:
+        raise failure()
+
+
+async def _receive(self: GRPCStream) -> GRPCEvent:
+    """Wraps `GRPCStream._receive`: a stream failed by `_fail_stream` raises its failure instead of EndOfStream."""
+    try:
+        return await _upstream(GRPCStream, "_receive")(self)
+    except anyio.EndOfStream:
+        _raise_if_failed(self)
+        raise AssertionError(
+            "a stream's events ended but it has no failure recorded; this is a bug"
+        ) from None
+
+
+async def _send(self: GRPCStream, message: bytes, compress: bool = False) -> None:
+    """Wraps `GRPCStream._send`: a failed stream raises its failure instead of writing to a dead stream."""
+    _raise_if_failed(self)
+    await _upstream(GRPCStream, "_send")(self, message, compress)
+
+
+async def _wait_flow_control_update(self: GRPCStream) -> None:
+    """Wraps `GRPCStream._wait_flow_control_update`: a send waiting for window raises once the stream fails.
+
+    Upstream waits for a WINDOW_UPDATE that a gone peer never sends.
+    """
+    _raise_if_failed(self)
+    await _upstream(GRPCStream, "_wait_flow_control_update")(self)
+    _raise_if_failed(self)
+
+
+# --- Fixes c and d: linear framing, and a size limit that fails one stream cleanly ------------------
+
+
+class _LinearWriteBuffer(MessageWriteBuffer):  # type: ignore[misc]  # purerpc is untyped
+    """Replaces `MessageWriteBuffer` in `purerpc.grpc_socket`, where `GRPCStream._send` frames each message.
+
+    Upstream keeps the message in a `ByteBuffer` whose `popleft` slices off the rest of the message for every
+    DATA frame, so cutting n bytes into 16 KiB frames copies about n²/32 KiB bytes: a 30 MiB message copies
+    about 28 GiB and, to a peer with a large window, holds the event loop for over a second (1.5 s measured on
+    2 cores). Here each frame is a slice of a memoryview: linear.
+
+    A message over the limit raises `MessageTooLargeError`, an `RpcFailedError`, so purerpc ends the stream with
+    RESOURCE_EXHAUSTED and that message. Upstream raised its own `MessageTooLargeError`, a ProtocolError, which
+    purerpc reports as CANCELLED with ``repr(sys.exc_info())`` (a traceback object's repr) as the message.
+    """
+
+    def __init__(self, message_encoding: str | None = None, max_message_length: int = 4 * 2**20) -> None:
+        super().__init__(message_encoding, max_message_length)
+        self._views: deque[memoryview] = deque()
+        self._pending = 0
+
+    def write_message(self, data: bytes, compress: bool = False) -> None:
+        if compress:
+            data = self.compress(data)
+        if len(data) > self._max_message_length:
+            raise MessageTooLargeError(length=len(data), limit=self._max_message_length)
+        self._views.append(memoryview(struct.pack(">?I", compress, len(data))))
+        self._views.append(memoryview(data))
+        self._pending += 5 + len(data)
+
+    def data_to_send(self, amount: int) -> bytes:
+        chunks: list[memoryview] = []
+        while amount > 0 and self._views:
+            view = self._views[0]
+            chunk = view[:amount]
+            if len(chunk) == len(view):
+                self._views.popleft()
+            else:
+                self._views[0] = view[len(chunk) :]
+            chunks.append(chunk)
+            amount -= len(chunk)
+            self._pending -= len(chunk)
+        return b"".join(chunks)
+
+    def __len__(self) -> int:
+        return self._pending
+
+
+class _MessageRejected(GRPCEvent):  # type: ignore[misc]  # purerpc is untyped
+    """A received message's gRPC header announced more bytes than the limit."""
+
+    def __init__(self, *, stream_id: int, length: int, limit: int) -> None:
+        self.stream_id = stream_id
+        self.length = length
+        self.limit = limit
+
+
+def _data_received(self: GRPCConnection, event: h2.events.DataReceived) -> list[GRPCEvent]:
+    """Replaces `GRPCConnection._data_received`.
+
+    Upstream let purerpc's `MessageTooLargeError` out of `receive_data`, which ended the connection and every
+    stream on it. Here the stream's read buffer is dropped and a `_MessageRejected` event tells `_listen` to fail
+    that stream alone. Messages completed before the rejected one, in the same DATA frame, are still delivered.
+
+    The bytes that will never be read are acknowledged, or they would shrink the connection's flow-control window
+    for good: the rest of the rejected frame, and frames of the stream that arrive before its reset goes out.
+    (Upstream also raised KeyError, reading the buffer again, for DATA on a stream without one.)
+    """
+    buffer: MessageReadBuffer | None = self.message_read_buffers.get(event.stream_id)
+    if buffer is None:
+        # The stream's message was rejected earlier in this batch of frames; its reset is not sent yet.
+        _acknowledge(self, event.stream_id, event.flow_controlled_length)
+        return []
+    rejected: list[GRPCEvent] = []
+    try:
+        buffer.data_received(event.data, event.flow_controlled_length)
+    except PurerpcMessageTooLargeError:
+        del self.message_read_buffers[event.stream_id]
+        # MessageReadBuffer has consumed the 5-byte header (its flow-controlled length is kept apart) and holds
+        # the start of the message's body; both are unread for good.
+        unread = buffer._flow_controlled_length + sum(length for _, length in buffer._buffer._deque)
+        _acknowledge(self, event.stream_id, unread)
+        rejected.append(
+            _MessageRejected(
+                stream_id=event.stream_id, length=buffer._message_length, limit=buffer._max_message_length
+            )
+        )
+    received = [
+        MessageReceived(event.stream_id, message, length)
+        for message, length in buffer.read_all_complete_messages_flowcontrol()
+    ]
+    return received + rejected
+
+
+def _acknowledge(connection: GRPCConnection, stream_id: int, length: int) -> None:
+    if length > 0:
+        connection.h2_connection.acknowledge_received_data(length, stream_id)
+
+
+async def _reject_message(connection: GRPCSocket, stream: GRPCStream, event: _MessageRejected) -> None:
+    """Fail `stream` because its peer sent a message over the limit (see `_data_received`).
+
+    A server stream first ends with status RESOURCE_EXHAUSTED, as gRPC's own servers answer, then is reset with
+    NO_ERROR so the client stops sending the rest of the message (RFC 9113 section 8.1). A client stream
+    is reset with CANCEL. Either way the stream's user then gets `MessageTooLargeError`.
+    """
+    failure = functools.partial(MessageTooLargeError, length=event.length, limit=event.limit)
+    # h2 has read the whole batch of frames already: a RST_STREAM later in it may have closed the stream (nobody
+    # is left to tell), or an END_STREAM makes our trailers close it (nothing is left to reset).
+    with contextlib.suppress(h2.exceptions.StreamClosedError):
+        if stream.client_side:
+            error_code = h2.errors.ErrorCodes.CANCEL
+        else:
+            error_code = h2.errors.ErrorCodes.NO_ERROR
+            if stream.state is GRPCStreamState.OPEN:
+                await stream.close(Status(StatusCode.RESOURCE_EXHAUSTED, str(failure())))
+        connection._grpc_connection.reset_stream(stream.stream_id, error_code)
+    await connection._socket.flush()
+    _fail_stream(connection, stream, failure)
+
+
+_PATCHES = (
+    _Patch(owner=SocketWrapper, name="_set_socket_options", replacement=staticmethod(_set_socket_options)),
+    _Patch(owner=GRPCConnection, name="_stream_reset", replacement=_stream_reset),
+    _Patch(owner=GRPCConnection, name="_data_received", replacement=_data_received),
+    _Patch(owner=GRPCSocket, name="_listen", replacement=_listen),
+    _Patch(owner=GRPCStream, name="_receive", replacement=_receive),
+    _Patch(owner=GRPCStream, name="_send", replacement=_send),
+    _Patch(owner=GRPCStream, name="_wait_flow_control_update", replacement=_wait_flow_control_update),
+    _Patch(owner=purerpc.grpc_socket, name="MessageWriteBuffer", replacement=_LinearWriteBuffer),
+)
+"""Every patch: what `apply_purerpc_fixes` sets, and `_revert_purerpc_fixes` undoes."""
