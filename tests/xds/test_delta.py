@@ -145,3 +145,12 @@ def test_a_changed_cluster_makes_its_endpoints_go_out_again() -> None:
         (CLUSTER_TYPE, ["a"]),
         (ENDPOINT_TYPE, ["a"]),
     ]
+
+
+def test_the_first_wildcard_response_goes_out_even_when_empty() -> None:
+    """A wildcard subscription to a type the snapshot lacks is answered once, with nothing in it."""
+    stream = DeltaStream()
+    stream.publish(snapshot(assignment("a", 1)), now=NOW)
+    (response,) = stream.receive(request(), now=NOW).responses
+    assert (len(response.resources), list(response.removed_resources)) == (0, [])
+    assert stream.publish(snapshot(assignment("a", 1), seq=2), now=NOW).responses == ()

@@ -188,3 +188,13 @@ def test_a_changed_cluster_makes_its_endpoints_go_out_again() -> None:
     responses = stream.publish(changed).responses
     assert [response.type_url for response in responses] == [CLUSTER_TYPE, ENDPOINT_TYPE]
     assert responses[1].version_info == SNAP.version(ENDPOINT_TYPE)
+
+
+def test_a_subscription_to_a_type_the_snapshot_lacks_gets_an_empty_first_response() -> None:
+    """Envoy waits for a first response before it finishes initializing: an empty type still gets one, once."""
+    stream = SotwStream()
+    stream.receive(request(), now=NOW)
+    empty = snapshot(assignment("a", 1))
+    (response,) = stream.publish(empty).responses
+    assert (response.type_url, response.version_info, len(response.resources)) == (CLUSTER_TYPE, "", 0)
+    assert stream.publish(empty).responses == ()

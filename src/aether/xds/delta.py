@@ -244,7 +244,9 @@ class DeltaStream:
                 for name in state.names & self._snapshot.not_found
                 if state.expected.get(name) != _REMOVED and name not in held
             )
-        if not updates and not removed:
+        # The first wildcard response goes out even when empty: Envoy waits for it before it finishes initializing.
+        first_wildcard = state.wildcard and not state.sent_any and not state.acked
+        if not updates and not removed and not first_wildcard:
             return NOTHING
         nonce = self._nonces.issue()
         response = discovery_pb2.DeltaDiscoveryResponse(

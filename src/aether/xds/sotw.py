@@ -57,6 +57,8 @@ class _TypeState:
     error: str = ""
     always_respond: bool = False
     """Answer the next request even if nothing changed (EDS after a cluster change)."""
+    answered: bool = False
+    """The subscription got a response (or was found current on reconnect): Envoy is not waiting for a first one."""
 
 
 class SotwStream:
@@ -123,7 +125,8 @@ class SotwStream:
             if state is None:
                 continue
             version = type_version(self._selected(state).values())
-            if version != state.sent_version or state.always_respond:
+            # An empty type still gets its first (empty) response: Envoy waits for one before it finishes warming.
+            if not state.answered or version != state.sent_version or state.always_respond:
                 output += self._respond(type_url, state)
         return output
 
@@ -163,6 +166,7 @@ class SotwStream:
         if stated_version and stated_version == version and not state.always_respond:
             # A reconnect: Envoy already holds exactly this. Record it as accepted, send nothing.
             state.sent_version = state.acked_version = version
+            state.answered = True
             state.sent_digests = {name: item.digest for name, item in self._selected(state).items()}
             assert self.node_id is not None
             event = ResourceAcked(
@@ -182,7 +186,7 @@ class SotwStream:
             return NOTHING
         selected = self._selected(state)
         version = type_version(selected.values())
-        if version == state.nacked_version and not state.always_respond:
+        if state.nacked_version and version == state.nacked_version and not state.always_respond:
             return NOTHING  # never answer a NACK with what was rejected
         nonce = self._nonces.issue()
         response = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
@@ -196,6 +200,7 @@ class SotwStream:
                 endpoints.always_respond = True
         state.sent_version, state.sent_nonce, state.sent_digests = version, nonce, digests
         state.always_respond = False
+        state.answered = True
         return StreamOutput(responses=(response,))
 
 
