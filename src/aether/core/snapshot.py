@@ -3,15 +3,21 @@
 A snapshot is a value: resources by type URL, each resource kept as its deterministic serialized bytes plus a digest
 of those bytes. Versions are content hashes, so folding the same log gives the same versions, and a resource that
 did not change keeps its version (no churn on Envoy).
+
+The version of a set of resources is the XOR of one 128-bit hash per (name, digest) entry: independent of order, and
+updated in O(changed) when a snapshot is derived from the previous one (`Snapshot.with_changes`), so one endpoint
+change at 10,000 clusters does not rehash the other 9,999.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 
 import attrs
 import immutables
+from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
 from aether.core.errors import InternalError
@@ -43,6 +49,14 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def _entry_hash(name: str, digest: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{name} {digest}".encode(), digest_size=16).digest(), "big")
+
+
+def _format_version(aggregate: int) -> str:
+    return f"{aggregate:032x}"[:16]
+
+
 @attrs.frozen(kw_only=True)
 class Resource:
     """One Envoy resource, serialized once: the bytes every push reuses and the digest that versions it."""
@@ -55,6 +69,16 @@ class Resource:
     """blake2b-128 of `body`, hex: the resource's version in Delta xDS."""
     references: tuple[str, ...] = ()
     """Names of resources of the dependent type this one needs (a cluster's CLA, a listener's route configs)."""
+
+    @functools.cached_property
+    def packed(self) -> any_pb2.Any:
+        """The resource in an `Any`, built once: every push of an unchanged resource reuses it."""
+        return any_pb2.Any(type_url=self.type_url, value=self.body)
+
+    @functools.cached_property
+    def entry_hash(self) -> int:
+        """This resource's share of its type's version (see the module docstring)."""
+        return _entry_hash(self.name, self.digest)
 
     @classmethod
     def from_message(cls, message: Message, *, references: Iterable[str] = ()) -> Resource:
@@ -71,15 +95,20 @@ class Resource:
 
 
 def version_of(digests: Mapping[str, str]) -> str:
-    """Return the version of a set of resources given as name → digest: a digest of the sorted pairs ("" if none)."""
-    if not digests:
-        return ""
-    return _digest("\n".join(f"{name} {digest}" for name, digest in sorted(digests.items())).encode())[:16]
+    """Return the version of a set of resources given as name → digest ("" when empty)."""
+    aggregate = 0
+    for name, digest in digests.items():
+        aggregate ^= _entry_hash(name, digest)
+    return _format_version(aggregate) if digests else ""
 
 
 def type_version(resources: Iterable[Resource]) -> str:
-    """Return the version of a set of resources (see `version_of`)."""
-    return version_of({resource.name: resource.digest for resource in resources})
+    """Return the version of a set of resources: the same value `version_of` gives for their names and digests."""
+    aggregate, empty = 0, True
+    for resource in resources:
+        aggregate ^= resource.entry_hash
+        empty = False
+    return "" if empty else _format_version(aggregate)
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +123,8 @@ class Snapshot:
     resources: immutables.Map[str, immutables.Map[str, Resource]] = immutables.Map()
     not_found: frozenset[str] = frozenset()
     """Cluster names asked for on demand that no mesh service matches: answered as removed, never left hanging."""
+    aggregates: immutables.Map[str, int] = immutables.Map()
+    """Per type URL, the XOR of its resources' entry hashes. Invariant: always matches `resources`."""
 
     @classmethod
     def build(
@@ -104,15 +135,69 @@ class Snapshot:
         for resource in resources:
             grouped.setdefault(resource.type_url, {})[resource.name] = resource
         maps = immutables.Map({type_url: immutables.Map(items) for type_url, items in grouped.items()})
-        return cls(node_id=node_id, seq=seq, resources=maps, not_found=frozenset(not_found))
+        aggregates = {}
+        for type_url, items in grouped.items():
+            aggregate = 0
+            for resource in items.values():
+                aggregate ^= resource.entry_hash
+            aggregates[type_url] = aggregate
+        return cls(
+            node_id=node_id,
+            seq=seq,
+            resources=maps,
+            not_found=frozenset(not_found),
+            aggregates=immutables.Map(aggregates),
+        )
+
+    def with_changes(
+        self,
+        *,
+        seq: int,
+        upserted: Iterable[Resource] = (),
+        removed: Iterable[tuple[str, str]] = (),
+        not_found: Iterable[str] | None = None,
+    ) -> Snapshot:
+        """Return the snapshot at `seq` with `upserted` resources set and `removed` (type URL, name) pairs gone.
+
+        Costs O(changed): the maps are shared with this snapshot and versions are updated, not recomputed.
+        """
+        maps = self.resources.mutate()
+        aggregates = self.aggregates.mutate()
+        for type_url, name in removed:
+            held = maps.get(type_url)
+            if held is not None and name in held:
+                remaining = held.delete(name)
+                if remaining:
+                    aggregates[type_url] = aggregates.get(type_url, 0) ^ held[name].entry_hash
+                    maps[type_url] = remaining
+                else:  # as `build` would have it: a type without resources has no entry
+                    del maps[type_url]
+                    del aggregates[type_url]
+        for resource in upserted:
+            held = maps.get(resource.type_url, _EMPTY)
+            aggregate = aggregates.get(resource.type_url, 0)
+            previous = held.get(resource.name)
+            if previous is not None:
+                aggregate ^= previous.entry_hash
+            aggregates[resource.type_url] = aggregate ^ resource.entry_hash
+            maps[resource.type_url] = held.set(resource.name, resource)
+        return Snapshot(
+            node_id=self.node_id,
+            seq=seq,
+            resources=maps.finish(),
+            not_found=self.not_found if not_found is None else frozenset(not_found),
+            aggregates=aggregates.finish(),
+        )
 
     def of_type(self, type_url: str) -> Mapping[str, Resource]:
         """Return the resources of `type_url` by name (empty when the snapshot has none)."""
         return self.resources.get(type_url, _EMPTY)
 
     def version(self, type_url: str) -> str:
-        """Return the version of all resources of `type_url` (the SotW version of a wildcard subscription)."""
-        return type_version(self.of_type(type_url).values())
+        """Return the version of all resources of `type_url` (the SotW version of a wildcard subscription), in O(1)."""
+        if not self.of_type(type_url):
+            return ""
+        return _format_version(self.aggregates.get(type_url, 0))
 
     def consistent(self) -> tuple[str, ...]:
         """Return every dangling reference (empty: consistent).

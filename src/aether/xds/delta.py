@@ -39,7 +39,6 @@ from aether.xds.protocol import (
     check_node,
     check_nonce,
     check_type,
-    packed,
 )
 
 SOURCE = "xds"
@@ -51,6 +50,8 @@ _REMOVED = ""
 class _Sent:
     changes: dict[str, str]
     """What the response changed: name → digest, or `_REMOVED`."""
+    version: str
+    """The response's `system_version_info`: the snapshot's version of the type (what ACK and NACK events carry)."""
 
 
 @attrs.define(kw_only=True)
@@ -69,6 +70,9 @@ class _TypeState:
     """Names already reported as requested on demand (one event per name and stream)."""
     sent_any: bool = False
     error: str = ""
+    diffed: tuple[object, object] | None = None
+    """The (resources, not_found) objects `expected` was last brought in line with: if the snapshot still holds
+    the very same objects, a push has nothing to do (O(1) instead of a scan of every resource)."""
 
     def covers(self, name: str) -> bool:
         return self.wildcard or name in self.names
@@ -105,9 +109,12 @@ class DeltaStream:
             state.expected = dict(state.acked)
             if not request.resource_names_subscribe and type_url in WILDCARD_TYPES:
                 state.wildcard = True  # the legacy wildcard: a first CDS/LDS request naming nothing
-        self._update_subscription(state, request)
-        output += self._on_demand(state, now=now)
-        return output + self._push(state)
+        if first or request.resource_names_subscribe or request.resource_names_unsubscribe:
+            self._update_subscription(state, request)
+            state.diffed = None
+            output += self._on_demand(state, now=now) + self._push(state)
+        # A plain ACK or NACK needs no push: what is new reaches Envoy through `publish`.
+        return output
 
     def publish(self, snapshot: Snapshot, *, now: int) -> StreamOutput:
         """Adopt a new snapshot and return what differs from what Envoy holds, type by type in ADS order."""
@@ -158,12 +165,13 @@ class DeltaStream:
                     state.rejected[name] = version
                 _restore(state.expected, name, state.acked.get(name))
             state.error = request.error_detail.message
+            state.diffed = None
             event = ResourceNacked(
                 observed_at=now,
                 source=SOURCE,
                 node_id=self.node_id,
                 type_url=state.type_url,
-                version=_summary(sent.changes),
+                version=sent.version,
                 nonce=request.response_nonce,
                 error_code=request.error_detail.code,
                 error_message=request.error_detail.message,
@@ -177,7 +185,7 @@ class DeltaStream:
             source=SOURCE,
             node_id=self.node_id,
             type_url=state.type_url,
-            version=_summary(state.acked),
+            version=sent.version,
             nonce=request.response_nonce,
         )
         return StreamOutput(events=(acked,))
@@ -225,13 +233,24 @@ class DeltaStream:
         if self._snapshot is None:
             return NOTHING
         held = self._snapshot.of_type(state.type_url)
-        updates = [
-            resource
-            for name, resource in sorted(held.items())
-            if state.covers(name)
-            and state.expected.get(name) != resource.digest
-            and state.rejected.get(name) != resource.digest
-        ]
+        if (
+            state.diffed is not None
+            and state.diffed[0] is held
+            and state.diffed[1] is self._snapshot.not_found
+        ):
+            return NOTHING
+        state.diffed = (held, self._snapshot.not_found)
+        expected, rejected = state.expected, state.rejected
+        updates = sorted(
+            (
+                resource
+                for name, resource in held.items()
+                if expected.get(name) != resource.digest
+                and rejected.get(name) != resource.digest
+                and state.covers(name)
+            ),
+            key=lambda resource: resource.name,
+        )
         removed = sorted(
             name
             for name, version in state.expected.items()
@@ -253,13 +272,13 @@ class DeltaStream:
             type_url=state.type_url, nonce=nonce, system_version_info=self._snapshot.version(state.type_url)
         )
         for resource in updates:
-            response.resources.add(name=resource.name, version=resource.digest, resource=packed(resource))
+            response.resources.add(name=resource.name, version=resource.digest, resource=resource.packed)
         response.removed_resources.extend(removed)
         changes = {resource.name: resource.digest for resource in updates} | dict.fromkeys(removed, _REMOVED)
         if state.type_url == CLUSTER_TYPE:
             self._forget_endpoints_of(name for name in changes if name in state.expected)
         state.expected.update(changes)
-        state.in_flight[nonce] = _Sent(changes=changes)
+        state.in_flight[nonce] = _Sent(changes=changes, version=response.system_version_info)
         state.sent_any = True
         return StreamOutput(responses=(response,))
 
@@ -267,6 +286,7 @@ class DeltaStream:
         """After a cluster changes, Envoy re-creates it and needs its endpoints again: Delta does not ask."""
         endpoints = self._types.get(ENDPOINT_TYPE)
         if endpoints is not None:
+            endpoints.diffed = None
             for name in clusters:
                 endpoints.expected.pop(name, None)
 

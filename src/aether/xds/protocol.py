@@ -7,15 +7,13 @@ send and the feedback events to append; the server (`aether.xds.server`) does th
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
-from google.protobuf import any_pb2
 
 from aether.core.events import Event
-from aether.core.snapshot import SHORT_NAMES, Resource
+from aether.core.snapshot import SHORT_NAMES
 from aether.xds.errors import XdsError
 
 
@@ -144,13 +142,3 @@ def check_nonce(nonces: Nonces, nonce: str, *, type_url: str, node_id: str | Non
             reason=f"{SHORT_NAMES[type_url]} request acknowledges nonce {nonce!r}, which this stream never sent",
             node_id=node_id,
         )
-
-
-@functools.lru_cache(maxsize=65536)
-def packed(resource: Resource) -> any_pb2.Any:
-    """Return `resource` packed in an `Any`, built once per resource (its bytes were serialized once already).
-
-    The cache holds a node's whole snapshot several times over (65,536 resources): a push of unchanged resources
-    reuses the packed messages instead of copying bodies again.
-    """
-    return any_pb2.Any(type_url=resource.type_url, value=resource.body)

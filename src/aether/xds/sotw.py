@@ -38,7 +38,6 @@ from aether.xds.protocol import (
     check_node,
     check_nonce,
     check_type,
-    packed,
 )
 
 SOURCE = "xds"
@@ -124,7 +123,7 @@ class SotwStream:
             state = self._types.get(type_url)
             if state is None:
                 continue
-            version = type_version(self._selected(state).values())
+            version = self._version(state)
             # An empty type still gets its first (empty) response: Envoy waits for one before it finishes warming.
             if not state.answered or version != state.sent_version or state.always_respond:
                 output += self._respond(type_url, state)
@@ -162,7 +161,7 @@ class SotwStream:
         state.names = names
         if self._snapshot is None:
             return NOTHING  # answered by the first publish
-        version = type_version(self._selected(state).values())
+        version = self._version(state)
         if stated_version and stated_version == version and not state.always_respond:
             # A reconnect: Envoy already holds exactly this. Record it as accepted, send nothing.
             state.sent_version = state.acked_version = version
@@ -175,6 +174,11 @@ class SotwStream:
             return StreamOutput(events=(event,))
         return self._respond(type_url, state)
 
+    def _version(self, state: _TypeState) -> str:
+        if self._snapshot is not None and state.names is None:
+            return self._snapshot.version(state.type_url)  # O(1): kept up to date by the snapshot
+        return type_version(self._selected(state).values())
+
     def _selected(self, state: _TypeState) -> Mapping[str, Resource]:
         held = self._snapshot.of_type(state.type_url) if self._snapshot else {}
         if state.names is None:
@@ -185,12 +189,12 @@ class SotwStream:
         if self._snapshot is None:
             return NOTHING
         selected = self._selected(state)
-        version = type_version(selected.values())
+        version = self._version(state)
         if state.nacked_version and version == state.nacked_version and not state.always_respond:
             return NOTHING  # never answer a NACK with what was rejected
         nonce = self._nonces.issue()
         response = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
-        response.resources.extend(packed(resource) for resource in selected.values())
+        response.resources.extend(resource.packed for resource in selected.values())
         digests = {name: resource.digest for name, resource in selected.items()}
         if type_url == CLUSTER_TYPE and any(
             state.sent_digests.get(name) not in (None, digest) for name, digest in digests.items()

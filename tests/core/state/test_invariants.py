@@ -6,7 +6,14 @@ import attrs
 import immutables
 
 from aether.core.events import Protocol
-from aether.core.state import RegistryState, state_problems
+from aether.core.state import (
+    MAX_REJECTIONS,
+    Diagnostics,
+    RegistryState,
+    Rejection,
+    RejectionReason,
+    state_problems,
+)
 from aether.testing import (
     endpoint_added,
     fold_events,
@@ -52,3 +59,17 @@ def test_a_misfiled_pod_is_reported() -> None:
     record = next(iter(state.pods.values()))
     state = attrs.evolve(state, pods=immutables.Map({"default/other": record}))
     assert state_problems(state) == (f"pod {record.pod.key!r} stored under 'default/other'",)
+
+
+def test_rejection_bookkeeping_problems_are_reported() -> None:
+    """Too many rejections, a total below the count kept, and a misfiled or future rejection are each named."""
+    rejection = Rejection(subject="pod/default/a", reason=RejectionReason.UNKNOWN_POD, message="m", seq=5)
+    rejections = immutables.Map({f"pod/default/{index}": rejection for index in range(MAX_REJECTIONS + 1)})
+    state = attrs.evolve(fold_events(), diagnostics=Diagnostics(rejections=rejections, rejected_total=1))
+    problems = state_problems(state)
+    assert problems[:2] == (
+        f"{MAX_REJECTIONS + 1} rejections kept, more than {MAX_REJECTIONS}",
+        f"rejected_total 1 < {MAX_REJECTIONS + 1} rejections kept",
+    )
+    assert problems[2] == "rejection of 'pod/default/a' at seq 5 stored under 'pod/default/0'"
+    assert len(problems) == 2 + MAX_REJECTIONS + 1

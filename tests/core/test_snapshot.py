@@ -1,0 +1,64 @@
+"""Snapshots: resources serialized once, content-hash versions, incremental changes, consistency."""
+
+from __future__ import annotations
+
+import pytest
+
+from aether.core.errors import InternalError
+from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, Resource, Snapshot, type_version, version_of
+from tests.xds._snapshots import NODE, assignment, cluster, snapshot
+
+
+def test_versions_depend_on_content_only() -> None:
+    """The same resources in any order give the same versions; seq does not enter them."""
+    forward = snapshot(cluster("a"), cluster("b"), seq=1)
+    backward = snapshot(cluster("b"), cluster("a"), seq=9)
+    assert forward.version(CLUSTER_TYPE) == backward.version(CLUSTER_TYPE) != ""
+    assert forward.version(ENDPOINT_TYPE) == ""
+
+
+def test_type_version_and_version_of_agree_with_the_snapshot() -> None:
+    """A set's version is the same whether computed from resources, from name → digest, or kept by the snapshot."""
+    built = snapshot(cluster("a"), cluster("b"))
+    held = built.of_type(CLUSTER_TYPE)
+    assert (
+        type_version(held.values())
+        == version_of({n: r.digest for n, r in held.items()})
+        == built.version(CLUSTER_TYPE)
+    )
+
+
+def test_with_changes_equals_building_from_scratch() -> None:
+    """An incremental change (upsert, replace, remove the last of a type) gives the snapshot `build` gives."""
+    base = snapshot(cluster("a"), cluster("b"), assignment("a", 1), assignment("b", 2))
+    changed = base.with_changes(
+        seq=2,
+        upserted=[assignment("a", 7), cluster("c")],
+        removed=[(CLUSTER_TYPE, "b"), (ENDPOINT_TYPE, "b"), (ENDPOINT_TYPE, "zzz")],
+    )
+    assert changed == snapshot(cluster("a"), cluster("c"), assignment("a", 7), seq=2)
+    emptied = changed.with_changes(seq=3, removed=[(ENDPOINT_TYPE, "a")])
+    assert emptied == snapshot(cluster("a"), cluster("c"), seq=3)
+
+
+def test_consistency_names_dangling_references() -> None:
+    """A cluster whose load assignment is missing is reported, by name."""
+    assert snapshot(cluster("a"), cluster("b"), assignment("a", 1)).consistent() == (
+        "CDS 'b' needs EDS 'b', which is missing",
+    )
+
+
+def test_only_served_resource_types_become_resources() -> None:
+    """A message of another type is a programming error."""
+    from google.protobuf import wrappers_pb2
+
+    with pytest.raises(InternalError, match=r"'google.protobuf.StringValue' is not a resource type"):
+        Resource.from_message(wrappers_pb2.StringValue(value="x"))
+
+
+def test_a_resource_packs_once() -> None:
+    """The packed Any is built once and reused."""
+    resource = cluster("a")
+    assert resource.packed is resource.packed
+    assert resource.packed.value == resource.body
+    assert Snapshot.build(node_id=NODE, resources=[resource]).of_type(CLUSTER_TYPE)["a"] is resource
