@@ -44,6 +44,7 @@ def test_replay_starts_from_a_sound_checkpoint(tmp_path: Path) -> None:
         0,
         (),
     )
+    assert replay.last_observed_at == _records()[-1].event.observed_at
 
 
 def test_a_checkpoint_that_breaks_an_invariant_is_skipped_with_its_reason(tmp_path: Path) -> None:

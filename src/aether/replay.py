@@ -47,6 +47,9 @@ class Replay:
     """The result of folding a log."""
 
     state: State
+    last_observed_at: int = 0
+    """The observation time of the record at `state.seq` (0 for an empty log): the "now" of projections, so that
+    replaying a log projects exactly what was served."""
     checkpoint_seq: int | None
     """The seq of the checkpoint replay started from, or None when it folded from the first record."""
     records_folded: int
@@ -138,9 +141,20 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
             _starting_point(directory, until=last) if use_checkpoints else (EMPTY_STATE, None, ())
         )
         folded = 0
+        observed_at = 0
         for item in scan_log(directory, from_seq=state.seq + 1, to_seq=last):
-            state = fold_event(state, decode_record(item), seq=item.seq)
+            event = decode_record(item)
+            state = fold_event(state, event, seq=item.seq)
+            observed_at = event.observed_at
             folded += 1
+        if not folded and state.seq:
+            observed_at = next(
+                decoded_records(directory, from_seq=state.seq, to_seq=state.seq)
+            ).event.observed_at
     return Replay(
-        state=state, checkpoint_seq=checkpoint_seq, records_folded=folded, skipped_checkpoints=skipped
+        state=state,
+        last_observed_at=observed_at,
+        checkpoint_seq=checkpoint_seq,
+        records_folded=folded,
+        skipped_checkpoints=skipped,
     )

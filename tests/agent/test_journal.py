@@ -17,7 +17,7 @@ async def test_events_sent_to_the_journal_are_folded_and_survive_a_restart(tmp_p
     seen: list[State] = []
     folded = trio.Event()
 
-    def record(state: State) -> None:
+    def record(state: State, now: int) -> None:
         seen.append(state)
         if state.seq == len(events):
             folded.set()
@@ -36,3 +36,19 @@ async def test_events_sent_to_the_journal_are_folded_and_survive_a_restart(tmp_p
     async with open_journal(tmp_path / "log") as reopened:
         assert reopened.state == live
         assert reopened.replay.records_folded == 3
+
+
+async def test_the_journal_knows_when_its_last_record_was_observed_across_restarts(tmp_path: Path) -> None:
+    """`last_observed_at` is the observation time of the newest folded record, live and after replay."""
+    events = [pod_added(make_pod("web-1"), at=5), pod_added(make_pod("web-2"), at=9)]
+    folded = trio.Event()
+    async with open_journal(tmp_path / "log") as journal:
+        journal.subscribe(lambda state, now: folded.set() if state.seq == 2 else None)
+        async with journal.sender() as send:
+            for event in events:
+                await send.send(event)
+        with trio.fail_after(5):
+            await folded.wait()
+        assert journal.last_observed_at == 9
+    async with open_journal(tmp_path / "log") as reopened:
+        assert reopened.last_observed_at == 9

@@ -155,7 +155,7 @@ async def test_acks_and_nacks_are_appended_to_the_nodes_log(tmp_path: Path) -> N
     inbox: queue.Queue[object] = queue.Queue()
     async with open_journal(tmp_path / "log") as journal, trio.open_nursery() as nursery:
         acked = trio.Event()
-        journal.subscribe(lambda state: acked.set() if state.feedback.streams else None)
+        journal.subscribe(lambda state, now: acked.set() if state.feedback.streams else None)
         feedback: trio.MemorySendChannel[Event] = journal.sender()
         await _serving(nursery, XdsServer(cache, feedback=feedback), path)
         nursery.start_soon(

@@ -46,7 +46,8 @@ class Journal:
         self.replay = replay
         """What start-up replayed (checkpoint and records folded)."""
         self._send = send
-        self._subscribers: list[Callable[[State], None]] = []
+        self._last_observed_at = replay.last_observed_at
+        self._subscribers: list[Callable[[State, int], None]] = []
         self._appended = self._batches = self._checkpoints = 0
         self._since_checkpoint = replay.records_folded
 
@@ -59,10 +60,15 @@ class Journal:
         """Return a send channel of the journal's own for one source (close it when the source ends)."""
         return self._send.clone()
 
-    def subscribe(self, callback: Callable[[State], None]) -> None:
-        """Call `callback(state)` now and after every batch (it must not block: publish and return)."""
+    @property
+    def last_observed_at(self) -> int:
+        """When the last folded record was observed (ns since the epoch): the "now" projections are made at."""
+        return self._last_observed_at
+
+    def subscribe(self, callback: Callable[[State, int], None]) -> None:
+        """Call `callback(state, last_observed_at)` now and after every batch (it must not block: publish, return)."""
         self._subscribers.append(callback)
-        callback(self._state)
+        callback(self._state, self._last_observed_at)
 
     def statistics(self) -> JournalStatistics:
         """Return the journal's counters."""
@@ -88,6 +94,7 @@ class Journal:
             for seq, event in zip(seqs, batch, strict=True):
                 state = fold_event(state, event, seq=seq)
         self._state = state
+        self._last_observed_at = batch[-1].observed_at
         self._appended += len(batch)
         self._batches += 1
         self._since_checkpoint += len(batch)
@@ -96,7 +103,7 @@ class Journal:
             self._checkpoints += 1
             self._since_checkpoint = 0
         for callback in self._subscribers:
-            callback(state)
+            callback(state, self._last_observed_at)
 
 
 @contextlib.asynccontextmanager
