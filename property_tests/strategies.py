@@ -340,23 +340,34 @@ def mesh_configs() -> st.SearchStrategy[MeshConfig]:
 # --- identity ---
 
 
-def svids() -> st.SearchStrategy[Svid]:
-    """SVIDs of a few SPIFFE IDs, mostly with a certificate chain and a key."""
-    return st.builds(
-        Svid,
-        spiffe_id=spiffe_ids,
-        cert_chain_pem=mostly(st.sampled_from((b"cert-1", b"cert-2")), st.just(b"")),
-        private_key=mostly(st.sampled_from((b"key-1", b"key-2")), st.just(b"")).map(Redacted),
-        not_after=st.integers(0, INT64_MAX),
+source_problems = _among(("",), ("the private key does not match the leaf certificate",))
+"""What a source reports about identity material: mostly nothing, sometimes a problem (a rejection)."""
+
+
+@st.composite
+def svids(draw: st.DrawFn) -> Svid:
+    """SVIDs of a few SPIFFE IDs, mostly good: a chain, a key, no problem, a leaf naming the same ID (or none).
+
+    Most expire never (0) or far after every `observed_ats`; a minority expired before they are observed.
+    """
+    spiffe_id = draw(spiffe_ids)
+    return Svid(
+        spiffe_id=spiffe_id,
+        cert_chain_pem=draw(mostly(st.sampled_from((b"cert-1", b"cert-2")), st.just(b""))),
+        private_key=Redacted(draw(mostly(st.sampled_from((b"key-1", b"key-2")), st.just(b"")))),
+        not_after=draw(mostly(st.sampled_from((0, AT + 10**15, INT64_MAX)), st.integers(0, AT + 10**12))),
+        leaf_spiffe_id=draw(mostly(st.sampled_from(("", spiffe_id)), spiffe_ids)),
+        problem=draw(source_problems),
     )
 
 
 def trust_bundles() -> st.SearchStrategy[TrustBundle]:
-    """Trust bundles of a few trust domains, mostly not empty."""
+    """Trust bundles of a few trust domains, mostly not empty and without a problem reported by their source."""
     return st.builds(
         TrustBundle,
         trust_domain=trust_domains,
         bundle_pem=mostly(st.sampled_from((b"ca-1", b"ca-2")), st.just(b"")),
+        problem=source_problems,
     )
 
 

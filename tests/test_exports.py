@@ -13,6 +13,7 @@ PACKAGES = [
     "aether.log",
     "aether.testing",
     "aether.cli",
+    "aether.identity",
 ]
 
 

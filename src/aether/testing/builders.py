@@ -232,6 +232,8 @@ def make_svid(
     cert_chain_pem: bytes = CERT_PEM,
     private_key: bytes = KEY_PEM,
     not_after: int = AT + 3_600 * 1_000_000_000,
+    leaf_spiffe_id: str = "",
+    problem: str = "",
 ) -> Svid:
     """Return an SVID for `spiffe_id`, valid for an hour after `AT`."""
     return Svid(
@@ -239,12 +241,16 @@ def make_svid(
         cert_chain_pem=cert_chain_pem,
         private_key=Redacted(private_key),
         not_after=not_after,
+        leaf_spiffe_id=leaf_spiffe_id,
+        problem=problem,
     )
 
 
-def make_trust_bundle(trust_domain: str = "aether.internal", *, bundle_pem: bytes = CERT_PEM) -> TrustBundle:
+def make_trust_bundle(
+    trust_domain: str = "aether.internal", *, bundle_pem: bytes = CERT_PEM, problem: str = ""
+) -> TrustBundle:
     """Return the trust bundle of `trust_domain`."""
-    return TrustBundle(trust_domain=trust_domain, bundle_pem=bundle_pem)
+    return TrustBundle(trust_domain=trust_domain, bundle_pem=bundle_pem, problem=problem)
 
 
 # --- pod events ---

@@ -8,6 +8,7 @@ import pytest
 from aether.core.events import Svid, TrustBundle
 from aether.core.state import Diagnostics, IdentityState, Rejection, RejectionReason, State
 from aether.testing import (
+    AT,
     domain_of,
     fold_events,
     make_svid,
@@ -19,6 +20,7 @@ from aether.testing import (
 )
 
 WEB_ID = "spiffe://aether.internal/ns/default/sa/web"
+DB_ID = "spiffe://aether.internal/ns/default/sa/db"
 SVID = make_svid(WEB_ID)
 BUNDLE = make_trust_bundle("aether.internal")
 
@@ -61,16 +63,67 @@ def test_a_rotation_replaces_the_svid() -> None:
         ),
         (make_svid(WEB_ID, cert_chain_pem=b""), f"svid {WEB_ID!r}: certificate chain must not be empty"),
         (make_svid(WEB_ID, private_key=b""), f"svid {WEB_ID!r}: private key must not be empty"),
+        (
+            make_svid(WEB_ID, cert_chain_pem=b"", problem="the file holds no certificate"),
+            f"svid {WEB_ID!r}: the file holds no certificate",
+        ),
+        (
+            make_svid(WEB_ID, leaf_spiffe_id=DB_ID),
+            f"svid {WEB_ID!r}: the certificate names another identity (got {DB_ID!r})",
+        ),
+        (
+            make_svid(WEB_ID, not_after=AT),
+            f"svid {WEB_ID!r}: the certificate expired (not_after {AT} <= observed_at {AT})",
+        ),
+        (
+            make_svid(WEB_ID, not_after=1),
+            f"svid {WEB_ID!r}: the certificate expired (not_after 1 <= observed_at {AT})",
+        ),
+        (
+            make_svid(
+                WEB_ID,
+                leaf_spiffe_id=DB_ID,
+                not_after=1,
+                problem="the private key does not match the leaf certificate",
+            ),
+            f"svid {WEB_ID!r}: the private key does not match the leaf certificate",
+        ),
+        (
+            make_svid(WEB_ID, leaf_spiffe_id=DB_ID, not_after=1),
+            f"svid {WEB_ID!r}: the certificate names another identity (got {DB_ID!r})",
+        ),
     ],
-    ids=["no-path", "scheme", "no-certificate", "no-key"],
+    ids=[
+        "no-path",
+        "scheme",
+        "no-certificate",
+        "no-key",
+        "source-problem",
+        "another-identity",
+        "expired-when-observed",
+        "expired-before",
+        "source-problem-first",
+        "identity-before-expiry",
+    ],
 )
 def test_an_invalid_svid_is_rejected_and_the_old_one_stays(svid: Svid, message: str) -> None:
-    """A malformed SPIFFE ID or missing material is rejected; the SVID in force stays."""
+    """A malformed ID, a problem the source found, a leaf naming another ID, no material or expiry: rejected.
+
+    The SVID in force stays, and the message names the SPIFFE ID and the first rule broken.
+    """
     before = _with_svid()
     state = fold_events(svid_rotated(svid), state=before)
     assert domain_of(state) == domain_of(before)
     assert state.diagnostics == _rejected(
         f"svid/{svid.spiffe_id}", RejectionReason.INVALID_SVID, message, seq=2
+    )
+
+
+def test_an_svid_whose_leaf_names_its_id_is_adopted_and_an_unstated_expiry_is_no_expiry() -> None:
+    """A leaf naming the SVID's own ID passes; not_after 0 means the source did not say, so it never expires."""
+    checked = make_svid(WEB_ID, leaf_spiffe_id=WEB_ID, not_after=0)
+    assert fold_events(svid_rotated(checked)) == State(
+        seq=1, identity=IdentityState(svids=immutables.Map({WEB_ID: checked}))
     )
 
 
@@ -127,11 +180,20 @@ def test_a_trust_bundle_is_adopted_replaced_and_removed() -> None:
             make_trust_bundle("aether.internal", bundle_pem=b""),
             "trust bundle 'aether.internal': bundle must not be empty",
         ),
+        (
+            make_trust_bundle("aether.internal", problem="certificate 1 of the bundle is not a CA"),
+            "trust bundle 'aether.internal': certificate 1 of the bundle is not a CA",
+        ),
+        (
+            make_trust_bundle("Example.org", problem="certificate 1 of the bundle is not a CA"),
+            "trust bundle 'Example.org': trust domain must be lowercase letters, digits, '.', '-' or '_'"
+            " (got 'Example.org')",
+        ),
     ],
-    ids=["uppercase", "empty-domain", "empty-bundle"],
+    ids=["uppercase", "empty-domain", "empty-bundle", "source-problem", "domain-before-problem"],
 )
 def test_an_invalid_trust_bundle_is_rejected_and_the_old_one_stays(bundle: TrustBundle, message: str) -> None:
-    """A bad trust domain or an empty bundle is rejected; the bundle in force stays."""
+    """A bad trust domain, a problem the source found or an empty bundle is rejected; the bundle in force stays."""
     before = fold_events(trust_bundle_rotated(BUNDLE))
     state = fold_events(trust_bundle_rotated(bundle), state=before)
     assert domain_of(state) == domain_of(before)

@@ -10,22 +10,42 @@ from aether.core.values import Redacted
 
 @attrs.frozen(kw_only=True)
 class Svid:
-    """An X.509-SVID: certificate chain and private key for one SPIFFE ID."""
+    """An X.509-SVID: certificate chain and private key for one SPIFFE ID.
+
+    .. versionchanged:: `leaf_spiffe_id` and `problem` added (both empty in earlier records, which keeps their
+       meaning): a source that reads the certificates itself reports what it found, and the reducer judges it.
+    """
 
     spiffe_id: str
+    """The SPIFFE ID the SVID is delivered for: the key it is held under and its SDS secret name."""
     cert_chain_pem: bytes
     private_key: Redacted
     """The PEM private key; kept in the log so replay reproduces the SDS secret, never shown."""
     not_after: int = 0
-    """Expiry of the leaf, in nanoseconds since the Unix epoch."""
+    """Expiry of the leaf, in nanoseconds since the Unix epoch (0: the source did not say)."""
+    leaf_spiffe_id: str = ""
+    """The SPIFFE ID the leaf certificate names (its URI SAN), as a source that parses certificates read it.
+
+    Empty when the source vouches for `spiffe_id` itself (the Workload API) or could not read a leaf.
+    """
+    problem: str = ""
+    """What the source found wrong with the material (unparsable PEM, a key that does not match the leaf, ...).
+
+    Empty when it found nothing wrong. The source reports; the reducer rejects, so replay explains the rejection.
+    """
 
 
 @attrs.frozen(kw_only=True)
 class TrustBundle:
-    """The CA certificates of one trust domain."""
+    """The CA certificates of one trust domain.
+
+    .. versionchanged:: `problem` added (empty in earlier records, which keeps their meaning).
+    """
 
     trust_domain: str
     bundle_pem: bytes
+    problem: str = ""
+    """What the source found wrong with the bundle (unparsable PEM, a CA of another trust domain, ...), or empty."""
 
 
 @attrs.frozen(kw_only=True)

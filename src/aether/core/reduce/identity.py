@@ -12,18 +12,38 @@ from aether.core.validation import spiffe_id_problem, trust_domain_problem
 
 
 def svid_rotated(state: State, event: SvidRotated, seq: int) -> State:
-    """Adopt the SVID; a malformed SPIFFE ID or missing material is a rejection and the old SVID stays."""
-    svid = event.svid
-    problem = spiffe_id_problem(svid.spiffe_id)
-    if problem is None and not svid.cert_chain_pem:
-        problem = "certificate chain must not be empty"
-    if problem is None and not svid.private_key.secret:
-        problem = "private key must not be empty"
+    """Adopt the SVID; a bad one is a rejection and the SVID in force for its SPIFFE ID stays.
+
+    An SVID is bad when its SPIFFE ID is malformed, when its source reported a problem with the material, when its
+    leaf certificate names another SPIFFE ID than the one it is delivered for, when it has no certificate or no
+    key, or when it expired before it was observed (`not_after` at or before `observed_at`; 0 means not stated).
+    """
+    problem = _svid_problem(event)
     if problem is not None:
-        message = f"svid {svid.spiffe_id!r}: {problem}"
+        message = f"svid {event.svid.spiffe_id!r}: {problem}"
         return rejected(state, event, seq, reason=RejectionReason.INVALID_SVID, message=message)
+    svid = event.svid
     identity = attrs.evolve(state.identity, svids=state.identity.svids.set(svid.spiffe_id, svid))
     return applied(state, event, seq, identity=identity)
+
+
+def _svid_problem(event: SvidRotated) -> str | None:
+    """Return the first rule the event's SVID breaks, in the order the docstring of `svid_rotated` lists them."""
+    svid = event.svid
+    problem = spiffe_id_problem(svid.spiffe_id)
+    if problem is not None:
+        return problem
+    if svid.problem:
+        return svid.problem
+    if svid.leaf_spiffe_id and svid.leaf_spiffe_id != svid.spiffe_id:
+        return f"the certificate names another identity (got {svid.leaf_spiffe_id!r})"
+    if not svid.cert_chain_pem:
+        return "certificate chain must not be empty"
+    if not svid.private_key.secret:
+        return "private key must not be empty"
+    if svid.not_after and svid.not_after <= event.observed_at:
+        return f"the certificate expired (not_after {svid.not_after!r} <= observed_at {event.observed_at!r})"
+    return None
 
 
 def svid_removed(state: State, event: SvidRemoved, seq: int) -> State:
@@ -36,9 +56,11 @@ def svid_removed(state: State, event: SvidRemoved, seq: int) -> State:
 
 
 def trust_bundle_rotated(state: State, event: TrustBundleRotated, seq: int) -> State:
-    """Adopt the trust bundle."""
+    """Adopt the trust bundle; a bad one (malformed domain, a problem its source reported, empty) is a rejection."""
     bundle = event.bundle
     problem = trust_domain_problem(bundle.trust_domain)
+    if problem is None and bundle.problem:
+        problem = bundle.problem
     if problem is None and not bundle.bundle_pem:
         problem = "bundle must not be empty"
     if problem is not None:

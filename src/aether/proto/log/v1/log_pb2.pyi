@@ -380,10 +380,14 @@ class Svid(_message.Message):
     CERT_CHAIN_PEM_FIELD_NUMBER: _builtins.int
     PRIVATE_KEY_FIELD_NUMBER: _builtins.int
     NOT_AFTER_FIELD_NUMBER: _builtins.int
+    LEAF_SPIFFE_ID_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     spiffe_id: _builtins.str
     cert_chain_pem: _builtins.bytes
     private_key: _builtins.bytes
     not_after: _builtins.int
+    leaf_spiffe_id: _builtins.str
+    problem: _builtins.str
     def __init__(
         self,
         *,
@@ -391,10 +395,12 @@ class Svid(_message.Message):
         cert_chain_pem: _builtins.bytes = ...,
         private_key: _builtins.bytes = ...,
         not_after: _builtins.int = ...,
+        leaf_spiffe_id: _builtins.str = ...,
+        problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cert_chain_pem", b"cert_chain_pem", "not_after", b"not_after", "private_key", b"private_key", "spiffe_id", b"spiffe_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cert_chain_pem", b"cert_chain_pem", "leaf_spiffe_id", b"leaf_spiffe_id", "not_after", b"not_after", "private_key", b"private_key", "problem", b"problem", "spiffe_id", b"spiffe_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -406,17 +412,20 @@ class TrustBundle(_message.Message):
 
     TRUST_DOMAIN_FIELD_NUMBER: _builtins.int
     BUNDLE_PEM_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     trust_domain: _builtins.str
     bundle_pem: _builtins.bytes
+    problem: _builtins.str
     def __init__(
         self,
         *,
         trust_domain: _builtins.str = ...,
         bundle_pem: _builtins.bytes = ...,
+        problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bundle_pem", b"bundle_pem", "trust_domain", b"trust_domain"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bundle_pem", b"bundle_pem", "problem", b"problem", "trust_domain", b"trust_domain"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
