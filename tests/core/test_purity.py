@@ -30,6 +30,11 @@ ALLOWED = (
     "google.protobuf",
     "aether.core",
     "aether.proto",
+    # Envoy's generated message classes (the xds-protos package): data, not transports (STYLE L1).
+    "envoy",
+    "xds",
+    "udpa",
+    "validate",
 )
 """Modules the core may import; each also allows its submodules."""
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from aether.cli import log_commands, status_command
+from aether.cli import agent_command, log_commands, status_command
 from aether.core.errors import CoreError
 from aether.log import LogError
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="aether", description="Aether: an event-sourced service-mesh control plane."
     )
     roles = parser.add_subparsers(dest="role", required=True, metavar="COMMAND")
+    agent_command.add_parser(roles)
     log_commands.add_parser(roles)
     status_command.add_parser(roles)
     return parser

@@ -1,0 +1,93 @@
+"""`aether agent`: one node's control plane — the journal, the projection, the xDS server and the admin socket.
+
+The root of the agent's task tree (STYLE C1): every task below is started here, in one nursery, and ends with it.
+
+    sources ──events──▶ journal (log + state) ──state──▶ projector ──snapshot──▶ cache ──▶ xDS server ──▶ Envoy
+       ▲                                                                                      │
+       └──────────────────────────── ACK / NACK / on-demand events ◀──────────────────────────┘
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from aether.agent.admin import DEFAULT_ADMIN_SOCKET, serve_admin
+from aether.agent.journal import Journal, open_journal
+from aether.core.project.node import NodeProjector
+from aether.core.state import State, summarize
+from aether.identity.files import serve_svid_files
+from aether.xds.cache import SnapshotCache
+from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
+from aether.xds.server import XdsServer
+from aether.xds.status import status_document
+
+
+@attrs.frozen(kw_only=True)
+class AgentConfig:
+    """What one agent serves and where."""
+
+    node_name: str
+    """The Kubernetes node name; also the node id Envoy must present."""
+    log_dir: Path
+    """The node's event log (created if missing)."""
+    xds: ListenAddress = ListenAddress.unix(DEFAULT_XDS_SOCKET)
+    admin_socket: Path = DEFAULT_ADMIN_SOCKET
+    svid_dir: Path | None = None
+    """A directory of SVID files (see `aether.identity.files`); None: identities come from elsewhere."""
+
+
+@attrs.frozen(kw_only=True)
+class RunningAgent:
+    """Handles on a running agent, for tests and the demo."""
+
+    journal: Journal
+    cache: SnapshotCache
+    server: XdsServer
+    projector: NodeProjector
+    xds: ListenAddress
+    """Where xDS is served (the real port when port 0 was asked)."""
+
+
+def _documents(journal: Journal, server: XdsServer, projector: NodeProjector) -> dict[str, Callable[[], Any]]:
+    return {
+        "/status": lambda: status_document(server.status()),
+        "/state": lambda: attrs.asdict(summarize(journal.state)),
+        "/statistics": lambda: {
+            "journal": attrs.asdict(journal.statistics()),
+            "xds": attrs.asdict(server.statistics()),
+            "projector": attrs.asdict(projector.statistics()),
+        },
+    }
+
+
+async def serve_agent(
+    config: AgentConfig, *, task_status: trio.TaskStatus[RunningAgent] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the agent until cancelled; `task_status.started` receives its handles once Envoy can connect.
+
+    Start-up replays the log first, so the first snapshot served is the one served before a restart.
+    """
+    async with open_journal(config.log_dir) as journal, trio.open_nursery() as nursery:
+        cache = SnapshotCache()
+        projector = NodeProjector(node_name=config.node_name)
+
+        def publish(state: State, now: int) -> None:
+            cache.set_snapshot(projector.project(state, now=now))
+
+        journal.subscribe(publish)
+        server = XdsServer(cache, feedback=journal.sender())
+        await nursery.start(server.serve)
+        if config.svid_dir is not None:
+            await nursery.start(functools.partial(serve_svid_files, config.svid_dir, send=journal.sender()))
+        bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
+        documents = _documents(journal, server, projector)
+        await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
+        task_status.started(
+            RunningAgent(journal=journal, cache=cache, server=server, projector=projector, xds=bound)
+        )

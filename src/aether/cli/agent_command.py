@@ -1,0 +1,69 @@
+"""`aether agent`: run one node's agent (journal, projection, xDS server, admin socket) in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aether.agent.admin import DEFAULT_ADMIN_SOCKET
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
+
+
+def add_parser(roles: Any) -> None:
+    """Add `aether agent` to the root parser's subparsers `roles`."""
+    parser = roles.add_parser(
+        "agent", help="run the node agent: event log, projection, xDS server, admin socket"
+    )
+    parser.add_argument("--node-name", required=True, help="this node's name (Envoy's node id must equal it)")
+    parser.add_argument("--log-dir", type=Path, required=True, metavar="DIR", help="the node's event log")
+    parser.add_argument(
+        "--xds",
+        type=ListenAddress.parse,
+        default=ListenAddress.unix(DEFAULT_XDS_SOCKET),
+        metavar="ADDRESS",
+        help=f"where Envoy connects: unix:PATH or HOST:PORT (default unix:{DEFAULT_XDS_SOCKET})",
+    )
+    parser.add_argument("--admin-socket", type=Path, default=DEFAULT_ADMIN_SOCKET, metavar="PATH")
+    parser.add_argument(
+        "--svid-dir", type=Path, metavar="DIR", help="read SVIDs and the trust bundle from files"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    parser.set_defaults(run=run_agent)
+
+
+def run_agent(arguments: argparse.Namespace) -> int:
+    """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start)."""
+    logging.basicConfig(
+        level=logging.INFO if arguments.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = AgentConfig(
+        node_name=arguments.node_name,
+        log_dir=arguments.log_dir,
+        xds=arguments.xds,
+        admin_socket=arguments.admin_socket,
+        svid_dir=arguments.svid_dir,
+    )
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            agent: RunningAgent = await nursery.start(serve_agent, config)
+            replay = agent.journal.replay
+            print(
+                f"aether agent {config.node_name}: log {config.log_dir} at seq {agent.journal.state.seq}"
+                f" ({replay.records_folded} records replayed), xds {agent.xds}, admin {config.admin_socket}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        return 0
+    return 0

@@ -1,0 +1,66 @@
+"""Small builders of Envoy message parts every projection module uses: packed configs, durations, addresses.
+
+xds-protos ships no type stubs: every Envoy message is `Any` to mypy.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Any
+
+from envoy.config.core.v3 import address_pb2, config_source_pb2
+from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
+
+from aether.core.snapshot import Resource
+
+
+def pack(message: Message) -> any_pb2.Any:
+    """Return `message` in an `Any` (deterministic bytes, so equal configs pack to equal bytes)."""
+    packed = any_pb2.Any()
+    packed.Pack(message, deterministic=True)
+    return packed
+
+
+def milliseconds(value: int) -> duration_pb2.Duration:
+    """Return a Duration of `value` milliseconds."""
+    return duration_pb2.Duration(seconds=value // 1000, nanos=(value % 1000) * 1_000_000)
+
+
+def seconds(value: int) -> duration_pb2.Duration:
+    """Return a Duration of `value` seconds."""
+    return duration_pb2.Duration(seconds=value)
+
+
+@functools.cache
+def ads() -> Any:
+    """Return the config source of everything the node gets from the agent: the ADS stream, xDS v3.
+
+    One shared message (built once: projections embed it thousands of times): embed it, which copies; never
+    mutate it.
+    """
+    return config_source_pb2.ConfigSource(
+        ads=config_source_pb2.AggregatedConfigSource(), resource_api_version=config_source_pb2.V3
+    )
+
+
+def socket_address(host: str, port: int, *, netns: str = "") -> Any:
+    """Return an Address for `host:port`, created in the network namespace at `netns` when given."""
+    return address_pb2.Address(
+        socket_address=address_pb2.SocketAddress(
+            address=host, port_value=port, network_namespace_filepath=netns
+        )
+    )
+
+
+def resource_from_body(
+    message_type_url: str, *, name: str, body: bytes, references: tuple[str, ...]
+) -> Resource:
+    """Return the Resource whose serialized message is `body` (assembled from cached parts, not re-serialized).
+
+    Invariant: equal to `Resource.from_message` of the message `body` parses to; the digest is the snapshot's own
+    (blake2b-128 of the body) and a test holds the two constructions equal.
+    """
+    digest = hashlib.blake2b(body, digest_size=16).hexdigest()
+    return Resource(type_url=message_type_url, name=name, body=body, digest=digest, references=references)

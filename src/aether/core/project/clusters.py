@@ -1,0 +1,163 @@
+"""Clusters: the EDS clusters of mesh services, the static app clusters of local pods, and the passthrough.
+
+Service clusters (all EDS over ADS, their ClusterLoadAssignment named like the cluster):
+
+* `<sa>.<ns>.<meshDomain>`: HTTP to each endpoint's own port. ALPN h2 and no SNI select the callee's `in_<pod>`
+  chain, which delivers to the pod's primary port.
+* `<sa>.<ns>.<meshDomain>:<port>`: HTTP to `port` on the endpoints advertising it; SNI = the port selects the
+  callee's `in_<pod>_<port>` chain (the original system's SNI-per-port demultiplexing).
+* `tcp:<sa>.<ns>.<meshDomain>`: raw TCP, TLS with neither ALPN nor SNI: the callee's default (TCP) chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
+from envoy.config.core.v3 import address_pb2, protocol_pb2, socket_option_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.v3 import percent_pb2
+from google.protobuf import wrappers_pb2
+
+from aether.core.events.pods import Pod
+from aether.core.project._messages import ads, milliseconds, pack, seconds, socket_address
+from aether.core.project.names import LOOPBACK, PASSTHROUGH_CLUSTER, PASSTHROUGH_MARK, app_cluster_name
+from aether.core.project.tls import UpstreamIdentity, apply_upstream_tls
+
+CONNECT_TIMEOUT_MS = 2_000
+"""Upstream connect timeout (the original system's): a pod IP answers in well under a millisecond, so two seconds
+only ever expires on a dead endpoint, which a retry then avoids."""
+UPSTREAM_IDLE_SECONDS = 30
+"""Close idle upstream connections after 30 s (Envoy's default of an hour let a node accumulate ~41k connections
+in the original system)."""
+MAX_RETRIES = 16
+"""Concurrent retries per cluster (Envoy's default of 3 starves a busy cluster of the retries the contract needs)."""
+
+HTTP2_ALPN = ("h2",)
+_HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+SOL_SOCKET = 1
+SO_MARK = 36
+
+
+def _http_options(*, http2: bool) -> Any:
+    options = http_protocol_options_pb2.HttpProtocolOptions(
+        common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
+            idle_timeout=seconds(UPSTREAM_IDLE_SECONDS)
+        )
+    )
+    if http2:
+        options.explicit_http_config.http2_protocol_options.SetInParent()
+    else:
+        options.use_downstream_protocol_config.http_protocol_options.SetInParent()
+        options.use_downstream_protocol_config.http2_protocol_options.SetInParent()
+    return options
+
+
+def service_cluster(
+    name: str, *, identity: UpstreamIdentity, peer: str, trust_domain: str, http: bool, sni: str = ""
+) -> Any:
+    """Return the EDS cluster `name` of a mesh service whose endpoints present the SPIFFE ID `peer`.
+
+    Args:
+        name: The cluster name (also the name of its ClusterLoadAssignment).
+        identity: What the node's callers present upstream (see `aether.core.project.tls`).
+        peer: The SPIFFE ID the endpoints must present (pinned by URI SAN).
+        trust_domain: The trust domain whose bundle validates the endpoints.
+        http: True for HTTP/2 with ALPN h2; False for raw TCP (no ALPN, no SNI).
+        sni: The SNI to send (a port number, selecting the callee's chain for that port), or empty.
+    """
+    cluster = cluster_pb2.Cluster(
+        name=name,
+        type=cluster_pb2.Cluster.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads()),
+        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
+        # 0: never send to unhealthy or draining endpoints, even when most are (Envoy's default panics at 50%).
+        common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
+            healthy_panic_threshold=percent_pb2.Percent(value=0)
+        ),
+        circuit_breakers=circuit_breaker_pb2.CircuitBreakers(
+            thresholds=[
+                circuit_breaker_pb2.CircuitBreakers.Thresholds(
+                    max_retries=wrappers_pb2.UInt32Value(value=MAX_RETRIES)
+                )
+            ]
+        ),
+        outlier_detection=outlier_detection_pb2.OutlierDetection(
+            # Local-origin errors (connect failures, resets) eject on their own count; 5xx from apps after five.
+            split_external_local_origin_errors=True,
+            consecutive_local_origin_failure=wrappers_pb2.UInt32Value(value=3),
+            consecutive_5xx=wrappers_pb2.UInt32Value(value=5),
+            interval=seconds(10),
+            base_ejection_time=seconds(30),
+            max_ejection_percent=wrappers_pb2.UInt32Value(value=50),
+        ),
+    )
+    if http:
+        cluster.typed_extension_protocol_options[_HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=True)))
+    apply_upstream_tls(
+        cluster,
+        identity,
+        peer=peer,
+        trust_domain=trust_domain,
+        alpn=HTTP2_ALPN if http else (),
+        sni=sni if http else "",
+    )
+    return cluster
+
+
+def app_cluster(pod: Pod, port: int) -> Any:
+    """Return the static cluster delivering inbound traffic to `pod`'s app on `port`.
+
+    With a network namespace, the upstream socket is created inside it (`upstream_bind_config` with
+    `network_namespace_filepath`; Envoy refuses a namespace on a host address) and dials the app on its own
+    loopback. In local mode (no namespace) it dials the pod's IP.
+    """
+    host = LOOPBACK if pod.netns else pod.ips[0]
+    cluster = cluster_pb2.Cluster(
+        name=app_cluster_name(pod, port),
+        type=cluster_pb2.Cluster.STATIC,
+        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
+        load_assignment=endpoint_pb2.ClusterLoadAssignment(
+            cluster_name=app_cluster_name(pod, port),
+            endpoints=[
+                endpoint_components_pb2.LocalityLbEndpoints(
+                    lb_endpoints=[
+                        endpoint_components_pb2.LbEndpoint(
+                            endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port))
+                        )
+                    ]
+                )
+            ],
+        ),
+    )
+    if pod.netns:
+        cluster.upstream_bind_config.source_address.CopyFrom(
+            address_pb2.SocketAddress(address=LOOPBACK, port_value=0, network_namespace_filepath=pod.netns)
+        )
+    return cluster
+
+
+def passthrough_cluster() -> Any:
+    """Return `passthrough_original_dst`: to the destination the connection had before capture, marked so the
+    capture rules let it go. HTTP keeps the downstream's protocol version."""
+    cluster = cluster_pb2.Cluster(
+        name=PASSTHROUGH_CLUSTER,
+        type=cluster_pb2.Cluster.ORIGINAL_DST,
+        lb_policy=cluster_pb2.Cluster.CLUSTER_PROVIDED,
+        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
+        upstream_bind_config=address_pb2.BindConfig(
+            socket_options=[
+                socket_option_pb2.SocketOption(
+                    description="SO_MARK: never capture a passthrough connection again",
+                    level=SOL_SOCKET,
+                    name=SO_MARK,
+                    int_value=PASSTHROUGH_MARK,
+                    state=socket_option_pb2.SocketOption.STATE_PREBIND,
+                )
+            ]
+        ),
+    )
+    cluster.typed_extension_protocol_options[_HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=False)))
+    return cluster

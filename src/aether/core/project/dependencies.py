@@ -1,0 +1,169 @@
+"""Demand scoping: the node's local pods, and the mesh services they need (and only those get Envoy config).
+
+A node's dependency set is its local pods' own services, the services they declare in `config.aether.io/upstreams`
+(parsed into `PodConfig.upstreams`), and the services its Envoy asked for on demand no longer ago than the mesh's
+on-demand TTL before `now`. `now` is a parameter (the agent passes the observation time of the last event it
+folded), so a replay projects the same set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+import immutables
+
+from aether.core.order import sorted_items, sorted_unique
+from aether.core.project.names import ClusterName, parse_cluster_name
+from aether.core.state.feedback import OnDemandRequest
+from aether.core.state.pods import PodRecord
+
+_NANOSECONDS = 1_000_000_000
+
+
+@attrs.frozen(kw_only=True)
+class LocalPods:
+    """The pods this node serves, and which of them get listeners."""
+
+    records: tuple[PodRecord, ...]
+    """The node's pods, sorted by `<namespace>/<name>`."""
+    bound: frozenset[str]
+    """Keys of the pods that get listeners: those with a place to bind (a network namespace, or an IP in local
+    mode) that no pod sorted before them already took. Two listeners on one address would make Envoy reject the
+    whole listener update, so the first pod keeps the place and the others wait until it is free."""
+
+
+def bind_place(record: PodRecord) -> tuple[str, str] | None:
+    """Return where `record`'s listeners bind: `(netns, "")` inside its namespace, `("", ip)` in local mode."""
+    pod = record.pod
+    if pod.netns:
+        return (pod.netns, "")
+    if pod.ips:
+        return ("", pod.ips[0])
+    return None
+
+
+def local_pods(pods: Mapping[str, PodRecord], *, node_name: str) -> LocalPods:
+    """Return the pods of `node_name` (every pod when `node_name` is empty, the single-node local mode)."""
+    records = tuple(
+        record for _, record in sorted_items(pods) if not node_name or record.pod.node_name == node_name
+    )
+    taken: set[tuple[str, str]] = set()
+    bound: list[str] = []
+    for record in records:
+        place = bind_place(record)
+        if place is not None and place not in taken:
+            taken.add(place)
+            bound.append(record.pod.key)
+    return LocalPods(records=records, bound=frozenset(bound))
+
+
+def declared_services(records: Iterable[PodRecord]) -> tuple[str, ...]:
+    """Return the services the pods run and declare as upstreams, sorted and distinct."""
+    services: list[str] = []
+    for record in records:
+        services.append(record.service)
+        services.extend(record.config.upstreams)
+    return sorted_unique(services)
+
+
+@attrs.frozen(kw_only=True)
+class RequestIndex:
+    """The on-demand requests of one node, each with the time it expires, ordered by that time."""
+
+    expiries: tuple[int, ...]
+    """`last_requested_at + ttl` of each request, ascending (nanoseconds)."""
+    names: tuple[str, ...]
+    """The requested cluster names, in the order of `expiries`."""
+    parsed: tuple[ClusterName | None, ...]
+    """Each name taken apart under the mesh domain in force (None: it names no mesh service)."""
+
+    def live_from(self, now: int) -> int:
+        """Return the index of the first request still live at `now` (its expiry is not before `now`).
+
+        Requests expire in `expiries` order, so the live ones are a suffix: the set changes only when `now`
+        crosses an expiry, which is what lets the projector keep its demand between two events.
+        """
+        low, high = 0, len(self.expiries)
+        while low < high:  # the first index whose expiry is >= now (a binary search: requests can be many)
+            middle = (low + high) // 2
+            if self.expiries[middle] < now:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+
+def request_index(
+    on_demand: Mapping[tuple[str, str], OnDemandRequest],
+    *,
+    node_name: str,
+    mesh_domain: str,
+    ttl_seconds: int,
+) -> RequestIndex:
+    """Return the on-demand requests of `node_name` (of every node when empty), ordered by expiry."""
+    ttl = ttl_seconds * _NANOSECONDS
+    rows = sorted(
+        (request.last_requested_at + ttl, request.cluster_name)
+        for (node_id, _), request in on_demand.items()
+        if not node_name or node_id == node_name
+    )
+    return RequestIndex(
+        expiries=tuple(expiry for expiry, _ in rows),
+        names=tuple(name for _, name in rows),
+        parsed=tuple(parse_cluster_name(name, mesh_domain=mesh_domain) for _, name in rows),
+    )
+
+
+@attrs.frozen(kw_only=True)
+class ServiceDemand:
+    """Why a service is in the dependency set, and which of its clusters were asked for by name."""
+
+    declared: bool
+    """A local pod runs the service or declares it as an upstream: it gets config even while the registry has no
+    endpoints (or no catalog entry) for it. A service only requested on demand needs a catalog entry."""
+    requested: tuple[str, ...] = ()
+    """The service's cluster names requested on demand within the TTL, sorted."""
+
+
+_DECLARED = ServiceDemand(declared=True)
+
+
+@attrs.frozen(kw_only=True)
+class Demand:
+    """The node's dependency set."""
+
+    services: tuple[str, ...]
+    """Every service in the set, sorted."""
+    by_service: immutables.Map[str, ServiceDemand]
+    """Each service's demand."""
+    requesting: tuple[str, ...]
+    """The services with names requested on demand, sorted (only they can leave a request unanswered)."""
+    undeclared: tuple[str, ...]
+    """The services in the set only because they were requested, sorted (only their catalog entry matters)."""
+    unmatched: tuple[str, ...]
+    """Live requested names that name no mesh service under the mesh domain in force (answered as not found)."""
+
+
+def demand(declared: tuple[str, ...], index: RequestIndex, *, live_from: int) -> Demand:
+    """Return the dependency set: `declared` plus the services of the requests from `live_from` on."""
+    requested: dict[str, list[str]] = {}
+    unmatched: list[str] = []
+    for name, parsed in zip(index.names[live_from:], index.parsed[live_from:], strict=True):
+        if parsed is None:
+            unmatched.append(name)
+        else:
+            requested.setdefault(parsed.service, []).append(name)
+    by_service = dict.fromkeys(declared, _DECLARED)
+    for service, names in requested.items():
+        is_declared = (
+            service in by_service
+        )  # only declared services are in it yet: `requested` keys are distinct
+        by_service[service] = ServiceDemand(declared=is_declared, requested=sorted_unique(names))
+    return Demand(
+        services=tuple(sorted(by_service)),
+        by_service=immutables.Map(by_service),
+        requesting=tuple(sorted(requested)),
+        undeclared=tuple(sorted(service for service, item in by_service.items() if not item.declared)),
+        unmatched=sorted_unique(unmatched),
+    )

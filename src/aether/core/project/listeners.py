@@ -1,0 +1,275 @@
+"""Per-pod listeners: explicit outbound HTTP, transparent capture, the L4 port, and the mesh inbound.
+
+Where they bind: inside the pod's network namespace (`SocketAddress.network_namespace_filepath`) when it has one;
+in local mode (no namespace) on the pod's own IP, the first of `pod.ips`.
+
+* `outbound_http_<pod>` (127.0.0.1:18081): HTTP proxy port; the Host header names the service (`out_http`).
+* `capture_<pod>` (18001, transparent): `original_dst` recovers the destination the connection had, and
+  `http_inspector` tells HTTP apart; HTTP goes into the mesh routes (`cap_http`), everything else through to
+  its original destination (`passthrough_original_dst`).
+* `l4_tcp_<pod>` (18082, transparent): TCP through to the original destination. The UDP half of the L4 port
+  (`udp_proxy`) is not projected yet: it needs UDP routes (UDPRoute), which the state does not fold yet.
+* `inbound_<pod>` (18008): mTLS with the pod's own SVID, client certificates required and checked against the
+  trust bundle; the caller's identity is recorded in `x-forwarded-client-cert` (SANITIZE_SET: URI and Subject)
+  and the request delivered to the app through `app_<pod>_<port>`. SNI = a port selects that port's chain, ALPN
+  h2 the primary port's HTTP chain, and anything else (the TCP floor) is proxied to the primary port as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.extensions.filters.common.set_filter_state.v3 import value_pb2
+from envoy.extensions.filters.http.on_demand.v3 import on_demand_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.listener.http_inspector.v3 import http_inspector_pb2
+from envoy.extensions.filters.listener.original_dst.v3 import original_dst_pb2
+from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.extensions.filters.network.set_filter_state.v3 import set_filter_state_pb2
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
+from google.protobuf import wrappers_pb2
+
+from aether.core.project._messages import ads, milliseconds, pack, socket_address
+from aether.core.project.names import (
+    ANY_ADDRESS,
+    CAPTURE_PORT,
+    CAPTURE_ROUTE,
+    L4_PORT,
+    LOOPBACK,
+    MESH_INBOUND_PORT,
+    OUTBOUND_HTTP_PORT,
+    OUTBOUND_ROUTE,
+    PASSTHROUGH_CLUSTER,
+    SOURCE_IDENTITY_KEY,
+    app_cluster_name,
+    capture_listener_name,
+    inbound_listener_name,
+    l4_tcp_listener_name,
+    outbound_listener_name,
+    pod_token,
+    spiffe_id,
+)
+from aether.core.project.outcome import inbound_local_replies
+from aether.core.project.routes import inbound_route_configuration
+from aether.core.project.tls import downstream_socket
+from aether.core.state.pods import PodRecord
+
+ON_DEMAND_TIMEOUT_MS = 2_000
+"""How long a request waits for a cluster asked for on demand: one node-local xDS round trip takes milliseconds;
+two seconds (the original system's value) covers a registry that is still syncing."""
+LISTENER_FILTERS_TIMEOUT_MS = 1_000
+"""How long capture waits for a first byte to inspect; server-first protocols (SMTP, MySQL) then pass through."""
+
+HTTP_PROTOCOLS = ("http/1.0", "http/1.1", "h2c")
+"""What `http_inspector` reports for cleartext HTTP."""
+INBOUND_ALPN = ("h2", "http/1.1")
+
+_HCM = "envoy.filters.network.http_connection_manager"
+
+
+def _filter(name: str, config: Any) -> Any:
+    return listener_components_pb2.Filter(name=name, typed_config=pack(config))
+
+
+def _listener_filter(name: str, config: Any) -> Any:
+    return listener_components_pb2.ListenerFilter(name=name, typed_config=pack(config))
+
+
+def _http_filter(name: str, config: Any) -> Any:
+    return hcm_pb2.HttpFilter(name=name, typed_config=pack(config))
+
+
+def _address(record: PodRecord, port: int, *, host: str) -> Any:
+    """`host:port` inside the pod's namespace, or `<pod ip>:port` in local mode."""
+    pod = record.pod
+    if pod.netns:
+        return socket_address(host, port, netns=pod.netns)
+    return socket_address(pod.ips[0], port)
+
+
+def _source_identity(record: PodRecord, *, trust_domain: str) -> Any:
+    """The `set_filter_state` filter recording the pod's SPIFFE ID for its upstream connections (see `tls`)."""
+    value = value_pb2.FilterStateValue(
+        object_key=SOURCE_IDENTITY_KEY,
+        # Hashable: the value joins the upstream connection pool key, so callers never share a connection.
+        factory_key="envoy.hashable_string",
+        format_string=substitution_format_string_pb2.SubstitutionFormatString(
+            text_format_source=base_pb2.DataSource(
+                inline_string=spiffe_id(record.service, trust_domain=trust_domain)
+            )
+        ),
+        shared_with_upstream=value_pb2.FilterStateValue.ONCE,
+    )
+    return _filter(
+        "envoy.filters.network.set_filter_state", set_filter_state_pb2.Config(on_new_connection=[value])
+    )
+
+
+def _mesh_http(stat_prefix: str, *, route: str) -> Any:
+    manager = hcm_pb2.HttpConnectionManager(
+        stat_prefix=stat_prefix,
+        rds=hcm_pb2.Rds(config_source=ads(), route_config_name=route),
+        http_filters=[
+            _http_filter(
+                "envoy.filters.http.on_demand",
+                on_demand_pb2.OnDemand(
+                    odcds=on_demand_pb2.OnDemandCds(source=ads(), timeout=milliseconds(ON_DEMAND_TIMEOUT_MS))
+                ),
+            ),
+            _http_filter("envoy.filters.http.router", router_pb2.Router()),
+        ],
+    )
+    return _filter(_HCM, manager)
+
+
+def _tcp_proxy(stat_prefix: str, cluster: str) -> Any:
+    return _filter(
+        "envoy.filters.network.tcp_proxy", tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix, cluster=cluster)
+    )
+
+
+def outbound_listener(record: PodRecord, *, trust_domain: str) -> Any:
+    """Return `outbound_http_<pod>`: the pod's HTTP proxy port, routed by `out_http`."""
+    name = outbound_listener_name(record.pod)
+    return listener_pb2.Listener(
+        name=name,
+        address=_address(record, OUTBOUND_HTTP_PORT, host=LOOPBACK),
+        traffic_direction=base_pb2.OUTBOUND,
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                name=name,
+                filters=[
+                    _source_identity(record, trust_domain=trust_domain),
+                    _mesh_http(f"out_http_{pod_token(record.pod)}", route=OUTBOUND_ROUTE),
+                ],
+            )
+        ],
+    )
+
+
+def _passthrough_chain(name: str) -> Any:
+    return listener_components_pb2.FilterChain(name=name, filters=[_tcp_proxy(name, PASSTHROUGH_CLUSTER)])
+
+
+def capture_listener(record: PodRecord, *, trust_domain: str) -> Any:
+    """Return `capture_<pod>`: captured HTTP into `cap_http`, anything else through to where it was going."""
+    name = capture_listener_name(record.pod)
+    token = pod_token(record.pod)
+    return listener_pb2.Listener(
+        name=name,
+        address=_address(record, CAPTURE_PORT, host=ANY_ADDRESS),
+        traffic_direction=base_pb2.OUTBOUND,
+        # TPROXY-style capture keeps the original destination on the packet: the socket must accept any address.
+        transparent=wrappers_pb2.BoolValue(value=True),
+        listener_filters=[
+            _listener_filter("envoy.filters.listener.original_dst", original_dst_pb2.OriginalDst()),
+            _listener_filter("envoy.filters.listener.http_inspector", http_inspector_pb2.HttpInspector()),
+        ],
+        listener_filters_timeout=milliseconds(LISTENER_FILTERS_TIMEOUT_MS),
+        continue_on_listener_filters_timeout=True,
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                name=f"capture_http_{token}",
+                filter_chain_match=listener_components_pb2.FilterChainMatch(
+                    application_protocols=list(HTTP_PROTOCOLS)
+                ),
+                filters=[
+                    _source_identity(record, trust_domain=trust_domain),
+                    _mesh_http(f"capture_{token}", route=CAPTURE_ROUTE),
+                ],
+            )
+        ],
+        default_filter_chain=_passthrough_chain(f"capture_passthrough_{token}"),
+    )
+
+
+def l4_tcp_listener(record: PodRecord) -> Any:
+    """Return `l4_tcp_<pod>`: TCP on the L4 port, through to its original destination."""
+    name = l4_tcp_listener_name(record.pod)
+    return listener_pb2.Listener(
+        name=name,
+        address=_address(record, L4_PORT, host=ANY_ADDRESS),
+        traffic_direction=base_pb2.OUTBOUND,
+        transparent=wrappers_pb2.BoolValue(value=True),
+        listener_filters=[
+            _listener_filter("envoy.filters.listener.original_dst", original_dst_pb2.OriginalDst()),
+        ],
+        filter_chains=[_passthrough_chain(name)],
+    )
+
+
+def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
+    manager = hcm_pb2.HttpConnectionManager(
+        stat_prefix=stat_prefix,
+        route_config=inbound_route_configuration(routes),
+        http_filters=[_http_filter("envoy.filters.http.router", router_pb2.Router())],
+        local_reply_config=inbound_local_replies(),
+    )
+    if plaintext:  # no verified peer to record: only make sure no caller forges one
+        manager.forward_client_cert_details = hcm_pb2.HttpConnectionManager.SANITIZE
+    else:
+        manager.forward_client_cert_details = hcm_pb2.HttpConnectionManager.SANITIZE_SET
+        manager.set_current_client_cert_details.uri = True
+        manager.set_current_client_cert_details.subject.value = True
+    return _filter(_HCM, manager)
+
+
+def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -> Any:
+    """Return `inbound_<pod>`: the mesh inbound of the pod (mTLS unless the node holds no SVID at all).
+
+    Plaintext: no SNI exists to select a port, so the HTTP chain routes on the Host header's port instead.
+    """
+    pod = record.pod
+    token = pod_token(pod)
+    primary = app_cluster_name(pod, record.config.port)
+    listener = listener_pb2.Listener(
+        name=inbound_listener_name(pod),
+        address=_address(record, MESH_INBOUND_PORT, host=ANY_ADDRESS),
+        traffic_direction=base_pb2.INBOUND,
+        default_filter_chain=listener_components_pb2.FilterChain(
+            name=f"in_tcp_{token}", filters=[_tcp_proxy(f"in_tcp_{token}", primary)]
+        ),
+    )
+    if plaintext:
+        listener.listener_filters.append(
+            _listener_filter("envoy.filters.listener.http_inspector", http_inspector_pb2.HttpInspector())
+        )
+        by_port: list[tuple[str | None, str]] = [
+            (str(port), app_cluster_name(pod, port)) for port in record.config.ports
+        ]
+        listener.filter_chains.add(
+            name=f"in_{token}",
+            filter_chain_match=listener_components_pb2.FilterChainMatch(
+                application_protocols=list(HTTP_PROTOCOLS)
+            ),
+            filters=[_inbound_http(f"in_{token}", [*by_port, (None, primary)], plaintext=True)],
+        )
+        return listener
+    identity = spiffe_id(record.service, trust_domain=trust_domain)
+    http_socket = downstream_socket(identity, trust_domain=trust_domain, alpn=INBOUND_ALPN)
+    listener.listener_filters.append(
+        _listener_filter("envoy.filters.listener.tls_inspector", tls_inspector_pb2.TlsInspector())
+    )
+    listener.default_filter_chain.transport_socket.CopyFrom(
+        downstream_socket(identity, trust_domain=trust_domain, alpn=())
+    )
+    for port in record.config.ports:
+        listener.filter_chains.add(
+            name=f"in_{token}_{port}",
+            filter_chain_match=listener_components_pb2.FilterChainMatch(server_names=[str(port)]),
+            transport_socket=http_socket,
+            filters=[
+                _inbound_http(f"in_{token}_{port}", [(None, app_cluster_name(pod, port))], plaintext=False)
+            ],
+        )
+    listener.filter_chains.add(
+        name=f"in_{token}",
+        filter_chain_match=listener_components_pb2.FilterChainMatch(application_protocols=["h2"]),
+        transport_socket=http_socket,
+        filters=[_inbound_http(f"in_{token}", [(None, primary)], plaintext=False)],
+    )
+    return listener

@@ -1,0 +1,382 @@
+"""The node snapshot: `project_node` (pure, whole) and `NodeProjector` (the same result, re-projecting only what
+changed since its previous call).
+
+A snapshot is made of units, each a function of a few immutable inputs: one unit per service of the dependency set
+(`services`), one per local pod (`pods`), and the node-wide ones (the passthrough cluster, the two route tables, the
+secrets). `NodeProjector` keeps, per unit, the inputs it was last computed from, compared by identity (`is`) for
+the state's immutable maps and records and by equality for small context values; a unit whose inputs are the same
+keeps its `Resource` objects (their digests and packed bytes are reused), and the next snapshot is the previous one
+`with_changes`. It holds nothing else: no clock, no event, no hidden input. So its output equals
+`project_node(state, node_name=..., now=...)` for any sequence of states, whatever came before (a property test
+holds the two equal over random event sequences).
+
+What one registry event costs at 10,000 services: one pass over the dependency set comparing endpoint maps by
+identity (done by `map` and a comprehension, about a millisecond), then the changed service's resources only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import attrs
+
+from aether.core.order import sorted_unique
+from aether.core.project import dependencies
+from aether.core.project._messages import resource_from_body
+from aether.core.project.clusters import passthrough_cluster
+from aether.core.project.dependencies import Demand, LocalPods, RequestIndex
+from aether.core.project.endpoints import Locality, node_locality
+from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
+from aether.core.project.pods import PodContext, project_pod
+from aether.core.project.routes import catch_all_vhost, route_configuration_body, vhost_entry
+from aether.core.project.secrets import node_secrets
+from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
+from aether.core.project.tls import UpstreamIdentity, upstream_identity
+from aether.core.snapshot import ROUTE_TYPE, Resource, Snapshot
+from aether.core.state.state import State
+
+T = TypeVar("T")
+
+_Key = tuple[str, str]
+"""A resource's `(type_url, name)`."""
+
+_VALUES = (bool, int, str)
+"""Input types compared by equality: plain values, which Python may or may not share between equal instances."""
+
+
+def project_node(state: State, *, node_name: str, now: int) -> Snapshot:
+    """Return the snapshot of `node_name` (every pod of the state when empty) at time `now`.
+
+    Args:
+        state: The folded state.
+        node_name: The node (its Envoy's node id); empty projects every pod (single-node local mode).
+        now: Nanoseconds since the Unix epoch: the observation time of the last event folded, so on-demand
+            requests expire the same way in a replay.
+
+    Returns:
+        The snapshot at `state.seq`; its `not_found` holds the names requested on demand that no cluster serves.
+    """
+    return NodeProjector(node_name=node_name).project(state, now=now)
+
+
+@attrs.frozen(kw_only=True)
+class ProjectorStatistics:
+    """What a `NodeProjector` did."""
+
+    projections: int
+    """Snapshots projected so far."""
+    services: int
+    """Services in the dependency set at the last projection."""
+    services_projected: int
+    """Services whose resources the last projection computed (the others were reused)."""
+    pods_projected: int
+    """Local pods whose resources the last projection computed."""
+    upserted: int
+    """Resources the last snapshot added or replaced."""
+    removed: int
+    """Resources the last snapshot dropped."""
+
+
+def _same(old: tuple[Any, ...] | None, new: tuple[Any, ...]) -> bool:
+    """True when `old` holds the very objects of `new` (plain values: equal ones)."""
+    if old is None or len(old) != len(new):
+        return False
+    return all(a is b or (type(a) in _VALUES and a == b) for a, b in zip(old, new, strict=True))
+
+
+class _Last:
+    """The value last computed from some inputs, recomputed only when one of them changed (see `_same`)."""
+
+    __slots__ = ("inputs", "value")
+
+    def __init__(self) -> None:
+        self.inputs: tuple[Any, ...] | None = None
+        self.value: Any = None
+
+    def get(self, inputs: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        if not _same(self.inputs, inputs):
+            self.inputs, self.value = inputs, compute()
+        return self.value
+
+
+class _Changes:
+    """The resources added, replaced and dropped by one projection, unit by unit."""
+
+    def __init__(self) -> None:
+        self.upserted: list[Resource] = []
+        self.removed: list[_Key] = []
+
+    def replace(self, old: Iterable[Resource], new: Iterable[Resource]) -> tuple[Resource, ...]:
+        """Record a unit going from `old` to `new`; return `new` with the unchanged resources of `old` reused."""
+        held = {(item.type_url, item.name): item for item in old}
+        kept: list[Resource] = []
+        for item in new:
+            previous = held.pop((item.type_url, item.name), None)
+            if (
+                previous is not None
+                and previous.digest == item.digest
+                and previous.references == item.references
+            ):
+                kept.append(previous)
+            else:
+                kept.append(item)
+                self.upserted.append(item)
+        self.removed.extend(held)
+        return tuple(kept)
+
+
+def _interned(previous: T | None, current: T) -> T:
+    """Return `previous` when it equals `current`, so that equal contexts stay one object (identity checks)."""
+    return previous if previous is not None and previous == current else current
+
+
+class NodeProjector:
+    """Projects one node's snapshots, reusing what it computed before from the same inputs.
+
+    A deterministic memo: it holds only caches keyed on the identity of immutable inputs (see the module
+    docstring), so `project` returns what `project_node` returns for the same arguments.
+    """
+
+    def __init__(self, *, node_name: str) -> None:
+        self._node_name = node_name
+        self._local, self._identities, self._identity = _Last(), _Last(), _Last()
+        self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
+        self._service_context: ServiceContext | None = None
+        self._pod_context: PodContext | None = None
+        self._services: dict[str, tuple[tuple[Any, ...], ServiceProjection]] = {}
+        self._services_inputs: tuple[Any, ...] | None = None
+        self._endpoint_refs: list[Any] = []
+        self._pods: dict[str, tuple[tuple[Any, ...], tuple[Resource, ...]]] = {}
+        self._routes: tuple[tuple[Any, ...], tuple[Resource, ...]] | None = None
+        self._secrets: tuple[tuple[Any, ...], tuple[Resource, ...]] | None = None
+        self._passthrough: tuple[Resource, ...] = ()
+        self._snapshot: Snapshot | None = None
+        self._statistics = ProjectorStatistics(
+            projections=0, services=0, services_projected=0, pods_projected=0, upserted=0, removed=0
+        )
+
+    def statistics(self) -> ProjectorStatistics:
+        """Return what the projector did, as of its last projection."""
+        return self._statistics
+
+    def project(self, state: State, *, now: int) -> Snapshot:
+        """Return the node's snapshot of `state` at `now`: equal to `project_node(state, node_name=..., now=now)`."""
+        mesh = state.kube.mesh_config
+        local: LocalPods = self._local.get(
+            (state.pods,), lambda: dependencies.local_pods(state.pods, node_name=self._node_name)
+        )
+        identities: tuple[str, ...] = self._identities.get(
+            (local, mesh.trust_domain),
+            lambda: sorted_unique(
+                spiffe_id(record.service, trust_domain=mesh.trust_domain) for record in local.records
+            ),
+        )
+        identity: UpstreamIdentity = self._identity.get(
+            (identities, state.identity.svids), lambda: upstream_identity(identities, state.identity.svids)
+        )
+        demand = self._dependency_set(state, local, now=now)
+        service_context = _interned(
+            self._service_context,
+            ServiceContext(
+                mesh_domain=mesh.mesh_domain,
+                trust_domain=mesh.trust_domain,
+                identity=identity,
+                locality=self._node_locality(state, local),
+            ),
+        )
+        pod_context = _interned(
+            self._pod_context, PodContext(trust_domain=mesh.trust_domain, plaintext=identity.plaintext)
+        )
+        self._service_context, self._pod_context = service_context, pod_context
+
+        changes = _Changes()
+        services_projected, vhosts_changed = self._project_services(state, demand, service_context, changes)
+        pods_projected = self._project_pods(local, pod_context, changes)
+        self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
+        self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
+        if not self._passthrough:
+            self._passthrough = changes.replace((), (Resource.from_message(passthrough_cluster()),))
+        not_found = frozenset(
+            (
+                *demand.unmatched,
+                *(name for service in demand.requesting for name in self._services[service][1].not_found),
+            )
+        )
+        snapshot = self._next_snapshot(state, changes, not_found)
+        self._snapshot = snapshot
+        self._statistics = ProjectorStatistics(
+            projections=self._statistics.projections + 1,
+            services=len(demand.services),
+            services_projected=services_projected,
+            pods_projected=pods_projected,
+            upserted=len(changes.upserted),
+            removed=len(changes.removed),
+        )
+        return snapshot
+
+    # --- inputs ---
+
+    def _dependency_set(self, state: State, local: LocalPods, *, now: int) -> Demand:
+        mesh = state.kube.mesh_config
+        on_demand = state.feedback.on_demand
+        declared: tuple[str, ...] = self._declared.get(
+            (local,), lambda: dependencies.declared_services(local.records)
+        )
+        index: RequestIndex = self._index.get(
+            (on_demand, mesh.mesh_domain, mesh.on_demand_ttl_seconds),
+            lambda: dependencies.request_index(
+                on_demand,
+                node_name=self._node_name,
+                mesh_domain=mesh.mesh_domain,
+                ttl_seconds=mesh.on_demand_ttl_seconds,
+            ),
+        )
+        # The live requests are a suffix of the index: the set changes only when `now` crosses an expiry.
+        live_from = index.live_from(now)
+        demand: Demand = self._demand.get(
+            (declared, index, live_from), lambda: dependencies.demand(declared, index, live_from=live_from)
+        )
+        return demand
+
+    def _node_locality(self, state: State, local: LocalPods) -> Locality | None:
+        services = sorted_unique(record.service for record in local.records)
+        maps = tuple(state.registry.endpoints.get(service) for service in services)
+        locality: Locality | None = self._locality.get(
+            maps,
+            lambda: node_locality(
+                (item for endpoints in maps if endpoints is not None for item in endpoints.values()),
+                node_name=self._node_name,
+            ),
+        )
+        return locality
+
+    # --- units ---
+
+    def _project_services(
+        self, state: State, demand: Demand, context: ServiceContext, changes: _Changes
+    ) -> tuple[int, bool]:
+        """Bring the service units in line; return how many were computed and whether a virtual host changed."""
+        registry = state.registry
+        deps = demand.services
+        previous = self._services_inputs
+        refs = self._endpoint_refs
+        if previous is not None and previous[0] is demand and previous[1] is context:
+            # Same set, same context: only endpoint maps and catalog entries may differ.
+            candidates: set[str] = set()
+            if registry.endpoints is not previous[2]:
+                refs = list(map(registry.endpoints.get, deps))
+                candidates.update(
+                    service
+                    for service, new, old in zip(deps, refs, self._endpoint_refs, strict=True)
+                    if new is not old
+                )
+            if registry.services is not previous[3]:
+                candidates.update(demand.undeclared)
+            order: Iterable[str] = sorted(candidates)
+        else:
+            refs = list(map(registry.endpoints.get, deps))
+            order = deps
+            for service in sorted(set(self._services).difference(deps)):
+                changes.replace(self._services.pop(service)[1].resources, ())
+        self._services_inputs = (demand, context, registry.endpoints, registry.services)
+        self._endpoint_refs = refs
+        projected, vhosts_changed = 0, False
+        for service in order:
+            service_demand = demand.by_service[service]
+            endpoints = registry.endpoints.get(service)
+            in_catalog = service in registry.services
+            inputs = (endpoints, service_demand, in_catalog, context)
+            held = self._services.get(service)
+            if held is not None and _same(held[0], inputs):
+                continue
+            old = held[1] if held is not None else NOTHING
+            new = project_service(service, endpoints, service_demand, in_catalog=in_catalog, context=context)
+            vhosts = old.vhosts if old.vhosts == new.vhosts else new.vhosts
+            vhosts_changed = vhosts_changed or vhosts is not old.vhosts
+            resources = changes.replace(old.resources, new.resources)
+            self._services[service] = (
+                inputs,
+                ServiceProjection(resources=resources, vhosts=vhosts, not_found=new.not_found),
+            )
+            projected += 1
+        return projected, vhosts_changed
+
+    def _project_pods(self, local: LocalPods, context: PodContext, changes: _Changes) -> int:
+        present = {record.pod.key for record in local.records}
+        for key in sorted(set(self._pods).difference(present)):
+            changes.replace(self._pods.pop(key)[1], ())
+        projected = 0
+        for record in local.records:
+            bound = record.pod.key in local.bound
+            inputs = (record, bound, context)
+            held = self._pods.get(record.pod.key)
+            if held is not None and _same(held[0], inputs):
+                continue
+            new = project_pod(record, bound=bound, context=context)
+            self._pods[record.pod.key] = (inputs, changes.replace(held[1] if held else (), new))
+            projected += 1
+        return projected
+
+    def _project_routes(
+        self, state: State, demand: Demand, *, vhosts_changed: bool, changes: _Changes
+    ) -> None:
+        mesh_domain = state.kube.mesh_config.mesh_domain
+        inputs = (demand.services, mesh_domain)
+        if self._routes is not None and not vhosts_changed and _same(self._routes[0], inputs):
+            return
+        entries = [self._services[service][1].vhosts for service in demand.services]
+        new = tuple(
+            resource_from_body(
+                ROUTE_TYPE,
+                name=name,
+                body=route_configuration_body(
+                    name,
+                    [
+                        *entries,
+                        vhost_entry(catch_all_vhost(mesh_domain=mesh_domain, passthrough=passthrough)),
+                    ],
+                ),
+                references=(),
+            )
+            for name, passthrough in ((OUTBOUND_ROUTE, False), (CAPTURE_ROUTE, True))
+        )
+        self._routes = (inputs, changes.replace(self._routes[1] if self._routes else (), new))
+
+    def _project_secrets(self, state: State, wanted: tuple[str, ...], changes: _Changes) -> None:
+        identity = state.identity
+        trust_domain = state.kube.mesh_config.trust_domain
+        inputs = (identity.svids, identity.trust_bundles, wanted, trust_domain)
+        if self._secrets is not None and _same(self._secrets[0], inputs):
+            return
+        new = tuple(
+            Resource.from_message(message)
+            for message in node_secrets(
+                wanted, svids=identity.svids, bundles=identity.trust_bundles, trust_domain=trust_domain
+            )
+        )
+        self._secrets = (inputs, changes.replace(self._secrets[1] if self._secrets else (), new))
+
+    def _next_snapshot(self, state: State, changes: _Changes, not_found: frozenset[str]) -> Snapshot:
+        previous = self._snapshot
+        if previous is None:
+            return Snapshot.build(
+                node_id=self._node_name, seq=state.seq, resources=self._all_resources(), not_found=not_found
+            )
+        return previous.with_changes(
+            seq=state.seq,
+            upserted=changes.upserted,
+            removed=changes.removed,
+            not_found=None if not_found == previous.not_found else not_found,
+        )
+
+    def _all_resources(self) -> list[Resource]:
+        resources: list[Resource] = [*self._passthrough]
+        for _, projection in self._services.values():
+            resources.extend(projection.resources)
+        for _, items in self._pods.values():
+            resources.extend(items)
+        for unit in (self._routes, self._secrets):
+            if unit is not None:
+                resources.extend(unit[1])
+        return resources

@@ -1,0 +1,45 @@
+"""The resources of one local pod: its four listeners and the app clusters its inbound delivers to."""
+
+from __future__ import annotations
+
+import attrs
+
+from aether.core.project.clusters import app_cluster
+from aether.core.project.listeners import (
+    capture_listener,
+    inbound_listener,
+    l4_tcp_listener,
+    outbound_listener,
+)
+from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE
+from aether.core.snapshot import Resource
+from aether.core.state.pods import PodRecord
+
+
+@attrs.frozen(kw_only=True)
+class PodContext:
+    """Everything besides the pod itself that its resources depend on."""
+
+    trust_domain: str
+    plaintext: bool
+    """True when the node holds no SVID at all: the inbound listener accepts plaintext."""
+
+
+def project_pod(record: PodRecord, *, bound: bool, context: PodContext) -> tuple[Resource, ...]:
+    """Return the listeners and app clusters of `record`'s pod; nothing when it has no place to bind (`bound`)."""
+    if not bound:
+        return ()
+    trust_domain = context.trust_domain
+    return (
+        Resource.from_message(
+            outbound_listener(record, trust_domain=trust_domain), references=(OUTBOUND_ROUTE,)
+        ),
+        Resource.from_message(
+            capture_listener(record, trust_domain=trust_domain), references=(CAPTURE_ROUTE,)
+        ),
+        Resource.from_message(l4_tcp_listener(record)),
+        Resource.from_message(
+            inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext)
+        ),
+        *(Resource.from_message(app_cluster(record.pod, port)) for port in record.config.ports),
+    )

@@ -1,0 +1,161 @@
+"""Route tables: `out_http` and `cap_http` (a virtual host per service cluster plus the catch-all), and the
+inbound delivery table.
+
+A route table can hold ten thousand virtual hosts. Each service's virtual hosts are serialized once, as the exact
+bytes of their `virtual_hosts` field entries, and a table is assembled by concatenation: protobuf's deterministic
+serialization writes fields in field-number order, so `name` (1), the entries (2) and `validate_clusters` (7)
+joined are the bytes the whole message serializes to (a test holds them equal). Adding one service then costs a
+join, not the re-serialization of every other service's routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from google.protobuf import wrappers_pb2
+
+from aether.core.project._messages import seconds
+from aether.core.project.names import (
+    CATCH_ALL_VHOST,
+    INBOUND_ROUTE,
+    LIVE_PATH,
+    OUTCOME_HEADER,
+    PASSTHROUGH_CLUSTER,
+    mesh_authority_regex,
+)
+from aether.core.project.outcome import idempotent_method_matcher, retry_policy
+
+_VIRTUAL_HOSTS_TAG = b"\x12"
+"""Field 2 (`virtual_hosts`), wire type 2 (length-delimited): `(2 << 3) | 2`."""
+
+AUTHORITY_HEADER = ":authority"
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def vhost_entry(vhost: Any) -> bytes:
+    """Return `vhost` as one entry of a RouteConfiguration's `virtual_hosts` field (tag, length, bytes)."""
+    body: bytes = vhost.SerializeToString(deterministic=True)
+    return _VIRTUAL_HOSTS_TAG + _varint(len(body)) + body
+
+
+def _service_routes(action: Any, *, headers: Sequence[Any] = ()) -> list[Any]:
+    """Return the two routes of a destination: idempotent methods first (they also replay unanswered requests)."""
+    routes = []
+    for idempotent in (True, False):
+        route_action = route_components_pb2.RouteAction()
+        route_action.CopyFrom(action)
+        route_action.retry_policy.CopyFrom(retry_policy(idempotent=idempotent))
+        matchers = list(headers) + ([idempotent_method_matcher()] if idempotent else [])
+        routes.append(
+            route_components_pb2.Route(
+                match=route_components_pb2.RouteMatch(prefix="/", headers=matchers), route=route_action
+            )
+        )
+    return routes
+
+
+def service_vhost(name: str, *, domains: Iterable[str], cluster: str) -> Any:
+    """Return the virtual host `name` routing `domains` to `cluster`, with the retry policy by outcome."""
+    return route_components_pb2.VirtualHost(
+        name=name,
+        domains=list(domains),
+        routes=_service_routes(route_components_pb2.RouteAction(cluster=cluster)),
+    )
+
+
+def catch_all_vhost(*, mesh_domain: str, passthrough: bool) -> Any:
+    """Return `on_demand_catch_all` (`*`): liveness, mesh names discovered on demand, then the fallback.
+
+    A Host that looks like a mesh name (`<sa>.<ns>.<meshDomain>[:port]`) routes to the cluster of that exact
+    name (`cluster_header: ":authority"`); the on-demand filter asks the agent for it when Envoy lacks it. What is
+    left gets a 404 on `out_http`, and goes where it was going on `cap_http` (`passthrough`).
+    """
+    authority = route_components_pb2.HeaderMatcher(
+        name=AUTHORITY_HEADER,
+        string_match=string_pb2.StringMatcher(
+            safe_regex=regex_pb2.RegexMatcher(regex=mesh_authority_regex(mesh_domain))
+        ),
+    )
+    live = route_components_pb2.Route(
+        match=route_components_pb2.RouteMatch(path=LIVE_PATH),
+        direct_response=route_components_pb2.DirectResponseAction(
+            status=200, body=base_pb2.DataSource(inline_string="live\n")
+        ),
+    )
+    on_demand = _service_routes(
+        route_components_pb2.RouteAction(cluster_header=AUTHORITY_HEADER), headers=[authority]
+    )
+    if passthrough:
+        # No timeout: captured non-mesh traffic (long polls, streams) must behave as without the mesh.
+        last = route_components_pb2.Route(
+            match=route_components_pb2.RouteMatch(prefix="/"),
+            route=route_components_pb2.RouteAction(cluster=PASSTHROUGH_CLUSTER, timeout=seconds(0)),
+        )
+    else:
+        body = (
+            "aether: the Host header names no mesh service; "
+            f"expected <serviceAccount>.<namespace>.{mesh_domain}[:<port>]\n"
+        )
+        last = route_components_pb2.Route(
+            match=route_components_pb2.RouteMatch(prefix="/"),
+            direct_response=route_components_pb2.DirectResponseAction(
+                status=404, body=base_pb2.DataSource(inline_string=body)
+            ),
+        )
+    return route_components_pb2.VirtualHost(
+        name=CATCH_ALL_VHOST, domains=["*"], routes=[live, *on_demand, last]
+    )
+
+
+def route_configuration_body(name: str, entries: Iterable[bytes]) -> bytes:
+    """Return the serialized RouteConfiguration `name` holding the `virtual_hosts` entries, in order.
+
+    `validate_clusters` is off: a table may name a cluster Envoy is still discovering (on demand or in flight).
+    """
+    head = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
+    tail = route_pb2.RouteConfiguration(
+        validate_clusters=wrappers_pb2.BoolValue(value=False)
+    ).SerializeToString(deterministic=True)
+    return b"".join((head, *entries, tail))
+
+
+def inbound_route_configuration(routes: Sequence[tuple[str | None, str]]) -> Any:
+    """Return the inbound delivery table: `(authority port, app cluster)` pairs, a None port matching any.
+
+    An `x-aether-outcome` the app sets itself is removed from its responses: only the proxy reports outcomes.
+    """
+    entries = []
+    for port, cluster in routes:
+        match = route_components_pb2.RouteMatch(prefix="/")
+        if port is not None:
+            match.headers.add(
+                name=AUTHORITY_HEADER,
+                string_match=string_pb2.StringMatcher(suffix=f":{port}"),
+            )
+        # Timeout 0: the caller's route timeout governs; a second clock here would only race it.
+        entries.append(
+            route_components_pb2.Route(
+                match=match, route=route_components_pb2.RouteAction(cluster=cluster, timeout=seconds(0))
+            )
+        )
+    return route_pb2.RouteConfiguration(
+        name=INBOUND_ROUTE,
+        virtual_hosts=[route_components_pb2.VirtualHost(name="app", domains=["*"], routes=entries)],
+        response_headers_to_remove=[OUTCOME_HEADER],
+        validate_clusters=wrappers_pb2.BoolValue(value=False),
+    )

@@ -1,0 +1,148 @@
+"""The resources of one mesh service in the dependency set: its clusters, their load assignments, its virtual hosts.
+
+Which clusters a service gets:
+
+* `<fqdn>` when it has HTTP endpoints, or no endpoints at all (a declared upstream not registered yet still gets
+  its cluster and virtual host: callers then see 503 "no healthy upstream", not a 404, and nothing but the load
+  assignment changes when its first endpoint registers);
+* `<fqdn>:<port>` for each port its HTTP endpoints advertise besides their primary ports (the `ports` endpoint
+  annotation), and for a primary port when that exact name was requested on demand (so the request that asked for
+  it is answered with it);
+* `tcp:<fqdn>` when it has TCP endpoints.
+
+A service only requested on demand gets nothing while it is not in the registry catalog, and every requested name it
+cannot serve (not in the catalog, a port it does not advertise, `udp:`) is reported as not found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from aether.core.events.registry import Endpoint, Protocol
+from aether.core.order import sorted_values
+from aether.core.project.clusters import service_cluster
+from aether.core.project.dependencies import ServiceDemand
+from aether.core.project.endpoints import Locality, load_assignment
+from aether.core.project.names import (
+    http_cluster_name,
+    parse_cluster_name,
+    service_fqdn,
+    spiffe_id,
+    tcp_cluster_name,
+)
+from aether.core.project.routes import service_vhost, vhost_entry
+from aether.core.project.tls import UpstreamIdentity
+from aether.core.snapshot import Resource
+from aether.core.state.registry import ServiceEndpoints
+
+
+@attrs.frozen(kw_only=True)
+class ServiceContext:
+    """Everything besides its own endpoints and demand that a service's resources depend on."""
+
+    mesh_domain: str
+    trust_domain: str
+    identity: UpstreamIdentity
+    locality: Locality | None
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class ServiceProjection:
+    """One service's share of the node snapshot."""
+
+    resources: tuple[Resource, ...] = ()
+    """Its clusters and their load assignments."""
+    vhosts: bytes = b""
+    """Its virtual hosts, serialized as `virtual_hosts` entries of a route table (see `routes`)."""
+    not_found: tuple[str, ...] = ()
+    """The names requested on demand that it cannot serve."""
+
+
+NOTHING = ServiceProjection()
+
+
+@attrs.frozen(kw_only=True)
+class _Cluster:
+    name: str
+    members: tuple[Endpoint, ...]
+    http: bool
+    sni: str = ""
+
+
+def _serves(endpoint: Endpoint, port: int) -> bool:
+    return endpoint.port == port or port in endpoint.ports
+
+
+def _clusters(
+    service: str, endpoints: Sequence[Endpoint], requested: Sequence[str], *, mesh_domain: str
+) -> tuple[list[_Cluster], list[tuple[str, list[str], str]]]:
+    """Return the service's clusters and its virtual hosts as `(name, domains, cluster)`."""
+    http = tuple(item for item in endpoints if item.protocol != Protocol.TCP)
+    tcp = tuple(item for item in endpoints if item.protocol == Protocol.TCP)
+    clusters: list[_Cluster] = []
+    vhosts: list[tuple[str, list[str], str]] = []
+    if http or not tcp:
+        fqdn = service_fqdn(service, mesh_domain=mesh_domain)
+        primaries = sorted({item.port for item in http})
+        advertised = {port for item in http for port in (item.port, *item.ports)}
+        extras = sorted(advertised.difference(primaries))
+        asked = set()
+        for name in requested:
+            parsed = parse_cluster_name(name, mesh_domain=mesh_domain)
+            if parsed is not None and parsed.protocol == "http" and parsed.port in primaries:
+                asked.add(parsed.port)
+        bare = http_cluster_name(service, mesh_domain=mesh_domain)
+        clusters.append(_Cluster(name=bare, members=http, http=True))
+        vhosts.append((bare, [fqdn, *(f"{fqdn}:{port}" for port in primaries)], bare))
+        for port in sorted(asked.union(extras)):
+            name = http_cluster_name(service, mesh_domain=mesh_domain, port=port)
+            members = tuple(item for item in http if _serves(item, port))
+            clusters.append(_Cluster(name=name, members=members, http=True, sni=str(port)))
+            if port in extras:
+                vhosts.append((name, [name], name))
+    if tcp:
+        clusters.append(
+            _Cluster(name=tcp_cluster_name(service, mesh_domain=mesh_domain), members=tcp, http=False)
+        )
+    return clusters, vhosts
+
+
+def project_service(
+    service: str,
+    endpoints: ServiceEndpoints | None,
+    demand: ServiceDemand,
+    *,
+    in_catalog: bool,
+    context: ServiceContext,
+) -> ServiceProjection:
+    """Return the resources of `service` (see the module docstring for which)."""
+    if not demand.declared and not in_catalog:
+        return ServiceProjection(not_found=demand.requested) if demand.requested else NOTHING
+    members = sorted_values(endpoints) if endpoints is not None else []
+    clusters, vhosts = _clusters(service, members, demand.requested, mesh_domain=context.mesh_domain)
+    peer = spiffe_id(service, trust_domain=context.trust_domain)
+    resources: list[Resource] = []
+    for item in clusters:
+        message = service_cluster(
+            item.name,
+            identity=context.identity,
+            peer=peer,
+            trust_domain=context.trust_domain,
+            http=item.http,
+            sni=item.sni,
+        )
+        resources.append(Resource.from_message(message, references=(item.name,)))
+        resources.append(
+            Resource.from_message(load_assignment(item.name, item.members, locality=context.locality))
+        )
+    names = {item.name for item in clusters}
+    return ServiceProjection(
+        resources=tuple(resources),
+        vhosts=b"".join(
+            vhost_entry(service_vhost(name, domains=domains, cluster=cluster))
+            for name, domains, cluster in vhosts
+        ),
+        not_found=tuple(name for name in demand.requested if name not in names),
+    )

@@ -1,0 +1,164 @@
+"""mTLS between proxies: which certificate a caller presents upstream, and the TLS contexts of both ends.
+
+Per-caller client certificates. One Envoy serves every pod of the node, yet each upstream connection must carry the
+calling pod's own SVID. The pod's outbound and capture listeners run the `set_filter_state` network filter, which
+stores the pod's SPIFFE ID under `aether.source_identity` as a hashable string shared with the upstream connection
+(`shared_with_upstream: ONCE`). Every service cluster has one `transport_socket_matches` entry per local identity
+holding an SVID (named by the SPIFFE ID), and a `transport_socket_matcher` (Envoy >= 1.37) whose input is the
+transport-socket `FilterStateInput` of that key, mapping each SPIFFE ID exactly to the entry of the same name.
+Because the shared value is hashable, Envoy also keys its upstream connection pools on it: two callers never share
+a connection, so a certificate is never presented for another workload. `envoy --mode validate` accepts this.
+
+Keying on the identity rather than on the pod keeps clusters independent of pod churn: pods of one service account
+share one entry, and a cluster changes only when the set of local identities does.
+
+Callers without an SVID of their own (a pod whose SVID has not arrived) get the matcher's `on_no_match`: the SVID of
+the node's first local workload (sorted by SPIFFE ID) or, when no local workload has one, the first SVID the node
+holds. A TLS context without a client certificate is never used: the callee requires one. Clusters are plaintext only
+when the state holds no SVID at all (identity not deployed), and inbound listeners then accept plaintext too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.matching.common_inputs.transport_socket.v3 import transport_socket_inputs_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
+from envoy.type.matcher.v3 import string_pb2
+from google.protobuf import wrappers_pb2
+
+from aether.core.events.identity import Svid
+from aether.core.order import sorted_unique
+from aether.core.project._messages import ads, pack
+from aether.core.project.names import SOURCE_IDENTITY_KEY, trust_bundle_name
+
+TLS_SOCKET = "envoy.transport_sockets.tls"
+
+
+@attrs.frozen(kw_only=True)
+class UpstreamIdentity:
+    """The certificates the node's service clusters present upstream.
+
+    Invariant: `fallback` is empty exactly when the node runs plaintext (it holds no SVID), and then so is
+    `sources`; otherwise `fallback` is set, and is `sources[0]` when `sources` is not empty.
+    """
+
+    sources: tuple[str, ...] = ()
+    """SPIFFE IDs of the local workloads holding an SVID, sorted: each gets its own transport socket."""
+    fallback: str = ""
+    """The SPIFFE ID presented for callers without an SVID of their own."""
+
+    @property
+    def plaintext(self) -> bool:
+        """True when no SVID exists at all: upstream connections and inbound listeners carry no TLS."""
+        return not self.fallback
+
+    @property
+    def presented(self) -> tuple[str, ...]:
+        """Every SPIFFE ID whose certificate a cluster may present (the SDS secrets clusters need)."""
+        return self.sources or ((self.fallback,) if self.fallback else ())
+
+
+PLAINTEXT = UpstreamIdentity()
+
+
+def upstream_identity(local_identities: Iterable[str], svids: Mapping[str, Svid]) -> UpstreamIdentity:
+    """Return what the node's clusters present, given its workloads' SPIFFE IDs and the SVIDs it holds."""
+    if not svids:
+        return PLAINTEXT
+    sources = tuple(identity for identity in sorted_unique(local_identities) if identity in svids)
+    return UpstreamIdentity(sources=sources, fallback=sources[0] if sources else min(svids))
+
+
+def _sds(name: str) -> Any:
+    return secret_pb2.SdsSecretConfig(name=name, sds_config=ads())
+
+
+def _san(matcher: Any) -> Any:
+    return common_pb2.SubjectAltNameMatcher(san_type=common_pb2.SubjectAltNameMatcher.URI, matcher=matcher)
+
+
+def _common(identity: str, *, trust_domain: str, peer: Any, alpn: Iterable[str]) -> Any:
+    return tls_pb2.CommonTlsContext(
+        tls_certificate_sds_secret_configs=[_sds(identity)],
+        combined_validation_context=tls_pb2.CommonTlsContext.CombinedCertificateValidationContext(
+            default_validation_context=common_pb2.CertificateValidationContext(
+                match_typed_subject_alt_names=[_san(peer)]
+            ),
+            validation_context_sds_secret_config=_sds(trust_bundle_name(trust_domain)),
+        ),
+        alpn_protocols=list(alpn),
+    )
+
+
+def upstream_socket(
+    identity: str, *, peer: str, trust_domain: str, alpn: Iterable[str], sni: str = ""
+) -> Any:
+    """Return a TLS transport socket presenting `identity`'s SVID and accepting only the SPIFFE ID `peer`."""
+    context = tls_pb2.UpstreamTlsContext(
+        common_tls_context=_common(
+            identity, trust_domain=trust_domain, peer=string_pb2.StringMatcher(exact=peer), alpn=alpn
+        ),
+        sni=sni,
+    )
+    return base_pb2.TransportSocket(name=TLS_SOCKET, typed_config=pack(context))
+
+
+def downstream_socket(identity: str, *, trust_domain: str, alpn: Iterable[str]) -> Any:
+    """Return a TLS transport socket serving `identity`'s SVID to callers of the trust domain only."""
+    context = tls_pb2.DownstreamTlsContext(
+        common_tls_context=_common(
+            identity,
+            trust_domain=trust_domain,
+            peer=string_pb2.StringMatcher(prefix=f"{trust_bundle_name(trust_domain)}/"),
+            alpn=alpn,
+        ),
+        require_client_certificate=wrappers_pb2.BoolValue(value=True),
+    )
+    return base_pb2.TransportSocket(name=TLS_SOCKET, typed_config=pack(context))
+
+
+def _choose(name: str) -> Any:
+    return pack(transport_socket_inputs_pb2.TransportSocketNameAction(name=name))
+
+
+def apply_upstream_tls(
+    cluster: Any,
+    identity: UpstreamIdentity,
+    *,
+    peer: str,
+    trust_domain: str,
+    alpn: Iterable[str],
+    sni: str = "",
+) -> None:
+    """Give `cluster` the per-caller client certificates of `identity` (nothing when the node is plaintext)."""
+    if identity.plaintext:
+        return
+    alpn = tuple(alpn)
+    if not identity.sources:  # one certificate for every caller: no choice to make
+        cluster.transport_socket.CopyFrom(
+            upstream_socket(identity.fallback, peer=peer, trust_domain=trust_domain, alpn=alpn, sni=sni)
+        )
+        return
+    for source in identity.sources:
+        cluster.transport_socket_matches.add(
+            name=source,
+            transport_socket=upstream_socket(
+                source, peer=peer, trust_domain=trust_domain, alpn=alpn, sni=sni
+            ),
+        )
+    matcher = cluster.transport_socket_matcher
+    tree = matcher.matcher_tree
+    tree.input.name = "source-identity"
+    tree.input.typed_config.CopyFrom(
+        pack(transport_socket_inputs_pb2.FilterStateInput(key=SOURCE_IDENTITY_KEY))
+    )
+    for source in identity.sources:
+        action = tree.exact_match_map.map[source].action
+        action.name = "transport-socket"
+        action.typed_config.CopyFrom(_choose(source))
+    matcher.on_no_match.action.name = "transport-socket"
+    matcher.on_no_match.action.typed_config.CopyFrom(_choose(identity.fallback))

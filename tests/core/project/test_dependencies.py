@@ -1,0 +1,123 @@
+"""Tests of `aether.core.project.dependencies`: local pods, bind places, and the dependency set."""
+
+from __future__ import annotations
+
+import immutables
+
+from aether.core.project.dependencies import (
+    Demand,
+    ServiceDemand,
+    declared_services,
+    demand,
+    local_pods,
+    request_index,
+)
+from aether.core.state import OnDemandRequest
+from aether.testing import AT, fold_events, make_pod, pod_added
+from tests.core.project._helpers import SECOND
+
+
+def _requests(*items: tuple[str, str, int]) -> immutables.Map[tuple[str, str], OnDemandRequest]:
+    return immutables.Map(
+        ((node, name), OnDemandRequest(node_id=node, cluster_name=name, last_requested_at=at))
+        for node, name, at in items
+    )
+
+
+def test_local_pods_are_the_node_s_or_all_in_local_mode() -> None:
+    """Pods of other nodes are not local; an empty node name takes every pod."""
+    state = fold_events(
+        pod_added(make_pod("web-1", node_name="node-a")),
+        pod_added(make_pod("web-2", node_name="node-b", ips=("10.0.0.2",))),
+    )
+    assert [r.pod.name for r in local_pods(state.pods, node_name="node-a").records] == ["web-1"]
+    assert [r.pod.name for r in local_pods(state.pods, node_name="").records] == ["web-1", "web-2"]
+
+
+def test_only_the_first_pod_of_a_bind_place_gets_listeners() -> None:
+    """Two pods in one namespace, or with one IP in local mode, cannot both bind: the first (by key) does;
+    a pod with neither namespace nor IP has nowhere to bind."""
+    state = fold_events(
+        pod_added(make_pod("a", netns="/run/netns/x", ips=())),
+        pod_added(make_pod("b", netns="/run/netns/x", ips=())),
+        pod_added(make_pod("c", ips=("10.0.0.3",))),
+        pod_added(make_pod("d", ips=("10.0.0.3",))),
+        pod_added(make_pod("e", ips=())),
+        pod_added(make_pod("f", ips=("10.0.0.6",))),
+    )
+    assert local_pods(state.pods, node_name="node-a").bound == frozenset(
+        {"default/a", "default/c", "default/f"}
+    )
+
+
+def test_declared_services_are_own_services_and_upstreams() -> None:
+    """A pod's own service and its declared upstreams, sorted and distinct across pods."""
+    state = fold_events(
+        pod_added(make_pod("web-1", annotations={"config.aether.io/upstreams": "db, shop/cart"})),
+        pod_added(make_pod("db-0", service_account="db", ips=("10.0.0.2",))),
+    )
+    records = local_pods(state.pods, node_name="node-a").records
+    assert declared_services(records) == ("default/db", "default/web", "shop/cart")
+
+
+def test_requests_expire_after_the_ttl() -> None:
+    """A request is live until `last_requested_at + ttl`, inclusive; the live ones are a suffix by expiry."""
+    index = request_index(
+        _requests(
+            ("node-a", "old.shop.aether.internal", AT - 120 * SECOND),
+            ("node-a", "new.shop.aether.internal", AT),
+            ("node-b", "other.shop.aether.internal", AT),
+        ),
+        node_name="node-a",
+        mesh_domain="aether.internal",
+        ttl_seconds=60,
+    )
+    assert index.names == ("old.shop.aether.internal", "new.shop.aether.internal")
+    assert index.live_from(AT - 200 * SECOND) == 0
+    assert index.live_from(AT - 60 * SECOND) == 0
+    assert index.live_from(AT - 60 * SECOND + 1) == 1
+    assert index.live_from(AT + 60 * SECOND) == 1
+    assert index.live_from(AT + 60 * SECOND + 1) == 2
+
+
+def test_local_mode_takes_every_node_s_requests() -> None:
+    """With an empty node name, the requests of every node count."""
+    index = request_index(
+        _requests(("node-a", "a.shop.aether.internal", AT), ("node-b", "b.shop.aether.internal", AT)),
+        node_name="",
+        mesh_domain="aether.internal",
+        ttl_seconds=60,
+    )
+    assert index.names == ("a.shop.aether.internal", "b.shop.aether.internal")
+
+
+def test_the_dependency_set_joins_declared_and_requested_services() -> None:
+    """Requested names group by service; a requested service that is also declared stays declared; names of
+    no mesh service (here: another domain) are unmatched."""
+    index = request_index(
+        _requests(
+            ("node-a", "db.shop.aether.internal", AT),
+            ("node-a", "db.shop.aether.internal:9090", AT),
+            ("node-a", "web.default.aether.internal:8080", AT),
+            ("node-a", "web.default.mesh.local", AT),
+        ),
+        node_name="node-a",
+        mesh_domain="aether.internal",
+        ttl_seconds=60,
+    )
+    result = demand(("default/web",), index, live_from=0)
+    assert result == Demand(
+        services=("default/web", "shop/db"),
+        by_service=immutables.Map(
+            {
+                "default/web": ServiceDemand(declared=True, requested=("web.default.aether.internal:8080",)),
+                "shop/db": ServiceDemand(
+                    declared=False, requested=("db.shop.aether.internal", "db.shop.aether.internal:9090")
+                ),
+            }
+        ),
+        requesting=("default/web", "shop/db"),
+        undeclared=("shop/db",),
+        unmatched=("web.default.mesh.local",),
+    )
+    assert demand(("default/web",), index, live_from=4).services == ("default/web",)

@@ -1,0 +1,122 @@
+"""Tests of `aether.core.project.routes`: service virtual hosts, the catch-all, assembled route tables."""
+
+from __future__ import annotations
+
+from envoy.config.route.v3 import route_pb2
+from google.protobuf import wrappers_pb2
+
+from aether.core.project._messages import resource_from_body
+from aether.core.project.outcome import idempotent_method_matcher, retry_policy
+from aether.core.project.routes import (
+    _varint,
+    catch_all_vhost,
+    inbound_route_configuration,
+    route_configuration_body,
+    service_vhost,
+    vhost_entry,
+)
+from aether.core.snapshot import ROUTE_TYPE, Resource
+from tests.core.project._helpers import as_dict
+
+
+def test_a_service_vhost_routes_idempotent_methods_first() -> None:
+    """Two routes to the cluster: idempotent methods (retrying unanswered too) first, then every method."""
+    vhost = service_vhost(
+        "db.shop.aether.internal", domains=["db.shop.aether.internal"], cluster="db.shop.aether.internal"
+    )
+    document = as_dict(vhost)
+    assert document["domains"] == ["db.shop.aether.internal"]
+    first, second = vhost.routes
+    assert list(first.match.headers) == [idempotent_method_matcher()]
+    assert first.route.retry_policy == retry_policy(idempotent=True)
+    assert not second.match.headers
+    assert second.route.retry_policy == retry_policy(idempotent=False)
+    assert {route.route.cluster for route in vhost.routes} == {"db.shop.aether.internal"}
+
+
+def test_the_catch_all_discovers_mesh_names_on_demand() -> None:
+    """Liveness, then the mesh-name routes to `cluster_header: :authority`, then a 404 with a clear body."""
+    vhost = catch_all_vhost(mesh_domain="aether.internal", passthrough=False)
+    assert (vhost.name, list(vhost.domains)) == ("on_demand_catch_all", ["*"])
+    live, idempotent, any_method, last = vhost.routes
+    assert (live.match.path, live.direct_response.status) == ("/-/-/live", 200)
+    for route in (idempotent, any_method):
+        assert route.route.cluster_header == ":authority"
+        assert route.match.headers[0].name == ":authority"
+        assert route.match.headers[0].string_match.safe_regex.regex == (
+            r"^[a-z0-9-]+\.[a-z0-9-]+\.aether\.internal(:[0-9]+)?$"
+        )
+    assert idempotent.route.retry_policy == retry_policy(idempotent=True)
+    assert last.direct_response.status == 404
+    assert last.direct_response.body.inline_string == (
+        "aether: the Host header names no mesh service; expected <serviceAccount>.<namespace>.aether.internal[:<port>]\n"
+    )
+
+
+def test_the_capture_catch_all_passes_the_rest_through() -> None:
+    """On `cap_http`, what is not for the mesh goes to its original destination, without a timeout."""
+    last = catch_all_vhost(mesh_domain="aether.internal", passthrough=True).routes[-1]
+    assert as_dict(last) == {
+        "match": {"prefix": "/"},
+        "route": {"cluster": "passthrough_original_dst", "timeout": "0s"},
+    }
+
+
+def test_an_assembled_route_table_is_the_message_s_own_serialization() -> None:
+    """Joining cached vhost entries gives exactly the bytes (and the Resource) of serializing the whole table."""
+    vhosts = [
+        service_vhost(
+            f"s{index}.ns.aether.internal", domains=[f"s{index}.ns.aether.internal"], cluster=f"c{index}"
+        )
+        for index in range(200)  # long enough for multi-byte lengths
+    ]
+    vhosts.append(catch_all_vhost(mesh_domain="aether.internal", passthrough=True))
+    body = route_configuration_body("cap_http", [vhost_entry(vhost) for vhost in vhosts])
+    message = route_pb2.RouteConfiguration(
+        name="cap_http", virtual_hosts=vhosts, validate_clusters=wrappers_pb2.BoolValue(value=False)
+    )
+    assert body == message.SerializeToString(deterministic=True)
+    assert resource_from_body(ROUTE_TYPE, name="cap_http", body=body, references=()) == Resource.from_message(
+        message
+    )
+
+
+def test_varints_encode_lengths() -> None:
+    """Protobuf base-128 varints, little-endian groups."""
+    assert [_varint(0), _varint(127), _varint(128), _varint(300), _varint(2**21)] == [
+        b"\x00",
+        b"\x7f",
+        b"\x80\x01",
+        b"\xac\x02",
+        b"\x80\x80\x80\x01",
+    ]
+
+
+def test_the_inbound_table_routes_by_port_and_strips_forged_outcomes() -> None:
+    """Authority-port routes first, then the default; the app cannot set the outcome header."""
+    assert as_dict(
+        inbound_route_configuration([("9090", "app_web-1.default_9090"), (None, "app_web-1.default_8080")])
+    ) == {
+        "name": "in_http",
+        "virtual_hosts": [
+            {
+                "name": "app",
+                "domains": ["*"],
+                "routes": [
+                    {
+                        "match": {
+                            "prefix": "/",
+                            "headers": [{"name": ":authority", "string_match": {"suffix": ":9090"}}],
+                        },
+                        "route": {"cluster": "app_web-1.default_9090", "timeout": "0s"},
+                    },
+                    {
+                        "match": {"prefix": "/"},
+                        "route": {"cluster": "app_web-1.default_8080", "timeout": "0s"},
+                    },
+                ],
+            }
+        ],
+        "response_headers_to_remove": ["x-aether-outcome"],
+        "validate_clusters": False,
+    }

@@ -1,0 +1,423 @@
+"""Projected node snapshots against real Envoy (1.40): `envoy --mode validate` accepts them, and they carry traffic.
+
+How a snapshot becomes a bootstrap, with the least rewriting of the projected messages:
+
+* clusters and listeners go into `static_resources` as projected;
+* an EDS cluster becomes STATIC with its projected ClusterLoadAssignment inline (so Envoy checks the endpoints too);
+* an HCM's `rds` is replaced by the projected RouteConfiguration inline, `validate_clusters` turned on (so Envoy
+  also checks that every cluster a route names exists);
+* secrets go into `static_resources.secrets`, and an SDS reference to one of them drops its `sds_config` to name
+  the static secret: Envoy 1.40's validation mode crashes (SIGSEGV) on SDS-over-ADS references in clusters, and
+  static secrets are better anyway: Envoy then parses the real certificates (minted by
+  `aether.testing.spiffe.TestCA`). A reference to a secret the snapshot lacks (the inbound of a pod whose SVID has
+  not arrived) keeps its SDS-over-ADS source, as on a real node, where that listener waits for it.
+* The bootstrap keeps an ADS config (to a dummy static cluster on a Unix socket) for the on-demand filter's ODCDS.
+
+`network_namespace_filepath` is not opened by validation; the paths still point at files the test creates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from aether.core.events import Event, Health, Protocol
+from aether.core.project import project_node
+from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
+from aether.testing import (
+    AT,
+    endpoints_snapshot_received,
+    fold_events,
+    make_endpoint,
+    make_pod,
+    make_trust_bundle,
+    mesh_config_updated,
+    on_demand_cluster_requested,
+    pod_added,
+    svid_rotated,
+    trust_bundle_rotated,
+)
+from aether.testing.envoy import HttpReader, find_envoy_binary, open_envoy
+from aether.testing.spiffe import TestCA
+from tests.core.project._helpers import NODE, as_dict, messages
+
+VALIDATE_TIMEOUT = 60
+"""Seconds `envoy --mode validate` gets (it takes well under one; the margin absorbs a loaded CI machine)."""
+CONVERGE = 10
+"""Seconds the running Envoy gets to answer (it takes milliseconds)."""
+
+XDS_CLUSTER = {
+    "name": "xds_cluster",
+    "type": "STATIC",
+    "connect_timeout": "1s",
+    "typed_extension_protocol_options": {
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }
+    },
+    "load_assignment": {
+        "cluster_name": "xds_cluster",
+        "endpoints": [
+            {"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": "/run/aether/xds.sock"}}}}]}
+        ],
+    },
+}
+
+
+def static_bootstrap(snapshot: Snapshot, *, admin_port: int = 0) -> dict[str, Any]:
+    """Return a bootstrap holding the snapshot's resources as static ones (see the module docstring)."""
+    routes = {name: as_dict(message) for name, message in messages(snapshot, ROUTE_TYPE).items()}
+    assignments = {name: as_dict(message) for name, message in messages(snapshot, ENDPOINT_TYPE).items()}
+    clusters = []
+    for message in messages(snapshot, CLUSTER_TYPE).values():
+        cluster = as_dict(message)
+        if cluster.get("type") == "EDS":
+            del cluster["eds_cluster_config"]
+            cluster["type"] = "STATIC"
+            cluster["load_assignment"] = assignments[cluster["name"]]
+        clusters.append(cluster)
+    document = {
+        "node": {"id": snapshot.node_id or "local", "cluster": "aether-validate"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "DELTA_GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds_cluster"}}],
+            }
+        },
+        "static_resources": {
+            "clusters": [*clusters, XDS_CLUSTER],
+            "listeners": [as_dict(message) for message in messages(snapshot, LISTENER_TYPE).values()],
+            "secrets": [as_dict(message) for message in messages(snapshot, SECRET_TYPE).values()],
+        },
+    }
+    rewritten: dict[str, Any] = _rewritten(document, routes, frozenset(snapshot.of_type(SECRET_TYPE)))
+    return rewritten
+
+
+def _rewritten(value: Any, routes: dict[str, Any], secrets: frozenset[str]) -> Any:
+    if isinstance(value, list):
+        return [_rewritten(item, routes, secrets) for item in value]
+    if not isinstance(value, dict):
+        return value
+    static = "sds_config" in value and value.get("name") in secrets
+    result = {
+        key: _rewritten(item, routes, secrets)
+        for key, item in value.items()
+        if not (static and key == "sds_config")
+    }
+    if "rds" in result:
+        table = dict(routes[result.pop("rds")["route_config_name"]])
+        table["validate_clusters"] = True
+        result["route_config"] = table
+    return result
+
+
+def validate(snapshot: Snapshot, work_dir: Path) -> str:
+    """Run `envoy --mode validate` on the snapshot's bootstrap; return Envoy's output (assert it accepted)."""
+    path = work_dir / "bootstrap.json"
+    path.write_text(json.dumps(static_bootstrap(snapshot), indent=1))
+    result = subprocess.run(
+        [str(find_envoy_binary()), "--mode", "validate", "-c", str(path), "-l", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=VALIDATE_TIMEOUT,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"envoy rejected the projected snapshot:\n{output[-4000:]}"
+    return output
+
+
+# --- realistic states ---
+
+TRUST_DOMAIN = "aether.internal"
+
+
+def _svid(ca: TestCA, service: str) -> Event:
+    namespace, account = service.split("/")
+    return svid_rotated(ca.issue(f"spiffe://{TRUST_DOMAIN}/ns/{namespace}/sa/{account}").svid())
+
+
+def _netns(work_dir: Path, name: str) -> str:
+    path = work_dir / "netns" / name
+    path.parent.mkdir(exist_ok=True)
+    path.touch()
+    return str(path)
+
+
+def realistic_events(work_dir: Path, *, identities: bool) -> list[Event]:
+    """Five pods (three in network namespaces, two in local mode, one of them without an SVID), endpoints of
+    twelve services over three zones (TCP ones, extra ports, every health), and on-demand requests: live, expired,
+    and for a service the registry does not know."""
+    ca = TestCA(TRUST_DOMAIN)
+    pods = [
+        make_pod(
+            "web-1",
+            netns=_netns(work_dir, "web-1"),
+            ips=("10.0.0.1",),
+            annotations={
+                "config.aether.io/upstreams": "shop/db, shop/cache, shop/api, billing/ledger",
+                "endpoint.aether.io/ports": "9090, 9091=h2",
+            },
+        ),
+        make_pod(
+            "web-2",
+            netns=_netns(work_dir, "web-2"),
+            ips=("10.0.0.2",),
+            annotations={"config.aether.io/upstreams": "shop/db"},
+        ),
+        make_pod(
+            "db-0",
+            namespace="shop",
+            service_account="db",
+            netns=_netns(work_dir, "db-0"),
+            ips=("10.0.0.3",),
+            annotations={"endpoint.aether.io/protocol": "tcp", "endpoint.aether.io/port": "5432"},
+        ),
+        make_pod(
+            "batch-1",
+            namespace="jobs",
+            service_account="batch",
+            ips=("10.0.0.4",),
+            annotations={"config.aether.io/upstreams": "shop/api"},
+        ),
+        make_pod("tool-1", namespace="ops", service_account="tool", ips=("fd00::5",)),
+    ]
+    zones = (("eu", "eu-a"), ("eu", "eu-b"), ("us", "us-a"))
+    endpoints = [
+        make_endpoint(
+            "10.0.0.1",
+            service="default/web",
+            ports=(8080, 9090, 9091),
+            node_name=NODE,
+            region="eu",
+            zone="eu-a",
+        ),
+        make_endpoint(
+            "10.0.0.3",
+            service="shop/db",
+            protocol=Protocol.TCP,
+            port=5432,
+            node_name=NODE,
+            region="eu",
+            zone="eu-a",
+        ),
+        make_endpoint(
+            "10.0.1.3", service="shop/db", protocol=Protocol.TCP, port=5432, region="eu", zone="eu-b"
+        ),
+        make_endpoint(
+            "10.0.1.4", service="shop/cache", protocol=Protocol.TCP, port=6379, region="us", zone="us-a"
+        ),
+    ]
+    for index, service in enumerate(("shop/api", "billing/ledger", *(f"team{n}/svc{n}" for n in range(8)))):
+        for replica in range(3):
+            region, zone = zones[(index + replica) % 3]
+            endpoints.append(
+                make_endpoint(
+                    f"10.{index + 10}.0.{replica + 1}",
+                    service=service,
+                    ports=(8080, 8443) if index % 2 else (),
+                    weight=100 * (replica + 1),
+                    region=region,
+                    zone=zone,
+                    health=tuple(Health)[replica % 4],
+                )
+            )
+    events: list[Event] = [
+        mesh_config_updated(),
+        trust_bundle_rotated(make_trust_bundle(bundle_pem=ca.bundle_pem)),
+    ]
+    events += [pod_added(pod) for pod in pods]
+    if identities:
+        events += [_svid(ca, service) for service in ("default/web", "shop/db", "jobs/batch")]
+    events.append(endpoints_snapshot_received(*endpoints))
+    events += [
+        on_demand_cluster_requested("svc3.team3.aether.internal", at=AT),
+        on_demand_cluster_requested("svc4.team4.aether.internal:8080", at=AT),
+        on_demand_cluster_requested("svc5.team5.aether.internal:8443", at=AT),
+        on_demand_cluster_requested("svc6.team6.aether.internal", at=AT - 3_600 * 10**9),
+        on_demand_cluster_requested("ghost.nowhere.aether.internal:80", at=AT),
+    ]
+    return events
+
+
+@pytest.mark.parametrize(("node_name", "identities"), [(NODE, True), (NODE, False), ("", True)])
+def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: str, identities: bool) -> None:
+    """Every projection of a realistic node (mTLS and plaintext, one node and local mode) passes validation."""
+    state = fold_events(*realistic_events(tmp_path, identities=identities))
+    snapshot = project_node(state, node_name=node_name, now=AT)
+    assert snapshot.consistent() == ()
+    assert snapshot.not_found == frozenset({"ghost.nowhere.aether.internal:80"})
+    assert len(snapshot.of_type(LISTENER_TYPE)) == 20
+    assert "svc6.team6.aether.internal" not in snapshot.of_type(CLUSTER_TYPE)  # expired
+    validate(snapshot, tmp_path)
+
+
+def test_validation_catches_a_broken_snapshot(tmp_path: Path) -> None:
+    """The harness is not vacuous: a snapshot whose trust bundle is no certificate is refused."""
+    events = realistic_events(tmp_path, identities=True)
+    broken = fold_events(*events, trust_bundle_rotated(make_trust_bundle(bundle_pem=b"not a certificate")))
+    with pytest.raises(AssertionError, match="Failed to load trusted CA certificates"):
+        validate(project_node(broken, node_name=NODE, now=AT), tmp_path)
+
+
+# --- traffic through a running Envoy ---
+
+CALLER_IP, CALLEE_IP, IDLE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+
+
+class App:
+    """The callee's application: answers `/ok` with the request's XFCC, `/forge` with a forged outcome header,
+    `/503` with its own 503, and resets the connection on `/reset`; counts requests per path."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, int] = {}
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            reader = HttpReader(stream)
+            message = await reader.read_head()
+            if message is None:
+                return
+            request_line, headers = message
+            await reader.read_body(headers, delimited_by_close=False)
+            path = request_line.split(" ")[1]
+            self.hits[path] = self.hits.get(path, 0) + 1
+            if path == "/reset":
+                # SO_LINGER 0: close with a TCP RST, the app "crashing" after it received the request.
+                stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return
+            status, extra = {
+                "/forge": ("200 OK", "x-aether-outcome: undelivered\r\n"),
+                "/503": ("503 Service Unavailable", ""),
+            }.get(path, ("200 OK", ""))
+            body = json.dumps({"xfcc": headers.get("x-forwarded-client-cert", "")}).encode()
+            await stream.send_all(
+                f"HTTP/1.1 {status}\r\n{extra}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                + body
+            )
+
+
+async def _request(
+    host: str, port: int, method: str, path: str, *, authority: str
+) -> tuple[int, dict[str, str], bytes]:
+    with trio.fail_after(CONVERGE):
+        stream = await trio.open_tcp_stream(host, port)
+        async with stream:
+            body = b"x" if method == "POST" else b""
+            head = f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+            await stream.send_all(head.encode() + body)
+            reader = HttpReader(stream)
+            message = await reader.read_head()
+            assert message is not None
+            status_line, headers = message
+            return (
+                int(status_line.split(" ")[1]),
+                headers,
+                await reader.read_body(headers, delimited_by_close=True),
+            )
+
+
+async def _stat(envoy: Any, name: str) -> int:
+    stats: dict[str, int] = await envoy.stats()
+    return stats.get(name, 0)
+
+
+@pytest.fixture
+def loopback_pods() -> None:
+    """Skip unless Envoy may bind transparent listeners (IP_TRANSPARENT needs CAP_NET_ADMIN: root here)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the capture listeners are transparent")
+
+
+async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(
+    tmp_path: Path, loopback_pods: None
+) -> None:
+    """Two local-mode pods on loopback addresses call each other through one Envoy running the projected config:
+    each caller presents its own SVID (the callee sees it in XFCC), and retries follow the callee's outcome."""
+    ca = TestCA(TRUST_DOMAIN)
+    with socket.socket() as probe:
+        probe.bind((CALLEE_IP, 0))
+        app_port = probe.getsockname()[1]
+    state = fold_events(
+        mesh_config_updated(),
+        trust_bundle_rotated(make_trust_bundle(bundle_pem=ca.bundle_pem)),
+        pod_added(
+            make_pod("web-1", ips=(CALLER_IP,), annotations={"config.aether.io/upstreams": "db, idle"})
+        ),
+        pod_added(
+            make_pod(
+                "db-0",
+                service_account="db",
+                ips=(CALLEE_IP,),
+                annotations={"endpoint.aether.io/port": str(app_port)},
+            )
+        ),
+        _svid(ca, "default/web"),
+        _svid(ca, "default/db"),
+        endpoints_snapshot_received(
+            make_endpoint(CALLEE_IP, service="default/db", port=app_port),
+            make_endpoint(IDLE_IP, service="default/idle", port=app_port),  # an inbound whose app is down
+        ),
+        pod_added(
+            make_pod(
+                "idle-0",
+                service_account="idle",
+                ips=(IDLE_IP,),
+                annotations={"endpoint.aether.io/port": str(app_port)},
+            )
+        ),
+        _svid(ca, "default/idle"),
+    )
+    app = App()
+    db = "db.default.aether.internal"
+    web_id, db_id = (f"spiffe://{TRUST_DOMAIN}/ns/default/sa/{sa}" for sa in ("web", "db"))
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(app_port, host=CALLEE_IP)
+        await nursery.start(trio.serve_listeners, app.handle, listeners)
+        async with open_envoy(
+            static_bootstrap(project_node(state, node_name=NODE, now=AT)), work_dir=tmp_path / "envoy"
+        ) as envoy:
+            status, headers, body = await _request(CALLER_IP, 18081, "GET", "/ok", authority=db)
+            assert status == 200
+            xfcc = json.loads(body)["xfcc"]
+            assert f"URI={web_id}" in xfcc
+            assert f"By={db_id}" in xfcc
+            status, _, body = await _request(CALLEE_IP, 18081, "GET", "/ok", authority=db)
+            assert f"URI={db_id}" in json.loads(body)["xfcc"]  # the other caller, its own certificate
+            status, headers, _ = await _request(CALLER_IP, 18081, "GET", "/forge", authority=db)
+            assert (status, "x-aether-outcome" in headers) == (200, False)
+            status, headers, _ = await _request(CALLER_IP, 18081, "GET", "/503", authority=db)
+            assert (status, app.hits["/503"]) == (503, 3)  # the app's own 503: retried twice
+            status, headers, _ = await _request(CALLER_IP, 18081, "POST", "/reset", authority=db)
+            assert (status, headers.get("x-aether-outcome"), app.hits["/reset"]) == (502, "unanswered", 1)
+            status, headers, _ = await _request(CALLER_IP, 18081, "GET", "/reset", authority=db)
+            assert (status, headers.get("x-aether-outcome"), app.hits["/reset"]) == (502, "unanswered", 4)
+            # Nothing listens behind idle-0's inbound: even a POST is retried, and reported undelivered.
+            status, headers, _ = await _request(
+                CALLER_IP, 18081, "POST", "/down", authority="idle.default.aether.internal"
+            )
+            assert (status, headers.get("x-aether-outcome")) == (503, "undelivered")
+            assert (
+                await _stat(
+                    envoy, "cluster.app_idle-0.default_" + str(app_port) + ".upstream_cx_connect_fail"
+                )
+                == 3
+            )
+            status, _, body = await _request(CALLER_IP, 18081, "GET", "/x", authority="example.com")
+            assert (status, body) == (
+                404,
+                b"aether: the Host header names no mesh service; expected <serviceAccount>.<namespace>.aether.internal[:<port>]\n",
+            )
+        nursery.cancel_scope.cancel()
