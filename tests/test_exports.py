@@ -14,6 +14,9 @@ PACKAGES = [
     "aether.testing",
     "aether.cli",
     "aether.identity",
+    "aether.xds",
+    "aether.agent",
+    "aether.core.project",
 ]
 
 

@@ -89,6 +89,14 @@ class Resource:
             raise InternalError(detail=f"{full_name!r} is not a resource type the snapshot serves")
         name = message.cluster_name if type_url == ENDPOINT_TYPE else message.name  # type: ignore[attr-defined]
         body = message.SerializeToString(deterministic=True)
+        return cls.from_body(type_url, name=name, body=body, references=references)
+
+    @classmethod
+    def from_body(cls, type_url: str, *, name: str, body: bytes, references: Iterable[str] = ()) -> Resource:
+        """Return the resource whose serialized message is `body` (assembled from cached parts, not re-serialized).
+
+        The caller guarantees `body` is what `from_message` would serialize; this is the one place digests are made.
+        """
         return cls(
             type_url=type_url, name=name, body=body, digest=_digest(body), references=tuple(references)
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from envoy.config.route.v3 import route_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project._messages import resource_from_body
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
 from aether.core.project.routes import (
     _varint,
@@ -76,7 +75,7 @@ def test_an_assembled_route_table_is_the_message_s_own_serialization() -> None:
         name="cap_http", virtual_hosts=vhosts, validate_clusters=wrappers_pb2.BoolValue(value=False)
     )
     assert body == message.SerializeToString(deterministic=True)
-    assert resource_from_body(ROUTE_TYPE, name="cap_http", body=body, references=()) == Resource.from_message(
+    assert Resource.from_body(ROUTE_TYPE, name="cap_http", body=body, references=()) == Resource.from_message(
         message
     )
 

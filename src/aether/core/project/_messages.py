@@ -6,14 +6,11 @@ xds-protos ships no type stubs: every Envoy message is `Any` to mypy.
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Any
 
 from envoy.config.core.v3 import address_pb2, config_source_pb2
 from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import Message
-
-from aether.core.snapshot import Resource
 
 
 def pack(message: Message) -> any_pb2.Any:
@@ -52,15 +49,3 @@ def socket_address(host: str, port: int, *, netns: str = "") -> Any:
             address=host, port_value=port, network_namespace_filepath=netns
         )
     )
-
-
-def resource_from_body(
-    message_type_url: str, *, name: str, body: bytes, references: tuple[str, ...]
-) -> Resource:
-    """Return the Resource whose serialized message is `body` (assembled from cached parts, not re-serialized).
-
-    Invariant: equal to `Resource.from_message` of the message `body` parses to; the digest is the snapshot's own
-    (blake2b-128 of the body) and a test holds the two constructions equal.
-    """
-    digest = hashlib.blake2b(body, digest_size=16).hexdigest()
-    return Resource(type_url=message_type_url, name=name, body=body, digest=digest, references=references)

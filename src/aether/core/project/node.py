@@ -23,7 +23,6 @@ import attrs
 
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
-from aether.core.project._messages import resource_from_body
 from aether.core.project.clusters import passthrough_cluster
 from aether.core.project.dependencies import Demand, LocalPods, RequestIndex
 from aether.core.project.endpoints import Locality, node_locality
@@ -327,7 +326,7 @@ class NodeProjector:
             return
         entries = [self._services[service][1].vhosts for service in demand.services]
         new = tuple(
-            resource_from_body(
+            Resource.from_body(
                 ROUTE_TYPE,
                 name=name,
                 body=route_configuration_body(
