@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import immutables
 
 from aether.core.project.dependencies import (
@@ -36,10 +37,10 @@ def test_local_pods_are_the_node_s_or_all_in_local_mode() -> None:
 
 def test_only_the_first_pod_of_a_bind_place_gets_listeners() -> None:
     """Two pods in one namespace, or with one IP in local mode, cannot both bind: the first (by key) does;
-    a pod with neither namespace nor IP has nowhere to bind."""
+    a pod without an IP is not even stored (it is rejected until it has one)."""
     state = fold_events(
-        pod_added(make_pod("a", netns="/run/netns/x", ips=())),
-        pod_added(make_pod("b", netns="/run/netns/x", ips=())),
+        pod_added(make_pod("a", netns="/run/netns/x", ips=("10.0.0.1",))),
+        pod_added(make_pod("b", netns="/run/netns/x", ips=("10.0.0.2",))),
         pod_added(make_pod("c", ips=("10.0.0.3",))),
         pod_added(make_pod("d", ips=("10.0.0.3",))),
         pod_added(make_pod("e", ips=())),
@@ -121,3 +122,20 @@ def test_the_dependency_set_joins_declared_and_requested_services() -> None:
         unmatched=("web.default.mesh.local",),
     )
     assert demand(("default/web",), index, live_from=4).services == ("default/web",)
+
+
+def test_a_pod_that_cannot_bind_gets_no_listeners_and_a_pod_without_ips_has_no_place() -> None:
+    """The second pod of a shared namespace is projected without listeners; an address-less record binds nowhere."""
+    from aether.core.project import project_node
+    from aether.core.project.dependencies import bind_place
+    from aether.core.snapshot import LISTENER_TYPE
+
+    state = fold_events(
+        pod_added(make_pod("a", netns="/run/netns/x", ips=("10.0.0.1",))),
+        pod_added(make_pod("b", netns="/run/netns/x", ips=("10.0.0.2",))),
+    )
+    names = sorted(project_node(state, node_name="node-a", now=0).of_type(LISTENER_TYPE))
+    assert [name for name in names if name.endswith("b.default")] == []
+    assert [name for name in names if name.endswith("a.default")] != []
+    record = state.pods["default/a"]
+    assert bind_place(attrs.evolve(record, pod=attrs.evolve(record.pod, netns="", ips=()))) is None

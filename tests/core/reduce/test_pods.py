@@ -239,3 +239,26 @@ def test_an_unmanaged_pod_keeps_the_rejections_of_other_subjects() -> None:
     state = fold_events(pod_removed("ghost"), pod_added(make_pod("web-2", labels={})))
     assert sorted(state.diagnostics.rejections) == ["pod/default/ghost", "pod/default/web-2"]
     assert state.diagnostics.rejected_total == 2
+
+
+def test_a_managed_pod_without_an_ip_is_rejected_until_it_has_one() -> None:
+    """No IP: not stored, `InvalidPod` with the reason; the update that brings an IP adds it and lifts it."""
+    state = fold_events(pod_added(make_pod("web-1", ips=())))
+    assert state.pods == immutables.Map()
+    rejection = state.diagnostics.rejections["pod/default/web-1"]
+    assert (rejection.reason, rejection.message) == (
+        RejectionReason.INVALID_POD,
+        "pod 'default/web-1': has no IP address yet; it joins the mesh once one is assigned",
+    )
+    later = fold_events(pod_updated(make_pod("web-1", ips=("10.0.0.1",))), state=state)
+    assert list(later.pods) == ["default/web-1"]
+    assert "pod/default/web-1" not in later.diagnostics.rejections
+
+
+def test_a_managed_pod_with_a_malformed_ip_is_rejected() -> None:
+    """An IP that does not parse is named."""
+    state = fold_events(pod_added(make_pod("web-1", ips=("10.0.0.1", "10.0.0.999"))))
+    assert state.pods == immutables.Map()
+    assert state.diagnostics.rejections["pod/default/web-1"].message == (
+        "pod 'default/web-1': ip must be an IP address (got '10.0.0.999')"
+    )

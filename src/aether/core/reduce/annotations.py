@@ -9,7 +9,13 @@ import attrs
 from aether.core.events.pods import Pod
 from aether.core.events.registry import HealthCheckMode, Protocol
 from aether.core.state.pods import PodConfig
-from aether.core.validation import MAX_PORT, dns_label_problem, dns_subdomain_problem, service_key_problem
+from aether.core.validation import (
+    MAX_PORT,
+    dns_label_problem,
+    dns_subdomain_problem,
+    ip_problem,
+    service_key_problem,
+)
 
 MANAGED_LABEL = "aether.io/managed"
 UPSTREAMS = "config.aether.io/upstreams"
@@ -120,6 +126,14 @@ def parse_pod_config(pod: Pod) -> tuple[PodConfig, tuple[str, ...]]:
         health_check_mode=mode,
     )
     return config, tuple(problems)
+
+
+def address_problem(pod: Pod) -> str | None:
+    """Check that a managed pod has IP addresses, all valid (the mesh binds and registers the first)."""
+    if not pod.ips:
+        return f"pod {pod.key!r}: has no IP address yet; it joins the mesh once one is assigned"
+    problem = next((p for p in (ip_problem(ip, what="ip") for ip in pod.ips) if p), None)
+    return None if problem is None else f"pod {pod.key!r}: {problem}"
 
 
 def pod_problem(pod: Pod) -> str | None:

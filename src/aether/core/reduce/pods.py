@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aether.core.events.pods import Pod, PodAdded, PodRemoved, PodUpdated
-from aether.core.reduce.annotations import parse_pod_config, pod_problem, unmanaged_reason
+from aether.core.reduce.annotations import address_problem, parse_pod_config, pod_problem, unmanaged_reason
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
 from aether.core.state.pods import PodRecord
@@ -21,6 +21,12 @@ def _upsert(state: State, event: PodAdded | PodUpdated, seq: int) -> State:
         pods = state.pods.delete(pod.key) if pod.key in state.pods else state.pods
         state = applied(state, event, seq, pods=pods)
         return rejected(state, event, seq, reason=RejectionReason.NOT_MANAGED, message=unmanaged)
+    addressless = address_problem(pod)
+    if addressless is not None:
+        # Nothing can be bound or registered for it: it joins the mesh with its first update that carries an IP.
+        pods = state.pods.delete(pod.key) if pod.key in state.pods else state.pods
+        state = applied(state, event, seq, pods=pods)
+        return rejected(state, event, seq, reason=RejectionReason.INVALID_POD, message=addressless)
     config, problems = parse_pod_config(pod)
     state = applied(state, event, seq, pods=state.pods.set(pod.key, PodRecord(pod=pod, config=config)))
     if problems:
