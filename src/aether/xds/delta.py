@@ -35,10 +35,7 @@ from aether.xds.protocol import (
     StreamOutput,
     TypeStatus,
     TypeStatusRow,
-    check_names,
-    check_node,
-    check_nonce,
-    check_type,
+    check_request,
 )
 
 SOURCE = "xds"
@@ -93,12 +90,15 @@ class DeltaStream:
         Raises:
             ProtocolError: the request breaks the protocol (the stream must end with its status).
         """
-        self.node_id = check_node(self.node_id, request.node.id)
         type_url = request.type_url
-        check_type(type_url, node_id=self.node_id)
-        check_names(request.resource_names_subscribe, type_url=type_url, node_id=self.node_id)
-        check_names(request.resource_names_unsubscribe, type_url=type_url, node_id=self.node_id)
-        check_nonce(self._nonces, request.response_nonce, type_url=type_url, node_id=self.node_id)
+        self.node_id = check_request(
+            self._nonces,
+            self.node_id,
+            node_id=request.node.id,
+            type_url=type_url,
+            names=[*request.resource_names_subscribe, *request.resource_names_unsubscribe],
+            nonce=request.response_nonce,
+        )
         first = type_url not in self._types
         state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
         output = NOTHING

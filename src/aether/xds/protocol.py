@@ -97,6 +97,21 @@ class Nonces:
         return nonce.isascii() and nonce.isdigit() and 1 <= int(nonce) <= self._issued
 
 
+def check_request(
+    nonces: Nonces, current: str | None, *, node_id: str, type_url: str, names: Iterable[str], nonce: str
+) -> str:
+    """Run every check a request must pass (node, type, names, nonce) and return the stream's node id.
+
+    Raises:
+        ProtocolError: the first check that fails.
+    """
+    node = check_node(current, node_id)
+    check_type(type_url, node_id=node)
+    check_names(names, type_url=type_url, node_id=node)
+    check_nonce(nonces, nonce, type_url=type_url, node_id=node)
+    return node
+
+
 def check_node(current: str | None, node_id: str) -> str:
     """Return the stream's node id: the first request must name one; later requests may omit it.
 

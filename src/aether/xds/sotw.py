@@ -34,10 +34,7 @@ from aether.xds.protocol import (
     StreamOutput,
     TypeStatus,
     TypeStatusRow,
-    check_names,
-    check_node,
-    check_nonce,
-    check_type,
+    check_request,
 )
 
 SOURCE = "xds"
@@ -75,12 +72,15 @@ class SotwStream:
         Raises:
             ProtocolError: the request breaks the protocol (the stream must end with its status).
         """
-        self.node_id = check_node(self.node_id, request.node.id)
-        type_url = request.type_url
-        check_type(type_url, node_id=self.node_id)
-        check_names(request.resource_names, type_url=type_url, node_id=self.node_id)
-        nonce = request.response_nonce
-        check_nonce(self._nonces, nonce, type_url=type_url, node_id=self.node_id)
+        type_url, nonce = request.type_url, request.response_nonce
+        self.node_id = check_request(
+            self._nonces,
+            self.node_id,
+            node_id=request.node.id,
+            type_url=type_url,
+            names=request.resource_names,
+            nonce=nonce,
+        )
         state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
         names = _subscription(type_url, request.resource_names)
         if not nonce:
