@@ -17,6 +17,7 @@ PACKAGES = [
     "aether.xds",
     "aether.agent",
     "aether.core.project",
+    "aether.dns",
 ]
 
 

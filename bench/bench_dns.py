@@ -1,0 +1,196 @@
+"""Benchmark `aether mesh-dns`: queries per second for cached mesh answers, against references run the same way.
+
+One single-process blocking UDP client sends N queries with up to `--window` outstanding, to each server in
+turn (each server in its own process): a bare trio UDP echo server (the ceiling for any trio UDP loop),
+`serve_mesh_dns` with two mesh names, and unbound with the same names as local-data when it is installed.
+Everything is on loopback.
+
+    python bench/bench_dns.py [--queries 50000] [--window 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import dnslib
+
+NAMES = ("reviews.default.aether.internal", "ratings.default.aether.internal")
+
+_ECHO_SERVER = """
+import sys, trio
+async def main():
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    await sock.bind(("127.0.0.1", 0))
+    print(sock.getsockname()[1], flush=True)
+    while True:
+        data, peer = await sock.recvfrom(65535)
+        await sock.sendto(data, peer)
+trio.run(main)
+"""
+
+_MESH_DNS_SERVER = """
+import sys, trio
+from pathlib import Path
+from aether.dns import HostPort, serve_mesh_dns
+async def main():
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(lambda task_status: serve_mesh_dns(
+            listen=HostPort(host="127.0.0.1", port=0), records_path=Path(sys.argv[1]), upstreams=(),
+            mesh_domain="aether.internal", task_status=task_status))
+        with trio.fail_after(10):
+            await server.wait_generation(1)
+        print(server.address.port, flush=True)
+trio.run(main)
+"""
+
+
+def _queries() -> list[bytes]:
+    return [bytes(dnslib.DNSRecord.question(name, "A").pack()) for name in NAMES]
+
+
+def _case_variants(count: int) -> list[bytes]:
+    """`count` spellings of the mesh names differing in letter case: each is a cache miss (a full parse)."""
+    variants = []
+    for index in range(count):
+        name = NAMES[index % len(NAMES)]
+        spelled = "".join(
+            char.upper() if (index >> (position % 20)) & 1 else char for position, char in enumerate(name)
+        )
+        variants.append(bytes(dnslib.DNSRecord.question(spelled, "A").pack()))
+    return variants
+
+
+def run_client(
+    port: int, *, queries: int, window: int, check: bool, templates: list[bytes] | None = None
+) -> float:
+    """Send `queries` queries (cycling `templates`, fresh IDs) with `window` outstanding; return queries/s."""
+    templates = templates or _queries()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("127.0.0.1", port))
+        sock.settimeout(2.0)
+        # Warm up: the first answer of each name fills the server's cache.
+        for template in templates[:2]:
+            sock.send(template)
+            reply = sock.recv(4096)
+            if check:
+                assert dnslib.DNSRecord.parse(reply).rr, f"no answer from port {port}: {reply!r}"
+        sent = received = 0
+        started = time.perf_counter()
+        while received < queries:
+            while sent < queries and sent - received < window:
+                template = templates[sent % len(templates)]
+                sock.send((sent & 0xFFFF).to_bytes(2, "big") + template[2:])
+                sent += 1
+            try:
+                sock.recv(4096)
+            except TimeoutError:
+                sent = received  # a lost datagram: resend the rest of the window
+                continue
+            received += 1
+        return queries / (time.perf_counter() - started)
+
+
+def _start(arguments: list[str]) -> tuple[subprocess.Popen[str], int]:
+    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line:
+        process.kill()
+        raise RuntimeError(f"{arguments[:3]!r} did not start")
+    return process, int(line)
+
+
+def _unbound(directory: Path) -> tuple[subprocess.Popen[str], int] | None:
+    binary = shutil.which("unbound")
+    if binary is None:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = directory / "unbound.conf"
+    local = "".join(
+        f'    local-data: "{name}. 5 IN A 10.96.0.{10 + index}"\n' for index, name in enumerate(NAMES)
+    )
+    config.write_text(
+        f"server:\n    interface: 127.0.0.1\n    port: {port}\n    num-threads: 1\n    do-daemonize: no\n"
+        f'    use-syslog: no\n    username: ""\n    chroot: ""\n    directory: "{directory}"\n    pidfile: ""\n'
+        f'    local-zone: "aether.internal." static\n{local}'
+    )
+    process = subprocess.Popen([binary, "-d", "-c", str(config)], text=True)
+    for _ in range(50):
+        try:
+            run_client(port, queries=1, window=1, check=True)
+            return process, port
+        except (OSError, AssertionError):
+            time.sleep(0.1)
+    process.kill()
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queries", type=int, default=50_000)
+    parser.add_argument("--window", type=int, default=1, help="queries outstanding at once (1 = ping-pong)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    arguments = parser.parse_args()
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as directory:
+        records = Path(directory) / "records.json"
+        records.write_text(
+            json.dumps(
+                {
+                    "writtenAt": "bench",
+                    "generation": 1,
+                    "records": {"default/reviews": "10.96.0.10", "default/ratings": "10.96.0.11"},
+                }
+            )
+        )
+        servers: dict[str, Callable[[], tuple[subprocess.Popen[str], int] | None]] = {
+            "trio UDP echo (reference)": lambda: _start([sys.executable, "-c", _ECHO_SERVER]),
+            "aether mesh-dns (cached answers)": lambda: _start(
+                [sys.executable, "-c", _MESH_DNS_SERVER, str(records)]
+            ),
+            "aether mesh-dns (uncached: case varies)": lambda: _start(
+                [sys.executable, "-c", _MESH_DNS_SERVER, str(records)]
+            ),
+            "unbound (local-data, 1 thread)": lambda: _unbound(Path(directory)),
+        }
+        for label, start in servers.items():
+            started = start()
+            if started is None:
+                print(f"{label}: not installed, skipped", file=sys.stderr)
+                continue
+            process, port = started
+            try:
+                results[label] = run_client(
+                    port,
+                    queries=arguments.queries,
+                    window=arguments.window,
+                    check="echo" not in label,
+                    # Distinct spellings: 2**20 > any --queries we use, so no spelling repeats in a run.
+                    templates=_case_variants(arguments.queries) if "uncached" in label else None,
+                )
+            finally:
+                process.kill()
+                process.wait()
+    reference = results["trio UDP echo (reference)"]
+    if arguments.json:
+        print(json.dumps({"queries": arguments.queries, "window": arguments.window, "qps": results}))
+        return
+    print(f"{arguments.queries} queries, window {arguments.window}, loopback, one client process")
+    print(f"{'server':<36} {'queries/s':>10} {'vs echo':>8}")
+    for label, qps in results.items():
+        print(f"{label:<36} {qps:>10,.0f} {qps / reference:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,376 @@
+"""`serve_mesh_dns`: the trio UDP and TCP server around `MeshResolver`, plus the record-file poller."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import socket
+import struct
+from pathlib import Path
+
+import attrs
+import trio
+
+from aether.dns.answer import Answered, Dropped, Forward, MeshResolver, ResolverStatistics, Transport
+from aether.dns.errors import RecordsFileRejected
+from aether.dns.forward import UPSTREAM_TIMEOUT, HostPort, forward_query
+from aether.dns.records import parse_records
+
+logger = logging.getLogger(__name__)
+
+RECORDS_POLL_INTERVAL = 1.0
+"""Seconds between checks of the record file: the agent rewrites it on service changes, and a one-second lag
+is well under the record TTL; a stat per second is free."""
+MAX_FORWARDS_IN_FLIGHT = 512
+"""Forwarded queries waiting on upstreams at once; beyond that we answer SERVFAIL at once instead of queueing
+(bounds memory when an upstream blackholes)."""
+TCP_IDLE_TIMEOUT = 10.0
+"""Seconds a TCP client may stay silent between queries (RFC 7766 6.2.3 suggests seconds, not minutes)."""
+_MAX_UDP_QUERY = 65_535
+_LENGTH = struct.Struct("!H")
+_BIND_ATTEMPTS = 10
+"""With port 0, the UDP port the kernel picks may be taken for TCP; try a few ports before giving up."""
+
+
+@attrs.frozen(kw_only=True)
+class MeshDnsStatistics:
+    """Counters of one running mesh DNS server."""
+
+    resolver: ResolverStatistics
+    udp_queries: int
+    tcp_queries: int
+    forwarded: int
+    upstream_failures: int
+    malformed: int
+    forwards_in_flight: int
+    record_file_problems: int
+    """Times the record file was found missing, unreadable or unusable (the last records were kept)."""
+
+
+class RunningMeshDns:
+    """The handle `serve_mesh_dns` passes to `task_status.started`: where it listens, and its counters."""
+
+    def __init__(self, *, address: HostPort, resolver: MeshResolver) -> None:
+        self.address = address
+        self.resolver = resolver
+        self.udp_queries = 0
+        self.tcp_queries = 0
+        self.forwarded = 0
+        self.upstream_failures = 0
+        self.malformed = 0
+        self.forwards_in_flight = 0
+        self.record_file_problems = 0
+        self._record_file_checked = trio.Event()
+
+    def statistics(self) -> MeshDnsStatistics:
+        """Return the current counters."""
+        return MeshDnsStatistics(
+            resolver=self.resolver.statistics(),
+            udp_queries=self.udp_queries,
+            tcp_queries=self.tcp_queries,
+            forwarded=self.forwarded,
+            upstream_failures=self.upstream_failures,
+            malformed=self.malformed,
+            forwards_in_flight=self.forwards_in_flight,
+            record_file_problems=self.record_file_problems,
+        )
+
+    async def wait_generation(self, generation: int) -> None:
+        """Block until records of at least `generation` are in use."""
+        await trio.lowlevel.checkpoint()
+        while True:
+            records = self.resolver.records
+            if records is not None and records.generation >= generation:
+                return
+            await self._record_file_checked.wait()
+
+    async def wait_record_file_problems(self, count: int) -> None:
+        """Block until the record file was found missing, unreadable or unusable at least `count` times."""
+        await trio.lowlevel.checkpoint()
+        while self.record_file_problems < count:
+            await self._record_file_checked.wait()
+
+    def _note_record_file_problem(self) -> None:
+        self.record_file_problems += 1
+        self._notify_record_file_checked()
+
+    def _notify_record_file_checked(self) -> None:
+        self._record_file_checked.set()
+        self._record_file_checked = trio.Event()
+
+
+async def serve_mesh_dns(
+    *,
+    listen: HostPort,
+    records_path: Path,
+    upstreams: tuple[HostPort, ...],
+    mesh_domain: str,
+    upstream_timeout: float = UPSTREAM_TIMEOUT,
+    poll_interval: float = RECORDS_POLL_INTERVAL,
+    task_status: trio.TaskStatus[RunningMeshDns] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve mesh DNS on `listen` (UDP and TCP, same port) until cancelled.
+
+    Args:
+        listen: where to bind; port 0 picks a free port (the same one for UDP and TCP).
+        records_path: the agent's record file, polled every `poll_interval` seconds.
+        upstreams: resolvers for names outside `mesh_domain`, tried in order.
+        mesh_domain: the zone answered from the records, e.g. `aether.internal`.
+        upstream_timeout: seconds to wait for each upstream.
+        poll_interval: seconds between record-file checks.
+        task_status: receives a `RunningMeshDns` once both sockets listen.
+
+    Error handling:
+        Malformed packets are logged and dropped (or answered FORMERR when the header parses); a missing or
+        unreadable record file keeps the last good records; failing upstreams give SERVFAIL.
+    """
+    resolver = MeshResolver(mesh_domain=mesh_domain)
+    udp_socket, tcp_listeners = await _bind(listen)
+    with udp_socket:
+        port = udp_socket.getsockname()[1]
+        server = RunningMeshDns(address=HostPort(host=listen.host, port=port), resolver=resolver)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_serve_records, records_path, server, poll_interval)
+            nursery.start_soon(_serve_udp, udp_socket, server, upstreams, upstream_timeout)
+            nursery.start_soon(
+                trio.serve_listeners,
+                lambda stream: _serve_tcp_connection(stream, server, upstreams, upstream_timeout),
+                tcp_listeners,
+            )
+            logger.info(
+                "mesh dns for %s on %s (udp+tcp), records %s, upstreams %s",
+                mesh_domain,
+                server.address,
+                records_path,
+                ", ".join(map(str, upstreams)) or "none",
+            )
+            task_status.started(server)
+
+
+async def _bind(listen: HostPort) -> tuple[trio.socket.SocketType, list[trio.SocketListener]]:
+    """Bind a UDP socket and a TCP listener to the same address and port."""
+    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+    for _ in range(_BIND_ATTEMPTS):
+        udp_socket = trio.socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            await udp_socket.bind((listen.host, listen.port))
+            port = udp_socket.getsockname()[1]
+            tcp_listeners = await trio.open_tcp_listeners(port, host=listen.host)
+        except OSError as exc:
+            udp_socket.close()
+            if listen.port == 0 and exc.errno == errno.EADDRINUSE:
+                continue
+            raise
+        return udp_socket, tcp_listeners
+    raise OSError(errno.EADDRINUSE, f"no free port for both UDP and TCP on {listen.host!r}")
+
+
+async def _serve_records(
+    path: Path,
+    server: RunningMeshDns,
+    poll_interval: float,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Load the record file now and whenever its stat or content changes; keep the last good records."""
+    last_stat: tuple[int, int, int] | None = None
+    last_digest = b""
+    missing_logged = False
+    started = False
+    while True:
+        try:
+            stat = await trio.to_thread.run_sync(os.stat, path)
+            identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if identity != last_stat:
+                content = await trio.to_thread.run_sync(path.read_bytes)
+                last_stat = identity
+                digest = hashlib.sha256(content).digest()
+                if digest != last_digest:
+                    last_digest = digest
+                    _load(content, path=path, server=server)
+            missing_logged = False
+        except FileNotFoundError:
+            if not missing_logged:
+                server._note_record_file_problem()
+                kept = server.resolver.records
+                logger.warning(
+                    "record file %s is missing; %s",
+                    str(path),
+                    "answering SERVFAIL for mesh names until it appears"
+                    if kept is None
+                    else f"keeping the last records (generation {kept.generation})",
+                )
+                missing_logged = True
+            last_stat = None
+        except OSError as exc:
+            server._note_record_file_problem()
+            logger.warning("record file %s cannot be read: %s; keeping the last records", str(path), exc)
+            last_stat = None
+        if not started:
+            task_status.started()
+            started = True
+        await trio.sleep(poll_interval)
+
+
+def _load(content: bytes, *, path: Path, server: RunningMeshDns) -> None:
+    try:
+        parsed = parse_records(content)
+    except RecordsFileRejected as exc:
+        server._note_record_file_problem()
+        # Also what a half-written file looks like if the agent did not rename it into place.
+        logger.warning("%s: %s; keeping the last records", str(path), exc)
+        return
+    for message in parsed.skipped:
+        logger.warning("%s: %s; skipped", str(path), message)
+    server.resolver.replace_records(parsed.records)
+    server._notify_record_file_checked()
+    logger.info(
+        "%s: loaded generation %d, %d names",
+        str(path),
+        parsed.records.generation,
+        len(parsed.records.addresses),
+    )
+
+
+async def _serve_udp(
+    sock: trio.socket.SocketType,
+    server: RunningMeshDns,
+    upstreams: tuple[HostPort, ...],
+    upstream_timeout: float,
+) -> None:
+    async with trio.open_nursery() as forward_nursery:
+        while True:
+            try:
+                query, client = await sock.recvfrom(_MAX_UDP_QUERY)
+            except ConnectionResetError:
+                # Linux reports an earlier ICMP port-unreachable on the next recvfrom; the client has gone.
+                continue
+            server.udp_queries += 1
+            resolution = _resolve(server, query, transport=Transport.UDP)
+            if isinstance(resolution, Answered):
+                if resolution.problem is not None:
+                    _log_problem(resolution.problem, server=server, peer=client)
+                await _sendto(sock, resolution.response, client)
+            elif isinstance(resolution, Forward):
+                if server.forwards_in_flight >= MAX_FORWARDS_IN_FLIGHT:
+                    await _sendto(sock, server.resolver.servfail(query), client)
+                    continue
+                server.forwards_in_flight += 1
+                forward_nursery.start_soon(
+                    _forward_udp, sock, query, client, server, upstreams, upstream_timeout
+                )
+            else:
+                _log_dropped(resolution, server=server, peer=client)
+
+
+async def _forward_udp(
+    sock: trio.socket.SocketType,
+    query: bytes,
+    client: tuple[object, ...],
+    server: RunningMeshDns,
+    upstreams: tuple[HostPort, ...],
+    upstream_timeout: float,
+) -> None:
+    try:
+        response = await _forward(query, server, upstreams, upstream_timeout, transport=Transport.UDP)
+    finally:
+        server.forwards_in_flight -= 1
+    await _sendto(sock, response, client)
+
+
+async def _forward(
+    query: bytes,
+    server: RunningMeshDns,
+    upstreams: tuple[HostPort, ...],
+    upstream_timeout: float,
+    *,
+    transport: Transport,
+) -> bytes:
+    server.forwarded += 1
+    reply = await forward_query(
+        query, upstreams=upstreams, transport=transport, timeout_per_upstream=upstream_timeout
+    )
+    if reply is None:
+        server.upstream_failures += 1
+        return server.resolver.servfail(query)
+    return server.resolver.fit_reply(query, reply, transport=transport)
+
+
+async def _sendto(sock: trio.socket.SocketType, response: bytes, client: tuple[object, ...]) -> None:
+    try:
+        await sock.sendto(response, client)
+    except OSError as exc:
+        # A client that vanished, or a full socket buffer: UDP clients retry, the server must not stop.
+        logger.info("udp answer to %s not sent: %s", client, exc)
+
+
+async def _serve_tcp_connection(
+    stream: trio.SocketStream,
+    server: RunningMeshDns,
+    upstreams: tuple[HostPort, ...],
+    upstream_timeout: float,
+) -> None:
+    peer: object = "?"
+    try:
+        peer = stream.socket.getpeername()
+        buffer = bytearray()
+        while True:
+            message = None
+            with trio.move_on_after(TCP_IDLE_TIMEOUT):
+                message = await _receive_message(stream, buffer)
+            if message is None:
+                return
+            server.tcp_queries += 1
+            resolution = _resolve(server, message, transport=Transport.TCP)
+            if isinstance(resolution, Dropped):
+                _log_dropped(resolution, server=server, peer=peer)
+                return  # framing can no longer be trusted
+            if isinstance(resolution, Forward):
+                response = await _forward(
+                    message, server, upstreams, upstream_timeout, transport=Transport.TCP
+                )
+            else:
+                if resolution.problem is not None:
+                    _log_problem(resolution.problem, server=server, peer=peer)
+                response = resolution.response
+            await stream.send_all(_LENGTH.pack(len(response)) + response)
+    except (trio.BrokenResourceError, OSError) as exc:
+        logger.info("tcp client %s: %s", peer, exc)
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _receive_message(stream: trio.SocketStream, buffer: bytearray) -> bytes | None:
+    """The next length-framed message, or None on a clean close between messages."""
+    while len(buffer) < 2 or len(buffer) < 2 + _LENGTH.unpack_from(buffer)[0]:
+        chunk = await stream.receive_some()
+        if not chunk:
+            if buffer:
+                logger.warning("tcp client closed mid-message (%d bytes unread)", len(buffer))
+            return None
+        buffer += chunk
+    length = _LENGTH.unpack_from(buffer)[0]
+    message = bytes(buffer[2 : 2 + length])
+    del buffer[: 2 + length]
+    return message
+
+
+def _resolve(server: RunningMeshDns, query: bytes, *, transport: Transport) -> Answered | Forward | Dropped:
+    """`server.resolver.resolve`, but a bug on one odd packet must not take DNS down for the whole node."""
+    try:
+        return server.resolver.resolve(query, transport=transport)
+    except Exception:
+        logger.exception("resolving a %d-byte query failed: this is a bug; dropping it", len(query))
+        return Dropped(reason="internal error (logged above)")
+
+
+def _log_dropped(resolution: Dropped, *, server: RunningMeshDns, peer: object) -> None:
+    server.malformed += 1
+    logger.warning("dropped a packet from %s: %s", peer, resolution.reason)
+
+
+def _log_problem(problem: str, *, server: RunningMeshDns, peer: object) -> None:
+    server.malformed += 1
+    logger.warning("query from %s: %s", peer, problem)

@@ -1,0 +1,54 @@
+"""`HostPort` parsing, resolv.conf reading, and `forward_query` against fake upstreams on loopback."""
+
+from __future__ import annotations
+
+import dnslib
+import pytest
+import trio
+
+from aether.dns import HostPort, ListenAddressInvalid, Transport, forward_query, upstreams_from_resolv_conf
+
+
+def test_host_port_parses_v4_v6_and_default_ports() -> None:
+    """`HOST:PORT`, `[V6]:PORT` and a bare host with a default port."""
+    assert HostPort.parse("127.0.0.1:53") == HostPort(host="127.0.0.1", port=53)
+    assert HostPort.parse("[::1]:5353") == HostPort(host="::1", port=5353)
+    assert HostPort.parse("10.0.0.1", default_port=53) == HostPort(host="10.0.0.1", port=53)
+    assert str(HostPort(host="::1", port=53)) == "[::1]:53"
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1", "127.0.0.1:99999", ":53", "host:port"])
+def test_host_port_rejects_bad_text(text: str) -> None:
+    """Missing or out-of-range ports are rejected with the text in the message."""
+    with pytest.raises(ListenAddressInvalid, match=rf"^address {text!r}: must be HOST:PORT"):
+        HostPort.parse(text)
+
+
+def test_resolv_conf_nameservers_in_order() -> None:
+    """Only `nameserver` lines count, on port 53, scope IDs dropped."""
+    content = "# c\nsearch x\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\noptions ndots:5\n"
+    assert upstreams_from_resolv_conf(content) == (
+        HostPort(host="10.0.0.2", port=53),
+        HostPort(host="fe80::1", port=53),
+    )
+
+
+async def test_forward_over_udp_and_tcp(upstream: HostPort) -> None:
+    """The fake upstream's answer comes back unchanged over both transports."""
+    query = bytes(dnslib.DNSRecord.question("www.example").pack())
+    for transport in Transport:
+        reply = await forward_query(query, upstreams=(upstream,), transport=transport, timeout_per_upstream=2)
+        assert reply is not None
+        assert [str(rr.rdata) for rr in dnslib.DNSRecord.parse(reply).rr] == ["192.0.2.1"]
+
+
+async def test_all_upstreams_silent_gives_none(silent_upstream: HostPort) -> None:
+    """Every upstream timing out returns None (the server then answers SERVFAIL)."""
+    query = bytes(dnslib.DNSRecord.question("www.example").pack())
+    with trio.fail_after(5):
+        assert (
+            await forward_query(
+                query, upstreams=(silent_upstream,), transport=Transport.UDP, timeout_per_upstream=0.1
+            )
+            is None
+        )
