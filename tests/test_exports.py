@@ -18,6 +18,7 @@ PACKAGES = [
     "aether.agent",
     "aether.core.project",
     "aether.dns",
+    "aether.registrar",
 ]
 
 

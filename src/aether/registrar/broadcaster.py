@@ -1,0 +1,192 @@
+"""Fan-out of registry changes to watchers, each with its own bounded buffer (sans-IO: no trio, no clock).
+
+Publishing never waits for a watcher: a watcher whose buffer would overflow is disconnected at once
+(it resyncs when it reconnects), so one slow agent never holds back the registry or the other agents.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from aether.registrar.snapshot import Change, ServiceFilter, visible
+
+__all__ = [
+    "DEFAULT_WATCHER_BUFFER",
+    "Broadcaster",
+    "BroadcasterStatistics",
+    "Watcher",
+    "WatcherEnd",
+]
+
+DEFAULT_WATCHER_BUFFER = 4096
+"""How many undelivered changes a watcher may have before it is disconnected.
+
+Large enough to ride out a burst (a node draining a few hundred pods), small enough that a stuck agent costs
+at most a few MiB; past it, a resync (one snapshot) is cheaper than the backlog.
+"""
+
+
+class WatcherEnd(enum.Enum):
+    """Why the broadcaster disconnected a watcher."""
+
+    FELL_BEHIND = "fell-behind"
+    """Its buffer overflowed; it must reconnect to resync."""
+    REPLACED = "replaced"
+    """A newer watch with the same name (cluster/node) took its place."""
+
+
+class Watcher:
+    """One watch stream's buffer of changes not yet delivered.
+
+    Get one from `Broadcaster.subscribe`; the stream `take`s the pending changes whenever `wake` is called.
+    """
+
+    def __init__(
+        self,
+        *,
+        watcher_id: int,
+        name: str,
+        service_filter: ServiceFilter,
+        capacity: int,
+        wake: Callable[[], None],
+    ) -> None:
+        self.watcher_id = watcher_id
+        """Unique within its broadcaster."""
+        self.name = name
+        """`<cluster>/<node>`, or "" for an anonymous watcher (never replaced)."""
+        self.service_filter = service_filter
+        self.capacity = capacity
+        self._wake = wake
+        self._pending: deque[Change] = deque()
+        self.end: WatcherEnd | None = None
+        """Why it was disconnected; None while connected."""
+        self.fell_behind_by = 0
+        """When it fell behind: how many changes it had not received."""
+        self.delivered = 0
+        """Changes taken so far."""
+
+    def take(self) -> tuple[Change, ...]:
+        """Return and forget the pending changes, oldest first."""
+        taken = tuple(self._pending)
+        self._pending.clear()
+        self.delivered += len(taken)
+        return taken
+
+    @property
+    def pending(self) -> int:
+        """How many changes wait to be taken."""
+        return len(self._pending)
+
+    def _offer(self, changes: Iterable[Change]) -> bool:
+        """Buffer the changes it wants; return False (buffering nothing more) if that overflows it."""
+        wanted = [change for change in changes if visible(change, self.service_filter)]
+        if not wanted:
+            return True
+        if len(self._pending) + len(wanted) > self.capacity:
+            self.fell_behind_by = len(self._pending) + len(wanted)
+            self._end(WatcherEnd.FELL_BEHIND)
+            return False
+        self._pending.extend(wanted)
+        self._wake()
+        return True
+
+    def _end(self, end: WatcherEnd) -> None:
+        self.end = end
+        self._pending.clear()
+        self._wake()
+
+
+@attrs.frozen(kw_only=True)
+class BroadcasterStatistics:
+    """Counters of a `Broadcaster`."""
+
+    watchers: int
+    """Watchers connected now."""
+    subscribed_total: int
+    published_changes: int
+    fell_behind_total: int
+    """Watchers disconnected because their buffer overflowed."""
+    replaced_total: int
+    """Watchers disconnected because a newer watch with the same name subscribed."""
+
+
+class Broadcaster:
+    """Delivers every published change to every connected watcher whose filter wants it.
+
+    Args:
+        capacity: Each watcher's buffer size (`DEFAULT_WATCHER_BUFFER`).
+    """
+
+    def __init__(self, *, capacity: int = DEFAULT_WATCHER_BUFFER) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: must be at least 1 (got {capacity!r})")
+        self._capacity = capacity
+        self._watchers: dict[int, Watcher] = {}
+        self._by_name: dict[str, Watcher] = {}
+        self._ids = itertools.count(1)
+        self._subscribed = 0
+        self._published = 0
+        self._fell_behind = 0
+        self._replaced = 0
+
+    def subscribe(
+        self, *, name: str = "", service_filter: ServiceFilter, wake: Callable[[], None]
+    ) -> Watcher:
+        """Add a watcher that receives every change published from now on.
+
+        A watcher already subscribed under the same non-empty `name` is disconnected (`WatcherEnd.REPLACED`):
+        an agent that reconnects leaves no ghost stream behind.
+        """
+        previous = self._by_name.get(name) if name else None
+        if previous is not None:
+            self._replaced += 1
+            self._remove(previous)
+            previous._end(WatcherEnd.REPLACED)
+        watcher = Watcher(
+            watcher_id=next(self._ids),
+            name=name,
+            service_filter=service_filter,
+            capacity=self._capacity,
+            wake=wake,
+        )
+        self._watchers[watcher.watcher_id] = watcher
+        if name:
+            self._by_name[name] = watcher
+        self._subscribed += 1
+        return watcher
+
+    def unsubscribe(self, watcher: Watcher) -> None:
+        """Forget `watcher` (its stream ended); a no-op if it was already disconnected."""
+        if self._watchers.get(watcher.watcher_id) is watcher:
+            self._remove(watcher)
+
+    def publish(self, changes: tuple[Change, ...]) -> tuple[Watcher, ...]:
+        """Buffer `changes` for every watcher; return the watchers this disconnected for falling behind."""
+        self._published += len(changes)
+        dropped: list[Watcher] = []
+        for watcher in list(self._watchers.values()):
+            if not watcher._offer(changes):
+                self._fell_behind += 1
+                self._remove(watcher)
+                dropped.append(watcher)
+        return tuple(dropped)
+
+    def statistics(self) -> BroadcasterStatistics:
+        """Return the broadcaster's counters."""
+        return BroadcasterStatistics(
+            watchers=len(self._watchers),
+            subscribed_total=self._subscribed,
+            published_changes=self._published,
+            fell_behind_total=self._fell_behind,
+            replaced_total=self._replaced,
+        )
+
+    def _remove(self, watcher: Watcher) -> None:
+        del self._watchers[watcher.watcher_id]
+        if watcher.name and self._by_name.get(watcher.name) is watcher:
+            del self._by_name[watcher.name]

@@ -1,0 +1,308 @@
+"""The registrar's gRPC service (`aether.registrar.v1.RegistrarService`) over purerpc, and `serve_registrar`.
+
+One owner task holds the registry snapshot: it applies each mutation (pure), makes it durable in the backend,
+then publishes the changes to the watchers. Handlers convert requests, hand mutations to the owner, and stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import attrs
+import purerpc
+import trio
+
+from aether.proto.registrar.v1 import registrar_pb2
+from aether.registrar.backends.base import Backend
+from aether.registrar.broadcaster import (
+    DEFAULT_WATCHER_BUFFER,
+    Broadcaster,
+    BroadcasterStatistics,
+    WatcherEnd,
+)
+from aether.registrar.convert import (
+    change_to_proto,
+    endpoint_to_proto,
+    filter_from_proto,
+    list_protocol_from_proto,
+    registration_from_proto,
+    unregistration_from_proto,
+    version_from_proto,
+)
+from aether.registrar.errors import InvalidRequestError
+from aether.registrar.snapshot import HISTORY_LIMIT, Mutation, RegistrySnapshot, apply, resync
+from aether.xds.listen import ListenAddress, serve_grpc
+
+__all__ = ["SERVICE_NAME", "Registrar", "RegistrarStatistics", "serve_registrar"]
+
+SERVICE_NAME = "aether.registrar.v1.RegistrarService"
+LOG = logging.getLogger("aether.registrar")
+
+
+@attrs.frozen(kw_only=True)
+class RegistrarStatistics:
+    """Counters of a `Registrar`."""
+
+    version: int
+    endpoints: int
+    services: int
+    mutations_applied: int
+    """Mutations that changed the registry (each made one version)."""
+    mutations_unchanged: int
+    """Mutations that changed nothing (re-registering an equal endpoint, unregistering unknown IPs)."""
+    broadcaster: BroadcasterStatistics
+
+
+@attrs.define(kw_only=True)
+class _Submission:
+    mutation: Mutation
+    done: trio.Event = attrs.Factory(trio.Event)
+    failed: bool = False
+
+
+class _Bell:
+    """Wakes one waiting task; rings while nobody waits are remembered until the next wait."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def ring(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = trio.Event()
+
+
+class Registrar:
+    """The registry's single owner, and the purerpc service that serves it.
+
+    Args:
+        backend: Where the registry is stored; loaded once by `serve`.
+        watcher_buffer: Changes a watcher may fall behind by before it is disconnected.
+        history_limit: Changes kept to answer resumes (`aether.registrar.snapshot.HISTORY_LIMIT`).
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        watcher_buffer: int = DEFAULT_WATCHER_BUFFER,
+        history_limit: int = HISTORY_LIMIT,
+    ) -> None:
+        self._backend = backend
+        self._history_limit = history_limit
+        self._broadcaster = Broadcaster(capacity=watcher_buffer)
+        self._snapshot: RegistrySnapshot | None = None
+        self._send: trio.MemorySendChannel[_Submission] | None = None
+        self._applied = 0
+        self._unchanged = 0
+
+    @property
+    def snapshot(self) -> RegistrySnapshot:
+        """The registry now (as durable as the backend makes it)."""
+        assert self._snapshot is not None, "Registrar.serve() must run first; this is a bug"
+        return self._snapshot
+
+    def statistics(self) -> RegistrarStatistics:
+        """Return the registrar's counters."""
+        snapshot = self.snapshot
+        return RegistrarStatistics(
+            version=snapshot.version,
+            endpoints=len(snapshot.endpoints),
+            services=len(snapshot.services),
+            mutations_applied=self._applied,
+            mutations_unchanged=self._unchanged,
+            broadcaster=self._broadcaster.statistics(),
+        )
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load the registry, then apply submitted mutations one at a time until cancelled.
+
+        Serve `service()` only after this started: handlers need the loaded registry.
+
+        Raises:
+            StoreError: The backend could not load or store; the registry stops (it must not diverge from it).
+        """
+        self._snapshot = await self._backend.load()
+        LOG.info(
+            "registry loaded at version %d: %d endpoints of %d services",
+            self._snapshot.version,
+            len(self._snapshot.endpoints),
+            len(self._snapshot.services),
+        )
+        send, receive = trio.open_memory_channel[_Submission](0)
+        self._send = send
+        async with send, receive:
+            task_status.started()
+            async for submission in receive:
+                # Failed until proven otherwise: if applying raises (or is cancelled), the caller is told.
+                submission.failed = True
+                try:
+                    await self._apply(submission.mutation)
+                    submission.failed = False
+                finally:
+                    submission.done.set()
+
+    async def _apply(self, mutation: Mutation) -> None:
+        current = self.snapshot
+        snapshot, changes = apply(current, mutation, history_limit=self._history_limit)
+        if not changes:
+            self._unchanged += 1
+            await trio.lowlevel.checkpoint()
+            return
+        await self._backend.apply(mutation, snapshot=snapshot, changes=changes)
+        # Invariant: nothing awaits between publishing the snapshot and broadcasting its changes, so a watch
+        # that reads the snapshot and subscribes (without awaiting either) misses and repeats nothing.
+        self._snapshot = snapshot
+        self._applied += 1
+        for watcher in self._broadcaster.publish(changes):
+            LOG.warning(
+                "watcher %r fell behind by %d changes; disconnected", watcher.name, watcher.fell_behind_by
+            )
+
+    async def _submit(self, mutation: Mutation) -> None:
+        assert self._send is not None, "Registrar.serve() must run first; this is a bug"
+        submission = _Submission(mutation=mutation)
+        try:
+            await self._send.send(submission)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise purerpc.UnavailableError("the registrar is shutting down; retry") from None
+        await submission.done.wait()
+        if submission.failed:
+            raise purerpc.UnavailableError("the registry store failed; the registrar is stopping")
+
+    def service(self) -> purerpc.Service:
+        """Return the purerpc service definition (all four methods)."""
+        service = purerpc.Service(SERVICE_NAME)
+        unary = purerpc.Cardinality.UNARY_UNARY
+        service.add_method(
+            "RegisterEndpoint",
+            self._register,
+            purerpc.RPCSignature(
+                unary, registrar_pb2.RegisterEndpointRequest, registrar_pb2.RegisterEndpointResponse
+            ),
+        )
+        service.add_method(
+            "UnregisterEndpoint",
+            self._unregister,
+            purerpc.RPCSignature(
+                unary, registrar_pb2.UnregisterEndpointRequest, registrar_pb2.UnregisterEndpointResponse
+            ),
+        )
+        service.add_method(
+            "WatchEndpoints",
+            self._watch,
+            purerpc.RPCSignature(
+                purerpc.Cardinality.UNARY_STREAM,
+                registrar_pb2.WatchEndpointsRequest,
+                registrar_pb2.WatchEndpointsResponse,
+            ),
+        )
+        service.add_method(
+            "ListAllEndpoints",
+            self._list_all,
+            purerpc.RPCSignature(
+                unary, registrar_pb2.ListAllEndpointsRequest, registrar_pb2.ListAllEndpointsResponse
+            ),
+        )
+        return service
+
+    async def _register(
+        self, request: registrar_pb2.RegisterEndpointRequest
+    ) -> registrar_pb2.RegisterEndpointResponse:
+        with _invalid_argument("RegisterEndpoint"):
+            mutation = registration_from_proto(request)
+        await self._submit(mutation)
+        return registrar_pb2.RegisterEndpointResponse()
+
+    async def _unregister(
+        self, request: registrar_pb2.UnregisterEndpointRequest
+    ) -> registrar_pb2.UnregisterEndpointResponse:
+        with _invalid_argument("UnregisterEndpoint"):
+            mutation = unregistration_from_proto(request)
+        await self._submit(mutation)
+        return registrar_pb2.UnregisterEndpointResponse()
+
+    async def _list_all(
+        self, request: registrar_pb2.ListAllEndpointsRequest
+    ) -> registrar_pb2.ListAllEndpointsResponse:
+        await trio.lowlevel.checkpoint()
+        with _invalid_argument("ListAllEndpoints"):
+            wanted = list_protocol_from_proto(request.protocol)
+        snapshot = self.snapshot
+        response = registrar_pb2.ListAllEndpointsResponse(version=str(snapshot.version))
+        for endpoint in snapshot.sorted_endpoints():
+            if wanted is None or endpoint.protocol == wanted:
+                response.services[endpoint.service].endpoints.append(endpoint_to_proto(endpoint))
+        return response
+
+    async def _watch(
+        self, request: registrar_pb2.WatchEndpointsRequest
+    ) -> AsyncIterator[registrar_pb2.WatchEndpointsResponse]:
+        with _invalid_argument("WatchEndpoints"):
+            service_filter = filter_from_proto(request)
+            last_version = version_from_proto(request.last_version)
+        name = f"{request.cluster_name}/{request.node_name}" if request.node_name else ""
+        bell = _Bell()
+        # No checkpoint between reading the snapshot and subscribing: see the invariant in `_apply`.
+        initial = resync(self.snapshot, last_version=last_version, service_filter=service_filter)
+        watcher = self._broadcaster.subscribe(name=name, service_filter=service_filter, wake=bell.ring)
+        try:
+            for change in initial:
+                yield change_to_proto(change)
+            while True:
+                for change in watcher.take():
+                    yield change_to_proto(change)
+                if watcher.end is WatcherEnd.FELL_BEHIND:
+                    raise purerpc.ResourceExhaustedError(
+                        f"watcher fell behind by {watcher.fell_behind_by} changes; reconnect to resync"
+                    )
+                if watcher.end is WatcherEnd.REPLACED:
+                    raise purerpc.AbortedError(
+                        f"watch {name!r} was replaced by a newer watch from the same node"
+                    )
+                await bell.wait()
+        finally:
+            self._broadcaster.unsubscribe(watcher)
+
+
+@contextlib.contextmanager
+def _invalid_argument(method: str) -> Iterator[None]:
+    """Turn `InvalidRequestError` into the INVALID_ARGUMENT status, with the field, rule and value."""
+    try:
+        yield
+    except InvalidRequestError as exc:
+        LOG.info("%s refused: %s", method, exc)
+        raise purerpc.InvalidArgumentError(str(exc)) from exc
+
+
+async def serve_registrar(
+    *,
+    backend: Backend,
+    listen: ListenAddress,
+    watcher_buffer: int = DEFAULT_WATCHER_BUFFER,
+    history_limit: int = HISTORY_LIMIT,
+    task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Load the registry from `backend` and serve the registrar API on `listen` until cancelled.
+
+    Args:
+        backend: Where the registry is stored (`aether.registrar.open_embedded_backend`).
+        listen: Where to listen (see `aether.xds.listen.serve_grpc`).
+        watcher_buffer: Changes a watcher may fall behind by before it is disconnected.
+        history_limit: Changes kept to answer resumes.
+        task_status: Receives the address it listens on (for TCP port 0, with the port chosen).
+
+    Raises:
+        StoreError: The backend failed to load or store.
+        ListenError: The address cannot be listened on.
+    """
+    registrar = Registrar(backend=backend, watcher_buffer=watcher_buffer, history_limit=history_limit)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(registrar.serve)
+        address = await nursery.start(functools.partial(serve_grpc, [registrar.service()], listen=listen))
+        task_status.started(address)

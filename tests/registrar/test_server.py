@@ -1,0 +1,368 @@
+"""The registrar over a real gRPC client (grpcio): register, watch (first sync, resume, filter), slow watchers,
+invalid requests, and a restart on the same embedded store."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import trio
+
+from aether.proto.registrar.v1 import registrar_pb2 as pb
+from aether.proto.registry.v1 import registry_pb2
+from aether.registrar import SERVICE_NAME, MemoryBackend, Registrar, open_embedded_backend, serve_registrar
+from aether.xds.listen import ListenAddress, serve_grpc
+
+WEB = "shop/web"
+DB = "shop/db"
+FULL = pb.EVENT_TYPE_FULL_SNAPSHOT
+ADDED = pb.EVENT_TYPE_ENDPOINT_ADDED
+REMOVED = pb.EVENT_TYPE_ENDPOINT_REMOVED
+COMPLETE = pb.EVENT_TYPE_SNAPSHOT_COMPLETE
+SERVICE_ADDED = pb.EVENT_TYPE_SERVICE_ADDED
+SERVICE_REMOVED = pb.EVENT_TYPE_SERVICE_REMOVED
+_ENDED = object()
+
+
+def _method(channel: grpc.Channel, name: str, request: Any, response: Any, *, stream: bool = False) -> Any:
+    factory = channel.unary_stream if stream else channel.unary_unary
+    return factory(
+        f"/{SERVICE_NAME}/{name}",
+        request_serializer=request.SerializeToString,
+        response_deserializer=response.FromString,
+    )
+
+
+def _call(path: Path, name: str, request: Any) -> Any:
+    responses = {
+        "RegisterEndpoint": pb.RegisterEndpointResponse,
+        "UnregisterEndpoint": pb.UnregisterEndpointResponse,
+        "ListAllEndpoints": pb.ListAllEndpointsResponse,
+    }
+    with grpc.insecure_channel(f"unix:{path}") as channel:
+        return _method(channel, name, type(request), responses[name])(request, timeout=5)
+
+
+async def _rpc(path: Path, name: str, request: Any) -> Any:
+    return await trio.to_thread.run_sync(_call, path, name, request)
+
+
+def _registration(
+    ip: str, *, service: str = WEB, metadata: dict[str, str] | None = None
+) -> pb.RegisterEndpointRequest:
+    return pb.RegisterEndpointRequest(
+        service_name=service,
+        protocol=registry_pb2.Service.PROTOCOL_HTTP,
+        endpoint=registry_pb2.ServiceEndpoint(
+            ip=ip,
+            port=8080,
+            metadata=metadata or {},
+            kubernetes_metadata=registry_pb2.KubernetesMetadata(namespace="shop", node_name="node-a"),
+        ),
+    )
+
+
+async def _register(path: Path, ip: str, **fields: Any) -> None:
+    await _rpc(path, "RegisterEndpoint", _registration(ip, **fields))
+
+
+class _Watch:
+    """A WatchEndpoints stream read by a thread: every response (then the error, or `_ENDED`) lands in `inbox`."""
+
+    def __init__(self, path: Path, request: pb.WatchEndpointsRequest, *, read: bool = True) -> None:
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        self.reading = threading.Event()
+        if read:
+            self.reading.set()
+        # Its own connection: a stalled stream must not share HTTP/2 flow control with the others.
+        self._channel = grpc.insecure_channel(f"unix:{path}", options=[("grpc.use_local_subchannel_pool", 1)])
+        self._call = _method(
+            self._channel, "WatchEndpoints", pb.WatchEndpointsRequest, pb.WatchEndpointsResponse, stream=True
+        )(request, timeout=20)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.reading.wait()
+        try:
+            for response in self._call:
+                self.inbox.put(response)
+        except grpc.RpcError as exc:
+            self.inbox.put(exc)
+        else:
+            self.inbox.put(_ENDED)
+
+    async def next(self) -> Any:
+        return await trio.to_thread.run_sync(self.inbox.get, True, 10)
+
+    async def until_complete(self) -> list[tuple[int, str, str, str]]:
+        """Return (type, service, ip, version) of every event up to and including SNAPSHOT_COMPLETE."""
+        seen = []
+        while True:
+            item = await self.next()
+            assert isinstance(item, pb.WatchEndpointsResponse), item
+            seen.append((int(item.type), item.service_name, item.endpoint.ip, item.version))
+            if item.type == COMPLETE:
+                return seen
+
+    async def take(self, count: int) -> list[tuple[int, str, str, str]]:
+        seen = []
+        for _ in range(count):
+            item = await self.next()
+            assert isinstance(item, pb.WatchEndpointsResponse), item
+            seen.append((int(item.type), item.service_name, item.endpoint.ip, item.version))
+        return seen
+
+    def close(self) -> None:
+        self._call.cancel()
+        self.reading.set()
+        self._channel.close()
+
+
+@contextlib.asynccontextmanager
+async def _watching(path: Path, *, read: bool = True, **fields: Any) -> AsyncIterator[_Watch]:
+    watch = await trio.to_thread.run_sync(lambda: _Watch(path, pb.WatchEndpointsRequest(**fields), read=read))
+    try:
+        yield watch
+    finally:
+        watch.close()
+
+
+@contextlib.asynccontextmanager
+async def _registrar(directory: Path, socket: Path, **options: Any) -> AsyncIterator[None]:
+    async with open_embedded_backend(directory) as backend, trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: serve_registrar(
+                backend=backend, listen=ListenAddress.unix(socket), task_status=task_status, **options
+            )
+        )
+        with trio.fail_after(30):
+            yield
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_watcher_gets_a_full_sync_then_each_change_with_the_service_announced_first(
+    tmp_path: Path,
+) -> None:
+    """First sync: marker, catalog, endpoints, completion; a new service's SERVICE_ADDED precedes its endpoint."""
+    socket = tmp_path / "registrar.sock"
+    async with _registrar(tmp_path / "store", socket):
+        await _register(socket, "10.0.0.1")
+        async with _watching(socket, cluster_name="c", node_name="n") as watch:
+            assert await watch.until_complete() == [
+                (FULL, "", "", "1"),
+                (SERVICE_ADDED, WEB, "", "1"),
+                (FULL, WEB, "10.0.0.1", "1"),
+                (COMPLETE, "", "", "1"),
+            ]
+            await _register(socket, "10.0.1.1", service=DB)
+            await _rpc(
+                socket, "UnregisterEndpoint", pb.UnregisterEndpointRequest(service_name=WEB, ips=["10.0.0.1"])
+            )
+            assert await watch.take(4) == [
+                (SERVICE_ADDED, DB, "", "2"),
+                (ADDED, DB, "10.0.1.1", "2"),
+                (REMOVED, WEB, "10.0.0.1", "3"),
+                (SERVICE_REMOVED, WEB, "", "3"),
+            ]
+        listed = await _rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        assert (listed.version, sorted(listed.services), listed.services[DB].endpoints[0].ip) == (
+            "3",
+            [DB],
+            "10.0.1.1",
+        )
+
+
+async def test_resume_from_current_old_and_too_old_versions(tmp_path: Path) -> None:
+    """Current: only SNAPSHOT_COMPLETE. In history: what was missed. Older than history (2 changes): full sync."""
+    socket = tmp_path / "registrar.sock"
+    async with _registrar(tmp_path / "store", socket, history_limit=2):
+        for index in range(1, 5):
+            await _register(socket, f"10.0.0.{index}")
+        async with _watching(socket, last_version="4") as watch:
+            assert await watch.until_complete() == [(COMPLETE, "", "", "4")]
+        async with _watching(socket, last_version="3") as watch:
+            assert await watch.until_complete() == [(ADDED, WEB, "10.0.0.4", "4"), (COMPLETE, "", "", "4")]
+        async with _watching(socket, last_version="1") as watch:
+            events = await watch.until_complete()
+            assert [event[0] for event in events] == [FULL, SERVICE_ADDED, FULL, FULL, FULL, FULL, COMPLETE]
+
+
+async def test_a_filtered_watcher_gets_the_whole_catalog_but_only_its_services_endpoints(
+    tmp_path: Path,
+) -> None:
+    """Filter {DB}: WEB's SERVICE_ADDED arrives, WEB's endpoints do not."""
+    socket = tmp_path / "registrar.sock"
+    async with (
+        _registrar(tmp_path / "store", socket),
+        _watching(socket, filter=pb.ServiceFilter(services=[DB])) as watch,
+    ):
+        assert await watch.until_complete() == [(FULL, "", "", "0"), (COMPLETE, "", "", "0")]
+        await _register(socket, "10.0.0.1")
+        await _register(socket, "10.0.1.1", service=DB)
+        assert await watch.take(3) == [
+            (SERVICE_ADDED, WEB, "", "1"),
+            (SERVICE_ADDED, DB, "", "2"),
+            (ADDED, DB, "10.0.1.1", "2"),
+        ]
+
+
+async def test_a_slow_watcher_is_disconnected_while_the_others_keep_getting_events(tmp_path: Path) -> None:
+    """A watcher that stops reading falls behind (buffer 4) and ends RESOURCE_EXHAUSTED; a reading one gets all."""
+    socket = tmp_path / "registrar.sock"
+    big = {
+        "blob": "x" * 1_500_000
+    }  # fills HTTP/2 flow-control windows fast, so the stalled stream really stalls
+    async with (
+        _registrar(tmp_path / "store", socket, watcher_buffer=4),
+        _watching(socket, node_name="slow", read=False) as slow,
+        _watching(socket, node_name="fast") as fast,
+    ):
+        await fast.until_complete()
+        for index in range(1, 11):
+            await _register(socket, f"10.0.0.{index}", metadata=big)
+        events = await fast.take(11)
+        assert [event[2] for event in events if event[0] == ADDED] == [
+            f"10.0.0.{index}" for index in range(1, 11)
+        ]
+        slow.reading.set()
+        error: Any = None
+        while error is None:
+            item = await slow.next()
+            if isinstance(item, grpc.RpcError):
+                error = item
+        assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error.details().startswith("watcher fell behind by ")
+        assert error.details().endswith(" changes; reconnect to resync")
+        await _register(socket, "10.0.0.99")
+        assert await fast.take(1) == [(ADDED, WEB, "10.0.0.99", "11")]
+
+
+BAD_REQUESTS = [
+    pytest.param(
+        "RegisterEndpoint",
+        _registration("10.0.0.1", service="web"),
+        "service_name: must be '<namespace>/<serviceAccount>' in DNS-1123 lowercase form (got 'web')",
+        id="service-key-without-namespace",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        _registration("10.0.0.300"),
+        "endpoint.ip: must be an ipv4 or ipv6 address (got '10.0.0.300')",
+        id="bad-ip",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        pb.RegisterEndpointRequest(
+            service_name=WEB, endpoint=registry_pb2.ServiceEndpoint(ip="10.0.0.1", port=70000)
+        ),
+        "endpoint.port: must be 1..65535 (got 70000)",
+        id="port-out-of-range",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        pb.RegisterEndpointRequest(service_name=WEB),
+        "endpoint: must be set (got None)",
+        id="no-endpoint",
+    ),
+    pytest.param(
+        "UnregisterEndpoint",
+        pb.UnregisterEndpointRequest(service_name=WEB, ips=["fe80::0001"]),
+        "ips: must be in canonical form 'fe80::1' (got 'fe80::0001')",
+        id="non-canonical-ip",
+    ),
+    pytest.param(
+        "UnregisterEndpoint",
+        pb.UnregisterEndpointRequest(service_name=WEB),
+        "ips: must name at least one ip (got [])",
+        id="no-ips",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "request_message", "message"), BAD_REQUESTS)
+async def test_an_invalid_request_fails_with_invalid_argument_naming_the_field(
+    tmp_path: Path, method: str, request_message: Any, message: str
+) -> None:
+    """INVALID_ARGUMENT, the field, the rule and the value; nothing is registered."""
+    socket = tmp_path / "registrar.sock"
+    async with _registrar(tmp_path / "store", socket):
+        with pytest.raises(grpc.RpcError) as caught:
+            await _rpc(socket, method, request_message)
+        assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+        listed = await _rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        assert listed.version == "0"
+
+
+async def test_an_invalid_watch_fails_with_invalid_argument(tmp_path: Path) -> None:
+    """A last_version this registrar never sent, or a bad service key in the filter, end the stream at once."""
+    socket = tmp_path / "registrar.sock"
+    async with _registrar(tmp_path / "store", socket):
+        async with _watching(socket, last_version="v7") as watch:
+            error = await watch.next()
+            assert (error.code(), error.details()) == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "last_version: must be empty or a version this registrar sent (got 'v7')",
+            )
+        async with _watching(socket, filter=pb.ServiceFilter(services=["Shop/Web"])) as watch:
+            error = await watch.next()
+            assert error.details() == (
+                "filter.services: must be '<namespace>/<serviceAccount>' in DNS-1123 lowercase form (got 'Shop/Web')"
+            )
+
+
+async def test_the_embedded_store_survives_a_restart_and_a_watcher_resumes(tmp_path: Path) -> None:
+    """Stop the registrar, start a new one on the same directory: same endpoints and version; resumes are deltas."""
+    socket = tmp_path / "registrar.sock"
+    async with _registrar(tmp_path / "store", socket):
+        await _register(socket, "10.0.0.1")
+        await _register(socket, "10.0.0.2")
+        async with _watching(socket) as watch:
+            last = (await watch.until_complete())[-1][3]
+    assert last == "2"
+    async with _registrar(tmp_path / "store", socket):
+        listed = await _rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        assert (listed.version, [one.ip for one in listed.services[WEB].endpoints]) == (
+            "2",
+            ["10.0.0.1", "10.0.0.2"],
+        )
+        async with _watching(socket, last_version=last) as watch:
+            assert await watch.until_complete() == [(COMPLETE, "", "", "2")]
+            await _register(socket, "10.0.0.3")
+            assert await watch.take(1) == [(ADDED, WEB, "10.0.0.3", "3")]
+        async with _watching(socket, last_version="1") as watch:
+            assert await watch.until_complete() == [
+                (ADDED, WEB, "10.0.0.2", "2"),
+                (ADDED, WEB, "10.0.0.3", "3"),
+                (COMPLETE, "", "", "3"),
+            ]
+
+
+async def test_statistics_count_versions_mutations_and_watchers(tmp_path: Path) -> None:
+    """A registrar on the memory backend: one change, one no-op, one watcher connected; the backend saw one mutation."""
+    socket = tmp_path / "registrar.sock"
+    backend = MemoryBackend()
+    registrar = Registrar(backend=backend)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(registrar.serve)
+        await nursery.start(
+            lambda task_status: serve_grpc(
+                [registrar.service()], listen=ListenAddress.unix(socket), task_status=task_status
+            )
+        )
+        with trio.fail_after(30):
+            await _register(socket, "10.0.0.1")
+            await _register(socket, "10.0.0.1")
+            async with _watching(socket, node_name="n") as watch:
+                await watch.until_complete()
+                statistics = registrar.statistics()
+        assert (statistics.version, statistics.endpoints, statistics.services) == (1, 1, 1)
+        assert (statistics.mutations_applied, statistics.mutations_unchanged) == (1, 1)
+        assert (statistics.broadcaster.watchers, backend.snapshot.version, len(backend.applied)) == (1, 1, 1)
+        nursery.cancel_scope.cancel()
