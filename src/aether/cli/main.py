@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from aether.cli import agent_command, dns_command, log_commands, status_command
+from aether.cli import agent_command, dns_command, log_commands, registrar_command, status_command
 from aether.core.errors import CoreError
 from aether.log import LogError
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     roles = parser.add_subparsers(dest="role", required=True, metavar="COMMAND")
     agent_command.add_parser(roles)
     dns_command.add_parser(roles)
+    registrar_command.add_parser(roles)
     log_commands.add_parser(roles)
     status_command.add_parser(roles)
     return parser
