@@ -16,6 +16,14 @@ from aether.registrar.broadcaster import (
     Watcher,
     WatcherEnd,
 )
+from aether.registrar.client import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    RegistrarClient,
+    RegistrarClientStatistics,
+    WatchProtocolError,
+    serve_registrar_client,
+)
 from aether.registrar.errors import InvalidRequestError, RegistrarError, StoreError
 from aether.registrar.server import SERVICE_NAME, Registrar, RegistrarStatistics, serve_registrar
 from aether.registrar.snapshot import (
@@ -38,10 +46,12 @@ from aether.registrar.snapshot import (
 __all__ = [
     "ALL_SERVICES",
     "CHECKPOINT_EVERY",
+    "DEFAULT_BACKOFF",
     "DEFAULT_WATCHER_BUFFER",
     "HISTORY_LIMIT",
     "SERVICE_NAME",
     "Backend",
+    "Backoff",
     "Broadcaster",
     "BroadcasterStatistics",
     "Change",
@@ -53,11 +63,14 @@ __all__ = [
     "MemoryBackend",
     "Mutation",
     "Registrar",
+    "RegistrarClient",
+    "RegistrarClientStatistics",
     "RegistrarError",
     "RegistrarStatistics",
     "RegistrySnapshot",
     "ServiceFilter",
     "StoreError",
+    "WatchProtocolError",
     "Watcher",
     "WatcherEnd",
     "apply",
@@ -65,6 +78,7 @@ __all__ = [
     "open_embedded_backend",
     "resync",
     "serve_registrar",
+    "serve_registrar_client",
     "snapshot_of",
     "visible",
 ]
