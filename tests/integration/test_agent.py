@@ -90,3 +90,40 @@ async def test_the_agent_serves_its_projection_to_envoy_and_reports_sync_state(
             assert out[1].split()[:3] == [NODE, "1", "DELTA"]
             assert "NACKED" not in out[1]
         nursery.cancel_scope.cancel()
+
+
+async def test_the_agent_follows_the_registrar_for_its_dependency_set(tmp_path: Path) -> None:
+    """Endpoints registered with a real registrar reach the agent's log and its projected load assignments."""
+    from aether.core.snapshot import ENDPOINT_TYPE
+    from aether.registrar import MemoryBackend, serve_registrar
+    from tests.registrar.test_server import _call, _registration
+
+    registrar_socket = tmp_path / "registrar.sock"
+    config = AgentConfig(
+        node_name=NODE,
+        log_dir=tmp_path / "log",
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        registrar=ListenAddress.unix(registrar_socket),
+    )
+    pod = make_pod("web-1", namespace="shop", service_account="web", ips=("127.0.10.1",), node_name=NODE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            functools.partial(
+                serve_registrar, backend=MemoryBackend(), listen=ListenAddress.unix(registrar_socket)
+            )
+        )
+        await trio.to_thread.run_sync(_call, registrar_socket, "RegisterEndpoint", _registration("10.1.2.3"))
+        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+        async with agent.journal.sender() as send:
+            await send.send(pod_added(pod))
+
+        async def endpoint_projected() -> bool:
+            snapshot = agent.cache.get(NODE)
+            held = snapshot.of_type(ENDPOINT_TYPE) if snapshot is not None else {}
+            return any(b"10.1.2.3" in resource.body for resource in held.values())
+
+        await wait_for(endpoint_projected, timeout=CONVERGE)
+        assert "shop/web" in agent.journal.state.registry.services
+        assert agent.projector.dependencies == ("shop/web",)
+        nursery.cancel_scope.cancel()

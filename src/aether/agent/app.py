@@ -22,6 +22,7 @@ from aether.agent.journal import Journal, open_journal
 from aether.core.project.node import NodeProjector
 from aether.core.state import State, summarize
 from aether.identity.files import serve_svid_files
+from aether.registrar.client import RegistrarClient, serve_registrar_client
 from aether.xds.cache import SnapshotCache
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer
@@ -40,6 +41,9 @@ class AgentConfig:
     admin_socket: Path = DEFAULT_ADMIN_SOCKET
     svid_dir: Path | None = None
     """A directory of SVID files (see `aether.identity.files`); None: identities come from elsewhere."""
+    registrar: ListenAddress | None = None
+    """The registrar to watch, filtered to the node's dependency set; None: registry events come from elsewhere."""
+    cluster_name: str = "local"
 
 
 @attrs.frozen(kw_only=True)
@@ -76,15 +80,32 @@ async def serve_agent(
     async with open_journal(config.log_dir) as journal, trio.open_nursery() as nursery:
         cache = SnapshotCache()
         projector = NodeProjector(node_name=config.node_name)
+        clients: list[RegistrarClient] = []
 
         def publish(state: State, now: int) -> None:
+            before = projector.dependencies
             cache.set_snapshot(projector.project(state, now=now))
+            if projector.dependencies != before:
+                for client in clients:
+                    client.refilter()  # the watch follows the dependency set (a fresh resync)
 
         journal.subscribe(publish)
         server = XdsServer(cache, feedback=journal.sender())
         await nursery.start(server.serve)
         if config.svid_dir is not None:
             await nursery.start(functools.partial(serve_svid_files, config.svid_dir, send=journal.sender()))
+        if config.registrar is not None:
+            client = await nursery.start(
+                functools.partial(
+                    serve_registrar_client,
+                    target=config.registrar,
+                    cluster_name=config.cluster_name,
+                    node_name=config.node_name,
+                    services=lambda: frozenset(projector.dependencies),
+                    send=journal.sender(),
+                )
+            )
+            clients.append(client)
         bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
         documents = _documents(journal, server, projector)
         await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))

@@ -33,6 +33,15 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--svid-dir", type=Path, metavar="DIR", help="read SVIDs and the trust bundle from files"
     )
+    parser.add_argument(
+        "--registrar",
+        type=ListenAddress.parse,
+        metavar="ADDRESS",
+        help="watch the registrar at unix:PATH or HOST:PORT",
+    )
+    parser.add_argument(
+        "--cluster-name", default="local", help="this cluster's name (the registrar watch id)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
     parser.set_defaults(run=run_agent)
 
@@ -49,6 +58,8 @@ def run_agent(arguments: argparse.Namespace) -> int:
         xds=arguments.xds,
         admin_socket=arguments.admin_socket,
         svid_dir=arguments.svid_dir,
+        registrar=arguments.registrar,
+        cluster_name=arguments.cluster_name,
     )
 
     async def main() -> None:

@@ -140,6 +140,7 @@ class NodeProjector:
     def __init__(self, *, node_name: str) -> None:
         self._node_name = node_name
         self._local, self._identities, self._identity = _Last(), _Last(), _Last()
+        self._dependencies: tuple[str, ...] = ()
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
         self._service_context: ServiceContext | None = None
         self._pod_context: PodContext | None = None
@@ -154,6 +155,11 @@ class NodeProjector:
         self._statistics = ProjectorStatistics(
             projections=0, services=0, services_projected=0, pods_projected=0, upserted=0, removed=0
         )
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        """The node's dependency set as of the last projection, sorted: the registrar watch's service filter."""
+        return self._dependencies
 
     def statistics(self) -> ProjectorStatistics:
         """Return what the projector did, as of its last projection."""
@@ -175,6 +181,7 @@ class NodeProjector:
             (identities, state.identity.svids), lambda: upstream_identity(identities, state.identity.svids)
         )
         demand = self._dependency_set(state, local, now=now)
+        self._dependencies = demand.services
         service_context = _interned(
             self._service_context,
             ServiceContext(
