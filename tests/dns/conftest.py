@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -41,14 +42,28 @@ def default_upstream_answer(request: dnslib.DNSRecord) -> dnslib.DNSRecord | Non
     return reply
 
 
+_PORT_ATTEMPTS = 20
+"""A UDP port whose TCP twin is taken is rare; twenty tries make a collision on every one practically impossible."""
+
+
 async def serve_fake_upstream(
     handler: UpstreamHandler, *, task_status: trio.TaskStatus[HostPort] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """A loopback DNS server (UDP and TCP on one port) answering with `handler`; truncates over UDP at 512."""
-    udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
-    await udp.bind(("127.0.0.1", 0))
-    port = udp.getsockname()[1]
-    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    for _attempt in range(_PORT_ATTEMPTS):
+        udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+        await udp.bind(("127.0.0.1", 0))
+        port = udp.getsockname()[1]
+        try:
+            listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+        except OSError as exc:
+            udp.close()  # the UDP port's TCP twin is taken (often by a client's ephemeral port): pick another
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            continue
+        break
+    else:
+        raise OSError(errno.EADDRINUSE, "no loopback port free for both UDP and TCP")
 
     async def serve_udp() -> None:
         while True:

@@ -32,7 +32,8 @@ from aether.testing import (
     pod_added,
     registry_service_added,
 )
-from aether.testing.envoy import Envoy, HttpReader, ads_bootstrap, open_envoy, wait_for
+from aether.testing.envoy import Envoy, ads_bootstrap, open_envoy, wait_for
+from aether.testing.http import HttpReader
 from aether.testing.spiffe import TestCA, write_bundle, write_svid
 from aether.xds.listen import ListenAddress
 

@@ -45,7 +45,8 @@ from aether.testing import (
     svid_rotated,
     trust_bundle_rotated,
 )
-from aether.testing.envoy import HttpReader, find_envoy_binary, open_envoy
+from aether.testing.envoy import find_envoy_binary, open_envoy
+from aether.testing.http import HttpReader
 from aether.testing.spiffe import TestCA
 from tests.core.project._helpers import NODE, as_dict, messages
 

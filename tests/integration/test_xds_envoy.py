@@ -16,7 +16,8 @@ import trio
 
 from aether.core.events import Event, ResourceAcked, ResourceNacked
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE, Resource, Snapshot
-from aether.testing.envoy import ads_bootstrap, http_get, open_envoy, wait_for
+from aether.testing.envoy import ads_bootstrap, open_envoy, wait_for
+from aether.testing.http import http_get
 from aether.testing.upstream import open_http_upstream
 from aether.testing.xds_resources import (
     make_cluster,

@@ -15,13 +15,12 @@ import aether.testing.envoy as envoy_module
 from aether.testing.envoy import (
     XDS_CLUSTER,
     EnvoyStartFailed,
-    HttpReader,
     ads_bootstrap,
-    http_get,
     open_envoy,
     static_bootstrap,
     wait_for,
 )
+from aether.testing.http import HttpReader, http_get
 from aether.testing.upstream import HttpUpstream, HttpUpstreamStatistics, open_http_upstream
 from aether.testing.xds_resources import (
     LOOPBACK,

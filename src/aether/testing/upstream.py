@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from aether.testing.envoy import HttpReader
+from aether.testing.http import HttpReader
 from aether.testing.xds_resources import LOOPBACK
 
 __all__ = [
