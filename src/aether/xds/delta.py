@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import attrs
 from envoy.service.discovery.v3 import discovery_pb2
 
-from aether.core.events import OnDemandClusterRequested, ResourceAcked, ResourceNacked
+from aether.core.events import OnDemandClusterRequested
 from aether.core.snapshot import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
@@ -29,6 +29,7 @@ from aether.core.snapshot import (
 )
 from aether.xds.protocol import (
     NOTHING,
+    SOURCE,
     Nonces,
     ProtocolError,
     StatusCode,
@@ -36,9 +37,9 @@ from aether.xds.protocol import (
     TypeStatus,
     TypeStatusRow,
     check_request,
+    feedback_event,
 )
 
-SOURCE = "xds"
 _REMOVED = ""
 """The version recorded for a name sent as removed."""
 
@@ -166,29 +167,13 @@ class DeltaStream:
                 _restore(state.expected, name, state.acked.get(name))
             state.error = request.error_detail.message
             state.diffed = None
-            event = ResourceNacked(
-                observed_at=now,
-                source=SOURCE,
-                node_id=self.node_id,
-                type_url=state.type_url,
-                version=sent.version,
-                nonce=request.response_nonce,
-                error_code=request.error_detail.code,
-                error_message=request.error_detail.message,
-            )
-            return StreamOutput(events=(event,))
-        for name, version in sent.changes.items():
-            _restore(state.acked, name, None if version == _REMOVED else version)
-        state.error = ""
-        acked = ResourceAcked(
-            observed_at=now,
-            source=SOURCE,
-            node_id=self.node_id,
-            type_url=state.type_url,
-            version=sent.version,
-            nonce=request.response_nonce,
+        else:
+            for name, version in sent.changes.items():
+                _restore(state.acked, name, None if version == _REMOVED else version)
+            state.error = ""
+        return StreamOutput(
+            events=(feedback_event(request, node_id=self.node_id, version=sent.version, now=now),)
         )
-        return StreamOutput(events=(acked,))
 
     def _update_subscription(self, state: _TypeState, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
         for name in request.resource_names_unsubscribe:

@@ -12,9 +12,40 @@ from typing import Any
 
 import attrs
 
-from aether.core.events import Event
+from aether.core.events import Event, ResourceAcked, ResourceNacked
 from aether.core.snapshot import SHORT_NAMES
 from aether.xds.errors import XdsError
+
+SOURCE = "xds"
+"""The `source` of every event the stream machines emit."""
+
+
+def feedback_event(request: Any, *, node_id: str, version: str, now: int) -> ResourceAcked | ResourceNacked:
+    """Return the event of a request that answers our last response: a NACK when it carries `error_detail`.
+
+    Args:
+        request: A `DiscoveryRequest` or `DeltaDiscoveryRequest` whose `response_nonce` is the response's.
+        version: The version of the response it answers.
+    """
+    if request.HasField("error_detail"):
+        return ResourceNacked(
+            observed_at=now,
+            source=SOURCE,
+            node_id=node_id,
+            type_url=request.type_url,
+            version=version,
+            nonce=request.response_nonce,
+            error_code=request.error_detail.code,
+            error_message=request.error_detail.message,
+        )
+    return ResourceAcked(
+        observed_at=now,
+        source=SOURCE,
+        node_id=node_id,
+        type_url=request.type_url,
+        version=version,
+        nonce=request.response_nonce,
+    )
 
 
 class StatusCode(enum.IntEnum):

@@ -30,14 +30,14 @@ from aether.core.snapshot import (
 )
 from aether.xds.protocol import (
     NOTHING,
+    SOURCE,
     Nonces,
     StreamOutput,
     TypeStatus,
     TypeStatusRow,
     check_request,
+    feedback_event,
 )
-
-SOURCE = "xds"
 
 
 @attrs.define(kw_only=True)
@@ -87,28 +87,12 @@ class SotwStream:
             return self._subscribe(state, type_url, names, stated_version=request.version_info, now=now)
         if nonce != state.sent_nonce:
             return NOTHING  # stale: an answer to a response we have since superseded
-        if request.HasField("error_detail"):
-            state.nacked_version, state.error = state.sent_version, request.error_detail.message
-            event = ResourceNacked(
-                observed_at=now,
-                source=SOURCE,
-                node_id=self.node_id,
-                type_url=type_url,
-                version=state.sent_version,
-                nonce=nonce,
-                error_code=request.error_detail.code,
-                error_message=request.error_detail.message,
-            )
+        event = feedback_event(request, node_id=self.node_id, version=state.sent_version, now=now)
+        if isinstance(event, ResourceNacked):
+            state.nacked_version, state.error = state.sent_version, event.error_message
             return StreamOutput(events=(event,))
         state.acked_version, state.nacked_version, state.error = request.version_info, "", ""
-        acked = ResourceAcked(
-            observed_at=now,
-            source=SOURCE,
-            node_id=self.node_id,
-            type_url=type_url,
-            version=request.version_info,
-            nonce=nonce,
-        )
+        acked = event
         changed = names != state.names
         state.names = names
         if changed or state.always_respond:
