@@ -1,0 +1,33 @@
+"""The Gateway API core: typed models of the Gateway API objects, their resolution, precedence and status, and
+their translation to Envoy routes, for GAMMA (east-west, per mesh service) and the edge (north-south, per listener).
+"""
+
+from aether.core.gateway.view import (
+    EDGE_CONTROLLER,
+    MESH_CONTROLLER,
+    Condition,
+    EdgeListener,
+    GatewayView,
+    L4Route,
+    ListenerStatus,
+    MeshRouting,
+    ObjectStatus,
+    ParentStatus,
+    WeightedBackend,
+    gateway_view,
+)
+
+__all__ = [
+    "EDGE_CONTROLLER",
+    "MESH_CONTROLLER",
+    "Condition",
+    "EdgeListener",
+    "GatewayView",
+    "L4Route",
+    "ListenerStatus",
+    "MeshRouting",
+    "ObjectStatus",
+    "ParentStatus",
+    "WeightedBackend",
+    "gateway_view",
+]
