@@ -52,6 +52,9 @@ from aether.core.events import (
     Svid,
     SvidRemoved,
     SvidRotated,
+    TlsSecret,
+    TlsSecretDeleted,
+    TlsSecretUpserted,
     TrustBundle,
     TrustBundleRemoved,
     TrustBundleRotated,
@@ -294,6 +297,7 @@ _GATEWAY_KINDS = tuple(sorted(GATEWAY_KINDS))
 gateway_metas = object_metas(_GATEWAY_KINDS, bad_kinds=("ReferenceGrant", "Ingress", "Service"))
 reference_grant_metas = object_metas(("ReferenceGrant",), bad_kinds=("HTTPRoute", "Ingress"))
 service_metas = object_metas(("Service",), bad_kinds=("Endpoints", "HTTPRoute"))
+secret_metas = object_metas(("Secret",), bad_kinds=("ConfigMap",))
 
 
 def kube_objects(metas: st.SearchStrategy[ObjectMeta]) -> st.SearchStrategy[KubeObject]:
@@ -361,6 +365,16 @@ def svids(draw: st.DrawFn) -> Svid:
     )
 
 
+def tls_secrets() -> st.SearchStrategy[TlsSecret]:
+    """TLS Secrets of a few names, mostly with both a certificate and a key."""
+    return st.builds(
+        TlsSecret,
+        meta=secret_metas,
+        cert_chain_pem=mostly(st.sampled_from((b"cert-1", b"cert-2")), st.just(b"")),
+        private_key=st.builds(Redacted, mostly(st.sampled_from((b"key-1", b"key-2")), st.just(b""))),
+    )
+
+
 def trust_bundles() -> st.SearchStrategy[TrustBundle]:
     """Trust bundles of a few trust domains, mostly not empty and without a problem reported by their source."""
     return st.builds(
@@ -406,6 +420,8 @@ EVENT_STRATEGIES: Mapping[type[Event], st.SearchStrategy[Any]] = {
     GatewayObjectDeleted: _event(GatewayObjectDeleted, meta=gateway_metas),
     ReferenceGrantUpserted: _event(ReferenceGrantUpserted, object=kube_objects(reference_grant_metas)),
     ReferenceGrantDeleted: _event(ReferenceGrantDeleted, meta=reference_grant_metas),
+    TlsSecretUpserted: _event(TlsSecretUpserted, secret=tls_secrets()),
+    TlsSecretDeleted: _event(TlsSecretDeleted, meta=secret_metas),
     MeshConfigUpdated: _event(MeshConfigUpdated, config=mesh_configs()),
     SvidRotated: _event(SvidRotated, svid=svids()),
     SvidRemoved: _event(SvidRemoved, spiffe_id=spiffe_ids),

@@ -24,6 +24,7 @@ from aether.testing.builders import (
     make_meta,
     make_pod,
     make_svid,
+    make_tls_secret,
     make_trust_bundle,
     mesh_config_updated,
     on_demand_cluster_requested,
@@ -40,6 +41,8 @@ from aether.testing.builders import (
     resource_nacked,
     svid_removed,
     svid_rotated,
+    tls_secret_deleted,
+    tls_secret_upserted,
     trust_bundle_removed,
     trust_bundle_rotated,
 )
@@ -68,6 +71,7 @@ __all__ = [
     "make_meta",
     "make_pod",
     "make_svid",
+    "make_tls_secret",
     "make_trust_bundle",
     "mesh_config_updated",
     "on_demand_cluster_requested",
@@ -84,6 +88,8 @@ __all__ = [
     "resource_nacked",
     "svid_removed",
     "svid_rotated",
+    "tls_secret_deleted",
+    "tls_secret_upserted",
     "trust_bundle_removed",
     "trust_bundle_rotated",
 ]

@@ -46,6 +46,9 @@ from aether.core.events import (
     Svid,
     SvidRemoved,
     SvidRotated,
+    TlsSecret,
+    TlsSecretDeleted,
+    TlsSecretUpserted,
     TrustBundle,
     TrustBundleRemoved,
     TrustBundleRotated,
@@ -208,6 +211,22 @@ def make_kube_object(
     text = spec_json if spec_json is not None else canonical_json(dict(spec or {}))
     meta = make_meta(name, kind=kind, namespace=namespace, uid=uid, generation=generation)
     return KubeObject(meta=meta, spec_json=text)
+
+
+def make_tls_secret(
+    name: str = "web-cert",
+    *,
+    namespace: str = "default",
+    uid: str = "",
+    cert_chain_pem: bytes = CERT_PEM,
+    private_key: bytes = KEY_PEM,
+) -> TlsSecret:
+    """Return a `kubernetes.io/tls` Secret (placeholder PEM unless given)."""
+    return TlsSecret(
+        meta=make_meta(name, kind="Secret", namespace=namespace, uid=uid),
+        cert_chain_pem=cert_chain_pem,
+        private_key=Redacted(private_key),
+    )
 
 
 def make_mesh_config(
@@ -382,6 +401,20 @@ def reference_grant_deleted(
     return ReferenceGrantDeleted(observed_at=at, source=source, meta=meta)
 
 
+def tls_secret_upserted(
+    secret: TlsSecret | None = None, *, at: int = AT, source: str = "kubernetes"
+) -> TlsSecretUpserted:
+    """Return the event of TLS Secret `secret` being created or changed (default: `make_tls_secret()`)."""
+    return TlsSecretUpserted(
+        observed_at=at, source=source, secret=make_tls_secret() if secret is None else secret
+    )
+
+
+def tls_secret_deleted(meta: ObjectMeta, *, at: int = AT, source: str = "kubernetes") -> TlsSecretDeleted:
+    """Return the event of the TLS Secret `meta` names being deleted."""
+    return TlsSecretDeleted(observed_at=at, source=source, meta=meta)
+
+
 def mesh_config_updated(
     config: MeshConfig | None = None, *, at: int = AT, source: str = "kubernetes"
 ) -> MeshConfigUpdated:
@@ -498,6 +531,8 @@ def one_event_of_each_type() -> tuple[Event, ...]:
         gateway_object_deleted(make_meta("canary", kind="HTTPRoute")),
         reference_grant_upserted(make_kube_object("allow-shop", kind="ReferenceGrant")),
         reference_grant_deleted(make_meta("allow-shop", kind="ReferenceGrant")),
+        tls_secret_upserted(),
+        tls_secret_deleted(make_meta("web-cert", kind="Secret")),
         mesh_config_updated(),
         svid_rotated(),
         svid_removed(),

@@ -14,6 +14,8 @@ from aether.testing import (
     mesh_config_updated,
     reference_grant_deleted,
     reference_grant_upserted,
+    tls_secret_deleted,
+    tls_secret_upserted,
 )
 
 
@@ -40,4 +42,6 @@ def test_kube_events_are_about_their_object() -> None:
     assert gateway_object_deleted(route.meta).subject == "HTTPRoute/default/canary"
     assert reference_grant_upserted(grant).subject == "ReferenceGrant/default/allow"
     assert reference_grant_deleted(grant.meta).subject == "ReferenceGrant/default/allow"
+    assert tls_secret_upserted().subject == "Secret/default/web-cert"
+    assert tls_secret_deleted(make_meta("web-cert", kind="Secret")).subject == "Secret/default/web-cert"
     assert mesh_config_updated().subject == "meshconfig"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import attrs
 import immutables
 import pytest
 
-from aether.core.events import KubeObject, KubeService, MeshConfig, ServicePort
+from aether.core.events import KubeObject, KubeService, MeshConfig, ServicePort, TlsSecret
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
 from aether.core.state import Diagnostics, KubeState, Rejection, RejectionReason, State
 from aether.testing import (
@@ -19,9 +20,12 @@ from aether.testing import (
     make_kube_service,
     make_mesh_config,
     make_meta,
+    make_tls_secret,
     mesh_config_updated,
     reference_grant_deleted,
     reference_grant_upserted,
+    tls_secret_deleted,
+    tls_secret_upserted,
 )
 
 ROUTE = make_kube_object(
@@ -417,4 +421,52 @@ def test_an_older_mesh_config_generation_is_rejected_and_the_newer_stays() -> No
     assert (rejection.reason, rejection.message) == (
         RejectionReason.INVALID_MESH_CONFIG,
         "meshconfig: generation 2 is older than the applied 5",
+    )
+
+
+# --- TLS Secrets ---
+
+
+def test_a_tls_secret_is_stored_replaced_and_deleted() -> None:
+    """A TLS Secret is stored under `Secret/<namespace>/<name>`, replaced by a later version, and deleted."""
+    first = make_tls_secret(uid="s1")
+    renewed = make_tls_secret(uid="s1", cert_chain_pem=b"renewed")
+    state = fold_events(tls_secret_upserted(first), tls_secret_upserted(renewed))
+    assert state == State(
+        seq=2, kube=KubeState(tls_secrets=immutables.Map({"Secret/default/web-cert": renewed}))
+    )
+    assert fold_events(tls_secret_deleted(first.meta), state=state) == State(seq=3)
+
+
+@pytest.mark.parametrize(
+    ("secret", "message"),
+    [
+        (make_tls_secret(cert_chain_pem=b""), "Secret/default/web-cert: tls.crt must not be empty"),
+        (make_tls_secret(private_key=b""), "Secret/default/web-cert: tls.key must not be empty"),
+        (
+            make_tls_secret("Bad_Name"),
+            "Secret/default/Bad_Name: name must be an RFC 1123 subdomain (got 'Bad_Name')",
+        ),
+        (
+            attrs.evolve(make_tls_secret(), meta=make_meta("web-cert", kind="ConfigMap")),
+            "ConfigMap/default/web-cert: kind must be 'Secret' (got 'ConfigMap')",
+        ),
+    ],
+)
+def test_a_bad_tls_secret_is_rejected_and_the_previous_one_stays(secret: TlsSecret, message: str) -> None:
+    """An empty certificate or key, a bad name or another kind is an invalid spec; the stored Secret stays."""
+    stored = fold_events(tls_secret_upserted())
+    state = fold_events(tls_secret_upserted(secret), state=stored)
+    assert domain_of(state) == domain_of(stored)
+    assert state.diagnostics == _rejected(secret.meta.key, RejectionReason.INVALID_SPEC, message, seq=2)
+
+
+def test_deleting_an_unknown_tls_secret_is_rejected() -> None:
+    """Deleting a TLS Secret never stored is an unknown object."""
+    state = fold_events(tls_secret_deleted(make_meta("gone", kind="Secret")))
+    assert state.diagnostics == _rejected(
+        "Secret/default/gone",
+        RejectionReason.UNKNOWN_OBJECT,
+        "Secret/default/gone deleted but not known",
+        seq=1,
     )

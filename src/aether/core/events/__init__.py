@@ -24,6 +24,9 @@ from aether.core.events.kube import (
     ReferenceGrantDeleted,
     ReferenceGrantUpserted,
     ServicePort,
+    TlsSecret,
+    TlsSecretDeleted,
+    TlsSecretUpserted,
 )
 from aether.core.events.pods import Pod, PodAdded, PodRemoved, PodUpdated
 from aether.core.events.registry import (
@@ -81,6 +84,9 @@ __all__ = [
     "Svid",
     "SvidRemoved",
     "SvidRotated",
+    "TlsSecret",
+    "TlsSecretDeleted",
+    "TlsSecretUpserted",
     "TrustBundle",
     "TrustBundleRemoved",
     "TrustBundleRotated",

@@ -16,6 +16,8 @@ from aether.core.events.kube import (
     MeshConfigUpdated,
     ReferenceGrantDeleted,
     ReferenceGrantUpserted,
+    TlsSecretDeleted,
+    TlsSecretUpserted,
 )
 from aether.core.events.pods import PodAdded, PodRemoved, PodUpdated
 from aether.core.events.registry import (
@@ -46,6 +48,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     GatewayObjectDeleted,
     ReferenceGrantUpserted,
     ReferenceGrantDeleted,
+    TlsSecretUpserted,
+    TlsSecretDeleted,
     MeshConfigUpdated,
     SvidRotated,
     SvidRemoved,

@@ -1,4 +1,5 @@
-"""Kubernetes events: Services, Gateway API objects, ReferenceGrants and the MeshConfig, as the watches see them."""
+"""Kubernetes events: Services, Gateway API objects, ReferenceGrants, TLS Secrets and the MeshConfig, as the watches
+see them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterable
 import attrs
 
 from aether.core.events.base import Event
-from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map
+from aether.core.values import EMPTY_STR_MAP, Redacted, StrMap, freeze_str_map
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +65,20 @@ class KubeService:
     selector: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
     ports: tuple[ServicePort, ...] = attrs.field(default=(), converter=_freeze_ports)
     cluster_ip: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class TlsSecret:
+    """A Secret of type `kubernetes.io/tls`: the certificate an edge listener serves (a Gateway's certificateRefs).
+
+    Only TLS Secrets are observed; other Secret types never reach the log.
+    """
+
+    meta: ObjectMeta
+    cert_chain_pem: bytes
+    """The `tls.crt` entry: the PEM certificate chain, leaf first."""
+    private_key: Redacted
+    """The `tls.key` entry: kept in the log so replay reproduces the served certificate, never shown."""
 
 
 @attrs.frozen(kw_only=True)
@@ -135,6 +150,28 @@ class ReferenceGrantUpserted(Event):
 @attrs.frozen(kw_only=True)
 class ReferenceGrantDeleted(Event):
     """A ReferenceGrant was deleted."""
+
+    meta: ObjectMeta
+
+    @property
+    def subject(self) -> str:
+        return self.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class TlsSecretUpserted(Event):
+    """A TLS Secret was created or changed."""
+
+    secret: TlsSecret
+
+    @property
+    def subject(self) -> str:
+        return self.secret.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class TlsSecretDeleted(Event):
+    """A TLS Secret was deleted (or stopped being of type `kubernetes.io/tls`)."""
 
     meta: ObjectMeta
 

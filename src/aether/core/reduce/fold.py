@@ -31,6 +31,8 @@ from aether.core.events import (
     ResourceNacked,
     SvidRemoved,
     SvidRotated,
+    TlsSecretDeleted,
+    TlsSecretUpserted,
     TrustBundleRemoved,
     TrustBundleRotated,
 )
@@ -56,6 +58,8 @@ REDUCERS: dict[type, _Reducer] = {
     GatewayObjectDeleted: kube.gateway_object_deleted,
     ReferenceGrantUpserted: kube.reference_grant_upserted,
     ReferenceGrantDeleted: kube.reference_grant_deleted,
+    TlsSecretUpserted: kube.tls_secret_upserted,
+    TlsSecretDeleted: kube.tls_secret_deleted,
     MeshConfigUpdated: kube.mesh_config_updated,
     SvidRotated: identity.svid_rotated,
     SvidRemoved: identity.svid_removed,

@@ -1,4 +1,5 @@
-"""Reducers of Kubernetes object events: Services, Gateway API objects, ReferenceGrants and the MeshConfig."""
+"""Reducers of Kubernetes object events: Services, Gateway API objects, ReferenceGrants, TLS Secrets and the
+MeshConfig."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from aether.core.events.kube import (
     ObjectMeta,
     ReferenceGrantDeleted,
     ReferenceGrantUpserted,
+    TlsSecret,
+    TlsSecretDeleted,
+    TlsSecretUpserted,
 )
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
@@ -125,7 +129,7 @@ def _upsert_object(
 
 
 def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, field: str) -> State:
-    objects: immutables.Map[str, KubeObject | KubeService] = getattr(state.kube, field)
+    objects: immutables.Map[str, KubeObject | KubeService | TlsSecret] = getattr(state.kube, field)
     known = objects.get(meta.key)
     if known is None:
         message = f"{meta.key} deleted but not known"
@@ -180,6 +184,38 @@ def kube_service_upserted(state: State, event: KubeServiceUpserted, seq: int) ->
 def kube_service_deleted(state: State, event: KubeServiceDeleted, seq: int) -> State:
     """Forget the Service."""
     return _delete_object(state, event, seq, meta=event.meta, field="services")
+
+
+def _tls_secret_problem(secret: TlsSecret) -> str | None:
+    meta = secret.meta
+    if meta.kind != "Secret":
+        return f"kind must be 'Secret' (got {meta.kind!r})"
+    problem = _meta_problem(meta)
+    if problem is not None:
+        return problem
+    # The core never parses PEM (the edge Envoy does); it only requires both halves to be present.
+    if not secret.cert_chain_pem:
+        return "tls.crt must not be empty"
+    if not secret.private_key.secret:
+        return "tls.key must not be empty"
+    return None
+
+
+def tls_secret_upserted(state: State, event: TlsSecretUpserted, seq: int) -> State:
+    """Store the TLS Secret; a bad name or an empty certificate or key is a rejection and the previous one stays."""
+    secret = event.secret
+    problem = _tls_secret_problem(secret)
+    if problem is not None:
+        return rejected(
+            state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{secret.meta.key}: {problem}"
+        )
+    kube = attrs.evolve(state.kube, tls_secrets=state.kube.tls_secrets.set(secret.meta.key, secret))
+    return applied(state, event, seq, kube=kube)
+
+
+def tls_secret_deleted(state: State, event: TlsSecretDeleted, seq: int) -> State:
+    """Forget the TLS Secret."""
+    return _delete_object(state, event, seq, meta=event.meta, field="tls_secrets")
 
 
 def mesh_config_updated(state: State, event: MeshConfigUpdated, seq: int) -> State:

@@ -1,11 +1,12 @@
-"""The Kubernetes objects this node folds: Services, Gateway API objects, ReferenceGrants and the MeshConfig."""
+"""The Kubernetes objects this node folds: Services, Gateway API objects, ReferenceGrants, TLS Secrets and the
+MeshConfig."""
 
 from __future__ import annotations
 
 import attrs
 import immutables
 
-from aether.core.events.kube import KubeObject, KubeService, MeshConfig
+from aether.core.events.kube import KubeObject, KubeService, MeshConfig, TlsSecret
 
 
 @attrs.frozen(kw_only=True)
@@ -15,4 +16,6 @@ class KubeState:
     services: immutables.Map[str, KubeService] = immutables.Map()
     gateway_objects: immutables.Map[str, KubeObject] = immutables.Map()
     reference_grants: immutables.Map[str, KubeObject] = immutables.Map()
+    tls_secrets: immutables.Map[str, TlsSecret] = immutables.Map()
+    """Secrets of type `kubernetes.io/tls`, keyed `Secret/<namespace>/<name>`: the edge's listener certificates."""
     mesh_config: MeshConfig = MeshConfig()

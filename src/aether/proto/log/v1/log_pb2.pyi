@@ -345,6 +345,34 @@ class KubeService(_message.Message):
 Global___KubeService: _TypeAlias = KubeService  # noqa: Y015
 
 @_typing.final
+class TlsSecret(_message.Message):
+    """A Secret of type kubernetes.io/tls."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    META_FIELD_NUMBER: _builtins.int
+    CERT_CHAIN_PEM_FIELD_NUMBER: _builtins.int
+    PRIVATE_KEY_FIELD_NUMBER: _builtins.int
+    cert_chain_pem: _builtins.bytes
+    private_key: _builtins.bytes
+    @_builtins.property
+    def meta(self) -> Global___ObjectMeta: ...
+    def __init__(
+        self,
+        *,
+        meta: Global___ObjectMeta | None = ...,
+        cert_chain_pem: _builtins.bytes = ...,
+        private_key: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cert_chain_pem", b"cert_chain_pem", "meta", b"meta", "private_key", b"private_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TlsSecret: _TypeAlias = TlsSecret  # noqa: Y015
+
+@_typing.final
 class MeshConfig(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -786,6 +814,46 @@ class ReferenceGrantDeleted(_message.Message):
 Global___ReferenceGrantDeleted: _TypeAlias = ReferenceGrantDeleted  # noqa: Y015
 
 @_typing.final
+class TlsSecretUpserted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECRET_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def secret(self) -> Global___TlsSecret: ...
+    def __init__(
+        self,
+        *,
+        secret: Global___TlsSecret | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["secret", b"secret"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["secret", b"secret"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TlsSecretUpserted: _TypeAlias = TlsSecretUpserted  # noqa: Y015
+
+@_typing.final
+class TlsSecretDeleted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    META_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def meta(self) -> Global___ObjectMeta: ...
+    def __init__(
+        self,
+        *,
+        meta: Global___ObjectMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TlsSecretDeleted: _TypeAlias = TlsSecretDeleted  # noqa: Y015
+
+@_typing.final
 class MeshConfigUpdated(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -989,6 +1057,8 @@ class Event(_message.Message):
     GATEWAY_OBJECT_DELETED_FIELD_NUMBER: _builtins.int
     REFERENCE_GRANT_UPSERTED_FIELD_NUMBER: _builtins.int
     REFERENCE_GRANT_DELETED_FIELD_NUMBER: _builtins.int
+    TLS_SECRET_UPSERTED_FIELD_NUMBER: _builtins.int
+    TLS_SECRET_DELETED_FIELD_NUMBER: _builtins.int
     MESH_CONFIG_UPDATED_FIELD_NUMBER: _builtins.int
     SVID_ROTATED_FIELD_NUMBER: _builtins.int
     SVID_REMOVED_FIELD_NUMBER: _builtins.int
@@ -1034,6 +1104,10 @@ class Event(_message.Message):
     @_builtins.property
     def reference_grant_deleted(self) -> Global___ReferenceGrantDeleted: ...
     @_builtins.property
+    def tls_secret_upserted(self) -> Global___TlsSecretUpserted: ...
+    @_builtins.property
+    def tls_secret_deleted(self) -> Global___TlsSecretDeleted: ...
+    @_builtins.property
     def mesh_config_updated(self) -> Global___MeshConfigUpdated: ...
     @_builtins.property
     def svid_rotated(self) -> Global___SvidRotated: ...
@@ -1070,6 +1144,8 @@ class Event(_message.Message):
         gateway_object_deleted: Global___GatewayObjectDeleted | None = ...,
         reference_grant_upserted: Global___ReferenceGrantUpserted | None = ...,
         reference_grant_deleted: Global___ReferenceGrantDeleted | None = ...,
+        tls_secret_upserted: Global___TlsSecretUpserted | None = ...,
+        tls_secret_deleted: Global___TlsSecretDeleted | None = ...,
         mesh_config_updated: Global___MeshConfigUpdated | None = ...,
         svid_rotated: Global___SvidRotated | None = ...,
         svid_removed: Global___SvidRemoved | None = ...,
@@ -1079,11 +1155,11 @@ class Event(_message.Message):
         resource_nacked: Global___ResourceNacked | None = ...,
         on_demand_cluster_requested: Global___OnDemandClusterRequested | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "tls_secret_upserted", "tls_secret_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1288,6 +1364,7 @@ class State(_message.Message):
     ON_DEMAND_FIELD_NUMBER: _builtins.int
     REJECTIONS_FIELD_NUMBER: _builtins.int
     REJECTED_TOTAL_FIELD_NUMBER: _builtins.int
+    TLS_SECRETS_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     rejected_total: _builtins.int
     @_builtins.property
@@ -1312,6 +1389,8 @@ class State(_message.Message):
     def on_demand(self) -> _containers.RepeatedCompositeFieldContainer[Global___OnDemandRequest]: ...
     @_builtins.property
     def rejections(self) -> _containers.RepeatedCompositeFieldContainer[Global___Rejection]: ...
+    @_builtins.property
+    def tls_secrets(self) -> _containers.RepeatedCompositeFieldContainer[Global___TlsSecret]: ...
     def __init__(
         self,
         *,
@@ -1328,10 +1407,11 @@ class State(_message.Message):
         on_demand: _abc.Iterable[Global___OnDemandRequest] | None = ...,
         rejections: _abc.Iterable[Global___Rejection] | None = ...,
         rejected_total: _builtins.int = ...,
+        tls_secrets: _abc.Iterable[Global___TlsSecret] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["mesh_config", b"mesh_config", "registry", b"registry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "tls_secrets", b"tls_secrets", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
