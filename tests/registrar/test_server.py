@@ -4,8 +4,6 @@ invalid requests, and a restart on the same embedded store."""
 from __future__ import annotations
 
 import contextlib
-import queue
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,122 +14,22 @@ import trio
 
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.proto.registry.v1 import registry_pb2
-from aether.registrar import SERVICE_NAME, MemoryBackend, Registrar, open_embedded_backend, serve_registrar
+from aether.registrar import MemoryBackend, Registrar, open_embedded_backend, serve_registrar
 from aether.xds.listen import ListenAddress, serve_grpc
-
-WEB = "shop/web"
-DB = "shop/db"
-FULL = pb.EVENT_TYPE_FULL_SNAPSHOT
-ADDED = pb.EVENT_TYPE_ENDPOINT_ADDED
-REMOVED = pb.EVENT_TYPE_ENDPOINT_REMOVED
-COMPLETE = pb.EVENT_TYPE_SNAPSHOT_COMPLETE
-SERVICE_ADDED = pb.EVENT_TYPE_SERVICE_ADDED
-SERVICE_REMOVED = pb.EVENT_TYPE_SERVICE_REMOVED
-_ENDED = object()
-
-
-def _method(channel: grpc.Channel, name: str, request: Any, response: Any, *, stream: bool = False) -> Any:
-    factory = channel.unary_stream if stream else channel.unary_unary
-    return factory(
-        f"/{SERVICE_NAME}/{name}",
-        request_serializer=request.SerializeToString,
-        response_deserializer=response.FromString,
-    )
-
-
-def _call(path: Path, name: str, request: Any) -> Any:
-    responses = {
-        "RegisterEndpoint": pb.RegisterEndpointResponse,
-        "UnregisterEndpoint": pb.UnregisterEndpointResponse,
-        "ListAllEndpoints": pb.ListAllEndpointsResponse,
-    }
-    with grpc.insecure_channel(f"unix:{path}") as channel:
-        return _method(channel, name, type(request), responses[name])(request, timeout=5)
-
-
-async def _rpc(path: Path, name: str, request: Any) -> Any:
-    return await trio.to_thread.run_sync(_call, path, name, request)
-
-
-def _registration(
-    ip: str, *, service: str = WEB, metadata: dict[str, str] | None = None
-) -> pb.RegisterEndpointRequest:
-    return pb.RegisterEndpointRequest(
-        service_name=service,
-        protocol=registry_pb2.Service.PROTOCOL_HTTP,
-        endpoint=registry_pb2.ServiceEndpoint(
-            ip=ip,
-            port=8080,
-            metadata=metadata or {},
-            kubernetes_metadata=registry_pb2.KubernetesMetadata(namespace="shop", node_name="node-a"),
-        ),
-    )
-
-
-async def _register(path: Path, ip: str, **fields: Any) -> None:
-    await _rpc(path, "RegisterEndpoint", _registration(ip, **fields))
-
-
-class _Watch:
-    """A WatchEndpoints stream read by a thread: every response (then the error, or `_ENDED`) lands in `inbox`."""
-
-    def __init__(self, path: Path, request: pb.WatchEndpointsRequest, *, read: bool = True) -> None:
-        self.inbox: queue.Queue[Any] = queue.Queue()
-        self.reading = threading.Event()
-        if read:
-            self.reading.set()
-        # Its own connection: a stalled stream must not share HTTP/2 flow control with the others.
-        self._channel = grpc.insecure_channel(f"unix:{path}", options=[("grpc.use_local_subchannel_pool", 1)])
-        self._call = _method(
-            self._channel, "WatchEndpoints", pb.WatchEndpointsRequest, pb.WatchEndpointsResponse, stream=True
-        )(request, timeout=20)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        self.reading.wait()
-        try:
-            for response in self._call:
-                self.inbox.put(response)
-        except grpc.RpcError as exc:
-            self.inbox.put(exc)
-        else:
-            self.inbox.put(_ENDED)
-
-    async def next(self) -> Any:
-        return await trio.to_thread.run_sync(self.inbox.get, True, 10)
-
-    async def until_complete(self) -> list[tuple[int, str, str, str]]:
-        """Return (type, service, ip, version) of every event up to and including SNAPSHOT_COMPLETE."""
-        seen = []
-        while True:
-            item = await self.next()
-            assert isinstance(item, pb.WatchEndpointsResponse), item
-            seen.append((int(item.type), item.service_name, item.endpoint.ip, item.version))
-            if item.type == COMPLETE:
-                return seen
-
-    async def take(self, count: int) -> list[tuple[int, str, str, str]]:
-        seen = []
-        for _ in range(count):
-            item = await self.next()
-            assert isinstance(item, pb.WatchEndpointsResponse), item
-            seen.append((int(item.type), item.service_name, item.endpoint.ip, item.version))
-        return seen
-
-    def close(self) -> None:
-        self._call.cancel()
-        self.reading.set()
-        self._channel.close()
-
-
-@contextlib.asynccontextmanager
-async def _watching(path: Path, *, read: bool = True, **fields: Any) -> AsyncIterator[_Watch]:
-    watch = await trio.to_thread.run_sync(lambda: _Watch(path, pb.WatchEndpointsRequest(**fields), read=read))
-    try:
-        yield watch
-    finally:
-        watch.close()
+from tests.registrar._grpc import (
+    ADDED,
+    COMPLETE,
+    DB,
+    FULL,
+    REMOVED,
+    SERVICE_ADDED,
+    SERVICE_REMOVED,
+    WEB,
+    register,
+    registration,
+    rpc,
+    watching,
+)
 
 
 @contextlib.asynccontextmanager
@@ -153,16 +51,16 @@ async def test_a_watcher_gets_a_full_sync_then_each_change_with_the_service_anno
     """First sync: marker, catalog, endpoints, completion; a new service's SERVICE_ADDED precedes its endpoint."""
     socket = tmp_path / "registrar.sock"
     async with _registrar(tmp_path / "store", socket):
-        await _register(socket, "10.0.0.1")
-        async with _watching(socket, cluster_name="c", node_name="n") as watch:
+        await register(socket, "10.0.0.1")
+        async with watching(socket, cluster_name="c", node_name="n") as watch:
             assert await watch.until_complete() == [
                 (FULL, "", "", "1"),
                 (SERVICE_ADDED, WEB, "", "1"),
                 (FULL, WEB, "10.0.0.1", "1"),
                 (COMPLETE, "", "", "1"),
             ]
-            await _register(socket, "10.0.1.1", service=DB)
-            await _rpc(
+            await register(socket, "10.0.1.1", service=DB)
+            await rpc(
                 socket, "UnregisterEndpoint", pb.UnregisterEndpointRequest(service_name=WEB, ips=["10.0.0.1"])
             )
             assert await watch.take(4) == [
@@ -171,7 +69,7 @@ async def test_a_watcher_gets_a_full_sync_then_each_change_with_the_service_anno
                 (REMOVED, WEB, "10.0.0.1", "3"),
                 (SERVICE_REMOVED, WEB, "", "3"),
             ]
-        listed = await _rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        listed = await rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
         assert (listed.version, sorted(listed.services), listed.services[DB].endpoints[0].ip) == (
             "3",
             [DB],
@@ -184,12 +82,12 @@ async def test_resume_from_current_old_and_too_old_versions(tmp_path: Path) -> N
     socket = tmp_path / "registrar.sock"
     async with _registrar(tmp_path / "store", socket, history_limit=2):
         for index in range(1, 5):
-            await _register(socket, f"10.0.0.{index}")
-        async with _watching(socket, last_version="4") as watch:
+            await register(socket, f"10.0.0.{index}")
+        async with watching(socket, last_version="4") as watch:
             assert await watch.until_complete() == [(COMPLETE, "", "", "4")]
-        async with _watching(socket, last_version="3") as watch:
+        async with watching(socket, last_version="3") as watch:
             assert await watch.until_complete() == [(ADDED, WEB, "10.0.0.4", "4"), (COMPLETE, "", "", "4")]
-        async with _watching(socket, last_version="1") as watch:
+        async with watching(socket, last_version="1") as watch:
             events = await watch.until_complete()
             assert [event[0] for event in events] == [FULL, SERVICE_ADDED, FULL, FULL, FULL, FULL, COMPLETE]
 
@@ -201,11 +99,11 @@ async def test_a_filtered_watcher_gets_the_whole_catalog_but_only_its_services_e
     socket = tmp_path / "registrar.sock"
     async with (
         _registrar(tmp_path / "store", socket),
-        _watching(socket, filter=pb.ServiceFilter(services=[DB])) as watch,
+        watching(socket, filter=pb.ServiceFilter(services=[DB])) as watch,
     ):
         assert await watch.until_complete() == [(FULL, "", "", "0"), (COMPLETE, "", "", "0")]
-        await _register(socket, "10.0.0.1")
-        await _register(socket, "10.0.1.1", service=DB)
+        await register(socket, "10.0.0.1")
+        await register(socket, "10.0.1.1", service=DB)
         assert await watch.take(3) == [
             (SERVICE_ADDED, WEB, "", "1"),
             (SERVICE_ADDED, DB, "", "2"),
@@ -221,12 +119,12 @@ async def test_a_slow_watcher_is_disconnected_while_the_others_keep_getting_even
     }  # fills HTTP/2 flow-control windows fast, so the stalled stream really stalls
     async with (
         _registrar(tmp_path / "store", socket, watcher_buffer=4),
-        _watching(socket, node_name="slow", read=False) as slow,
-        _watching(socket, node_name="fast") as fast,
+        watching(socket, node_name="slow", read=False) as slow,
+        watching(socket, node_name="fast") as fast,
     ):
         await fast.until_complete()
         for index in range(1, 11):
-            await _register(socket, f"10.0.0.{index}", metadata=big)
+            await register(socket, f"10.0.0.{index}", metadata=big)
         events = await fast.take(11)
         assert [event[2] for event in events if event[0] == ADDED] == [
             f"10.0.0.{index}" for index in range(1, 11)
@@ -240,20 +138,20 @@ async def test_a_slow_watcher_is_disconnected_while_the_others_keep_getting_even
         assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert error.details().startswith("watcher fell behind by ")
         assert error.details().endswith(" changes; reconnect to resync")
-        await _register(socket, "10.0.0.99")
+        await register(socket, "10.0.0.99")
         assert await fast.take(1) == [(ADDED, WEB, "10.0.0.99", "11")]
 
 
 BAD_REQUESTS = [
     pytest.param(
         "RegisterEndpoint",
-        _registration("10.0.0.1", service="web"),
+        registration("10.0.0.1", service="web"),
         "service_name: must be '<namespace>/<serviceAccount>' in DNS-1123 lowercase form (got 'web')",
         id="service-key-without-namespace",
     ),
     pytest.param(
         "RegisterEndpoint",
-        _registration("10.0.0.300"),
+        registration("10.0.0.300"),
         "endpoint.ip: must be an ipv4 or ipv6 address (got '10.0.0.300')",
         id="bad-ip",
     ),
@@ -294,9 +192,9 @@ async def test_an_invalid_request_fails_with_invalid_argument_naming_the_field(
     socket = tmp_path / "registrar.sock"
     async with _registrar(tmp_path / "store", socket):
         with pytest.raises(grpc.RpcError) as caught:
-            await _rpc(socket, method, request_message)
+            await rpc(socket, method, request_message)
         assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
-        listed = await _rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        listed = await rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
         assert listed.version == "0"
 
 
@@ -304,13 +202,13 @@ async def test_an_invalid_watch_fails_with_invalid_argument(tmp_path: Path) -> N
     """A last_version this registrar never sent, or a bad service key in the filter, end the stream at once."""
     socket = tmp_path / "registrar.sock"
     async with _registrar(tmp_path / "store", socket):
-        async with _watching(socket, last_version="v7") as watch:
+        async with watching(socket, last_version="v7") as watch:
             error = await watch.next()
             assert (error.code(), error.details()) == (
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "last_version: must be empty or a version this registrar sent (got 'v7')",
             )
-        async with _watching(socket, filter=pb.ServiceFilter(services=["Shop/Web"])) as watch:
+        async with watching(socket, filter=pb.ServiceFilter(services=["Shop/Web"])) as watch:
             error = await watch.next()
             assert error.details() == (
                 "filter.services: must be '<namespace>/<serviceAccount>' in DNS-1123 lowercase form (got 'Shop/Web')"
@@ -321,22 +219,22 @@ async def test_the_embedded_store_survives_a_restart_and_a_watcher_resumes(tmp_p
     """Stop the registrar, start a new one on the same directory: same endpoints and version; resumes are deltas."""
     socket = tmp_path / "registrar.sock"
     async with _registrar(tmp_path / "store", socket):
-        await _register(socket, "10.0.0.1")
-        await _register(socket, "10.0.0.2")
-        async with _watching(socket) as watch:
+        await register(socket, "10.0.0.1")
+        await register(socket, "10.0.0.2")
+        async with watching(socket) as watch:
             last = (await watch.until_complete())[-1][3]
     assert last == "2"
     async with _registrar(tmp_path / "store", socket):
-        listed = await _rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        listed = await rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
         assert (listed.version, [one.ip for one in listed.services[WEB].endpoints]) == (
             "2",
             ["10.0.0.1", "10.0.0.2"],
         )
-        async with _watching(socket, last_version=last) as watch:
+        async with watching(socket, last_version=last) as watch:
             assert await watch.until_complete() == [(COMPLETE, "", "", "2")]
-            await _register(socket, "10.0.0.3")
+            await register(socket, "10.0.0.3")
             assert await watch.take(1) == [(ADDED, WEB, "10.0.0.3", "3")]
-        async with _watching(socket, last_version="1") as watch:
+        async with watching(socket, last_version="1") as watch:
             assert await watch.until_complete() == [
                 (ADDED, WEB, "10.0.0.2", "2"),
                 (ADDED, WEB, "10.0.0.3", "3"),
@@ -357,9 +255,9 @@ async def test_statistics_count_versions_mutations_and_watchers(tmp_path: Path) 
             )
         )
         with trio.fail_after(30):
-            await _register(socket, "10.0.0.1")
-            await _register(socket, "10.0.0.1")
-            async with _watching(socket, node_name="n") as watch:
+            await register(socket, "10.0.0.1")
+            await register(socket, "10.0.0.1")
+            async with watching(socket, node_name="n") as watch:
                 await watch.until_complete()
                 statistics = registrar.statistics()
         assert (statistics.version, statistics.endpoints, statistics.services) == (1, 1, 1)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
+
 from aether.core.events.registry import Protocol
 from aether.registrar.snapshot import (
     Change,
     ChangeKind,
+    EndpointsReplaced,
+    EndpointsUpdated,
     Mutation,
     RegistrySnapshot,
     ServiceFilter,
     apply,
+    apply_update,
     empty_snapshot,
     resync,
     snapshot_of,
@@ -168,3 +173,68 @@ def test_snapshot_of_restores_endpoints_without_history() -> None:
     assert (snapshot.version, snapshot.catalog(), snapshot.history_floor) == (7, (DB, WEB), 7)
     assert resync(snapshot, last_version=7) == (Change(kind=ChangeKind.SNAPSHOT_COMPLETE, version=7),)
     assert resync(snapshot, last_version=6)[0].kind is ChangeKind.FULL_SNAPSHOT
+
+
+def test_a_relist_changes_only_what_differs_at_the_stores_version() -> None:
+    """EndpointsReplaced: removals (closing a service) first, then additions and updates, all at its version."""
+    snapshot = _apply_all(register("10.0.0.1"), register("10.0.0.2"), register("10.0.1.1", service=DB))
+    replaced = EndpointsReplaced(endpoints=(endpoint("10.0.0.2", weight=7), endpoint("10.0.0.3")), version=90)
+    snapshot, changes = apply_update(snapshot, replaced)
+    assert [(change.kind, change.service, change.ip, change.version) for change in changes] == [
+        (ChangeKind.ENDPOINT_REMOVED, DB, "10.0.1.1", 90),
+        (ChangeKind.SERVICE_REMOVED, DB, "", 90),
+        (ChangeKind.ENDPOINT_REMOVED, WEB, "10.0.0.1", 90),
+        (ChangeKind.ENDPOINT_UPDATED, WEB, "10.0.0.2", 90),
+        (ChangeKind.ENDPOINT_ADDED, WEB, "10.0.0.3", 90),
+    ]
+    assert (snapshot.version, snapshot.catalog(), dict(snapshot.services)) == (90, (WEB,), {WEB: 2})
+
+
+def test_a_store_update_that_changes_nothing_still_moves_to_the_stores_version() -> None:
+    """An etcd put of an equal value makes a revision: the version moves (waiters are released), no changes."""
+    snapshot = _apply_all(register("10.0.0.1"))
+    moved, changes = apply_update(snapshot, EndpointsUpdated(upserted=(endpoint("10.0.0.1"),), version=7))
+    assert (moved.version, changes, moved.endpoints) == (7, (), snapshot.endpoints)
+    same, changes = apply_update(snapshot, EndpointsUpdated(removed=((DB, Protocol.HTTP, "10.9.9.9"),)))
+    assert (same, changes) == (snapshot, ())
+
+
+def test_an_update_without_a_version_takes_the_next_one() -> None:
+    """The registrar numbers versions for stores that do not (an upsert and a removal in one version)."""
+    snapshot = _apply_all(register("10.0.0.1"))
+    update = EndpointsUpdated(upserted=(endpoint("10.0.0.2"),), removed=((WEB, Protocol.HTTP, "10.0.0.1"),))
+    snapshot, changes = apply_update(snapshot, update)
+    assert [(change.kind, change.ip, change.version) for change in changes] == [
+        (ChangeKind.ENDPOINT_REMOVED, "10.0.0.1", 2),
+        (ChangeKind.SERVICE_REMOVED, "", 2),
+        (ChangeKind.SERVICE_ADDED, "", 2),
+        (ChangeKind.ENDPOINT_ADDED, "10.0.0.2", 2),
+    ]
+
+
+def test_a_store_version_that_does_not_move_forward_is_refused() -> None:
+    """A version at or below the snapshot's is a backend bug."""
+    snapshot = _apply_all(register("10.0.0.1"))
+    with pytest.raises(ValueError, match=r"^store update: version must be greater than 1 \(got 1\)$"):
+        apply_update(snapshot, EndpointsUpdated(version=1))
+
+
+def test_resume_across_skipped_store_versions_and_eviction_past_gaps() -> None:
+    """History keeps only versions with changes; a resume over gaps gets exactly the missed changes, and eviction
+    steps over gaps."""
+    snapshot = empty_snapshot()
+    for version, ip in ((10, "10.0.0.1"), (20, "10.0.0.2"), (30, "10.0.0.3")):
+        snapshot, _ = apply_update(
+            snapshot, EndpointsUpdated(upserted=(endpoint(ip),), version=version), history_limit=3
+        )
+    assert (sorted(snapshot.history.keys()), snapshot.history_floor, snapshot.history_size) == (
+        [20, 30],
+        10,
+        2,
+    )
+    assert [(change.kind, change.ip) for change in resync(snapshot, last_version=15)] == [
+        (ChangeKind.ENDPOINT_ADDED, "10.0.0.2"),
+        (ChangeKind.ENDPOINT_ADDED, "10.0.0.3"),
+        (ChangeKind.SNAPSHOT_COMPLETE, ""),
+    ]
+    assert resync(snapshot, last_version=9)[0].kind is ChangeKind.FULL_SNAPSHOT

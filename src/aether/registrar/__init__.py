@@ -5,8 +5,10 @@ from __future__ import annotations
 from aether.registrar.backends import (
     CHECKPOINT_EVERY,
     Backend,
+    BackendFeed,
     EmbeddedBackend,
     MemoryBackend,
+    StoreAvailability,
     open_embedded_backend,
 )
 from aether.registrar.broadcaster import (
@@ -24,19 +26,23 @@ from aether.registrar.client import (
     WatchProtocolError,
     serve_registrar_client,
 )
-from aether.registrar.errors import InvalidRequestError, RegistrarError, StoreError
-from aether.registrar.server import SERVICE_NAME, Registrar, RegistrarStatistics, serve_registrar
+from aether.registrar.errors import InvalidRequestError, RegistrarError, StoreError, StoreUnavailableError
+from aether.registrar.server import SERVICE_NAME, WRITE_WAIT, Registrar, RegistrarStatistics, serve_registrar
 from aether.registrar.snapshot import (
     ALL_SERVICES,
     HISTORY_LIMIT,
     Change,
     ChangeKind,
     EndpointRegistered,
+    EndpointsReplaced,
     EndpointsUnregistered,
+    EndpointsUpdated,
     Mutation,
     RegistrySnapshot,
     ServiceFilter,
+    StoreUpdate,
     apply,
+    apply_update,
     empty_snapshot,
     resync,
     snapshot_of,
@@ -50,7 +56,9 @@ __all__ = [
     "DEFAULT_WATCHER_BUFFER",
     "HISTORY_LIMIT",
     "SERVICE_NAME",
+    "WRITE_WAIT",
     "Backend",
+    "BackendFeed",
     "Backoff",
     "Broadcaster",
     "BroadcasterStatistics",
@@ -58,7 +66,9 @@ __all__ = [
     "ChangeKind",
     "EmbeddedBackend",
     "EndpointRegistered",
+    "EndpointsReplaced",
     "EndpointsUnregistered",
+    "EndpointsUpdated",
     "InvalidRequestError",
     "MemoryBackend",
     "Mutation",
@@ -69,11 +79,15 @@ __all__ = [
     "RegistrarStatistics",
     "RegistrySnapshot",
     "ServiceFilter",
+    "StoreAvailability",
     "StoreError",
+    "StoreUnavailableError",
+    "StoreUpdate",
     "WatchProtocolError",
     "Watcher",
     "WatcherEnd",
     "apply",
+    "apply_update",
     "empty_snapshot",
     "open_embedded_backend",
     "resync",

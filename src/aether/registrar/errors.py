@@ -4,14 +4,15 @@ The tree::
 
     RegistrarError
     ├── InvalidRequestError  (also ValueError) a request field breaks a rule; the RPC fails with INVALID_ARGUMENT
-    └── StoreError           (also OSError) the backend's store cannot be read or written
+    ├── StoreError           (also OSError) the backend's store cannot be read or written; the registrar stops
+    └── StoreUnavailableError (also ConnectionError) the store cannot be reached now; the RPC fails UNAVAILABLE
 
 Every exception keeps structured fields and builds its message in ``__str__``.
 """
 
 from __future__ import annotations
 
-__all__ = ["InvalidRequestError", "RegistrarError", "StoreError"]
+__all__ = ["InvalidRequestError", "RegistrarError", "StoreError", "StoreUnavailableError"]
 
 
 class RegistrarError(Exception):
@@ -44,3 +45,15 @@ class StoreError(RegistrarError, OSError):
 
     def __str__(self) -> str:
         return f"registry store {self.location!r}: {self.reason}"
+
+
+class StoreUnavailableError(RegistrarError, ConnectionError):
+    """The store at `location` cannot be reached now (`reason`); nothing was written, and a retry may succeed."""
+
+    def __init__(self, location: str, *, reason: str) -> None:
+        super().__init__(location, reason)
+        self.location = location
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"registry store {self.location!r} is unavailable: {self.reason}"

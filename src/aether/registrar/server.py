@@ -16,7 +16,7 @@ import purerpc
 import trio
 
 from aether.proto.registrar.v1 import registrar_pb2
-from aether.registrar.backends.base import Backend
+from aether.registrar.backends.base import Backend, BackendFeed, StoreAvailability
 from aether.registrar.broadcaster import (
     DEFAULT_WATCHER_BUFFER,
     Broadcaster,
@@ -32,14 +32,32 @@ from aether.registrar.convert import (
     unregistration_from_proto,
     version_from_proto,
 )
-from aether.registrar.errors import InvalidRequestError
-from aether.registrar.snapshot import HISTORY_LIMIT, Mutation, RegistrySnapshot, apply, resync
+from aether.registrar.errors import InvalidRequestError, StoreError, StoreUnavailableError
+from aether.registrar.snapshot import (
+    HISTORY_LIMIT,
+    Change,
+    Mutation,
+    RegistrySnapshot,
+    StoreUpdate,
+    apply,
+    apply_update,
+    resync,
+)
 from aether.xds.listen import ListenAddress, serve_grpc
 
-__all__ = ["SERVICE_NAME", "Registrar", "RegistrarStatistics", "serve_registrar"]
+__all__ = ["SERVICE_NAME", "WRITE_WAIT", "Registrar", "RegistrarStatistics", "serve_registrar"]
 
 SERVICE_NAME = "aether.registrar.v1.RegistrarService"
 LOG = logging.getLogger("aether.registrar")
+
+
+WRITE_WAIT = 5.0
+"""Seconds a RegisterEndpoint/UnregisterEndpoint waits for an unavailable store to return, and for a write to come
+back through the store's feed, before answering.
+
+Long enough to ride out an etcd leader election or restart (1 to 2 s here); short enough that the agent's call,
+which retries on UNAVAILABLE, is not stuck behind a store that stays down.
+"""
 
 
 @attrs.frozen(kw_only=True)
@@ -49,10 +67,18 @@ class RegistrarStatistics:
     version: int
     endpoints: int
     services: int
+    ready: bool
+    """Whether the store is reachable (writes go through); the snapshot is served either way."""
+    unavailable_reason: str
+    """Why the store is unreachable ("" while ready)."""
     mutations_applied: int
     """Mutations that changed the registry (each made one version)."""
     mutations_unchanged: int
     """Mutations that changed nothing (re-registering an equal endpoint, unregistering unknown IPs)."""
+    updates_folded: int
+    """Changes the store made underneath (another replica, Kubernetes) folded into the snapshot."""
+    writes_waiting: int
+    """Writes waiting for an unavailable store to return."""
     broadcaster: BroadcasterStatistics
 
 
@@ -61,6 +87,13 @@ class _Submission:
     mutation: Mutation
     done: trio.Event = attrs.Factory(trio.Event)
     failed: bool = False
+    unavailable: StoreUnavailableError | None = None
+    """Set when the store could not be reached: nothing was written."""
+    visible_at: int | None = None
+    """Set when the store numbers versions: the version at which the write reaches the snapshot."""
+
+
+_OwnerInput = _Submission | BackendFeed
 
 
 class _Bell:
@@ -80,10 +113,18 @@ class _Bell:
 class Registrar:
     """The registry's single owner, and the purerpc service that serves it.
 
+    The owner task takes, one at a time, mutations from the RPC handlers and updates from the backend's feed
+    (`Backend.serve_updates`); each new snapshot is published to the watchers before the next input is taken.
+
+    Writes and an unavailable store: a write waits up to `write_wait` seconds for the store to return, then fails
+    with UNAVAILABLE; nothing is queued in memory, so an OK always means the store holds the write, and a refused
+    one is the caller's to retry (the agent retries). The snapshot keeps being served meanwhile.
+
     Args:
         backend: Where the registry is stored; loaded once by `serve`.
         watcher_buffer: Changes a watcher may fall behind by before it is disconnected.
         history_limit: Changes kept to answer resumes (`aether.registrar.snapshot.HISTORY_LIMIT`).
+        write_wait: See `WRITE_WAIT`.
     """
 
     def __init__(
@@ -92,20 +133,32 @@ class Registrar:
         backend: Backend,
         watcher_buffer: int = DEFAULT_WATCHER_BUFFER,
         history_limit: int = HISTORY_LIMIT,
+        write_wait: float = WRITE_WAIT,
     ) -> None:
         self._backend = backend
         self._history_limit = history_limit
+        self._write_wait = write_wait
         self._broadcaster = Broadcaster(capacity=watcher_buffer)
         self._snapshot: RegistrySnapshot | None = None
-        self._send: trio.MemorySendChannel[_Submission] | None = None
+        self._send: trio.MemorySendChannel[_OwnerInput] | None = None
+        self._availability = StoreAvailability(available=True)
+        # Replaced (after being set) whenever the snapshot or the availability changes: waiters re-check.
+        self._moved = trio.Event()
         self._applied = 0
         self._unchanged = 0
+        self._folded = 0
+        self._waiting = 0
 
     @property
     def snapshot(self) -> RegistrySnapshot:
         """The registry now (as durable as the backend makes it)."""
         assert self._snapshot is not None, "Registrar.serve() must run first; this is a bug"
         return self._snapshot
+
+    @property
+    def ready(self) -> bool:
+        """Whether the store is reachable: False while it is down (the snapshot is still served)."""
+        return self._availability.available
 
     def statistics(self) -> RegistrarStatistics:
         """Return the registrar's counters."""
@@ -114,58 +167,140 @@ class Registrar:
             version=snapshot.version,
             endpoints=len(snapshot.endpoints),
             services=len(snapshot.services),
+            ready=self._availability.available,
+            unavailable_reason="" if self._availability.available else self._availability.reason,
             mutations_applied=self._applied,
             mutations_unchanged=self._unchanged,
+            updates_folded=self._folded,
+            writes_waiting=self._waiting,
             broadcaster=self._broadcaster.statistics(),
         )
 
+    async def wait_version(self, version: int) -> None:
+        """Wait until the snapshot's version is at least `version`."""
+        while self.snapshot.version < version:
+            await self._moved.wait()
+
+    async def wait_ready(self, *, ready: bool = True) -> None:
+        """Wait until `ready` equals the argument (the store came back, or went away)."""
+        while self.ready is not ready:
+            await self._moved.wait()
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load the registry, then apply submitted mutations one at a time until cancelled.
+        """Load the registry, follow the backend's feed, and apply submitted mutations one at a time until cancelled.
 
         Serve `service()` only after this started: handlers need the loaded registry.
 
         Raises:
-            StoreError: The backend could not load or store; the registry stops (it must not diverge from it).
+            StoreError: The backend could not load or store, or its feed broke the feed's rules; the registry
+                stops (it must not diverge from the store).
         """
         self._snapshot = await self._backend.load()
         LOG.info(
-            "registry loaded at version %d: %d endpoints of %d services",
+            "registry loaded from %s at version %d: %d endpoints of %d services",
+            self._backend.description,
             self._snapshot.version,
             len(self._snapshot.endpoints),
             len(self._snapshot.services),
         )
-        send, receive = trio.open_memory_channel[_Submission](0)
+        send, receive = trio.open_memory_channel[_OwnerInput](0)
         self._send = send
-        async with send, receive:
+        async with send, receive, trio.open_nursery() as nursery:
+            await nursery.start(self._follow, send.clone())
             task_status.started()
-            async for submission in receive:
-                # Failed until proven otherwise: if applying raises (or is cancelled), the caller is told.
-                submission.failed = True
-                try:
-                    await self._apply(submission.mutation)
-                    submission.failed = False
-                finally:
-                    submission.done.set()
+            async for item in receive:
+                match item:
+                    case _Submission():
+                        await self._take(item)
+                    case StoreAvailability():
+                        self._set_availability(item)
+                    case _:
+                        self._fold(item)
 
-    async def _apply(self, mutation: Mutation) -> None:
+    async def _follow(
+        self, updates: trio.MemorySendChannel[_OwnerInput], *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        async with updates:
+            await self._backend.serve_updates(updates, task_status=task_status)
+
+    async def _take(self, submission: _Submission) -> None:
+        # Failed until proven otherwise: if applying raises (or is cancelled), the caller is told.
+        submission.failed = True
+        try:
+            submission.visible_at = await self._apply(submission.mutation)
+            submission.failed = False
+        except StoreUnavailableError as exc:
+            submission.unavailable = exc
+            submission.failed = False
+        finally:
+            submission.done.set()
+
+    async def _apply(self, mutation: Mutation) -> int | None:
         current = self.snapshot
         snapshot, changes = apply(current, mutation, history_limit=self._history_limit)
         if not changes:
             self._unchanged += 1
             await trio.lowlevel.checkpoint()
-            return
-        await self._backend.apply(mutation, snapshot=snapshot, changes=changes)
+            return None
+        visible_at = await self._backend.apply(mutation, snapshot=snapshot, changes=changes)
+        self._applied += 1
+        if visible_at is None:
+            self._publish(snapshot, changes)
+        return visible_at
+
+    def _fold(self, update: StoreUpdate) -> None:
+        try:
+            snapshot, changes = apply_update(self.snapshot, update, history_limit=self._history_limit)
+        except ValueError as exc:
+            raise StoreError(self._backend.description, reason=f"its feed is out of order: {exc}") from exc
+        self._folded += 1
+        self._publish(snapshot, changes)
+
+    def _publish(self, snapshot: RegistrySnapshot, changes: tuple[Change, ...]) -> None:
         # Invariant: nothing awaits between publishing the snapshot and broadcasting its changes, so a watch
         # that reads the snapshot and subscribes (without awaiting either) misses and repeats nothing.
         self._snapshot = snapshot
-        self._applied += 1
         for watcher in self._broadcaster.publish(changes):
             LOG.warning(
                 "watcher %r fell behind by %d changes; disconnected", watcher.name, watcher.fell_behind_by
             )
+        self._ring()
 
-    async def _submit(self, mutation: Mutation) -> None:
+    def _set_availability(self, availability: StoreAvailability) -> None:
+        if availability.available != self._availability.available:
+            if availability.available:
+                LOG.warning("registry store %s is available again", self._backend.description)
+            else:
+                LOG.warning(
+                    "registry store %s is unavailable (%s): serving the last snapshot, writes wait",
+                    self._backend.description,
+                    availability.reason,
+                )
+        self._availability = availability
+        self._ring()
+
+    def _ring(self) -> None:
+        moved, self._moved = self._moved, trio.Event()
+        moved.set()
+
+    async def _submit(self, mutation: Mutation, *, method: str) -> None:
         assert self._send is not None, "Registrar.serve() must run first; this is a bug"
+        if not self._backend.writable:
+            raise purerpc.FailedPreconditionError(
+                f"{method}: the registry backend {self._backend.description!r} is read-only (endpoints come from"
+                " the store itself); register through the store, or run the registrar with a writable backend"
+            )
+        self._waiting += 1
+        try:
+            with trio.move_on_after(self._write_wait):
+                await self.wait_ready()
+        finally:
+            self._waiting -= 1
+        if not self.ready:
+            raise purerpc.UnavailableError(
+                f"{method}: the registry store {self._backend.description!r} is unavailable"
+                f" ({self._availability.reason}); nothing was stored, retry"
+            )
         submission = _Submission(mutation=mutation)
         try:
             await self._send.send(submission)
@@ -174,6 +309,12 @@ class Registrar:
         await submission.done.wait()
         if submission.failed:
             raise purerpc.UnavailableError("the registry store failed; the registrar is stopping")
+        if submission.unavailable is not None:
+            raise purerpc.UnavailableError(f"{method}: {submission.unavailable}; nothing was stored, retry")
+        if submission.visible_at is not None:
+            # The write is durable; waiting lets the caller read it back from this registrar right away.
+            with trio.move_on_after(self._write_wait):
+                await self.wait_version(submission.visible_at)
 
     def service(self) -> purerpc.Service:
         """Return the purerpc service definition (all four methods)."""
@@ -216,7 +357,7 @@ class Registrar:
     ) -> registrar_pb2.RegisterEndpointResponse:
         with _invalid_argument("RegisterEndpoint"):
             mutation = registration_from_proto(request)
-        await self._submit(mutation)
+        await self._submit(mutation, method="RegisterEndpoint")
         return registrar_pb2.RegisterEndpointResponse()
 
     async def _unregister(
@@ -224,7 +365,7 @@ class Registrar:
     ) -> registrar_pb2.UnregisterEndpointResponse:
         with _invalid_argument("UnregisterEndpoint"):
             mutation = unregistration_from_proto(request)
-        await self._submit(mutation)
+        await self._submit(mutation, method="UnregisterEndpoint")
         return registrar_pb2.UnregisterEndpointResponse()
 
     async def _list_all(
@@ -286,6 +427,7 @@ async def serve_registrar(
     listen: ListenAddress,
     watcher_buffer: int = DEFAULT_WATCHER_BUFFER,
     history_limit: int = HISTORY_LIMIT,
+    write_wait: float = WRITE_WAIT,
     task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Load the registry from `backend` and serve the registrar API on `listen` until cancelled.
@@ -295,13 +437,16 @@ async def serve_registrar(
         listen: Where to listen (see `aether.xds.listen.serve_grpc`).
         watcher_buffer: Changes a watcher may fall behind by before it is disconnected.
         history_limit: Changes kept to answer resumes.
+        write_wait: Seconds a write waits for an unavailable store (see `WRITE_WAIT`).
         task_status: Receives the address it listens on (for TCP port 0, with the port chosen).
 
     Raises:
         StoreError: The backend failed to load or store.
         ListenError: The address cannot be listened on.
     """
-    registrar = Registrar(backend=backend, watcher_buffer=watcher_buffer, history_limit=history_limit)
+    registrar = Registrar(
+        backend=backend, watcher_buffer=watcher_buffer, history_limit=history_limit, write_wait=write_wait
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(registrar.serve)
         address = await nursery.start(functools.partial(serve_grpc, [registrar.service()], listen=listen))

@@ -21,11 +21,15 @@ __all__ = [
     "Change",
     "ChangeKind",
     "EndpointRegistered",
+    "EndpointsReplaced",
     "EndpointsUnregistered",
+    "EndpointsUpdated",
     "Mutation",
     "RegistrySnapshot",
     "ServiceFilter",
+    "StoreUpdate",
     "apply",
+    "apply_update",
     "empty_snapshot",
     "resync",
     "snapshot_of",
@@ -85,6 +89,37 @@ class EndpointsUnregistered:
 
 
 Mutation = EndpointRegistered | EndpointsUnregistered
+"""A change a client asks the registrar for (RegisterEndpoint, UnregisterEndpoint)."""
+
+
+@attrs.frozen(kw_only=True)
+class EndpointsUpdated:
+    """The store changed underneath the registrar: these endpoints were written, those keys deleted.
+
+    Sent by a backend whose store others also change (another registrar replica on the same etcd, Kubernetes).
+    An upsert replaces the endpoint with the same (service, protocol, ip); removing an unknown key is no change.
+    """
+
+    upserted: tuple[Endpoint, ...] = ()
+    removed: tuple[EndpointKey, ...] = ()
+    version: int | None = None
+    """The store's version of the state after this update (greater than any before), or None: the registrar's next."""
+
+
+@attrs.frozen(kw_only=True)
+class EndpointsReplaced:
+    """The store holds exactly `endpoints` now (a re-list: after a compaction, a reconnect, or a first list).
+
+    The registrar diffs it against its snapshot, so watchers see only what differs, never a gap or a duplicate.
+    """
+
+    endpoints: tuple[Endpoint, ...]
+    version: int | None = None
+    """The store's version of this listing (greater than any before), or None: the registrar's next."""
+
+
+StoreUpdate = EndpointsUpdated | EndpointsReplaced
+"""A change the store made that the registrar did not (folded in with `apply_update`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -152,61 +187,118 @@ def apply(
     A service's first endpoint is announced by SERVICE_ADDED before its ENDPOINT_ADDED; its last endpoint's
     ENDPOINT_REMOVED is followed by SERVICE_REMOVED.
     """
-    version = snapshot.version + 1
-    endpoints = snapshot.endpoints.mutate()
-    services = snapshot.services.mutate()
-    changes: list[Change] = []
+    edit = _Edit(snapshot, version=snapshot.version + 1)
     match mutation:
         case EndpointRegistered(endpoint=endpoint):
-            previous = endpoints.get(endpoint.key)
-            if previous == endpoint:
-                return snapshot, ()
-            if previous is None:
-                count = services.get(endpoint.service, 0)
-                if count == 0:
-                    changes.append(
-                        Change(kind=ChangeKind.SERVICE_ADDED, version=version, service=endpoint.service)
-                    )
-                services[endpoint.service] = count + 1
-            kind = ChangeKind.ENDPOINT_ADDED if previous is None else ChangeKind.ENDPOINT_UPDATED
-            changes.append(_endpoint_change(kind, endpoint, version=version))
-            endpoints[endpoint.key] = endpoint
+            edit.upsert(endpoint)
         case EndpointsUnregistered(service=service, ips=ips):
             for ip in sorted(set(ips)):
                 for protocol in Protocol:
-                    if (service, protocol, ip) not in endpoints:
-                        continue
-                    del endpoints[(service, protocol, ip)]
-                    changes.append(
-                        Change(
-                            kind=ChangeKind.ENDPOINT_REMOVED,
-                            version=version,
-                            service=service,
-                            protocol=protocol,
-                            ip=ip,
-                        )
-                    )
-                    services[service] -= 1
-            if changes and services[service] == 0:
-                del services[service]
-                changes.append(Change(kind=ChangeKind.SERVICE_REMOVED, version=version, service=service))
-            if not changes:
-                return snapshot, ()
+                    edit.remove((service, protocol, ip))
         case _:  # pragma: no cover - the type checker proves this unreachable
             raise TypeError(f"mutation: unknown type {type(mutation).__name__!r}")
-    made = tuple(changes)
-    history, floor, size = _remember(snapshot, version, made, limit=history_limit)
-    return (
-        RegistrySnapshot(
-            version=version,
-            endpoints=endpoints.finish(),
-            services=services.finish(),
+    if not edit.changes:
+        return snapshot, ()
+    return edit.finish(history_limit=history_limit), tuple(edit.changes)
+
+
+def apply_update(
+    snapshot: RegistrySnapshot, update: StoreUpdate, *, history_limit: int = HISTORY_LIMIT
+) -> tuple[RegistrySnapshot, tuple[Change, ...]]:
+    """Fold a change the store made underneath the registrar: return the new snapshot and its changes.
+
+    The new version is `update.version` when the store assigns versions (it must be greater than
+    `snapshot.version`), else `snapshot.version + 1`. With a store version the snapshot moves to it even when
+    nothing changed (an etcd put of an equal value still makes a revision), so a caller waiting for a write's
+    version is released; without one, an update that changes nothing returns the snapshot unchanged.
+    Removals come first (in key order), then upserts (in key order): a service that loses its last endpoint and
+    gains another in one update gets SERVICE_REMOVED then SERVICE_ADDED.
+
+    Raises:
+        ValueError: `update.version` is not greater than `snapshot.version` (a backend bug).
+    """
+    if update.version is not None and update.version <= snapshot.version:
+        raise ValueError(
+            f"store update: version must be greater than {snapshot.version} (got {update.version!r})"
+        )
+    edit = _Edit(snapshot, version=snapshot.version + 1 if update.version is None else update.version)
+    match update:
+        case EndpointsReplaced(endpoints=endpoints):
+            wanted = {endpoint.key: endpoint for endpoint in endpoints}
+            for key in sorted(set(snapshot.endpoints.keys()) - wanted.keys()):
+                edit.remove(key)
+            for key in sorted(wanted):
+                edit.upsert(wanted[key])
+        case EndpointsUpdated(upserted=upserted, removed=removed):
+            for key in sorted(set(removed)):
+                edit.remove(key)
+            for endpoint in sorted(upserted, key=lambda one: one.key):
+                edit.upsert(endpoint)
+        case _:  # pragma: no cover - the type checker proves this unreachable
+            raise TypeError(f"update: unknown type {type(update).__name__!r}")
+    if not edit.changes and update.version is None:
+        return snapshot, ()
+    return edit.finish(history_limit=history_limit), tuple(edit.changes)
+
+
+class _Edit:
+    """The endpoints and service counts of a snapshot being changed at `version`, and the changes so far."""
+
+    def __init__(self, snapshot: RegistrySnapshot, *, version: int) -> None:
+        self.snapshot = snapshot
+        self.version = version
+        self.endpoints = snapshot.endpoints.mutate()
+        self.services = snapshot.services.mutate()
+        self.changes: list[Change] = []
+
+    def upsert(self, endpoint: Endpoint) -> None:
+        previous = self.endpoints.get(endpoint.key)
+        if previous == endpoint:
+            return
+        if previous is None:
+            count = self.services.get(endpoint.service, 0)
+            if count == 0:
+                self.changes.append(
+                    Change(kind=ChangeKind.SERVICE_ADDED, version=self.version, service=endpoint.service)
+                )
+            self.services[endpoint.service] = count + 1
+        kind = ChangeKind.ENDPOINT_ADDED if previous is None else ChangeKind.ENDPOINT_UPDATED
+        self.changes.append(_endpoint_change(kind, endpoint, version=self.version))
+        self.endpoints[endpoint.key] = endpoint
+
+    def remove(self, key: EndpointKey) -> None:
+        if key not in self.endpoints:
+            return
+        service, protocol, ip = key
+        del self.endpoints[key]
+        self.changes.append(
+            Change(
+                kind=ChangeKind.ENDPOINT_REMOVED,
+                version=self.version,
+                service=service,
+                protocol=protocol,
+                ip=ip,
+            )
+        )
+        self.services[service] -= 1
+        if self.services[service] == 0:
+            del self.services[service]
+            self.changes.append(
+                Change(kind=ChangeKind.SERVICE_REMOVED, version=self.version, service=service)
+            )
+
+    def finish(self, *, history_limit: int) -> RegistrySnapshot:
+        history, floor, size = _remember(
+            self.snapshot, self.version, tuple(self.changes), limit=history_limit
+        )
+        return RegistrySnapshot(
+            version=self.version,
+            endpoints=self.endpoints.finish(),
+            services=self.services.finish(),
             history=history,
             history_floor=floor,
             history_size=size,
-        ),
-        made,
-    )
+        )
 
 
 def _endpoint_change(kind: ChangeKind, endpoint: Endpoint, *, version: int) -> Change:
@@ -224,10 +316,13 @@ def _remember(
     snapshot: RegistrySnapshot, version: int, changes: tuple[Change, ...], *, limit: int
 ) -> tuple[immutables.Map[int, tuple[Change, ...]], int, int]:
     history = snapshot.history.mutate()
-    history[version] = changes
+    if changes:
+        history[version] = changes
     size = snapshot.history_size + len(changes)
     floor = snapshot.history_floor
     # Evict whole versions, oldest first: a resume is answered from history only if every change after it is there.
+    # Versions a store skipped (etcd revisions of other keys) have no entry; the floor jumps to the next one kept.
+    # Stepping through skipped versions costs O(1) each, amortized over the registry's life (the floor only rises).
     while size > limit and floor < version:
         floor += 1
         size -= len(history.pop(floor, ()))
@@ -259,7 +354,7 @@ def resync(
         missed = (
             change
             for missed_version in range(last_version + 1, version + 1)
-            for change in snapshot.history[missed_version]
+            for change in snapshot.history.get(missed_version, ())
         )
         return (*_filtered(missed, service_filter), complete)
     opening = Change(kind=ChangeKind.FULL_SNAPSHOT, version=version)

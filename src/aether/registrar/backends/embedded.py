@@ -16,6 +16,7 @@ import trio
 from aether.core.events.registry import Protocol
 from aether.log import EventLog, LogError, LogStatistics, open_event_log, read_newest_checkpoint
 from aether.proto.registrar.v1 import store_pb2
+from aether.registrar.backends.base import BackendFeed
 from aether.registrar.convert import (
     endpoint_from_proto,
     registration_from_proto,
@@ -56,6 +57,16 @@ class EmbeddedBackend:
         self._checkpointed = 0
 
     @property
+    def description(self) -> str:
+        """`embedded <directory>`."""
+        return f"embedded {self.directory}"
+
+    @property
+    def writable(self) -> bool:
+        """Always True: the registrar is the store's only writer."""
+        return True
+
+    @property
     def directory(self) -> Path:
         """The store's directory."""
         return self._log.directory
@@ -92,6 +103,17 @@ class EmbeddedBackend:
             if snapshot.version - self._checkpointed >= self._checkpoint_every:
                 await self._log.write_checkpoint(seq=seq, payload=_checkpoint(snapshot))
                 self._checkpointed = snapshot.version
+
+    async def serve_updates(
+        self,
+        updates: trio.abc.SendChannel[BackendFeed],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Return at once: nobody but this registrar changes the store, so there is nothing to report."""
+        del updates
+        task_status.started()
+        await trio.lowlevel.checkpoint()
 
 
 @contextlib.asynccontextmanager
