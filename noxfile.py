@@ -28,7 +28,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """Type-check the package with strict mypy."""
-    session.install(".[test]", "mypy", "types-protobuf")
+    session.install(".[test]", "mypy", "types-protobuf", "types-PyYAML")
     session.run("mypy")
 
 
