@@ -1,0 +1,608 @@
+"""A minimal Kubernetes API server for tests: real HTTP/1.1 list and watch over `aether.testing.kubestore`.
+
+No kube-apiserver can run here, so the Kubernetes sources are tested against this one. It speaks the protocol
+the real server documents for what the mesh reads: list with `resourceVersion`, selectors and `limit`/`continue`
+paging; watch streams of JSON lines (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) from a resourceVersion;
+410 Gone (reason Expired) once that version is compacted; bearer tokens; and test controls to cut watches,
+force bookmarks, compact history and restart. Writes are test methods on the store, not HTTP verbs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import ssl
+import urllib.parse
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import h11
+import trio
+
+from aether.kube.resources import BUILTIN_RESOURCES, JsonObject, ResourceType
+from aether.kube.selectors import FieldSelector, LabelSelector, SelectorError
+from aether.testing.kubestore import (
+    DEFAULT_HISTORY_LIMIT,
+    ObjectStore,
+    StoredChange,
+    TooOldError,
+    WatchSubscription,
+    storage_of,
+)
+
+__all__ = ["DEFAULT_WATCH_TIMEOUT", "KubeApi", "KubeApiStatistics", "open_kube_api"]
+
+DEFAULT_WATCH_TIMEOUT = 1800.0
+"""Seconds a watch without `timeoutSeconds` lasts: the real server picks 30 to 60 minutes at random."""
+
+_RECEIVE_SIZE = 65536
+
+_FIELDS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    "pods": {
+        "spec.nodeName": ("spec", "nodeName"),
+        "spec.serviceAccountName": ("spec", "serviceAccountName"),
+        "spec.restartPolicy": ("spec", "restartPolicy"),
+        "spec.schedulerName": ("spec", "schedulerName"),
+        "status.phase": ("status", "phase"),
+        "status.podIP": ("status", "podIP"),
+        "status.nominatedNodeName": ("status", "nominatedNodeName"),
+    },
+    "nodes": {"spec.unschedulable": ("spec", "unschedulable")},
+    "secrets": {"type": ("type",)},
+    "namespaces": {"status.phase": ("status", "phase")},
+}
+"""The field selectors each kind supports beyond metadata.name and metadata.namespace (the real server's set);
+any other field is refused with 400 BadRequest, as the real server does."""
+
+_COMMON_FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace")}
+
+
+@attrs.frozen(kw_only=True)
+class KubeApiStatistics:
+    """Counters of a `KubeApi`."""
+
+    requests: int
+    """HTTP requests answered (any path, any outcome)."""
+    lists: int
+    """List requests answered with 200."""
+    watches: int
+    """Watch streams started (with 200)."""
+    open_watches: int
+    """Watch streams open now."""
+    expired: int
+    """Requests answered with 410 Gone (a list's continue token, or a watch's ERROR event)."""
+
+
+@attrs.frozen(kw_only=True)
+class _Query:
+    """A list or watch request, parsed."""
+
+    resource: ResourceType
+    namespace: str | None
+    labels: LabelSelector
+    fields: FieldSelector
+
+    def selects(self, obj: JsonObject | None) -> bool:
+        if obj is None:
+            return False
+        metadata = obj.get("metadata") or {}
+        if self.namespace is not None and metadata.get("namespace") != self.namespace:
+            return False
+        return self.labels.matches(metadata.get("labels") or {}) and self.fields.matches(
+            _field_values(self.resource, obj)
+        )
+
+
+class _Rejected(Exception):
+    """A request the API refuses with a Status (`code`, `reason`, `message`)."""
+
+    def __init__(self, code: int, reason: str, message: str, *, continue_token: str = "") -> None:
+        super().__init__(code, reason, message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.continue_token = continue_token
+
+
+class KubeApi:
+    """A running test API server: its URL, its `store`, and the controls tests use.
+
+    Create it with `open_kube_api`. Mutate objects through `store` (`create`, `update`, `put`, `delete`);
+    every open watch sees each write.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        host: str,
+        token: str | None,
+        bookmark_interval: float | None,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.port = 0
+        self.token = token
+        """The bearer token every request must present; None accepts any request."""
+        self.bookmark_interval = bookmark_interval
+        """Seconds between the bookmarks of a watch that allows them; None sends them only on request."""
+        self._ssl_context = ssl_context
+        self._by_path: dict[tuple[str, str, str], ResourceType] = {
+            (resource.group, resource.version, resource.plural): resource
+            for resource in store_resources(store)
+        }
+        self._scope: trio.CancelScope | None = None
+        self._stopped = trio.Event()
+        self._counts = {"requests": 0, "lists": 0, "watches": 0, "expired": 0}
+
+    @property
+    def url(self) -> str:
+        """The server's base URL, as a kubeconfig's `server` field would hold it."""
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    def statistics(self) -> KubeApiStatistics:
+        """Return the server's counters."""
+        return KubeApiStatistics(open_watches=self.store.open_watches, **self._counts)
+
+    def drop_watches(self) -> int:
+        """Abort every open watch connection mid-stream; return how many there were."""
+        return self.store.drop_watches()
+
+    def send_bookmarks(self) -> None:
+        """Make every open watch that allows bookmarks send one now."""
+        self.store.request_bookmarks()
+
+    def compact(self, *, revision: int | None = None) -> None:
+        """Forget history up to `revision` (all of it by default): older watches and continue tokens get 410."""
+        self.store.compact(revision=revision)
+
+    async def stop(self) -> None:
+        """Close the listener and every connection, as a crashed API server would; the store is kept."""
+        if self._scope is not None:
+            self._scope.cancel()
+            await self._stopped.wait()
+            self._scope = None
+
+    async def restart(self, *, nursery: trio.Nursery, keep_history: bool = False) -> None:
+        """Stop, then serve again on the same port (in `nursery`, which must outlive the server).
+
+        Args:
+            nursery: Where the new listener runs.
+            keep_history: Keep the watch history; by default it is compacted, as a restarted API server's
+                watch cache starts at the current revision and answers older watches with 410 Gone.
+        """
+        await self.stop()
+        if not keep_history:
+            self.store.compact()
+        await nursery.start(self._serve)
+
+    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._stopped = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+                self.port = listeners[0].socket.getsockname()[1]
+                # Listening already: connections made from here on wait in the backlog until served.
+                task_status.started()
+                await trio.serve_listeners(self._connection, listeners)
+        finally:
+            self._stopped.set()
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        transport: trio.abc.Stream = stream
+        try:
+            if self._ssl_context is not None:
+                transport = trio.SSLStream(stream, self._ssl_context, server_side=True)
+                await transport.do_handshake()
+            connection = h11.Connection(h11.SERVER)
+            while (request := await _receive_request(connection, transport)) is not None:
+                self._counts["requests"] += 1
+                if not await self._respond(connection, transport, request):
+                    return
+                if connection.our_state is h11.MUST_CLOSE or connection.their_state is h11.MUST_CLOSE:
+                    return
+                connection.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            # The client went away or spoke broken HTTP: end this connection only.
+            return
+        finally:
+            await trio.aclose_forcefully(transport)
+
+    async def _respond(
+        self, connection: h11.Connection, stream: trio.abc.Stream, request: h11.Request
+    ) -> bool:
+        """Answer one request; return False when the connection must be cut without finishing the response."""
+        target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
+        params = {key: values[-1] for key, values in urllib.parse.parse_qs(target.query).items()}
+        try:
+            if request.method != b"GET":
+                raise _Rejected(
+                    405, "MethodNotAllowed", f"the server does not allow this method on {target.path}"
+                )
+            self._authorize(request.headers)
+            if target.path in ("/healthz", "/readyz", "/livez"):
+                await _send(connection, stream, 200, b"ok", content_type="text/plain")
+                return True
+            if target.path == "/version":
+                version = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-aether-test"}
+                await _send(connection, stream, 200, _encode(version))
+                return True
+            resource, namespace, name = self._route(target.path)
+            query = _Query(
+                resource=resource,
+                namespace=namespace,
+                labels=_label_selector(params.get("labelSelector", "")),
+                fields=_field_selector(resource, params.get("fieldSelector", "")),
+            )
+            if name is not None:
+                await _send(connection, stream, 200, _encode(self._get(query, name)))
+                return True
+            if params.get("watch", "") in ("1", "true"):
+                return await self._watch(connection, stream, query, params)
+            body = self._list(query, params)
+        except _Rejected as rejected:
+            self._counts["expired"] += rejected.code == 410
+            status = _status(
+                rejected.code, rejected.reason, rejected.message, continue_token=rejected.continue_token
+            )
+            await _send(connection, stream, rejected.code, _encode(status))
+            return True
+        self._counts["lists"] += 1
+        await _send(connection, stream, 200, _encode(body))
+        return True
+
+    def _authorize(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        if self.token is None:
+            return
+        presented = {name.lower(): value for name, value in headers}.get(b"authorization", b"")
+        if presented != f"Bearer {self.token}".encode():
+            raise _Rejected(401, "Unauthorized", "Unauthorized")
+
+    def _route(self, path: str) -> tuple[ResourceType, str | None, str | None]:
+        parts = [part for part in path.split("/") if part]
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise _Rejected(404, "NotFound", "the server could not find the requested resource")
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        resource = self._by_path.get((group, version, rest[0])) if rest else None
+        if resource is None or len(rest) > 2 or (namespace is not None and not resource.namespaced):
+            raise _Rejected(404, "NotFound", "the server could not find the requested resource")
+        return resource, namespace, rest[1] if len(rest) == 2 else None
+
+    def _get(self, query: _Query, name: str) -> JsonObject:
+        key = f"{query.namespace}/{name}" if query.resource.namespaced else name
+        found = self.store.objects_at(storage_of(query.resource), revision=self.store.revision).get(key)
+        if found is None or (not query.resource.namespaced and query.namespace is not None):
+            raise _Rejected(404, "NotFound", f'{query.resource.plural} "{name}" not found')
+        return _render(found, query.resource, in_list=False)
+
+    def _list(self, query: _Query, params: Mapping[str, str]) -> JsonObject:
+        revision, start = self._list_revision(params)
+        try:
+            objects = self.store.objects_at(storage_of(query.resource), revision=revision)
+        except TooOldError as error:
+            # Expired paging: a token that continues from now (inconsistent), as the real server offers.
+            fresh = _continue_token(self.store.revision, start) if start else ""
+            raise _Rejected(
+                410, "Expired", f"{error}: list again without 'continue'", continue_token=fresh
+            ) from None
+        selected = [(key, obj) for key, obj in sorted(objects.items()) if key > start and query.selects(obj)]
+        limit = _int_param(params, "limit")
+        page = selected if limit <= 0 else selected[:limit]
+        metadata: JsonObject = {"resourceVersion": str(revision)}
+        if len(page) < len(selected):
+            metadata["continue"] = _continue_token(revision, page[-1][0])
+            if not query.labels.requirements and not query.fields.requirements:
+                metadata["remainingItemCount"] = len(selected) - len(page)
+        return {
+            "kind": f"{query.resource.kind}List",
+            "apiVersion": query.resource.api_version,
+            "metadata": metadata,
+            "items": [_render(obj, query.resource, in_list=True) for _, obj in page],
+        }
+
+    def _list_revision(self, params: Mapping[str, str]) -> tuple[int, str]:
+        """Return the revision a list is served at and the key it starts after (resourceVersion semantics)."""
+        token = params.get("continue", "")
+        version = params.get("resourceVersion", "")
+        if token:
+            if version:
+                raise _Rejected(400, "BadRequest", "specifying resourceVersion is not allowed with continue")
+            return _parse_continue_token(token)
+        if version in ("", "0"):
+            # Most recent, or Any: this store is always current.
+            return self.store.revision, ""
+        number = _version_number(version)
+        match_mode = params.get("resourceVersionMatch", "")
+        exact = match_mode == "Exact" or (not match_mode and _int_param(params, "limit") > 0)
+        if number > self.store.revision:
+            raise _Rejected(
+                504, "Timeout", f"too large resource version: {number}, current: {self.store.revision}"
+            )
+        if not exact:
+            return self.store.revision, ""
+        if number < self.store.floor:
+            raise _Rejected(410, "Expired", str(TooOldError(number, floor=self.store.floor)))
+        return number, ""
+
+    async def _watch(
+        self, connection: h11.Connection, stream: trio.abc.Stream, query: _Query, params: Mapping[str, str]
+    ) -> bool:
+        version = params.get("resourceVersion", "")
+        storage = storage_of(query.resource)
+        initial: list[JsonObject] = []
+        try:
+            if version in ("", "0"):
+                # Start at the current state: synthetic ADDED events for what exists, then changes.
+                after = self.store.revision
+                objects = self.store.objects_at(storage, revision=after)
+                initial = [obj for _, obj in sorted(objects.items()) if query.selects(obj)]
+            else:
+                after = _version_number(version)
+            subscription = self.store.subscribe(storage, after=after)
+        except TooOldError as error:
+            self._counts["expired"] += 1
+            await _start_stream(connection, stream)
+            await _send_event(connection, stream, "ERROR", _status(410, "Expired", str(error)))
+            await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
+            return True
+        self._counts["watches"] += 1
+        timeout = float(params.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        bookmarks = params.get("allowWatchBookmarks", "") in ("1", "true")
+        try:
+            await _start_stream(connection, stream)
+            for obj in initial:
+                await _send_event(connection, stream, "ADDED", _render(obj, query.resource, in_list=False))
+            return await self._stream_changes(
+                connection,
+                stream,
+                query,
+                subscription,
+                deadline=trio.current_time() + timeout,
+                bookmarks=bookmarks,
+            )
+        finally:
+            self.store.unsubscribe(subscription)
+
+    async def _stream_changes(
+        self,
+        connection: h11.Connection,
+        stream: trio.abc.Stream,
+        query: _Query,
+        subscription: WatchSubscription,
+        *,
+        deadline: float,
+        bookmarks: bool,
+    ) -> bool:
+        next_bookmark = _next_bookmark(self.bookmark_interval)
+        while True:
+            if subscription.dropped:
+                return False
+            while subscription.pending:
+                event = _watch_event(query, subscription.pending.popleft())
+                if event is not None:
+                    await _send_event(connection, stream, *event)
+                if subscription.dropped:
+                    return False
+            now = trio.current_time()
+            if bookmarks and (subscription.bookmark_requested or now >= next_bookmark or now >= deadline):
+                # Invariant: nothing is pending, so every change up to this revision has been sent.
+                subscription.bookmark_requested = False
+                next_bookmark = now + (self.bookmark_interval or float("inf"))
+                await _send_event(
+                    connection, stream, "BOOKMARK", _bookmark(query.resource, self.store.revision)
+                )
+            if now >= deadline:
+                await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
+                return True
+            with trio.move_on_at(min(deadline, next_bookmark) if bookmarks else deadline):
+                await subscription.wait()
+
+
+def store_resources(store: ObjectStore) -> tuple[ResourceType, ...]:
+    """Return every served version of the store's kinds (the builtin table, limited to its storages)."""
+    return tuple(resource for resource in BUILTIN_RESOURCES if storage_of(resource) in store.kinds) + tuple(
+        resource for resource in store.kinds.values() if resource not in BUILTIN_RESOURCES
+    )
+
+
+@asynccontextmanager
+async def open_kube_api(
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    history_limit: int = DEFAULT_HISTORY_LIMIT,
+    bookmark_interval: float | None = None,
+    resources: Iterable[ResourceType] = BUILTIN_RESOURCES,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[KubeApi]:
+    """Serve a test Kubernetes API on `host` (an ephemeral port) until the block exits.
+
+    Args:
+        host: The address to listen on (loopback by default).
+        token: A bearer token every request must present; None accepts any request.
+        history_limit: How many changes the store keeps for watches and paging.
+        bookmark_interval: Seconds between bookmarks of the watches that allow them; None sends them only
+            when the test calls `send_bookmarks`, and before a watch's timeout ends it.
+        resources: The kinds served (the mesh's builtin table by default).
+        ssl_context: Serve HTTPS with this server context instead of plain HTTP.
+    """
+    store = ObjectStore(resources=resources, history_limit=history_limit)
+    api = KubeApi(
+        store=store, host=host, token=token, bookmark_interval=bookmark_interval, ssl_context=ssl_context
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(api._serve)
+        try:
+            yield api
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _receive_request(connection: h11.Connection, stream: trio.abc.Stream) -> h11.Request | None:
+    request: h11.Request | None = None
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            connection.receive_data(bytes(await stream.receive_some(_RECEIVE_SIZE)))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+async def _send(
+    connection: h11.Connection,
+    stream: trio.abc.Stream,
+    code: int,
+    body: bytes,
+    *,
+    content_type: str = "application/json",
+) -> None:
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+    data = connection.send(h11.Response(status_code=code, headers=headers)) or b""
+    data += connection.send(h11.Data(data=body)) or b""
+    data += connection.send(h11.EndOfMessage()) or b""
+    await stream.send_all(data)
+
+
+async def _start_stream(connection: h11.Connection, stream: trio.abc.Stream) -> None:
+    # No Content-Length: h11 frames the body with chunked transfer coding, as the real server streams watches.
+    head = h11.Response(status_code=200, headers=[("Content-Type", "application/json")])
+    await stream.send_all(connection.send(head) or b"")
+
+
+async def _send_event(
+    connection: h11.Connection, stream: trio.abc.Stream, kind: str, obj: JsonObject
+) -> None:
+    await stream.send_all(
+        connection.send(h11.Data(data=_encode({"type": kind, "object": obj}) + b"\n")) or b""
+    )
+
+
+def _watch_event(query: _Query, change: StoredChange) -> tuple[str, JsonObject] | None:
+    """Translate a change for a filtered watch: objects entering or leaving the selection become ADDED/DELETED."""
+    now = change.type != "DELETED" and query.selects(change.object)
+    before = query.selects(change.previous)
+    if now and before:
+        kind, obj = "MODIFIED", change.object
+    elif now:
+        kind, obj = "ADDED", change.object
+    elif before and change.previous is not None:
+        # Left the selection (or was deleted): its last selected state, at the revision it left.
+        obj = copy.deepcopy(change.previous)
+        obj["metadata"]["resourceVersion"] = str(change.revision)
+        kind = "DELETED"
+    else:
+        return None
+    return kind, _render(obj, query.resource, in_list=False)
+
+
+def _render(obj: JsonObject, resource: ResourceType, *, in_list: bool) -> JsonObject:
+    rendered = copy.deepcopy(obj)
+    rendered["apiVersion"] = resource.api_version
+    rendered["kind"] = resource.kind
+    if in_list and not resource.group:
+        # Built-in kinds' list items carry no kind or apiVersion (the list's say it); custom resources' do.
+        del rendered["apiVersion"], rendered["kind"]
+    return rendered
+
+
+def _bookmark(resource: ResourceType, revision: int) -> JsonObject:
+    return {
+        "kind": resource.kind,
+        "apiVersion": resource.api_version,
+        "metadata": {"resourceVersion": str(revision)},
+    }
+
+
+def _next_bookmark(interval: float | None) -> float:
+    return trio.current_time() + interval if interval is not None else float("inf")
+
+
+def _status(code: int, reason: str, message: str, *, continue_token: str = "") -> JsonObject:
+    metadata = {"continue": continue_token} if continue_token else {}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": metadata,
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _encode(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _label_selector(text: str) -> LabelSelector:
+    try:
+        return LabelSelector.parse(text)
+    except SelectorError as error:
+        raise _Rejected(400, "BadRequest", f"unable to parse requirement: {error}") from None
+
+
+def _field_selector(resource: ResourceType, text: str) -> FieldSelector:
+    try:
+        selector = FieldSelector.parse(text)
+    except SelectorError as error:
+        raise _Rejected(400, "BadRequest", f"invalid field selector: {error}") from None
+    supported = _COMMON_FIELDS.keys() | _FIELDS.get(resource.plural, {}).keys()
+    for field in sorted(selector.fields - supported):
+        raise _Rejected(400, "BadRequest", f"field label not supported: {field}")
+    return selector
+
+
+def _field_values(resource: ResourceType, obj: JsonObject) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for name, path in {**_COMMON_FIELDS, **_FIELDS.get(resource.plural, {})}.items():
+        value: Any = obj
+        for step in path:
+            value = value.get(step) if isinstance(value, dict) else None
+        values[name] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return values
+
+
+def _continue_token(revision: int, start: str) -> str:
+    # The real token's shape: base64url (unpadded) of {"v", "rv", "start"}; clients treat it as opaque.
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start + "\x00"}).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _parse_continue_token(token: str) -> tuple[int, str]:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return int(decoded["rv"]), str(decoded["start"]).removesuffix("\x00")
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise _Rejected(400, "BadRequest", f"continue key is not valid: {token!r}") from None
+
+
+def _version_number(version: str) -> int:
+    if not version.isascii() or not version.isdigit():
+        raise _Rejected(400, "BadRequest", f"invalid resource version: {version!r}")
+    return int(version)
+
+
+def _int_param(params: Mapping[str, str], name: str) -> int:
+    raw = params.get(name, "")
+    if not raw:
+        return 0
+    if not raw.isascii() or not raw.isdigit():
+        raise _Rejected(400, "BadRequest", f"{name}: must be a non-negative integer (got {raw!r})")
+    return int(raw)
