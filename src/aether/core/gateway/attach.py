@@ -1,0 +1,183 @@
+"""Attaching a route to its parents: a Gateway's listeners (sectionName, port, allowedRoutes, hostnames) or a
+Service (GAMMA), with the Accepted reason the API gives when it cannot attach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from aether.core.gateway.actions import Entry
+from aether.core.gateway.contract import EDGE_CONTROLLER, MESH_CONTROLLER
+from aether.core.gateway.hostnames import intersect
+from aether.core.gateway.listeners import ListenerState
+from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL, AllowedRoutes
+from aether.core.gateway.model.refs import ParentRef
+from aether.core.gateway.model.routes import TCP_ROUTE, UDP_ROUTE, Route
+from aether.core.gateway.resolve import Backend, Resolver
+from aether.core.gateway.status import (
+    NO_MATCHING_LISTENER_HOSTNAME,
+    NO_MATCHING_PARENT,
+    NOT_ALLOWED_BY_LISTENERS,
+)
+
+
+@attrs.frozen(kw_only=True)
+class Attached:
+    """A listener a route attached to, and the hostnames it serves there."""
+
+    state: ListenerState
+    hosts: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ParentResult:
+    """What became of one parentRef."""
+
+    ref: ParentRef
+    controller: str
+    reason: str = ""
+    """Empty when accepted; else `NoMatchingParent`, `NotAllowedByListeners` or `NoMatchingListenerHostname`."""
+    message: str = ""
+    listeners: tuple[Attached, ...] = ()
+    service: str = ""
+    """The mesh service of a Service parent."""
+
+    @property
+    def accepted(self) -> bool:
+        """True when the route attached to this parent."""
+        return not self.reason
+
+
+def _selected(allowed: AllowedRoutes, namespace: str) -> bool:
+    """True when a namespace selector selects `namespace`, knowing only its `kubernetes.io/metadata.name` label."""
+    labels = {NAMESPACE_NAME_LABEL: namespace}
+    if any(labels.get(key) != value for key, value in allowed.match_labels):
+        return False
+    for requirement in allowed.match_expressions:
+        present = requirement.key in labels
+        value = labels.get(requirement.key, "")
+        holds = {
+            "In": present and value in requirement.values,
+            "NotIn": not (present and value in requirement.values),
+            "Exists": present,
+            "DoesNotExist": not present,
+        }[requirement.operator]
+        if not holds:
+            return False
+    return True
+
+
+def namespace_allowed(state: ListenerState, namespace: str) -> bool:
+    """True when the listener's `allowedRoutes.namespaces` admits routes from `namespace`."""
+    allowed = state.listener.allowed
+    if allowed.namespaces == "All":
+        return True
+    if allowed.namespaces == "Same":
+        return namespace == state.gateway.meta.namespace
+    return _selected(allowed, namespace)
+
+
+def attach_to_gateway(route: Route, ref: ParentRef, listeners: Sequence[ListenerState]) -> ParentResult:
+    """Attach `route` to the listeners of one Gateway (all of them, sorted in listener order)."""
+    named = [
+        state
+        for state in listeners
+        if (not ref.section_name or state.listener.name == ref.section_name)
+        and (not ref.port or state.listener.port == ref.port)
+    ]
+    if not named:
+        wanted = " ".join(
+            part
+            for part in (
+                f"sectionName {ref.section_name!r}" if ref.section_name else "",
+                f"port {ref.port}" if ref.port else "",
+            )
+            if part
+        )
+        return ParentResult(
+            ref=ref,
+            controller=EDGE_CONTROLLER,
+            reason=NO_MATCHING_PARENT,
+            message=f"Gateway {ref.namespace}/{ref.name} has no listener with {wanted}",
+        )
+    allowed = [
+        state
+        for state in named
+        if state.usable and route.kind in state.kinds and namespace_allowed(state, route.meta.namespace)
+    ]
+    if not allowed:
+        return ParentResult(
+            ref=ref,
+            controller=EDGE_CONTROLLER,
+            reason=NOT_ALLOWED_BY_LISTENERS,
+            message=(
+                f"no listener of Gateway {ref.namespace}/{ref.name} that the reference names accepts "
+                f"{route.kind}s from namespace {route.meta.namespace!r}"
+            ),
+        )
+    attached = []
+    for state in allowed:
+        if route.kind in (TCP_ROUTE, UDP_ROUTE):
+            attached.append(Attached(state=state, hosts=()))
+            continue
+        hosts = intersect(state.listener.hostname, route.hostnames)
+        if hosts:
+            attached.append(Attached(state=state, hosts=hosts))
+    if not attached:
+        return ParentResult(
+            ref=ref,
+            controller=EDGE_CONTROLLER,
+            reason=NO_MATCHING_LISTENER_HOSTNAME,
+            message=f"no hostname of the route {list(route.hostnames)} matches a listener hostname of Gateway {ref.namespace}/{ref.name}",
+        )
+    return ParentResult(ref=ref, controller=EDGE_CONTROLLER, listeners=tuple(attached))
+
+
+def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
+    """Attach a GAMMA route to the mesh service behind a Service parent."""
+    service = resolver.mesh_service(ref.namespace, ref.name)
+    if service is None:
+        return ParentResult(
+            ref=ref,
+            controller=MESH_CONTROLLER,
+            reason=NO_MATCHING_PARENT,
+            message=f"Service {ref.namespace}/{ref.name} not found",
+        )
+    return ParentResult(ref=ref, controller=MESH_CONTROLLER, service=service)
+
+
+@attrs.frozen(kw_only=True)
+class Resolved:
+    """A route with its parents attached and its backends resolved: what both directions build on."""
+
+    route: Route
+    parents: tuple[ParentResult, ...]
+    backends: tuple[tuple[Backend, ...], ...]
+    """Per rule, its backendRefs resolved."""
+    mirrors: tuple[tuple[Backend, ...], ...]
+    """Per rule, its mirrors' backendRefs resolved."""
+    problems: tuple[str, ...]
+    """Rules that cannot be served (an invalid regex) or answer 500 (an unsupported filter), described."""
+
+    def entries(self, *, host: str = "") -> list[Entry]:
+        """Return an entry per match of every working rule, matched through route hostname `host` (edge)."""
+        return [
+            Entry(
+                route=self.route,
+                rule=rule,
+                match_index=index,
+                backends=self.backends[rule.index],
+                mirrors=self.mirrors[rule.index],
+                host=host,
+            )
+            for rule in self.route.rules
+            if not rule.problem
+            for index in range(len(rule.matches))
+        ]
+
+    @property
+    def working(self) -> bool:
+        """True when at least one rule can be served."""
+        return any(not rule.problem for rule in self.route.rules)

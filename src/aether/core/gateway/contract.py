@@ -1,0 +1,174 @@
+"""The contract types of the Gateway API view: what `gateway_view` returns, read by the node and edge projections
+and the status sink. Names here are stable: other packages build on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import immutables
+
+MESH_CONTROLLER = "gateway.aether.io/mesh"
+"""The controllerName of GAMMA route status (routes whose parentRef is a Service)."""
+EDGE_CONTROLLER = "gateway.aether.io/edge"
+"""The controllerName of the edge's GatewayClass: only Gateways of such a class are the edge's."""
+
+
+@attrs.frozen(kw_only=True)
+class Condition:
+    """One status condition, as the Gateway API writes it (`metav1.Condition` without the transition time).
+
+    The transition time is the sink's business: the core has no clock, and equal inputs give equal status.
+    """
+
+    type: str
+    """`Accepted`, `ResolvedRefs`, `Programmed`, ..."""
+    status: str
+    """`True`, `False` or `Unknown`."""
+    reason: str
+    """The API's reason (`Accepted`, `NoMatchingParent`, `BackendNotFound`, `RefNotPermitted`, ...)."""
+    message: str
+    observed_generation: int
+    """The `metadata.generation` of the object this condition was computed from."""
+
+
+@attrs.frozen(kw_only=True)
+class ParentStatus:
+    """A route's status for one of its parentRefs (`RouteParentStatus`)."""
+
+    controller_name: str
+    """`gateway.aether.io/mesh` for a Service parent, `gateway.aether.io/edge` for a Gateway parent."""
+    group: str
+    """The parentRef's group: `""` (core) for a Service, `gateway.networking.k8s.io` for a Gateway."""
+    kind: str
+    namespace: str
+    name: str
+    section_name: str = ""
+    port: int = 0
+    """The parentRef's port; 0 when it named none."""
+    conditions: tuple[Condition, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class ListenerStatus:
+    """A Gateway listener's status."""
+
+    name: str
+    supported_kinds: tuple[str, ...]
+    """The route kinds the listener accepts, sorted (group `gateway.networking.k8s.io`)."""
+    attached_routes: int
+    """How many routes are attached to the listener (accepted ones)."""
+    conditions: tuple[Condition, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class ObjectStatus:
+    """The computed status of one Gateway API object, keyed in `GatewayView.status` by its `<kind>/<ns>/<name>`.
+
+    Routes fill `parents`; Gateways fill `conditions` and `listeners`; GatewayClasses fill `conditions`.
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    generation: int
+    conditions: tuple[Condition, ...] = ()
+    parents: tuple[ParentStatus, ...] = ()
+    listeners: tuple[ListenerStatus, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class MeshRouting:
+    """The GAMMA routes of one mesh service: they replace its default routes in `out_http` and `cap_http`.
+
+    Both tuples hold Envoy `route_components_pb2.Route` messages, each already in precedence order. HTTPRoutes and
+    GRPCRoutes are never merged: the gRPC routes (which match only gRPC requests, by content type) come first in
+    the virtual host, then the HTTP routes. A request no route matches gets Envoy's 404, as GAMMA specifies.
+    """
+
+    service: str
+    """The mesh service key `<ns>/<sa>` whose virtual host the routes replace."""
+    http_routes: tuple[Any, ...] = ()
+    grpc_routes: tuple[Any, ...] = ()
+    routes: tuple[str, ...] = ()
+    """The keys (`<kind>/<ns>/<name>`) of the route objects that contributed, sorted."""
+    backend_services: tuple[str, ...] = ()
+    """The mesh services the routes send or mirror to, sorted: their clusters must be in the caller's snapshot."""
+
+    @property
+    def all_routes(self) -> tuple[Any, ...]:
+        """The virtual host's routes in the order Envoy evaluates them: gRPC first, then HTTP."""
+        return (*self.grpc_routes, *self.http_routes)
+
+
+@attrs.frozen(kw_only=True)
+class WeightedBackend:
+    """One backend of an L4 route: a cluster and its weight (an unresolved backend has no cluster)."""
+
+    cluster: str
+    """`tcp:<sa>.<ns>.<meshDomain>` (TCP/TLS) or `udp:...` (UDP); empty when the backendRef did not resolve."""
+    weight: int
+    service: str = ""
+    """The mesh service `<ns>/<sa>`; empty when unresolved."""
+
+
+@attrs.frozen(kw_only=True)
+class L4Route:
+    """A TCPRoute, TLSRoute or UDPRoute attached to an edge listener."""
+
+    route: str
+    """The route's key `<kind>/<ns>/<name>`."""
+    hostnames: tuple[str, ...] = ()
+    """SNI names (TLSRoute, intersected with the listener hostname); empty matches any (TCP/UDP)."""
+    backends: tuple[WeightedBackend, ...] = ()
+    """The weighted backends; a weight-0 backend is kept with weight 0, an unresolved one with an empty cluster."""
+
+
+@attrs.frozen(kw_only=True)
+class EdgeListener:
+    """One listener of a Gateway of the edge's class, with everything attached to it."""
+
+    gateway: str
+    """The Gateway's key `Gateway/<ns>/<name>`."""
+    name: str
+    """The listener's `name` (unique within its Gateway)."""
+    port: int
+    protocol: str
+    """`HTTP`, `HTTPS`, `TLS`, `TCP` or `UDP`."""
+    hostname: str = ""
+    """The listener's hostname (may be `*.example.com`); empty matches any host."""
+    tls_mode: str = ""
+    """`Terminate` or `Passthrough` for HTTPS/TLS listeners; empty otherwise."""
+    certificates: tuple[str, ...] = ()
+    """The certificateRefs that resolved, as Secret keys `<ns>/<name>`, in listener order."""
+    virtual_hosts: tuple[Any, ...] = ()
+    """Envoy `route_components_pb2.VirtualHost` messages (HTTP/HTTPS listeners), most specific domain first.
+
+    No domain appears twice on one listener port (across every listener on that port): a domain goes to the listener
+    with the most specific hostname, then the oldest Gateway. Domains carry no port: the edge's route table should set
+    `ignore_port_in_host_matching`. A host no virtual host names is the edge projection's to answer (a `*` virtual
+    host answering 404), unless a virtual host here already has the domain `*` (a route without hostnames on a
+    listener without one)."""
+    l4_routes: tuple[L4Route, ...] = ()
+    """TCP/TLS/UDP routes attached to the listener, in precedence order."""
+
+
+@attrs.frozen(kw_only=True)
+class GatewayView:
+    """What the Gateway API objects of a state project to (see the module docstring)."""
+
+    mesh_routes: Mapping[str, MeshRouting] = attrs.field(factory=immutables.Map)
+    """GAMMA routing per mesh service `<ns>/<sa>`."""
+    edge_listeners: tuple[EdgeListener, ...] = ()
+    """Every listener the edge serves (of an accepted edge Gateway, itself accepted, not conflicted, its certificates
+    resolved), sorted by port, then gateway key, then listener order."""
+    backend_services: frozenset[str] = frozenset()
+    """The mesh services `<ns>/<sa>` that edge routes point to: the edge emits their clusters."""
+    backend_clusters: frozenset[str] = frozenset()
+    """The exact cluster names the edge's routes reference (a subset of the clusters of `backend_services`)."""
+    mesh_backend_services: frozenset[str] = frozenset()
+    """The mesh services that GAMMA routes point to (the node adds them to a dependency set it routes for)."""
+    status: Mapping[str, ObjectStatus] = attrs.field(factory=immutables.Map)
+    """The computed status of every Gateway API object, keyed by `<kind>/<ns>/<name>`."""

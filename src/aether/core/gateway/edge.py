@@ -1,0 +1,281 @@
+"""North-south: the edge's listeners with their virtual hosts (HTTP, HTTPS) or L4 routes (TLS, TCP, UDP), and the
+status of the edge's Gateways.
+
+Each domain of a listener gets one virtual host holding the rules of every route that serves that host, in
+precedence order: a route for `a.example.com` before one for `*.example.com` before one without hostnames. A
+domain belongs to one listener per port: the one with the most specific hostname (then the oldest Gateway) claims
+it, so Envoy never sees a domain twice on a port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from envoy.config.route.v3 import route_components_pb2 as rc
+
+from aether.core.gateway.actions import Entry, translate
+from aether.core.gateway.attach import Attached, Resolved
+from aether.core.gateway.contract import (
+    EDGE_CONTROLLER,
+    EdgeListener,
+    L4Route,
+    ObjectStatus,
+    WeightedBackend,
+)
+from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
+from aether.core.gateway.listeners import ListenerState
+from aether.core.gateway.model.gateways import Gateway
+from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, UDP_ROUTE, Route
+from aether.core.gateway.precedence import ordered, shadow_note
+from aether.core.gateway.status import ACCEPTED, PROGRAMMED, condition
+from aether.core.project.names import service_fqdn, tcp_cluster_name
+
+_ListenerKey = tuple[str, str]
+"""`(gateway key, listener name)`."""
+
+
+@attrs.frozen(kw_only=True)
+class EdgeResult:
+    """The edge's listeners and what the routes' and Gateways' status needs from building them."""
+
+    listeners: tuple[EdgeListener, ...]
+    shadowed: dict[str, list[str]]
+    backend_services: frozenset[str]
+    backend_clusters: frozenset[str]
+    attached: dict[_ListenerKey, int]
+    """Routes attached per listener."""
+
+
+def _key(state: ListenerState) -> _ListenerKey:
+    return (state.gateway.meta.key, state.listener.name)
+
+
+def _domain_order(domain: str) -> tuple[int, int, str]:
+    characters, wildcard_characters = specificity(domain)
+    return (-characters, -wildcard_characters, domain)
+
+
+def _route_host(route: Route, domain: str) -> str:
+    """Return the route's own hostname that serves `domain`, the most specific; empty for a route without any."""
+    candidates = [name for name in route.hostnames if covers(name, domain)]
+    return min(candidates, key=_domain_order) if candidates else ""
+
+
+def _l4_cluster(kind: str, service: str, *, mesh_domain: str) -> str:
+    if kind == UDP_ROUTE:
+        return f"udp:{service_fqdn(service, mesh_domain=mesh_domain)}"
+    return tcp_cluster_name(service, mesh_domain=mesh_domain)
+
+
+class _Builder:
+    def __init__(self, *, mesh_domain: str) -> None:
+        self.mesh_domain = mesh_domain
+        self.shadowed: dict[str, list[str]] = {}
+        self.services: set[str] = set()
+        self.clusters: set[str] = set()
+        self.claimed: dict[int, set[str]] = {}
+
+    def note(self, route: str, message: str) -> None:
+        self.shadowed.setdefault(route, []).append(message)
+
+    def virtual_hosts(
+        self, state: ListenerState, pairs: Sequence[tuple[Resolved, Attached]]
+    ) -> tuple[Any, ...]:
+        claimed = self.claimed.setdefault(state.listener.port, set())
+        domains = sorted({host for _, attached in pairs for host in attached.hosts}, key=_domain_order)
+        gateway, listener = state.gateway.meta, state.listener.name
+        vhosts = []
+        for domain in domains:
+            if domain in claimed:
+                continue
+            claimed.add(domain)
+            entries: dict[str, list[Entry]] = {HTTP_ROUTE: [], GRPC_ROUTE: []}
+            for item, attached in pairs:
+                if any(covers(host, domain) for host in attached.hosts):
+                    entries[item.route.kind].extend(item.entries(host=_route_host(item.route, domain)))
+            routes: list[Any] = []
+            for kind in (GRPC_ROUTE, HTTP_ROUTE):
+                kept, lost = ordered(entries[kind])
+                for loser, winner in lost:
+                    self.note(
+                        loser.route.key,
+                        shadow_note(
+                            f"Gateway {gateway.namespace}/{gateway.name} listener {listener!r} host {domain!r}",
+                            loser,
+                            winner,
+                        ),
+                    )
+                translated, services = translate(kept, mesh_domain=self.mesh_domain, mesh=False)
+                routes.extend(translated)
+                self.services.update(services)
+                self.clusters.update(_clusters_of(translated))
+            vhosts.append(
+                rc.VirtualHost(
+                    name=f"{gateway.namespace}/{gateway.name}/{listener}/{domain}",
+                    domains=[domain],
+                    routes=routes,
+                )
+            )
+        return tuple(vhosts)
+
+    def l4_routes(
+        self, state: ListenerState, pairs: Sequence[tuple[Resolved, Attached]]
+    ) -> tuple[L4Route, ...]:
+        claimed = self.claimed.setdefault(
+            -state.listener.port if state.listener.protocol == "UDP" else state.listener.port, set()
+        )
+        routes: list[L4Route] = []
+        where = f"Gateway {state.gateway.meta.namespace}/{state.gateway.meta.name} listener {state.listener.name!r}"
+        for item, attached in pairs:
+            route = item.route
+            if route.kind == TLS_ROUTE:
+                free = tuple(host for host in attached.hosts if host not in claimed)
+                taken = [host for host in attached.hosts if host in claimed]
+                if taken:
+                    self.note(route.key, f"{where}: SNI {taken} already routed by an older TLSRoute")
+                if not free:
+                    continue
+                claimed.update(free)
+            else:
+                if ANY_HOST in claimed:
+                    self.note(route.key, f"{where}: the listener already routes to an older {route.kind}")
+                    continue
+                claimed.add(ANY_HOST)
+                free = ()
+            backends = []
+            for backend in item.backends[0]:
+                cluster = (
+                    _l4_cluster(route.kind, backend.service, mesh_domain=self.mesh_domain)
+                    if backend.service
+                    else ""
+                )
+                if backend.service:
+                    self.services.add(backend.service)
+                    self.clusters.add(cluster)
+                backends.append(
+                    WeightedBackend(cluster=cluster, weight=backend.ref.weight, service=backend.service)
+                )
+            routes.append(L4Route(route=route.key, hostnames=free, backends=tuple(backends)))
+        return tuple(routes)
+
+
+def _clusters_of(routes: Sequence[Any]) -> set[str]:
+    names: set[str] = set()
+    for route in routes:
+        if not route.HasField("route"):
+            continue
+        action = route.route
+        if action.cluster:
+            names.add(action.cluster)
+        names.update(item.name for item in action.weighted_clusters.clusters)
+        names.update(item.cluster for item in action.request_mirror_policies)
+    return names
+
+
+def edge_listeners(
+    resolved: Sequence[Resolved], states: Sequence[ListenerState], *, mesh_domain: str
+) -> EdgeResult:
+    """Return the edge's listeners built from `resolved` routes (oldest first) and the listener `states`."""
+    pairs: dict[_ListenerKey, list[tuple[Resolved, Attached]]] = {}
+    for item in resolved:
+        if not item.working:
+            continue
+        seen: set[_ListenerKey] = set()
+        for result in item.parents:
+            if not result.accepted or result.controller != EDGE_CONTROLLER:
+                continue
+            for attached in result.listeners:
+                key = _key(attached.state)
+                if key not in seen:
+                    seen.add(key)
+                    pairs.setdefault(key, []).append((item, attached))
+    builder = _Builder(mesh_domain=mesh_domain)
+    usable = [state for state in states if state.usable]
+    # Claiming order: the most specific listener hostname first, then the oldest Gateway, then listener order.
+    claim_order = sorted(
+        usable,
+        key=lambda state: (
+            _domain_order(state.listener.hostname or ANY_HOST)[:2],
+            state.gateway.age,
+            state.index,
+        ),
+    )
+    built: dict[_ListenerKey, EdgeListener] = {}
+    for state in claim_order:
+        listener = state.listener
+        members = pairs.get(_key(state), [])
+        l7 = listener.protocol in ("HTTP", "HTTPS")
+        built[_key(state)] = EdgeListener(
+            gateway=state.gateway.meta.key,
+            name=listener.name,
+            port=listener.port,
+            protocol=listener.protocol,
+            hostname=listener.hostname,
+            tls_mode=listener.tls_mode,
+            certificates=state.certificates,
+            virtual_hosts=builder.virtual_hosts(state, members) if l7 else (),
+            l4_routes=() if l7 else builder.l4_routes(state, members),
+        )
+    listeners = tuple(
+        built[_key(state)]
+        for state in sorted(
+            usable, key=lambda state: (state.listener.port, state.gateway.meta.key, state.index)
+        )
+    )
+    return EdgeResult(
+        listeners=listeners,
+        shadowed=builder.shadowed,
+        backend_services=frozenset(builder.services),
+        backend_clusters=frozenset(builder.clusters),
+        attached={key: len(items) for key, items in pairs.items()},
+    )
+
+
+def gateway_statuses(
+    gateways: Sequence[Gateway], states: Sequence[ListenerState], attached: dict[_ListenerKey, int]
+) -> dict[str, ObjectStatus]:
+    """Return the status of each edge Gateway: Accepted and Programmed, and each listener's."""
+    by_gateway: dict[str, list[ListenerState]] = {}
+    for state in states:
+        by_gateway.setdefault(state.gateway.meta.key, []).append(state)
+    statuses: dict[str, ObjectStatus] = {}
+    for gateway in gateways:
+        meta = gateway.meta
+        listeners = by_gateway.get(meta.key, [])
+        bad = [state.listener.name for state in listeners if not state.usable]
+        message = f"listeners {bad} are not valid" if bad else ""
+        if len(bad) == len(listeners):
+            conditions = (
+                condition(
+                    ACCEPTED,
+                    ok=False,
+                    reason="ListenersNotValid",
+                    message=message,
+                    generation=meta.generation,
+                ),
+                condition(
+                    PROGRAMMED, ok=False, reason="Invalid", message=message, generation=meta.generation
+                ),
+            )
+        else:
+            conditions = (
+                condition(
+                    ACCEPTED,
+                    ok=True,
+                    reason="ListenersNotValid" if bad else "",
+                    message=message,
+                    generation=meta.generation,
+                ),
+                condition(PROGRAMMED, ok=True, generation=meta.generation),
+            )
+        statuses[meta.key] = ObjectStatus(
+            kind=meta.kind,
+            namespace=meta.namespace,
+            name=meta.name,
+            generation=meta.generation,
+            conditions=conditions,
+            listeners=tuple(state.status(attached.get(_key(state), 0)) for state in listeners),
+        )
+    return statuses

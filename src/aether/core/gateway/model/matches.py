@@ -1,0 +1,178 @@
+"""Request matches of HTTPRoute and GRPCRoute rules, parsed with the API's rules (regexes checked for RE2)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+from aether.core.gateway.model.fields import SpecInvalid, header_name, items, obj, text
+from aether.core.gateway.model.regex import regex_problem
+
+EXACT = "Exact"
+PATH_PREFIX = "PathPrefix"
+REGULAR_EXPRESSION = "RegularExpression"
+METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+
+_PATH_CHARACTERS = re.compile(r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$")
+_PATH_FORBIDDEN = ("//", "/./", "/../", "%2f", "%2F", "#")
+_GRPC_SERVICE = re.compile(r"(?i)^\.?[a-z_][a-z_0-9]*(\.[a-z_][a-z_0-9]*)*$")
+_GRPC_METHOD = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
+
+
+class RegexInvalid(ValueError):
+    """A regular expression Envoy would refuse: its rule is dropped, the rest of the route stays (see `rules`)."""
+
+    def __init__(self, path: str, pattern: str, problem: str) -> None:
+        super().__init__(path, pattern, problem)
+        self.path, self.pattern, self.problem = path, pattern, problem
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem} (got {self.pattern!r})"
+
+
+@attrs.frozen(kw_only=True)
+class PathMatch:
+    """`Exact`, `PathPrefix` or `RegularExpression`, and the value."""
+
+    type: str = PATH_PREFIX
+    value: str = "/"
+
+
+@attrs.frozen(kw_only=True)
+class ValueMatch:
+    """A header or query parameter match: `Exact` or `RegularExpression`."""
+
+    type: str
+    name: str
+    value: str
+
+
+@attrs.frozen(kw_only=True)
+class HTTPMatch:
+    """One HTTPRoute match: every condition must hold."""
+
+    path: PathMatch = PathMatch()
+    method: str = ""
+    headers: tuple[ValueMatch, ...] = ()
+    query_params: tuple[ValueMatch, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class GRPCMatch:
+    """One GRPCRoute match: a service and/or method (`Exact` or `RegularExpression`) and headers."""
+
+    type: str = EXACT
+    service: str = ""
+    method: str = ""
+    headers: tuple[ValueMatch, ...] = ()
+
+
+DEFAULT_HTTP_MATCH = HTTPMatch()
+"""The API's default when a rule gives no match: every request (PathPrefix `/`)."""
+DEFAULT_GRPC_MATCH = GRPCMatch()
+"""A GRPCRoute rule without matches matches every gRPC request."""
+
+
+def _checked(pattern: str, path: str) -> str:
+    problem = regex_problem(pattern)
+    if problem:
+        raise RegexInvalid(path, pattern, problem)
+    return pattern
+
+
+def _path(value: Any, path: str) -> PathMatch:
+    fields = obj(value, path)
+    kind = text(
+        fields.get("type"),
+        f"{path}.type",
+        default=PATH_PREFIX,
+        choices=(EXACT, PATH_PREFIX, REGULAR_EXPRESSION),
+    )
+    spelled = text(fields.get("value"), f"{path}.value", default="/", max_length=1024)
+    if kind == REGULAR_EXPRESSION:
+        return PathMatch(type=kind, value=_checked(spelled, f"{path}.value"))
+    if not spelled.startswith("/"):
+        raise SpecInvalid(
+            f"{path}.value",
+            "value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']",
+            value=spelled,
+        )
+    for forbidden in _PATH_FORBIDDEN:
+        if forbidden in spelled:
+            raise SpecInvalid(f"{path}.value", f"must not contain {forbidden!r}", value=spelled)
+    for ending in ("/..", "/."):
+        if spelled.endswith(ending):
+            raise SpecInvalid(f"{path}.value", f"must not end with {ending!r}", value=spelled)
+    if not _PATH_CHARACTERS.match(spelled):
+        raise SpecInvalid(f"{path}.value", "must only contain valid path characters", value=spelled)
+    return PathMatch(type=kind, value=spelled)
+
+
+def _value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tuple[ValueMatch, ...]:
+    matches: list[ValueMatch] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(items(value, path, max_items=16)):
+        where = f"{path}[{index}]"
+        fields = obj(raw, where)
+        kind = text(fields.get("type"), f"{where}.type", default=EXACT, choices=(EXACT, REGULAR_EXPRESSION))
+        name = header_name(fields.get("name"), f"{where}.name")
+        spelled = text(fields.get("value"), f"{where}.value", max_length=4096, min_length=1)
+        if kind == REGULAR_EXPRESSION:
+            _checked(spelled, f"{where}.value")
+        identity = name.lower() if fold_case else name
+        if identity in seen:
+            # Header names compare case-insensitively: only the first of equivalent names counts (the API's rule);
+            # the schema itself refuses exact duplicates (listType=map).
+            if name in {item.name for item in matches}:
+                raise SpecInvalid(path, f"{what} names must be unique", value=name)
+            continue
+        seen.add(identity)
+        matches.append(ValueMatch(type=kind, name=name.lower() if fold_case else name, value=spelled))
+    return tuple(matches)
+
+
+def http_match(value: Any, path: str) -> HTTPMatch:
+    """Return one HTTPRoute match."""
+    fields = obj(value, path)
+    method = fields.get("method")
+    return HTTPMatch(
+        path=_path(fields.get("path"), f"{path}.path") if fields.get("path") is not None else PathMatch(),
+        method=text(method, f"{path}.method", choices=METHODS) if method is not None else "",
+        headers=_value_matches(fields.get("headers"), f"{path}.headers", what="header", fold_case=True),
+        query_params=_value_matches(
+            fields.get("queryParams"), f"{path}.queryParams", what="query parameter", fold_case=False
+        ),
+    )
+
+
+def grpc_match(value: Any, path: str) -> GRPCMatch:
+    """Return one GRPCRoute match (the API: one of service or method must be given when `method` is)."""
+    fields = obj(value, path)
+    headers = _value_matches(fields.get("headers"), f"{path}.headers", what="header", fold_case=True)
+    if fields.get("method") is None:
+        return GRPCMatch(headers=headers)
+    method = obj(fields.get("method"), f"{path}.method")
+    kind = text(method.get("type"), f"{path}.method.type", default=EXACT, choices=(EXACT, REGULAR_EXPRESSION))
+    service = text(method.get("service"), f"{path}.method.service", default="", max_length=1024)
+    name = text(method.get("method"), f"{path}.method.method", default="", max_length=1024)
+    if not service and not name:
+        raise SpecInvalid(f"{path}.method", "one or both of 'service' or 'method' must be specified")
+    if kind == EXACT:
+        if service and not _GRPC_SERVICE.match(service):
+            raise SpecInvalid(
+                f"{path}.method.service",
+                "must only contain valid characters (a gRPC service name)",
+                value=service,
+            )
+        if name and not _GRPC_METHOD.match(name):
+            raise SpecInvalid(
+                f"{path}.method.method", "must only contain valid characters (a gRPC method name)", value=name
+            )
+    else:
+        if service:
+            _checked(service, f"{path}.method.service")
+        if name:
+            _checked(name, f"{path}.method.method")
+    return GRPCMatch(type=kind, service=service, method=name, headers=headers)

@@ -1,0 +1,132 @@
+"""Resolving references: a backendRef or a Service parentRef to the mesh service behind it, under ReferenceGrants.
+
+A Kubernetes Service stands for the mesh service (`<ns>/<serviceAccount>`) of the pods it selects (DESIGN.md
+section 4). A node's state holds only some pods, so when the selector picks none the Service's own name is taken as
+the service account: a Service named like its service account resolves to it directly. Pods of several accounts
+behind one Service resolve to the first account in sorted order (the mesh routes by identity: one Service, one
+identity is the supported shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from aether.core.events.kube import KubeService
+from aether.core.gateway.model.grants import ReferenceGrant
+from aether.core.gateway.model.refs import CORE_GROUP, GATEWAY_GROUP, BackendRef
+from aether.core.state.pods import PodRecord
+
+BACKEND_NOT_FOUND = "BackendNotFound"
+REF_NOT_PERMITTED = "RefNotPermitted"
+INVALID_KIND = "InvalidKind"
+
+
+@attrs.frozen(kw_only=True)
+class Backend:
+    """A backendRef resolved: the mesh service behind it, or why there is none."""
+
+    ref: BackendRef
+    service: str = ""
+    """The mesh service `<ns>/<sa>`; empty when unresolved."""
+    reason: str = ""
+    """`BackendNotFound`, `RefNotPermitted` or `InvalidKind` when unresolved."""
+    message: str = ""
+
+
+class Resolver:
+    """Resolves Services and backendRefs against one state's Services, pods and grants (pure; built per view)."""
+
+    def __init__(
+        self,
+        *,
+        services: Mapping[str, KubeService],
+        pods: Iterable[PodRecord],
+        grants: Iterable[ReferenceGrant],
+    ) -> None:
+        self._services = services
+        self._pods: dict[str, list[PodRecord]] = {}
+        for record in pods:
+            self._pods.setdefault(record.pod.namespace, []).append(record)
+        self._grants: dict[str, list[ReferenceGrant]] = {}
+        for grant in grants:
+            self._grants.setdefault(grant.meta.namespace, []).append(grant)
+        self._accounts: dict[str, str | None] = {}
+
+    def mesh_service(self, namespace: str, name: str) -> str | None:
+        """Return the mesh service of the Service `namespace/name`, or None when no such Service exists."""
+        key = f"Service/{namespace}/{name}"
+        if key in self._accounts:
+            return self._accounts[key]
+        service = self._services.get(key)
+        account: str | None = None
+        if service is not None:
+            selector = dict(service.selector)
+            accounts = sorted(
+                {
+                    record.pod.service_account
+                    for record in self._pods.get(namespace, ())
+                    if selector
+                    and all(record.pod.labels.get(label) == value for label, value in selector.items())
+                }
+            )
+            account = f"{namespace}/{accounts[0] if accounts else name}"
+        self._accounts[key] = account
+        return account
+
+    def permitted(
+        self,
+        *,
+        from_kind: str,
+        from_namespace: str,
+        to_group: str,
+        to_kind: str,
+        to_namespace: str,
+        to_name: str,
+    ) -> bool:
+        """True when a reference may cross from `from_namespace` to `to_namespace` (same namespace, or a grant)."""
+        if from_namespace == to_namespace:
+            return True
+        return any(
+            grant.permits(
+                group=GATEWAY_GROUP,
+                kind=from_kind,
+                namespace=from_namespace,
+                to_group=to_group,
+                to_kind=to_kind,
+                to_name=to_name,
+            )
+            for grant in self._grants.get(to_namespace, ())
+        )
+
+    def backend(self, ref: BackendRef, *, route_kind: str, route_namespace: str) -> Backend:
+        """Resolve one backendRef of a route of `route_kind` in `route_namespace`."""
+        if not ref.is_service:
+            return Backend(
+                ref=ref,
+                reason=INVALID_KIND,
+                message=f"backendRef {ref.key}: only core Services are supported (got group {ref.group!r}, kind {ref.kind!r})",
+            )
+        if not self.permitted(
+            from_kind=route_kind,
+            from_namespace=route_namespace,
+            to_group=CORE_GROUP,
+            to_kind="Service",
+            to_namespace=ref.namespace,
+            to_name=ref.name,
+        ):
+            return Backend(
+                ref=ref,
+                reason=REF_NOT_PERMITTED,
+                message=(
+                    f"backendRef {ref.key}: no ReferenceGrant in namespace {ref.namespace!r} allows {route_kind}s "
+                    f"from {route_namespace!r} to refer to it"
+                ),
+            )
+        service = self.mesh_service(ref.namespace, ref.name)
+        if service is None:
+            return Backend(
+                ref=ref, reason=BACKEND_NOT_FOUND, message=f"backendRef {ref.key}: Service not found"
+            )
+        return Backend(ref=ref, service=service)
