@@ -260,7 +260,7 @@ def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: st
     snapshot = project_node(state, node_name=node_name, now=AT)
     assert snapshot.consistent() == ()
     assert snapshot.not_found == frozenset({"ghost.nowhere.aether.internal:80"})
-    assert len(snapshot.of_type(LISTENER_TYPE)) == 20
+    assert len(snapshot.of_type(LISTENER_TYPE)) == 16  # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4)
     assert "svc6.team6.aether.internal" not in snapshot.of_type(CLUSTER_TYPE)  # expired
     validate(snapshot, tmp_path)
 

@@ -1,4 +1,11 @@
-"""The resources of one local pod: its four listeners and the app clusters its inbound delivers to."""
+"""The resources of one local pod: its listeners and the app clusters its inbound delivers to.
+
+Every pod gets the explicit outbound listener (18081) and the mesh inbound (18008). The capture listeners (18001
+and the L4 port 18082) exist only for a pod with a network namespace: capture is programmed there by the CNI
+plugin, which is also what reports the namespace. A pod known without one (local mode, a pod the CNI never saw)
+has nothing diverting its traffic, and a transparent listener on a host address would need privileges for no
+purpose.
+"""
 
 from __future__ import annotations
 
@@ -30,14 +37,19 @@ def project_pod(record: PodRecord, *, bound: bool, context: PodContext) -> tuple
     if not bound:
         return ()
     trust_domain = context.trust_domain
+    captured: tuple[Resource, ...] = ()
+    if record.pod.netns:
+        captured = (
+            Resource.from_message(
+                capture_listener(record, trust_domain=trust_domain), references=(CAPTURE_ROUTE,)
+            ),
+            Resource.from_message(l4_tcp_listener(record)),
+        )
     return (
         Resource.from_message(
             outbound_listener(record, trust_domain=trust_domain), references=(OUTBOUND_ROUTE,)
         ),
-        Resource.from_message(
-            capture_listener(record, trust_domain=trust_domain), references=(CAPTURE_ROUTE,)
-        ),
-        Resource.from_message(l4_tcp_listener(record)),
+        *captured,
         Resource.from_message(
             inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext)
         ),
