@@ -93,8 +93,9 @@ class WatchInterrupted:
 
 @attrs.frozen(kw_only=True)
 class Resumed:
-    """The API server answers again after a `WatchInterrupted`; changes missed meanwhile follow (or came as a
-    `Synced` just before)."""
+    """The API server answers again after a `WatchInterrupted`: a list succeeded (its `Synced` came just before),
+    or a watch opened (the changes missed meanwhile follow; or, if the server compacted them, a `Synced` does,
+    since a watch learns of a 410 only from its first event)."""
 
     resource_version: str
 
