@@ -243,18 +243,20 @@ async def test_bookmarks_only_when_allowed_and_carry_only_the_version(api: KubeA
     """BOOKMARK events come only to watches that allow them; they hold kind, apiVersion and resourceVersion."""
     api.store.create(PODS, pod("a"))
     client = client_of(api)
-    async with client.open_watch(PODS, resource_version="2", allow_bookmarks=False) as plain:
-        async with client.open_watch(PODS, resource_version="2") as bookmarked:
-            api.store.create(NODES, {"metadata": {"name": "node-1"}})
-            api.send_bookmarks()
-            with trio.fail_after(5):
-                event = await bookmarked.__anext__()
-            assert (event.type, event.object) == (
-                "BOOKMARK",
-                {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "3"}},
-            )
-            api.store.create(PODS, pod("b"))
-            assert await next_events(plain, 1) == [("ADDED", "b", "4")]
+    async with (
+        client.open_watch(PODS, resource_version="2", allow_bookmarks=False) as plain,
+        client.open_watch(PODS, resource_version="2") as bookmarked,
+    ):
+        api.store.create(NODES, {"metadata": {"name": "node-1"}})
+        api.send_bookmarks()
+        with trio.fail_after(5):
+            event = await bookmarked.__anext__()
+        assert (event.type, event.object) == (
+            "BOOKMARK",
+            {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "3"}},
+        )
+        api.store.create(PODS, pod("b"))
+        assert await next_events(plain, 1) == [("ADDED", "b", "4")]
 
 
 async def test_timeout_seconds_ends_the_stream_cleanly(api: KubeApi) -> None:
@@ -304,12 +306,11 @@ async def test_unknown_paths_and_methods(api: KubeApi) -> None:
 async def test_dropped_watches_break_mid_stream(api: KubeApi) -> None:
     """`drop_watches` cuts the connection without ending the chunked body: the client sees a broken stream."""
     client = client_of(api)
-    with pytest.raises(ApiConnectionError, match=r"connection broke|ended early"):
-        async with client.open_watch(PODS, resource_version="1") as events:
-            with trio.fail_after(5):
-                while api.statistics().open_watches == 0:
-                    await trio.sleep(0.01)
-            assert api.drop_watches() == 1
+    async with client.open_watch(PODS, resource_version="1") as events:
+        with trio.fail_after(5):
+            await api.wait_watches()
+        assert api.drop_watches() == 1
+        with pytest.raises(ApiConnectionError, match=r"connection broke|ended early"):
             await next_events(events, 1)
 
 

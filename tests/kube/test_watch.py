@@ -95,8 +95,9 @@ async def api() -> AsyncIterator[KubeApi]:
 
 
 async def start(
-    nursery: trio.Nursery, api: KubeApi, query: WatchQuery = WatchQuery(resource=PODS), **options: Any
+    nursery: trio.Nursery, api: KubeApi, query: WatchQuery | None = None, **options: Any
 ) -> tuple[Reflector, Mirror]:
+    query = query or WatchQuery(resource=PODS)
     send, receive = trio.open_memory_channel[Update](0)
     client = KubeClient(ClusterConfig.from_url(api.url))
     reflector: Reflector = await nursery.start(
@@ -216,9 +217,10 @@ async def test_bookmarks_advance_the_version(api: KubeApi) -> None:
         for index in range(3):
             api.store.create(NODES, {"metadata": {"name": f"node-{index}"}})
         with trio.fail_after(5):
-            while reflector.statistics().bookmarks == 0:
-                api.send_bookmarks()
-                await trio.sleep(0.01)
+            await api.wait_watches()
+        api.send_bookmarks()
+        await trio.testing.wait_all_tasks_blocked()
+        assert reflector.statistics().bookmarks == 1
         assert reflector.statistics().resource_version == "5"
         nursery.cancel_scope.cancel()
 
@@ -245,8 +247,7 @@ async def test_server_timeouts_rewatch_without_gaps(api: KubeApi) -> None:
         reflector, mirror = await start(nursery, api, watch_timeout=(1.0, 1.0))
         await mirror.until(lambda m: len(m.updates) == 1)
         with trio.fail_after(5):
-            while reflector.statistics().watches < 2:
-                await trio.sleep(0.05)
+            await api.wait_watches(started=2)
         api.store.create(PODS, pod("a"))
         await mirror.until(same_as_store(api))
         assert (reflector.statistics().failures, mirror.kinds()) == (0, ["Synced", "Upserted"])

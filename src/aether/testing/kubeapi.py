@@ -150,6 +150,10 @@ class KubeApi:
         """Return the server's counters."""
         return KubeApiStatistics(open_watches=self.store.open_watches, **self._counts)
 
+    async def wait_watches(self, *, open_count: int = 1, started: int = 0) -> None:
+        """Block until at least `open_count` watches are open and `started` were ever opened (use `fail_after`)."""
+        await self.store.wait_watches(open_count=open_count, started=started)
+
     def drop_watches(self) -> int:
         """Abort every open watch connection mid-stream; return how many there were."""
         return self.store.drop_watches()

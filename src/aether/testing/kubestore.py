@@ -108,6 +108,9 @@ class ObjectStore:
         self._objects: dict[StorageKey, dict[str, JsonObject]] = {key: {} for key in self.kinds}
         self._history: collections.deque[StoredChange] = collections.deque()
         self._subscriptions: set[WatchSubscription] = set()
+        self._watches_changed = trio.Event()
+        self.watches_started = 0
+        """Watches opened since the store was made."""
 
     # Writes ---------------------------------------------------------------------------------------------
 
@@ -255,11 +258,23 @@ class ObjectStore:
         subscription = WatchSubscription(storage)
         subscription.pending.extend(self._changes_after(storage, after))
         self._subscriptions.add(subscription)
+        self.watches_started += 1
+        self._notify_watches()
         return subscription
 
     def unsubscribe(self, subscription: WatchSubscription) -> None:
         """Close a watch opened by `subscribe`."""
         self._subscriptions.discard(subscription)
+        self._notify_watches()
+
+    async def wait_watches(self, *, open_count: int = 1, started: int = 0) -> None:
+        """Block until at least `open_count` watches are open and `started` were ever opened."""
+        while self.open_watches < open_count or self.watches_started < started:
+            await self._watches_changed.wait()
+
+    def _notify_watches(self) -> None:
+        self._watches_changed.set()
+        self._watches_changed = trio.Event()
 
     def drop_watches(self) -> int:
         """Cut every open watch (the server aborts their connections); return how many there were."""
