@@ -19,6 +19,8 @@ import trio
 
 from aether.agent.admin import DEFAULT_ADMIN_SOCKET, serve_admin
 from aether.agent.journal import Journal, open_journal
+from aether.agent.mesh_records import serve_mesh_records
+from aether.cni.server import ACK_WAIT, CniServer, PodLookup
 from aether.core.project.node import NodeProjector
 from aether.core.state import State, summarize
 from aether.identity.files import serve_svid_files
@@ -44,6 +46,14 @@ class AgentConfig:
     registrar: ListenAddress | None = None
     """The registrar to watch, filtered to the node's dependency set; None: registry events come from elsewhere."""
     cluster_name: str = "local"
+    cni_socket: Path | None = None
+    """Serve the CNI service (`aether-cni` registers pods) on this Unix socket; None: pods come from elsewhere."""
+    cni_pods: PodLookup | None = None
+    """The pod metadata the CNI service decides with (labels, service account); None: what the plugin sends."""
+    cni_ack_wait: float = ACK_WAIT
+    """Seconds AddPod waits for the proxy's ACK of a new pod's listeners."""
+    dns_records: Path | None = None
+    """Keep the mesh-dns record file here; None: no record file."""
 
 
 @attrs.frozen(kw_only=True)
@@ -106,6 +116,17 @@ async def serve_agent(
                 )
             )
             clients.append(client)
+        if config.dns_records is not None:
+            await nursery.start(functools.partial(serve_mesh_records, config.dns_records, journal=journal))
+        if config.cni_socket is not None:
+            cni = CniServer(
+                journal=journal,
+                cache=cache,
+                node_name=config.node_name,
+                pods=config.cni_pods,
+                ack_wait=config.cni_ack_wait,
+            )
+            await nursery.start(functools.partial(cni.serve, socket=config.cni_socket))
         bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
         documents = _documents(journal, server, projector)
         await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))

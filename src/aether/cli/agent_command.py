@@ -12,6 +12,7 @@ import trio
 
 from aether.agent.admin import DEFAULT_ADMIN_SOCKET
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
 
 
@@ -42,6 +43,18 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--cluster-name", default="local", help="this cluster's name (the registrar watch id)"
     )
+    parser.add_argument(
+        "--cni-socket",
+        type=Path,
+        metavar="PATH",
+        help=f"serve the CNI service for aether-cni on this Unix socket (the plugin's default: {DEFAULT_CNI_SOCKET})",
+    )
+    parser.add_argument(
+        "--dns-records",
+        type=Path,
+        metavar="FILE",
+        help="write the mesh-dns record file here (for aether mesh-dns)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
     parser.set_defaults(run=run_agent)
 
@@ -60,6 +73,8 @@ def run_agent(arguments: argparse.Namespace) -> int:
         svid_dir=arguments.svid_dir,
         registrar=arguments.registrar,
         cluster_name=arguments.cluster_name,
+        cni_socket=arguments.cni_socket,
+        dns_records=arguments.dns_records,
     )
 
     async def main() -> None:

@@ -1,0 +1,86 @@
+"""The plugin's side of the CNI service: one unary call to the agent over its Unix socket.
+
+Failures are translated here, in one place (STYLE E8), into the CNI errors the runtime understands: an agent that
+cannot be reached or does not answer in time is "try again later" (code 11); an agent that answers with a gRPC
+error refused the request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import trio
+from google.protobuf.message import Message
+from purerpc.grpc_proto import GRPCProtoSocket
+from purerpc.grpclib.config import GRPCConfiguration
+from purerpc.grpclib.exceptions import GRPCError
+from purerpc.grpclib.status import StatusCode
+from purerpc.wrappers import extract_message_from_singleton_stream
+
+from aether.cni.api import METHODS, SERVICE_NAME
+from aether.cni.errors import AgentRefused, AgentUnavailable
+from aether.xds.compat import apply_purerpc_fixes
+
+__all__ = ["ResponseT", "agent_errors", "call_agent"]
+
+ResponseT = TypeVar("ResponseT", bound=Message)
+
+_RETRYABLE = frozenset({StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED, StatusCode.RESOURCE_EXHAUSTED})
+"""Statuses that say "not now" rather than "not this": the runtime retries."""
+
+
+@contextlib.contextmanager
+def agent_errors(socket: Path, method: str) -> Iterator[None]:
+    """Translate what a call to the agent can raise into `AgentUnavailable` or `AgentRefused`."""
+    subject = f"agent at {str(socket)!r}: {method}"
+    try:
+        yield
+    except trio.TooSlowError as exc:
+        raise AgentUnavailable(f"{subject} did not answer in time; retry", details=str(exc)) from exc
+    except GRPCError as exc:
+        status = getattr(exc, "status", None)
+        code = getattr(status, "status_code", None)
+        text = getattr(status, "status_message", "") or str(exc)
+        if code in _RETRYABLE or code is None:
+            raise AgentUnavailable(f"{subject} is unavailable; retry", details=text) from exc
+        raise AgentRefused(f"{subject} refused the request", details=text) from exc
+    except (OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+        raise AgentUnavailable(
+            f"{subject}: the agent is not reachable; is the aether agent running on this node?",
+            details=str(exc),
+        ) from exc
+
+
+async def call_agent(
+    socket: Path, method: str, request: Message, response_type: type[ResponseT]
+) -> ResponseT:
+    """Call `method` of the agent's CNI service on `socket` and return its response.
+
+    Raises:
+        AgentUnavailable: the socket could not be reached, or the agent answered UNAVAILABLE (it is starting or
+            stopping). Bound the call with `trio.fail_after` at the call site; `agent_errors` turns the
+            `TooSlowError` into `AgentUnavailable` too.
+        AgentRefused: the agent answered another gRPC error.
+    """
+    request_type, expected = METHODS[method]
+    assert isinstance(request, request_type), f"{method} takes {request_type.__name__}; this is a bug"
+    assert response_type is expected, f"{method} returns {expected.__name__}; this is a bug"
+    apply_purerpc_fixes()
+    with agent_errors(socket, method):
+        connection = await anyio.connect_unix(socket)
+        config = GRPCConfiguration(client_side=True)
+        # purerpc never closes the socket it is given: close it here.
+        async with connection, GRPCProtoSocket(config, connection) as grpc_socket:
+            stream = await grpc_socket.start_request(
+                "http", SERVICE_NAME, method, request_type.DESCRIPTOR.full_name, "localhost"
+            )
+            stream.expect_message_type(response_type)
+            await stream.send_message(request)
+            await stream.close()
+            response = await extract_message_from_singleton_stream(stream)
+            assert isinstance(response, response_type)
+            return response

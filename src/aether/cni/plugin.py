@@ -1,0 +1,211 @@
+"""`aether-cni`: the chained CNI plugin (spec 1.0/1.1) — ADD, DEL, CHECK, GC, STATUS and VERSION.
+
+ADD registers the pod with the agent first and programs the pod's namespace only when the agent answered that
+the pod is managed: an agent that is down fails the ADD with code 11 (try again later) and nothing programmed.
+The previous plugin's result is our result, unchanged but for `cniVersion`. A pod that CNI_ARGS does not name
+(no `K8S_POD_NAME`) is not a Kubernetes pod: every command passes it through.
+
+Errors are the spec's JSON error objects on stdout, with exit status 1; warnings go to stderr (the runtime logs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import trio
+from google.protobuf.message import Message
+
+from aether.cni.capture import CapturePlan, CaptureSettings
+from aether.cni.client import ResponseT, agent_errors, call_agent
+from aether.cni.config import SUPPORTED_VERSIONS, Command, Invocation, NetworkConfig, PodArgs
+from aether.cni.errors import (
+    AgentRefused,
+    AgentUnavailable,
+    CaptureDrifted,
+    CniError,
+    InvalidEnvironment,
+    InvalidNetworkConfig,
+    NetnsProgrammingFailed,
+    PluginUnavailable,
+)
+from aether.cni.netns import apply_capture, capture_problems, remove_capture
+from aether.proto.cni.v1 import cni_pb2
+
+__all__ = ["EXIT_FAILED", "main", "run_plugin"]
+
+EXIT_FAILED = 1
+"""Exit status of a failed command (the error object is on stdout)."""
+
+ROLLBACK_TIMEOUT = 2.0
+"""Seconds to undo a registration after programming failed: best effort, the runtime's DEL follows anyway."""
+
+
+def main() -> None:
+    """The `aether-cni` console script: reads CNI_* and stdin, writes the result or the error, exits."""
+    output, status = run_plugin(os.environ, sys.stdin.buffer.read())
+    if output:
+        sys.stdout.write(output + "\n")
+    sys.exit(status)
+
+
+def run_plugin(environ: Mapping[str, str], stdin: bytes) -> tuple[str, int]:
+    """Run one CNI command; return what to print on stdout and the exit status.
+
+    Never raises for bad input or a failed operation: every `CniError` becomes the spec's error object.
+    """
+    try:
+        invocation = Invocation.from_environ(environ)
+        if invocation.command is Command.VERSION:
+            version = NetworkConfig.version_of(stdin)
+            return json.dumps({"cniVersion": version, "supportedVersions": list(SUPPORTED_VERSIONS)}), 0
+        config = NetworkConfig.from_json(stdin)
+        return trio.run(_run, invocation, config), 0
+    except CniError as exc:
+        return exc.to_json(cni_version=NetworkConfig.version_of(stdin)), EXIT_FAILED
+
+
+async def _run(invocation: Invocation, config: NetworkConfig) -> str:
+    match invocation.command:
+        case Command.ADD:
+            return await _add(invocation, config)
+        case Command.DEL:
+            await _delete(invocation, config)
+        case Command.CHECK:
+            await _check(invocation, config)
+        case Command.GC:
+            request = cni_pb2.CollectGarbageRequest(valid_container_ids=list(config.valid_container_ids))
+            await _call(config, "CollectGarbage", request, cni_pb2.CollectGarbageResponse)
+        case Command.STATUS:
+            try:
+                await _call(config, "Status", cni_pb2.StatusRequest(), cni_pb2.StatusResponse)
+            except AgentUnavailable as exc:
+                raise PluginUnavailable(
+                    f"aether-cni cannot add pods: {exc.message}", details=exc.details
+                ) from exc
+        case _:  # pragma: no cover - VERSION is answered before the config is read
+            raise AssertionError(f"unhandled command {invocation.command!r}; this is a bug")
+    return ""
+
+
+async def _call(
+    config: NetworkConfig, method: str, request: Message, response_type: type[ResponseT]
+) -> ResponseT:
+    with agent_errors(config.agent_socket, method), trio.fail_after(config.agent_timeout):
+        return await call_agent(config.agent_socket, method, request, response_type)
+
+
+def _pod_message(invocation: Invocation, config: NetworkConfig, pod: PodArgs) -> cni_pb2.CNIPod:
+    return cni_pb2.CNIPod(
+        name=pod.name,
+        namespace=pod.namespace,
+        uid=pod.uid,
+        network_namespace=str(invocation.netns or ""),
+        container_id=invocation.container_id,
+        interface_name=invocation.ifname,
+        ips=list(config.pod_ips),
+        annotations=dict(config.pod_annotations),
+    )
+
+
+def _passthrough(config: NetworkConfig) -> str:
+    """The previous plugin's result as ours (`cniVersion` set to the config's, as the spec asks)."""
+    return json.dumps({**(config.prev_result or {}), "cniVersion": config.cni_version}, sort_keys=True)
+
+
+def _existing_netns(invocation: Invocation) -> Path:
+    netns = invocation.netns
+    if netns is None or not netns.exists():
+        raise InvalidEnvironment(f"CNI_NETNS {str(netns)!r}: no such network namespace")
+    return netns
+
+
+def _plan(config: NetworkConfig, capture: cni_pb2.CaptureSettings) -> CapturePlan:
+    return CapturePlan.merge(
+        CaptureSettings.from_proto(capture),
+        node_ports=config.exclude_ports,
+        node_ranges=config.exclude_ranges,
+        mesh_dns=config.mesh_dns,
+    )
+
+
+def _chained(config: NetworkConfig) -> None:
+    if config.prev_result is None:
+        raise InvalidNetworkConfig(
+            "network config: 'prevResult' is missing; aether-cni is a chained plugin: list it after the plugin"
+            " that assigns the pod's addresses"
+        )
+
+
+async def _add(invocation: Invocation, config: NetworkConfig) -> str:
+    pod = invocation.pod
+    if pod is None:
+        return _passthrough(config)
+    _chained(config)
+    netns = _existing_netns(invocation)
+    request = cni_pb2.AddPodRequest(pod=_pod_message(invocation, config, pod))
+    response = await _call(config, "AddPod", request, cni_pb2.AddPodResponse)
+    if response.result == cni_pb2.RESULT_IGNORED:
+        # A pod that left the mesh keeps no capture from an earlier ADD.
+        await trio.to_thread.run_sync(remove_capture, netns)
+        return _passthrough(config)
+    if response.result != cni_pb2.RESULT_SUCCESS:
+        raise AgentRefused(f"pod {pod.key!r}: the agent refused it", details=response.message)
+    for warning in response.warnings:
+        print(f"aether-cni: pod {pod.key!r}: {warning}", file=sys.stderr)
+    try:
+        await trio.to_thread.run_sync(apply_capture, netns, _plan(config, response.capture))
+    except NetnsProgrammingFailed:
+        # Either all of it or none: the namespace has no capture; take the registration back too.
+        removal = cni_pb2.RemovePodRequest(
+            name=pod.name, namespace=pod.namespace, container_id=invocation.container_id
+        )
+        with trio.move_on_after(ROLLBACK_TIMEOUT):
+            try:
+                await _call(config, "RemovePod", removal, cni_pb2.RemovePodResponse)
+            except CniError as exc:
+                print(
+                    f"aether-cni: pod {pod.key!r}: could not take the registration back: {exc}",
+                    file=sys.stderr,
+                )
+        raise
+    return _passthrough(config)
+
+
+async def _delete(invocation: Invocation, config: NetworkConfig) -> None:
+    pod = invocation.pod
+    if pod is None:
+        return
+    netns = invocation.netns
+    if netns is not None and netns.exists():  # a namespace already gone took its rules with it
+        await trio.to_thread.run_sync(remove_capture, netns)
+    request = cni_pb2.RemovePodRequest(
+        name=pod.name, namespace=pod.namespace, container_id=invocation.container_id
+    )
+    response = await _call(config, "RemovePod", request, cni_pb2.RemovePodResponse)
+    if response.result != cni_pb2.RESULT_SUCCESS:
+        raise AgentRefused(f"pod {pod.key!r}: the agent did not remove it", details=response.message)
+
+
+async def _check(invocation: Invocation, config: NetworkConfig) -> None:
+    pod = invocation.pod
+    if pod is None:
+        return
+    _chained(config)
+    netns = _existing_netns(invocation)
+    request = cni_pb2.CheckPodRequest(pod=_pod_message(invocation, config, pod))
+    response = await _call(config, "CheckPod", request, cni_pb2.CheckPodResponse)
+    if response.result == cni_pb2.RESULT_ERROR:
+        raise AgentRefused(
+            f"pod {pod.key!r}: the agent's registration does not match", details=response.message
+        )
+    plan = _plan(config, response.capture) if response.result == cni_pb2.RESULT_SUCCESS else None
+    problems = await trio.to_thread.run_sync(capture_problems, netns, plan)
+    if problems:
+        raise CaptureDrifted(
+            f"pod {pod.key!r}: the capture in {str(netns)!r} is not as programmed",
+            details="; ".join(problems),
+        )
