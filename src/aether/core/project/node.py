@@ -16,11 +16,14 @@ identity (done by `map` and a comprehension, about a millisecond), then the chan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
 
+# A module import: `aether.core.gateway` builds on `aether.core.project.names`, so either package may load first.
+import aether.core.gateway.view as gateway_views
+from aether.core.gateway.contract import GatewayView, MeshRouting
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
@@ -142,6 +145,8 @@ class NodeProjector:
         self._local, self._identities, self._identity = _Last(), _Last(), _Last()
         self._dependencies: tuple[str, ...] = ()
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
+        self._gateway, self._routed_demand = _Last(), _Last()
+        self._routings: Mapping[str, MeshRouting] = {}
         self._service_context: ServiceContext | None = None
         self._pod_context: PodContext | None = None
         self._services: dict[str, tuple[tuple[Any, ...], ServiceProjection]] = {}
@@ -180,7 +185,8 @@ class NodeProjector:
         identity: UpstreamIdentity = self._identity.get(
             (identities, state.identity.svids), lambda: upstream_identity(identities, state.identity.svids)
         )
-        demand = self._dependency_set(state, local, now=now)
+        routings = self._mesh_routings(state)
+        demand = self._dependency_set(state, local, routings, now=now)
         self._dependencies = demand.services
         service_context = _interned(
             self._service_context,
@@ -197,7 +203,9 @@ class NodeProjector:
         self._service_context, self._pod_context = service_context, pod_context
 
         changes = _Changes()
-        services_projected, vhosts_changed = self._project_services(state, demand, service_context, changes)
+        services_projected, vhosts_changed = self._project_services(
+            state, demand, service_context, routings, changes
+        )
         pods_projected = self._project_pods(local, pod_context, changes)
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
         self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
@@ -223,7 +231,36 @@ class NodeProjector:
 
     # --- inputs ---
 
-    def _dependency_set(self, state: State, local: LocalPods, *, now: int) -> Demand:
+    def _mesh_routings(self, state: State) -> Mapping[str, MeshRouting]:
+        """Return the GAMMA routing per mesh service, the same objects as last time where nothing changed.
+
+        The view is rebuilt only when a Gateway API object, grant, Service, pod or the mesh domain changed; a
+        service's routing equal to the one it had keeps that object, so only services whose routes changed are
+        re-projected.
+        """
+        kube = state.kube
+        view: GatewayView = self._gateway.get(
+            (
+                kube.gateway_objects,
+                kube.reference_grants,
+                kube.services,
+                state.pods,
+                kube.mesh_config.mesh_domain,
+            ),
+            lambda: gateway_views.gateway_view(state),
+        )
+        previous = self._routings
+        current = {
+            service: held if (held := previous.get(service)) is not None and held == routing else routing
+            for service, routing in view.mesh_routes.items()
+        }
+        if len(current) != len(previous) or any(current[key] is not previous.get(key) for key in current):
+            self._routings = current
+        return self._routings
+
+    def _dependency_set(
+        self, state: State, local: LocalPods, routings: Mapping[str, MeshRouting], *, now: int
+    ) -> Demand:
         mesh = state.kube.mesh_config
         on_demand = state.feedback.on_demand
         declared: tuple[str, ...] = self._declared.get(
@@ -243,7 +280,22 @@ class NodeProjector:
         demand: Demand = self._demand.get(
             (declared, index, live_from), lambda: dependencies.demand(declared, index, live_from=live_from)
         )
-        return demand
+
+        def with_backends() -> Demand:
+            # The services GAMMA routes of the set send to need their clusters here too (one level: routing
+            # happens once, at the caller).
+            extra = {
+                backend
+                for service in demand.services
+                if (routing := routings.get(service)) is not None
+                for backend in routing.backend_services
+            }.difference(demand.services)
+            if not extra:
+                return demand
+            return dependencies.demand(sorted_unique((*declared, *extra)), index, live_from=live_from)
+
+        routed: Demand = self._routed_demand.get((demand, routings), with_backends)
+        return routed
 
     def _node_locality(self, state: State, local: LocalPods) -> Locality | None:
         services = sorted_unique(record.service for record in local.records)
@@ -260,7 +312,12 @@ class NodeProjector:
     # --- units ---
 
     def _project_services(
-        self, state: State, demand: Demand, context: ServiceContext, changes: _Changes
+        self,
+        state: State,
+        demand: Demand,
+        context: ServiceContext,
+        routings: Mapping[str, MeshRouting],
+        changes: _Changes,
     ) -> tuple[int, bool]:
         """Bring the service units in line; return how many were computed and whether a virtual host changed."""
         registry = state.registry
@@ -279,25 +336,33 @@ class NodeProjector:
                 )
             if registry.services is not previous[3]:
                 candidates.update(demand.undeclared)
+            if routings is not previous[4]:
+                old_routings = previous[4]
+                candidates.update(
+                    service for service in deps if routings.get(service) is not old_routings.get(service)
+                )
             order: Iterable[str] = sorted(candidates)
         else:
             refs = list(map(registry.endpoints.get, deps))
             order = deps
             for service in sorted(set(self._services).difference(deps)):
                 changes.replace(self._services.pop(service)[1].resources, ())
-        self._services_inputs = (demand, context, registry.endpoints, registry.services)
+        self._services_inputs = (demand, context, registry.endpoints, registry.services, routings)
         self._endpoint_refs = refs
         projected, vhosts_changed = 0, False
         for service in order:
             service_demand = demand.by_service[service]
             endpoints = registry.endpoints.get(service)
             in_catalog = service in registry.services
-            inputs = (endpoints, service_demand, in_catalog, context)
+            routing = routings.get(service)
+            inputs = (endpoints, service_demand, in_catalog, context, routing)
             held = self._services.get(service)
             if held is not None and _same(held[0], inputs):
                 continue
             old = held[1] if held is not None else NOTHING
-            new = project_service(service, endpoints, service_demand, in_catalog=in_catalog, context=context)
+            new = project_service(
+                service, endpoints, service_demand, in_catalog=in_catalog, context=context, routing=routing
+            )
             vhosts = old.vhosts if old.vhosts == new.vhosts else new.vhosts
             vhosts_changed = vhosts_changed or vhosts is not old.vhosts
             resources = changes.replace(old.resources, new.resources)

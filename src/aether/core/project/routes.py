@@ -78,6 +78,11 @@ def service_vhost(name: str, *, domains: Iterable[str], cluster: str) -> Any:
     )
 
 
+def routed_vhost(name: str, *, domains: Iterable[str], routes: Iterable[Any]) -> Any:
+    """Return the virtual host `name` of `domains` with the given routes (a service's GAMMA routes, in order)."""
+    return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
+
+
 def catch_all_vhost(*, mesh_domain: str, passthrough: bool) -> Any:
     """Return `on_demand_catch_all` (`*`): liveness, mesh names discovered on demand, then the fallback.
 

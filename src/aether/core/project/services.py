@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import attrs
 
 from aether.core.events.registry import Endpoint, Protocol
+from aether.core.gateway.contract import MeshRouting
 from aether.core.order import sorted_values
 from aether.core.project.clusters import service_cluster
 from aether.core.project.dependencies import ServiceDemand
@@ -32,7 +33,7 @@ from aether.core.project.names import (
     spiffe_id,
     tcp_cluster_name,
 )
-from aether.core.project.routes import service_vhost, vhost_entry
+from aether.core.project.routes import routed_vhost, service_vhost, vhost_entry
 from aether.core.project.tls import UpstreamIdentity
 from aether.core.snapshot import Resource
 from aether.core.state.registry import ServiceEndpoints
@@ -116,8 +117,14 @@ def project_service(
     *,
     in_catalog: bool,
     context: ServiceContext,
+    routing: MeshRouting | None = None,
 ) -> ServiceProjection:
-    """Return the resources of `service` (see the module docstring for which)."""
+    """Return the resources of `service` (see the module docstring for which).
+
+    With `routing` (GAMMA routes whose parent resolves to the service), the routes of its own virtual host (the
+    one named after its bare cluster) are the GAMMA routes, in precedence order; its per-port virtual hosts keep
+    the default routes.
+    """
     if not demand.declared and not in_catalog:
         return ServiceProjection(not_found=demand.requested) if demand.requested else NOTHING
     members = sorted_values(endpoints) if endpoints is not None else []
@@ -141,8 +148,12 @@ def project_service(
     return ServiceProjection(
         resources=tuple(resources),
         vhosts=b"".join(
-            vhost_entry(service_vhost(name, domains=domains, cluster=cluster))
-            for name, domains, cluster in vhosts
+            vhost_entry(
+                routed_vhost(name, domains=domains, routes=routing.all_routes)
+                if routing is not None and index == 0
+                else service_vhost(name, domains=domains, cluster=cluster)
+            )
+            for index, (name, domains, cluster) in enumerate(vhosts)
         ),
         not_found=tuple(name for name in demand.requested if name not in names),
     )
