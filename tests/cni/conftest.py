@@ -1,0 +1,236 @@
+"""Shared pieces of the CNI tests: real network namespaces, sockets inside them, a running agent, plugin runs.
+
+Every namespace is made here and removed after its test, whatever happens; addresses exist only inside them:
+the pod namespace (10.88.0.2) reaches the node namespace (10.88.0.1 and 10.88.0.3) over a veth pair, and its
+default route points there, so any destination (a ClusterIP-like 10.96.x.y) has a route and nothing leaves.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cni import entered_netns, run_plugin
+from aether.cni.server import PodMetadata
+from aether.xds.listen import ListenAddress
+
+NODE_NAME = "node-a"
+POD_IP = "10.88.0.2"
+NODE_IP = "10.88.0.1"
+NODE_IP_2 = "10.88.0.3"
+MANAGED = {"aether.io/managed": "true"}
+PLUGIN = Path(sys.executable).parent / "aether-cni"
+
+needs_netns = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("nft") is None or shutil.which("ip") is None,
+    reason="needs root, nft (Debian nftables) and ip (iproute2): real network namespaces are programmed",
+)
+
+_names = itertools.count()
+
+
+def _ip(*arguments: str) -> None:
+    subprocess.run(["ip", *arguments], check=True, capture_output=True)
+
+
+@attrs.frozen(kw_only=True)
+class NetnsPair:
+    """A pod namespace and a node namespace joined by a veth pair."""
+
+    pod: str
+    node: str
+
+    @property
+    def pod_path(self) -> Path:
+        return Path("/run/netns") / self.pod
+
+    @property
+    def node_path(self) -> Path:
+        return Path("/run/netns") / self.node
+
+    def exec(self, namespace: str, *command: str) -> str:
+        """Run `command` in `namespace` (a name) and return its stdout."""
+        done = subprocess.run(
+            ["ip", "netns", "exec", namespace, *command], check=True, capture_output=True, text=True
+        )
+        return done.stdout
+
+
+@pytest.fixture
+def netns_pair() -> Iterator[NetnsPair]:
+    index = next(_names)
+    pair = NetnsPair(pod=f"aecni-pod-{os.getpid()}-{index}", node=f"aecni-node-{os.getpid()}-{index}")
+    veth = f"aec{os.getpid() % 100000}x{index}"
+    try:
+        _ip("netns", "add", pair.pod)
+        _ip("netns", "add", pair.node)
+        _ip(
+            "link",
+            "add",
+            f"{veth}a",
+            "netns",
+            pair.pod,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"{veth}b",
+            "netns",
+            pair.node,
+        )
+        for name, device, addresses in (
+            (pair.pod, f"{veth}a", (f"{POD_IP}/24",)),
+            (pair.node, f"{veth}b", (f"{NODE_IP}/24", f"{NODE_IP_2}/24")),
+        ):
+            for address in addresses:
+                _ip("-n", name, "addr", "add", address, "dev", device)
+            _ip("-n", name, "link", "set", device, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+        _ip("-n", pair.pod, "route", "add", "default", "via", NODE_IP)
+        yield pair
+    finally:
+        for name in (pair.pod, pair.node):  # removing a namespace removes its veth end, rules and tables
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+def socket_in(
+    netns: Path, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM
+) -> trio.socket.SocketType:
+    """Return a trio socket created inside `netns` (a socket stays in the namespace it was made in)."""
+    made: list[socket.socket] = []
+
+    def make() -> None:
+        with entered_netns(netns):
+            made.append(socket.socket(family, kind))
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    return trio.socket.from_stdlib_socket(made[0])
+
+
+@attrs.define
+class Agent:
+    """A running agent with its CNI service; `pods` is what its pod lookup knows."""
+
+    running: RunningAgent
+    socket: Path
+    records: Path
+    pods: dict[tuple[str, str], PodMetadata]
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A temporary directory with a short path (Unix socket paths hold at most 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="aecni", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def agent(nursery: trio.Nursery, short_dir: Path) -> AsyncIterator[Agent]:
+    pods: dict[tuple[str, str], PodMetadata] = {}
+    config = AgentConfig(
+        node_name=NODE_NAME,
+        log_dir=short_dir / "log",
+        xds=ListenAddress.unix(short_dir / "xds.sock"),
+        admin_socket=short_dir / "admin.sock",
+        cni_socket=short_dir / "cni.sock",
+        cni_pods=lambda namespace, name: pods.get((namespace, name)),
+        cni_ack_wait=0.2,  # no Envoy in these tests: the wait runs out at once
+        dns_records=short_dir / "records.json",
+    )
+    running: RunningAgent = await nursery.start(serve_agent, config)
+    yield Agent(running=running, socket=short_dir / "cni.sock", records=short_dir / "records.json", pods=pods)
+
+
+def prev_result(ip: str = POD_IP) -> dict[str, Any]:
+    """A previous plugin's result (what a bridge or ptp plugin would hand us)."""
+    return {
+        "cniVersion": "1.1.0",
+        "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+        "ips": [{"address": f"{ip}/24", "gateway": NODE_IP, "interface": 0}],
+    }
+
+
+def network_config(agent_socket: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "cniVersion": "1.1.0",
+        "name": "k8s-pod-network",
+        "type": "aether-cni",
+        "agentSocket": str(agent_socket),
+        "agentTimeoutSeconds": 5,
+        "prevResult": prev_result(),
+        **extra,
+    }
+
+
+def environment(
+    command: str,
+    *,
+    netns: Path | None,
+    container: str = "c0ffee",
+    pod: str = "web-1",
+    namespace: str = "default",
+) -> dict[str, str]:
+    return {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": container,
+        "CNI_NETNS": str(netns) if netns is not None else "",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": "/opt/cni/bin",
+        "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}",
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+    }
+
+
+@attrs.frozen(kw_only=True)
+class PluginRun:
+    status: int
+    output: dict[str, Any] | None
+    """Stdout as JSON (None when empty)."""
+
+
+async def run_cni_process(env: Mapping[str, str], config: Mapping[str, Any] | bytes) -> PluginRun:
+    """Run the real `aether-cni` console script with `env` and `config` on stdin."""
+    stdin = config if isinstance(config, bytes) else json.dumps(config).encode()
+    done = await trio.run_process([str(PLUGIN)], stdin=stdin, capture_stdout=True, check=False, env=dict(env))
+    text = done.stdout.decode().strip()
+    return PluginRun(status=done.returncode, output=json.loads(text) if text else None)
+
+
+async def run_cni(env: Mapping[str, str], config: Mapping[str, Any]) -> PluginRun:
+    """Run the plugin in this process (its own trio run in a worker thread): same code, no interpreter start."""
+    runner: Callable[[], tuple[str, int]] = functools.partial(run_plugin, env, json.dumps(config).encode())
+    text, status = await trio.to_thread.run_sync(runner)
+    return PluginRun(status=status, output=json.loads(text) if text else None)
+
+
+def ruleset(pair: NetnsPair) -> str:
+    """The pod namespace's whole nftables ruleset, as text."""
+    return pair.exec(pair.pod, "nft", "list", "ruleset")
+
+
+def capture_routing(pair: NetnsPair) -> tuple[str, str]:
+    """The pod namespace's policy rules and its capture table's routes."""
+    rules = pair.exec(pair.pod, "ip", "rule")
+    routes = pair.exec(pair.pod, "ip", "route", "show", "table", "all")
+    return rules, routes

@@ -1,0 +1,257 @@
+"""ADD, DEL, CHECK, GC and STATUS against real network namespaces: what a pod's traffic does once captured."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+import trio
+
+from aether.cni import CAPTURE_TABLE, NFT_TABLE
+from aether.cni.server import PodMetadata
+from aether.core.events.pods import Pod
+from tests.cni.conftest import (
+    MANAGED,
+    NODE_IP,
+    NODE_IP_2,
+    POD_IP,
+    Agent,
+    NetnsPair,
+    PluginRun,
+    capture_routing,
+    environment,
+    needs_netns,
+    network_config,
+    prev_result,
+    ruleset,
+    run_cni,
+    run_cni_process,
+    socket_in,
+)
+
+pytestmark = needs_netns
+
+IP_TRANSPARENT = 19
+IP_RECVORIGDSTADDR = 20
+ANNOTATIONS = {
+    "capture.aether.io/exclude-outbound-ports": "9090",
+    "capture.aether.io/exclude-outbound-ip-ranges": f"{NODE_IP_2}/32",
+}
+
+
+def _managed(agent: Agent, name: str = "web-1", *, annotations: dict[str, str] | None = None) -> None:
+    agent.pods[("default", name)] = PodMetadata(
+        uid=f"uid-{name}", service_account="web", labels=MANAGED, annotations=annotations or ANNOTATIONS
+    )
+
+
+async def _transparent_listener(pair: NetnsPair) -> trio.socket.SocketType:
+    listener = socket_in(pair.pod_path)
+    listener.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    await listener.bind(("0.0.0.0", 18001))
+    listener.listen()
+    return listener
+
+
+async def _node_listener(pair: NetnsPair, port: int) -> trio.socket.SocketType:
+    listener = socket_in(pair.node_path)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    await listener.bind(("0.0.0.0", port))
+    listener.listen()
+    return listener
+
+
+async def _reaches(
+    client: trio.socket.SocketType, destination: tuple[str, int], listener: trio.socket.SocketType
+) -> tuple[str, int]:
+    """Connect `client` to `destination`; return the local address of the connection `listener` accepted."""
+    with trio.fail_after(5):
+        await client.connect(destination)
+        accepted, _peer = await listener.accept()
+    with accepted, client:
+        local: tuple[str, int] = accepted.getsockname()
+        return local
+
+
+async def test_add_captures_tcp_to_18001_with_the_original_destination(
+    agent: Agent, netns_pair: NetnsPair
+) -> None:
+    """After the real `aether-cni` ADD, a pod's dial to a ClusterIP lands on 18001 with its destination intact."""
+    _managed(agent)
+    run = await run_cni_process(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
+    assert run.status == 0
+    assert run.output == prev_result()
+    record = agent.running.journal.state.pods["default/web-1"]
+    assert record.pod == Pod(
+        namespace="default",
+        name="web-1",
+        uid="uid-web-1",
+        node_name="node-a",
+        service_account="web",
+        labels=MANAGED,
+        annotations=ANNOTATIONS,
+        ips=(POD_IP,),
+        netns=str(netns_pair.pod_path),
+        container_id="c0ffee",
+    )
+    listener = await _transparent_listener(netns_pair)
+    with listener:
+        assert await _reaches(socket_in(netns_pair.pod_path), ("10.96.7.7", 8080), listener) == (
+            "10.96.7.7",
+            8080,
+        )
+
+
+async def test_add_captures_udp_to_18082_with_the_original_destination(
+    agent: Agent, netns_pair: NetnsPair
+) -> None:
+    """A pod's datagram to any address arrives on 18082, with the original destination in IP_ORIGDSTADDR."""
+    _managed(agent)
+    run = await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
+    assert run.status == 0
+    receiver = socket_in(netns_pair.pod_path, kind=socket.SOCK_DGRAM)
+    sender = socket_in(netns_pair.pod_path, kind=socket.SOCK_DGRAM)
+    with receiver, sender:
+        receiver.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+        receiver.setsockopt(socket.SOL_IP, IP_RECVORIGDSTADDR, 1)
+        await receiver.bind(("0.0.0.0", 18082))
+        await sender.sendto(b"ping", ("10.96.7.8", 5353))
+        with trio.fail_after(5):
+            data, ancillary, _flags, peer = await receiver.recvmsg(64, 64)
+    assert (data, peer[0]) == (b"ping", POD_IP)
+    [(level, kind, raw)] = ancillary
+    port, address = struct.unpack("!2xH4s8x", raw)
+    assert (level, kind, socket.inet_ntoa(address), port) == (
+        socket.SOL_IP,
+        IP_RECVORIGDSTADDR,
+        "10.96.7.8",
+        5353,
+    )
+
+
+async def test_excluded_ports_ranges_loopback_and_proxy_traffic_pass_straight_through(
+    agent: Agent, netns_pair: NetnsPair
+) -> None:
+    """Excluded ports and ranges, loopback, and sockets with the proxy's mark reach their real destination."""
+    _managed(agent)
+    assert (
+        await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
+    ).status == 0
+    capture = await _transparent_listener(netns_pair)
+    excluded_port = await _node_listener(netns_pair, 9090)
+    other_port = await _node_listener(netns_pair, 7070)
+    local = socket_in(netns_pair.pod_path)
+    await local.bind(("127.0.0.1", 5000))
+    local.listen()
+    with capture, excluded_port, other_port, local:
+        pod = netns_pair.pod_path
+        assert await _reaches(socket_in(pod), (NODE_IP, 9090), excluded_port) == (NODE_IP, 9090)
+        assert await _reaches(socket_in(pod), (NODE_IP_2, 7070), other_port) == (NODE_IP_2, 7070)
+        assert await _reaches(socket_in(pod), ("127.0.0.1", 5000), local) == ("127.0.0.1", 5000)
+        proxy = socket_in(pod)
+        proxy.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 0xAE7E)
+        assert await _reaches(proxy, (NODE_IP, 7070), other_port) == (NODE_IP, 7070)
+        # The same destination without the mark is captured: the exclusions above were the rules at work.
+        assert await _reaches(socket_in(pod), (NODE_IP, 7070), capture) == (NODE_IP, 7070)
+
+
+async def test_add_is_idempotent_and_check_sees_the_rules_and_the_registration(
+    agent: Agent, netns_pair: NetnsPair
+) -> None:
+    """A second ADD changes nothing (no new event, same ruleset); CHECK passes, and fails once a rule is gone."""
+    _managed(agent)
+    env = environment("ADD", netns=netns_pair.pod_path)
+    config = network_config(agent.socket, meshDNS=NODE_IP)
+    assert (await run_cni(env, config)).status == 0
+    seq, rules = agent.running.journal.state.seq, ruleset(netns_pair)
+    assert (await run_cni(env, config)).status == 0
+    assert (agent.running.journal.state.seq, ruleset(netns_pair)) == (seq, rules)
+    check = environment("CHECK", netns=netns_pair.pod_path)
+    assert await run_cni(check, config) == PluginRun(status=0, output=None)
+    netns_pair.exec(netns_pair.pod, "nft", "delete", "chain", "ip", NFT_TABLE, "dns")
+    failed = await run_cni(check, config)
+    assert failed.status == 1
+    assert failed.output is not None
+    assert (failed.output["code"], failed.output["msg"]) == (
+        1003,
+        f"pod 'default/web-1': the capture in '{netns_pair.pod_path}' is not as programmed",
+    )
+    assert "chains" in failed.output["details"]
+
+
+async def test_del_leaves_no_rule_behind_and_removes_the_pod(agent: Agent, netns_pair: NetnsPair) -> None:
+    """DEL removes the nft table, the policy rule, the local route and the registration; a second DEL is fine."""
+    _managed(agent)
+    config = network_config(agent.socket, meshDNS=NODE_IP)
+    before = ruleset(netns_pair), capture_routing(netns_pair)
+    assert (await run_cni(environment("ADD", netns=netns_pair.pod_path), config)).status == 0
+    assert NFT_TABLE in ruleset(netns_pair)
+    assert f"lookup {CAPTURE_TABLE}" in capture_routing(netns_pair)[0]
+    for _ in range(2):
+        run = await run_cni_process(environment("DEL", netns=netns_pair.pod_path), config)
+        assert (run.status, run.output) == (0, None)
+    assert (ruleset(netns_pair), capture_routing(netns_pair)) == before
+    assert "default/web-1" not in agent.running.journal.state.pods
+
+
+async def test_unmanaged_pod_is_passed_through_without_capture(agent: Agent, netns_pair: NetnsPair) -> None:
+    """A pod without the managed label gets the previous result back, no rules, and no log entry."""
+    agent.pods[("default", "web-1")] = PodMetadata(labels={"app": "web"})
+    seq = agent.running.journal.state.seq
+    run = await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
+    assert (run.status, run.output) == (0, prev_result())
+    assert NFT_TABLE not in ruleset(netns_pair)
+    assert agent.running.journal.state.seq == seq
+
+
+async def test_agent_down_fails_add_with_try_again_later_and_programs_nothing(
+    netns_pair: NetnsPair,
+) -> None:
+    """No agent on the socket: ADD answers code 11 (retry) and the namespace has no rule at all."""
+    missing = netns_pair.pod_path.parent / "no-such-agent.sock"
+    run = await run_cni_process(environment("ADD", netns=netns_pair.pod_path), network_config(missing))
+    assert run.status == 1
+    assert run.output is not None
+    assert (run.output["code"], run.output["msg"]) == (
+        11,
+        f"agent at '{missing}': AddPod: the agent is not reachable; is the aether agent running on this node?",
+    )
+    assert ruleset(netns_pair) == ""
+    assert f"lookup {CAPTURE_TABLE}" not in capture_routing(netns_pair)[0]
+
+
+async def test_gc_removes_pods_of_vanished_containers_and_status_reports_the_agent(
+    agent: Agent, netns_pair: NetnsPair
+) -> None:
+    """GC keeps the pods of valid attachments and removes the others; STATUS is 0 with an agent, 50 without."""
+    _managed(agent, "web-1")
+    _managed(agent, "web-2")
+    config = network_config(agent.socket)
+    for name, container in (("web-1", "c1"), ("web-2", "c2")):
+        env = environment("ADD", netns=netns_pair.pod_path, pod=name, container=container)
+        assert (await run_cni(env, config)).status == 0
+    gc = {**config, "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]}
+    assert await run_cni({"CNI_COMMAND": "GC"}, gc) == PluginRun(status=0, output=None)
+    assert await run_cni({"CNI_COMMAND": "STATUS"}, config) == PluginRun(status=0, output=None)
+    assert sorted(agent.running.journal.state.pods.keys()) == ["default/web-1"]
+    down = await run_cni({"CNI_COMMAND": "STATUS"}, network_config(agent.socket.with_name("gone.sock")))
+    assert down.status == 1
+    assert down.output is not None
+    assert down.output["code"] == 50
+
+
+@pytest.mark.parametrize("command", ["ADD", "CHECK"])
+async def test_a_netns_that_does_not_exist_is_an_invalid_environment(agent: Agent, command: str) -> None:
+    """ADD and CHECK with a CNI_NETNS path that does not exist answer code 4, naming the path."""
+    _managed(agent)
+    run = await run_cni(
+        environment(command, netns=agent.socket.with_name("no-netns")), network_config(agent.socket)
+    )
+    assert run.status == 1
+    assert run.output == {
+        "cniVersion": "1.1.0",
+        "code": 4,
+        "msg": f"CNI_NETNS '{agent.socket.with_name('no-netns')}': no such network namespace",
+    }
