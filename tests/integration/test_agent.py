@@ -92,7 +92,7 @@ async def test_the_agent_follows_the_registrar_for_its_dependency_set(tmp_path: 
     """Endpoints registered with a real registrar reach the agent's log and its projected load assignments."""
     from aether.core.snapshot import ENDPOINT_TYPE
     from aether.registrar import MemoryBackend, serve_registrar
-    from tests.registrar.test_server import _call, _registration
+    from tests.registrar._grpc import registration, rpc
 
     registrar_socket = tmp_path / "registrar.sock"
     config = AgentConfig(
@@ -109,7 +109,9 @@ async def test_the_agent_follows_the_registrar_for_its_dependency_set(tmp_path: 
                 serve_registrar, backend=MemoryBackend(), listen=ListenAddress.unix(registrar_socket)
             )
         )
-        await trio.to_thread.run_sync(_call, registrar_socket, "RegisterEndpoint", _registration("10.1.2.3"))
+        remote = registration("10.1.2.3")  # a pod of another node (the agent prunes its own node's strays)
+        remote.endpoint.kubernetes_metadata.node_name = "node-b"
+        await rpc(registrar_socket, "RegisterEndpoint", remote)
         agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
         async with agent.journal.sender() as send:
             await send.send(pod_added(pod))

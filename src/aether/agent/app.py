@@ -20,6 +20,7 @@ import trio
 from aether.agent.admin import DEFAULT_ADMIN_SOCKET, serve_admin
 from aether.agent.journal import Journal, open_journal
 from aether.agent.mesh_records import serve_mesh_records
+from aether.agent.registration import Registrations, serve_registrations
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
 from aether.core.project.node import NodeProjector
 from aether.core.state import State, summarize
@@ -44,7 +45,8 @@ class AgentConfig:
     svid_dir: Path | None = None
     """A directory of SVID files (see `aether.identity.files`); None: identities come from elsewhere."""
     registrar: ListenAddress | None = None
-    """The registrar to watch, filtered to the node's dependency set; None: registry events come from elsewhere."""
+    """The registrar to watch (filtered to the node's dependency set) and to register the node's pods with;
+    None: registry events come from elsewhere and nothing is registered."""
     cluster_name: str = "local"
     cni_socket: Path | None = None
     """Serve the CNI service (`aether-cni` registers pods) on this Unix socket; None: pods come from elsewhere."""
@@ -66,6 +68,8 @@ class RunningAgent:
     projector: NodeProjector
     xds: ListenAddress
     """Where xDS is served (the real port when port 0 was asked)."""
+    registrations: Registrations | None = None
+    """The sink registering the node's pods (None without a registrar)."""
 
 
 def _documents(journal: Journal, server: XdsServer, projector: NodeProjector) -> dict[str, Callable[[], Any]]:
@@ -91,6 +95,7 @@ async def serve_agent(
         cache = SnapshotCache()
         projector = NodeProjector(node_name=config.node_name)
         clients: list[RegistrarClient] = []
+        registrations: Registrations | None = None
 
         def publish(state: State, now: int) -> None:
             before = projector.dependencies
@@ -116,6 +121,15 @@ async def serve_agent(
                 )
             )
             clients.append(client)
+            registrations = await nursery.start(
+                functools.partial(
+                    serve_registrations,
+                    target=config.registrar,
+                    node_name=config.node_name,
+                    cluster_name=config.cluster_name,
+                )
+            )
+            journal.subscribe(registrations.update)
         if config.dns_records is not None:
             await nursery.start(functools.partial(serve_mesh_records, config.dns_records, journal=journal))
         if config.cni_socket is not None:
@@ -131,5 +145,12 @@ async def serve_agent(
         documents = _documents(journal, server, projector)
         await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
         task_status.started(
-            RunningAgent(journal=journal, cache=cache, server=server, projector=projector, xds=bound)
+            RunningAgent(
+                journal=journal,
+                cache=cache,
+                server=server,
+                projector=projector,
+                xds=bound,
+                registrations=registrations,
+            )
         )

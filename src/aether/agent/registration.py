@@ -1,0 +1,193 @@
+"""The registration sink: keeps the registrar's record of this node's endpoints equal to the node's pods.
+
+The intents are pure (`aether.core.project.registrations.local_endpoints`); this module only does the calls.
+After each fold the journal hands the sink its new state; the sink computes the intents and, when they differ from
+what it last registered, wakes its task, which sends the difference: `RegisterEndpoint` for a new or changed
+endpoint, `UnregisterEndpoint` for one that left.
+
+On every (re)connect the sink first asks the registrar what it holds for this node (`ListAllEndpoints`) and
+unregisters what the intents no longer contain: endpoints registered before an agent restart, for pods that left
+while the agent was down, would otherwise stay in the mesh forever. Then it registers every intent again (an equal
+registration changes nothing on the registrar), so a registrar that lost its store is refilled.
+
+A failed call is logged and retried after a jittered backoff; the intents are recomputed from the latest state,
+so nothing queued goes stale and no registration is lost while the registrar is away.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import attrs
+import trio
+from purerpc.grpclib.events import ResponseEnded
+from purerpc.grpclib.exceptions import raise_status
+
+from aether.core.events.registry import Endpoint, EndpointKey
+from aether.core.project.registrations import local_endpoints
+from aether.core.state import State
+from aether.proto.registrar.v1 import registrar_pb2
+from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
+from aether.registrar.client import _TRANSIENT, _open_grpc_socket
+from aether.registrar.convert import registration_to_proto
+from aether.registrar.server import SERVICE_NAME
+from aether.xds.listen import ListenAddress
+
+__all__ = ["RegistrationStatistics", "Registrations", "serve_registrations"]
+
+LOG = logging.getLogger("aether.agent.registration")
+
+_RESPONSES: dict[str, type[Any]] = {
+    "RegisterEndpoint": registrar_pb2.RegisterEndpointResponse,
+    "UnregisterEndpoint": registrar_pb2.UnregisterEndpointResponse,
+    "ListAllEndpoints": registrar_pb2.ListAllEndpointsResponse,
+}
+
+
+@attrs.frozen(kw_only=True)
+class RegistrationStatistics:
+    """What the sink has done."""
+
+    wanted: int
+    """Endpoints the node's state says it should have registered."""
+    registered: int
+    """Endpoints the registrar confirmed (as of the last successful call)."""
+    in_sync: bool
+    """True when the registrar holds exactly the wanted endpoints (as far as this agent knows)."""
+    calls: int
+    failures: int
+
+
+class Registrations:
+    """Registers the node's endpoints with the registrar; `update(state)` after each fold, `serve()` in a task."""
+
+    def __init__(
+        self,
+        *,
+        target: ListenAddress,
+        node_name: str,
+        cluster_name: str,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._target = target
+        self._node_name = node_name
+        self._cluster_name = cluster_name
+        self._backoff = backoff
+        self._rng = random.Random() if rng is None else rng
+        self._wanted: dict[EndpointKey, Endpoint] = {}
+        self._registered: dict[EndpointKey, Endpoint] = {}
+        self._changed = trio.Event()
+        self._calls = 0
+        self._failures = 0
+
+    def update(self, state: State, now: int = 0) -> None:
+        """Take the intents of `state` (a journal subscriber: `now` is unused)."""
+        wanted = local_endpoints(state, node_name=self._node_name, cluster_name=self._cluster_name)
+        if wanted != self._wanted:
+            self._wanted = wanted
+            self._changed.set()
+
+    def statistics(self) -> RegistrationStatistics:
+        """Return the sink's counters."""
+        return RegistrationStatistics(
+            wanted=len(self._wanted),
+            registered=len(self._registered),
+            in_sync=self._registered == self._wanted,
+            calls=self._calls,
+            failures=self._failures,
+        )
+
+    async def serve(self) -> None:
+        """Reconcile until cancelled, reconnecting after failures."""
+        failures = 0
+        while True:
+            try:
+                await self._session()
+            except _TRANSIENT as exc:
+                failures += 1
+                self._failures += 1
+                delay = self._backoff.delay(failures, rng=self._rng)
+                LOG.warning(
+                    "registration with the registrar at %s failed (%s); retrying in %.1f s",
+                    self._target,
+                    exc,
+                    delay,
+                )
+                await trio.sleep(delay)
+
+    async def _session(self) -> None:
+        """One connection: drop what the registrar holds for this node beyond the intents, then follow them."""
+        async with _open_grpc_socket(self._target) as grpc_socket:
+
+            async def call(method: str, request: Any) -> Any:
+                self._calls += 1
+                return await _unary(grpc_socket, self._target, method, request)
+
+            listing = await call("ListAllEndpoints", registrar_pb2.ListAllEndpointsRequest())
+            self._registered = {}
+            stale: dict[str, list[str]] = {}
+            for service, group in sorted(listing.services.items()):
+                for endpoint in group.endpoints:
+                    if endpoint.kubernetes_metadata.node_name == self._node_name:
+                        stale.setdefault(service, []).append(endpoint.ip)
+            for service, ips in sorted(stale.items()):
+                keep = {key[2] for key in self._wanted if key[0] == service}
+                gone = sorted(set(ips) - keep)
+                if gone:
+                    await call(
+                        "UnregisterEndpoint",
+                        registrar_pb2.UnregisterEndpointRequest(service_name=service, ips=gone),
+                    )
+            while True:
+                self._changed = trio.Event()
+                await self._reconcile(call)
+                await self._changed.wait()
+
+    async def _reconcile(self, call: Any) -> None:
+        wanted = self._wanted
+        for key in sorted(self._registered):
+            if key not in wanted:
+                request = registrar_pb2.UnregisterEndpointRequest(service_name=key[0], ips=[key[2]])
+                await call("UnregisterEndpoint", request)
+                del self._registered[key]
+        for key, endpoint in wanted.items():
+            if self._registered.get(key) != endpoint:
+                await call("RegisterEndpoint", registration_to_proto(endpoint))
+                self._registered[key] = endpoint
+
+
+async def _unary(grpc_socket: Any, target: ListenAddress, method: str, request: Any) -> Any:
+    """Make one unary call on `grpc_socket`; raise the call's status as a purerpc error when it is not OK."""
+    stream = await grpc_socket.start_request(
+        "http", SERVICE_NAME, method, request.DESCRIPTOR.full_name, str(target)
+    )
+    stream.expect_message_type(_RESPONSES[method])
+    await stream.send_message(request)
+    await stream.close()
+    response = await stream.receive_message()
+    if response is None:
+        await stream.receive_message()
+    else:
+        while await stream.receive_message() is not None:
+            pass
+    event = stream.end_stream_event
+    if isinstance(event, ResponseEnded):
+        raise_status(event.status)
+    return response
+
+
+async def serve_registrations(
+    *,
+    target: ListenAddress,
+    node_name: str,
+    cluster_name: str,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    task_status: trio.TaskStatus[Registrations] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a `Registrations` sink until cancelled; `task_status.started` receives it (subscribe its `update`)."""
+    sink = Registrations(target=target, node_name=node_name, cluster_name=cluster_name, backoff=backoff)
+    task_status.started(sink)
+    await sink.serve()

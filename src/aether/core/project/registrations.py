@@ -1,0 +1,49 @@
+"""Registration intents: the endpoints this node's pods must have in the registrar.
+
+The agent is the only writer of its node's endpoints (the registrar accepts an endpoint only from the agent of the
+node it runs on). What it registers is a pure function of the folded state, like the Envoy snapshot: each local pod
+is one endpoint of its mesh service, at its first IP (the address the mesh binds), with the port, extra ports,
+weight, protocol and health-check mode its annotations set. A sink diffs this set against what it registered
+and calls the registrar; a replay of the log gives the same intents.
+"""
+
+from __future__ import annotations
+
+from aether.core.events.registry import Endpoint, EndpointKey
+from aether.core.project.dependencies import local_pods
+from aether.core.state.pods import PodRecord
+from aether.core.state.state import State
+
+
+def pod_endpoint(record: PodRecord, *, cluster_name: str) -> Endpoint | None:
+    """Return the endpoint `record`'s pod registers, or None while it has no IP."""
+    pod, config = record.pod, record.config
+    if not pod.ips:
+        return None
+    return Endpoint(
+        service=record.service,
+        protocol=config.protocol,
+        ip=pod.ips[0],
+        port=config.port,
+        ports=tuple(port for port in config.ports if port != config.port),
+        weight=config.weight,
+        health_check_mode=config.health_check_mode,
+        namespace=pod.namespace,
+        pod_name=pod.name,
+        node_name=pod.node_name,
+        cluster_name=cluster_name,
+    )
+
+
+def local_endpoints(state: State, *, node_name: str, cluster_name: str) -> dict[EndpointKey, Endpoint]:
+    """Return the endpoints of `node_name`'s pods (every pod when empty), keyed and ordered by endpoint key.
+
+    Two pods claiming one IP (a stale record beside its replacement) register once: the first by pod key wins,
+    the same pod whose listeners bind that address.
+    """
+    endpoints: dict[EndpointKey, Endpoint] = {}
+    for record in local_pods(state.pods, node_name=node_name).records:
+        endpoint = pod_endpoint(record, cluster_name=cluster_name)
+        if endpoint is not None and endpoint.key not in endpoints:
+            endpoints[endpoint.key] = endpoint
+    return dict(sorted(endpoints.items()))

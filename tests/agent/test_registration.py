@@ -1,0 +1,102 @@
+"""The agent registers its pods with a real registrar, unregisters those that left, and cleans up after a restart."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import trio
+
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.registrar import MemoryBackend, serve_registrar
+from aether.testing import make_pod, pod_added, pod_removed
+from aether.testing.envoy import wait_for
+from aether.xds.listen import ListenAddress
+from tests.registrar._grpc import registration, rpc
+
+NODE = "node-a"
+CONVERGE = 10
+
+
+def _config(tmp_path: Path) -> AgentConfig:
+    return AgentConfig(
+        node_name=NODE,
+        log_dir=tmp_path / "log",
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        registrar=ListenAddress.unix(tmp_path / "registrar.sock"),
+    )
+
+
+async def _listing(socket: Path) -> dict[str, list[str]]:
+    from aether.proto.registrar.v1 import registrar_pb2
+
+    response = await rpc(socket, "ListAllEndpoints", registrar_pb2.ListAllEndpointsRequest())
+    return {
+        service: sorted(endpoint.ip for endpoint in group.endpoints)
+        for service, group in sorted(response.services.items())
+        if group.endpoints
+    }
+
+
+async def test_pods_are_registered_unregistered_and_stale_registrations_cleaned_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    assert config.registrar is not None
+    assert config.registrar.path is not None
+    socket = config.registrar.path
+    web = make_pod("web-1", namespace="shop", service_account="web", ips=("127.0.10.1",), node_name=NODE)
+    api = make_pod("api-1", namespace="shop", service_account="api", ips=("127.0.10.2",), node_name=NODE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            functools.partial(serve_registrar, backend=MemoryBackend(), listen=config.registrar)
+        )
+        # Another node's endpoint: never touched by this agent.
+        foreign = registration("10.9.9.9", service="shop/web")
+        foreign.endpoint.kubernetes_metadata.node_name = "node-b"
+        await rpc(socket, "RegisterEndpoint", foreign)
+
+        async with trio.open_nursery() as agent_nursery:
+            agent: RunningAgent = await agent_nursery.start(functools.partial(serve_agent, config))
+            async with agent.journal.sender() as send:
+                await send.send(pod_added(web))
+                await send.send(pod_added(api))
+
+            async def both_registered() -> bool:
+                return await _listing(socket) == {
+                    "shop/api": ["127.0.10.2"],
+                    "shop/web": ["10.9.9.9", "127.0.10.1"],
+                }
+
+            await wait_for(both_registered, timeout=CONVERGE)
+            async with agent.journal.sender() as send:
+                await send.send(pod_removed("api-1", namespace="shop"))
+
+            async def api_unregistered() -> bool:
+                return await _listing(socket) == {"shop/web": ["10.9.9.9", "127.0.10.1"]}
+
+            await wait_for(api_unregistered, timeout=CONVERGE)
+            assert agent.registrations is not None
+            statistics = agent.registrations.statistics()
+            assert (statistics.wanted, statistics.registered, statistics.in_sync) == (1, 1, True)
+            agent_nursery.cancel_scope.cancel()
+
+        # While the agent is down its pod leaves; an endpoint for it lingers in the registrar.
+        await rpc(socket, "RegisterEndpoint", _stale(NODE))
+        assert "127.0.10.7" in (await _listing(socket))["shop/web"]
+        async with trio.open_nursery() as agent_nursery:
+            agent = await agent_nursery.start(functools.partial(serve_agent, config))
+
+            async def stale_removed() -> bool:
+                return (await _listing(socket)).get("shop/web") == ["10.9.9.9", "127.0.10.1"]
+
+            await wait_for(stale_removed, timeout=CONVERGE)
+            agent_nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
+
+
+def _stale(node: str) -> object:
+    request = registration("127.0.10.7", service="shop/web")
+    request.endpoint.kubernetes_metadata.node_name = node
+    return request

@@ -1,0 +1,65 @@
+"""Registration intents: one endpoint per local pod, at its first IP, with the settings of its annotations."""
+
+from __future__ import annotations
+
+import attrs
+
+from aether.core.events.registry import Endpoint, Protocol
+from aether.core.project.registrations import local_endpoints, pod_endpoint
+from aether.testing import fold_events, make_pod, pod_added
+
+NODE = "node-a"
+
+
+def test_the_intents_are_one_endpoint_per_local_pod_at_its_first_ip() -> None:
+    state = fold_events(
+        pod_added(
+            make_pod(
+                "db-0",
+                namespace="shop",
+                service_account="db",
+                ips=("10.0.0.3", "fd00::3"),
+                node_name=NODE,
+                annotations={
+                    "endpoint.aether.io/protocol": "tcp",
+                    "endpoint.aether.io/port": "5432",
+                    "endpoint.aether.io/ports": "9100",
+                    "endpoint.aether.io/weight": "7",
+                },
+            )
+        ),
+        pod_added(
+            make_pod("web-9", namespace="shop", service_account="web", ips=("10.0.0.9",), node_name="other")
+        ),
+    )
+    assert local_endpoints(state, node_name=NODE, cluster_name="c1") == {
+        ("shop/db", Protocol.TCP, "10.0.0.3"): Endpoint(
+            service="shop/db",
+            protocol=Protocol.TCP,
+            ip="10.0.0.3",
+            port=5432,
+            ports=(9100,),
+            weight=7,
+            health_check_mode=state.pods["shop/db-0"].config.health_check_mode,
+            namespace="shop",
+            pod_name="db-0",
+            node_name=NODE,
+            cluster_name="c1",
+        )
+    }
+
+
+def test_a_pod_without_an_ip_registers_nothing_and_a_shared_ip_registers_once() -> None:
+    state = fold_events(
+        pod_added(
+            make_pod("web-1", namespace="shop", service_account="web", ips=("10.0.0.1",), node_name=NODE)
+        ),
+        pod_added(
+            make_pod("web-2", namespace="shop", service_account="web", ips=("10.0.0.1",), node_name=NODE)
+        ),
+    )
+    assert [
+        endpoint.pod_name for endpoint in local_endpoints(state, node_name=NODE, cluster_name="").values()
+    ] == ["web-1"]
+    record = state.pods["shop/web-1"]
+    assert pod_endpoint(attrs.evolve(record, pod=attrs.evolve(record.pod, ips=())), cluster_name="") is None
