@@ -6,7 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from aether.cli import agent_command, dns_command, log_commands, registrar_command, status_command
+from aether.cli import (
+    agent_command,
+    dns_command,
+    log_commands,
+    registrar_command,
+    render_command,
+    status_command,
+)
 from aether.core.errors import CoreError
 from aether.log import LogError
 
@@ -25,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     registrar_command.add_parser(roles)
     log_commands.add_parser(roles)
     status_command.add_parser(roles)
+    render_command.add_parser(roles)
     return parser
 
 

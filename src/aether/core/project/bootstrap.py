@@ -189,7 +189,7 @@ class _Inliner:
 
     def _walk_one(self, message: Message) -> None:
         if isinstance(message, any_pb2.Any):
-            inner = _unpack(message)
+            inner = unpacked(message)
             if inner is not None:
                 self._walk(inner)
                 message.CopyFrom(pack(inner))
@@ -197,7 +197,7 @@ class _Inliner:
         self._walk(message)
 
 
-def _unpack(packed: Any) -> Message | None:
+def unpacked(packed: Any) -> Message | None:
     """Return the message in `packed`, or None when its type is not in the descriptor pool (left as it is)."""
     try:
         descriptor = descriptor_pool.Default().FindMessageTypeByName(packed.TypeName())
