@@ -29,9 +29,20 @@ from aether.registrar import (
 )
 from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoints
 from aether.registrar.backends.etcd_layout import Partition
+from aether.registrar.backends.kubernetes import KubernetesBackend
 from aether.testing.etcd import EtcdServer
+from aether.testing.kubeapi import open_kube_api
+from tests.registrar._kube import client_of, delete_pod_of, put_pod_of
 
-__all__ = ["STORE_FACTORIES", "Store", "StoreFactory", "embedded_store", "etcd_store", "memory_store"]
+__all__ = [
+    "STORE_FACTORIES",
+    "Store",
+    "StoreFactory",
+    "embedded_store",
+    "etcd_store",
+    "kubernetes_store",
+    "memory_store",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -122,9 +133,38 @@ async def etcd_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
         )
 
 
+@contextlib.asynccontextmanager
+async def kubernetes_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """Kubernetes: the test API server; read-only, and changed underneath by creating and deleting labelled pods."""
+    del request
+    async with open_kube_api() as api:
+
+        @contextlib.asynccontextmanager
+        async def open_backend() -> AsyncIterator[Backend]:
+            await trio.lowlevel.checkpoint()
+            yield KubernetesBackend(client_of(api))
+
+        async def upsert(endpoint: Endpoint) -> None:
+            await trio.lowlevel.checkpoint()
+            put_pod_of(api, endpoint)
+
+        async def remove(key: EndpointKey) -> None:
+            await trio.lowlevel.checkpoint()
+            delete_pod_of(api, key)
+
+        yield Store(
+            name="kubernetes",
+            open=open_backend,
+            writable=False,
+            upsert_underneath=upsert,
+            remove_underneath=remove,
+        )
+
+
 STORE_FACTORIES: dict[str, StoreFactory] = {
     "embedded": embedded_store,
     "etcd": etcd_store,
+    "kubernetes": kubernetes_store,
     "memory": memory_store,
 }
 """Every store the contract runs on, by name (the test ids)."""

@@ -17,7 +17,7 @@ import trio
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, ObjectList, WatchEvent
 from aether.kube.errors import KubeError, ResourceExpiredError
 from aether.kube.resources import JsonObject, ResourceType, object_key
-from aether.registrar.client import DEFAULT_BACKOFF, Backoff
+from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
 
 __all__ = [
     "DEFAULT_WATCH_TIMEOUT",

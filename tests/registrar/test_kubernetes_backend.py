@@ -1,0 +1,180 @@
+"""Tests of the registrar's Kubernetes backend against the test API server: endpoints from labelled pods and their
+nodes, changes as store updates, outages as availability; registrations refused."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from aether.core.events.registry import Endpoint, Health, HealthCheckMode, Protocol
+from aether.kube.resources import NODES, PODS
+from aether.registrar.backends.base import BackendFeed, StoreAvailability
+from aether.registrar.backends.kubernetes import KubernetesBackend
+from aether.registrar.backoff import Backoff
+from aether.registrar.errors import StoreError
+from aether.registrar.snapshot import EndpointRegistered, EndpointsReplaced, EndpointsUpdated, empty_snapshot
+from aether.testing.kubeapi import KubeApi, open_kube_api
+from tests.registrar._kube import client_of, node_object, pod_name, pod_object, put_node
+
+FAST = Backoff(base=0.01, cap=0.05)
+WEB = "shop/web"
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[KubeApi]:
+    async with open_kube_api() as server:
+        yield server
+
+
+def backend_of(api: KubeApi) -> KubernetesBackend:
+    return KubernetesBackend(client_of(api), backoff=FAST, rng=random.Random(3))
+
+
+def expected(ip: str, **fields: object) -> Endpoint:
+    values: dict[str, object] = {
+        "service": WEB,
+        "ip": ip,
+        "port": 8080,
+        "health": Health.HEALTHY,
+        "health_check_mode": HealthCheckMode.EDS,
+        "namespace": "shop",
+        "pod_name": pod_name(WEB, ip),
+        "node_name": "node-1",
+        **fields,
+    }
+    return Endpoint(**values)  # type: ignore[arg-type]
+
+
+async def feed(backend: KubernetesBackend, nursery: trio.Nursery) -> trio.MemoryReceiveChannel[BackendFeed]:
+    send, receive = trio.open_memory_channel[BackendFeed](100)
+    await nursery.start(backend.serve_updates, send)
+    return receive
+
+
+async def next_feed(receive: trio.MemoryReceiveChannel[BackendFeed]) -> BackendFeed:
+    with trio.fail_after(10):
+        return await receive.receive()
+
+
+async def test_load_derives_endpoints_from_meshed_pods_and_their_nodes(api: KubeApi) -> None:
+    """Only labelled, addressed, unfinished pods outside the system namespaces count; annotations, health and
+    locality are read; the snapshot's version is the API's."""
+    put_node(api, "node-1", region="eu-west", zone="eu-west-1a", internal_ip="192.168.0.1")
+    annotated = {
+        "endpoint.aether.io/port": "9090",
+        "endpoint.aether.io/ports": "9091,9092",
+        "endpoint.aether.io/weight": "10",
+        "endpoint.aether.io/protocol": "tcp",
+    }
+    api.store.create(PODS, pod_object(WEB, "10.0.0.1", annotations=annotated))
+    api.store.create(PODS, pod_object(WEB, "10.0.0.2", conditions=[{"type": "Ready", "status": "False"}]))
+    draining = pod_object(WEB, "10.0.0.3")
+    draining["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    api.store.create(PODS, draining)
+    api.store.create(PODS, pod_object(WEB, "10.0.0.4", labels={}))
+    api.store.create(PODS, pod_object("kube-system/dns", "10.0.0.5"))
+    api.store.create(PODS, pod_object("spire-server/spire", "10.0.0.6"))
+    api.store.create(PODS, pod_object(WEB, "10.0.0.7", phase="Succeeded"))
+    host = pod_object(WEB, "10.0.0.8")
+    host["spec"]["hostNetwork"] = True
+    api.store.create(PODS, host)
+    no_ip = pod_object(WEB, "10.0.0.9")
+    del no_ip["status"]["podIP"], no_ip["status"]["podIPs"]
+    api.store.create(PODS, no_ip)
+
+    snapshot = await backend_of(api).load()
+
+    locality = {"region": "eu-west", "zone": "eu-west-1a", "node_ip": "192.168.0.1"}
+    assert snapshot.sorted_endpoints() == (
+        expected("10.0.0.2", health=Health.UNHEALTHY, **locality),
+        expected("10.0.0.3", health=Health.DRAINING, **locality),
+        expected("10.0.0.1", protocol=Protocol.TCP, port=9090, ports=(9091, 9092), weight=10, **locality),
+    )
+    assert snapshot.version == api.store.revision
+
+
+async def test_changes_of_pods_and_nodes_become_store_updates(api: KubeApi) -> None:
+    """Readiness, labels, deletion and the node's zone: each change is one EndpointsUpdated naming what changed."""
+    put_node(api, "node-1", region="r", zone="a")
+    api.store.create(PODS, pod_object(WEB, "10.0.0.1"))
+    api.store.create(PODS, pod_object(WEB, "10.0.0.2"))
+    backend = backend_of(api)
+    await backend.load()
+    async with trio.open_nursery() as nursery:
+        receive = await feed(backend, nursery)
+        api.store.update(PODS, pod_object(WEB, "10.0.0.1", conditions=[]))
+        assert await next_feed(receive) == EndpointsUpdated(
+            upserted=(expected("10.0.0.1", health=Health.UNHEALTHY, region="r", zone="a"),)
+        )
+        api.store.update(NODES, node_object("node-1", region="r", zone="b"))
+        assert await next_feed(receive) == EndpointsUpdated(
+            upserted=(
+                expected("10.0.0.1", health=Health.UNHEALTHY, region="r", zone="b"),
+                expected("10.0.0.2", region="r", zone="b"),
+            )
+        )
+        api.store.update(PODS, pod_object(WEB, "10.0.0.2", labels={}))
+        assert await next_feed(receive) == EndpointsUpdated(removed=((WEB, Protocol.HTTP, "10.0.0.2"),))
+        api.store.delete(PODS, name=pod_name(WEB, "10.0.0.1"), namespace="shop")
+        assert await next_feed(receive) == EndpointsUpdated(removed=((WEB, Protocol.HTTP, "10.0.0.1"),))
+        assert backend.statistics().endpoints == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_outage_is_reported_and_a_compacted_return_relists(api: KubeApi) -> None:
+    """The API goes away: not available; it returns with its history compacted: available, and the whole set."""
+    api.store.create(PODS, pod_object(WEB, "10.0.0.1"))
+    backend = backend_of(api)
+    await backend.load()
+    async with trio.open_nursery() as nursery:
+        receive = await feed(backend, nursery)
+        with trio.fail_after(10):
+            await api.wait_watches(open_count=2)
+        await api.stop()
+        unavailable = await next_feed(receive)
+        assert isinstance(unavailable, StoreAvailability)
+        assert unavailable.available is False
+        api.store.delete(PODS, name=pod_name(WEB, "10.0.0.1"), namespace="shop")
+        api.store.create(PODS, pod_object(WEB, "10.0.0.2"))
+        await api.restart(nursery=nursery)
+        got = [await next_feed(receive) for _ in range(3)]
+        assert StoreAvailability(available=True) in got
+        assert EndpointsReplaced(endpoints=(expected("10.0.0.2"),)) in got
+        nursery.cancel_scope.cancel()
+
+
+async def test_load_waits_for_the_api(api: KubeApi) -> None:
+    """A registrar started before the API server gets its first snapshot once the server answers."""
+    api.store.create(PODS, pod_object(WEB, "10.0.0.1"))
+    await api.stop()
+    backend = backend_of(api)
+    async with trio.open_nursery() as nursery:
+        loaded: list[int] = []
+        done = trio.Event()
+
+        async def load() -> None:
+            loaded.append(len((await backend.load()).endpoints))
+            done.set()
+
+        nursery.start_soon(load)
+        await trio.testing.wait_all_tasks_blocked()
+        assert loaded == []
+        await api.restart(nursery=nursery)
+        with trio.fail_after(10):
+            await done.wait()
+        assert loaded == [1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_registrations_are_refused(api: KubeApi) -> None:
+    """The backend is read-only: `writable` is False, and `apply` refuses with a StoreError naming it."""
+    backend = backend_of(api)
+    assert (backend.writable, backend.description) == (False, f"kubernetes {api.url}")
+    with pytest.raises(StoreError, match=r"^registry store 'kubernetes http://127\.0\.0\.1:\d+': read-only"):
+        await backend.apply(
+            EndpointRegistered(endpoint=expected("10.0.0.1")), snapshot=empty_snapshot(), changes=()
+        )
