@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from aether.registrar import open_embedded_backend, serve_registrar
+from aether.kube.api import KubeClient
+from aether.kube.config import ClusterConfig
+from aether.kube.errors import ConfigError
+from aether.registrar import Backend, open_embedded_backend, serve_registrar
+from aether.registrar.backends.kubernetes import KubernetesBackend
 from aether.xds.listen import ListenAddress
 
 DEFAULT_LISTEN = "127.0.0.1:18090"
@@ -29,20 +35,36 @@ def add_parser(roles: Any) -> None:
         "--listen", type=ListenAddress.parse, default=ListenAddress.parse(DEFAULT_LISTEN), metavar="ADDRESS"
     )
     parser.add_argument("--etcd-endpoints", metavar="URL,...", help="etcd client URLs (the etcd backend)")
+    parser.add_argument(
+        "--kube-api",
+        metavar="URL",
+        help="the Kubernetes API server (the kubernetes backend; default: in-cluster)",
+    )
+    parser.add_argument(
+        "--kubeconfig", type=Path, metavar="FILE", help="a kubeconfig (the kubernetes backend)"
+    )
+    parser.add_argument(
+        "--kube-context", metavar="NAME", help="the kubeconfig context (default: its current one)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
     parser.set_defaults(run=run_registrar)
 
 
 def run_registrar(arguments: argparse.Namespace) -> int:
     """`aether registrar`: runs until interrupted."""
-    if arguments.backend != "embedded":
+    if arguments.backend == "etcd":
         print(
             f"aether: error: backend {arguments.backend!r} is not available in this version; use --backend embedded",
             file=sys.stderr,
         )
         return 2
-    if arguments.data_dir is None:
+    if arguments.backend == "embedded" and arguments.data_dir is None:
         print("aether: error: --data-dir DIR is required with --backend embedded", file=sys.stderr)
+        return 2
+    try:
+        kubernetes = _kubernetes_backend(arguments) if arguments.backend == "kubernetes" else None
+    except ConfigError as error:
+        print(f"aether: error: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO if arguments.verbose else logging.WARNING,
@@ -50,16 +72,38 @@ def run_registrar(arguments: argparse.Namespace) -> int:
     )
 
     async def main() -> None:
-        async with open_embedded_backend(arguments.data_dir) as backend, trio.open_nursery() as nursery:
+        async with _open_backend(arguments, kubernetes) as backend, trio.open_nursery() as nursery:
             bound = await nursery.start(
                 lambda task_status: serve_registrar(
                     backend=backend, listen=arguments.listen, task_status=task_status
                 )
             )
-            print(f"aether registrar: {arguments.data_dir} on {bound}", file=sys.stderr, flush=True)
+            print(f"aether registrar: {backend.description} on {bound}", file=sys.stderr, flush=True)
 
     try:
         trio.run(main)
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def _kubernetes_backend(arguments: argparse.Namespace) -> KubernetesBackend:
+    """The kubernetes backend: `--kube-api`, else `--kubeconfig` (and `--kube-context`), else the pod's own config."""
+    if arguments.kube_api:
+        config = ClusterConfig.from_url(arguments.kube_api)
+    elif arguments.kubeconfig:
+        config = ClusterConfig.from_kubeconfig(arguments.kubeconfig, context=arguments.kube_context)
+    else:
+        config = ClusterConfig.from_in_cluster()
+    return KubernetesBackend(KubeClient(config))
+
+
+@contextlib.asynccontextmanager
+async def _open_backend(
+    arguments: argparse.Namespace, kubernetes: KubernetesBackend | None
+) -> AsyncIterator[Backend]:
+    if kubernetes is not None:
+        yield kubernetes
+        return
+    async with open_embedded_backend(arguments.data_dir) as embedded:
+        yield embedded
