@@ -4,20 +4,27 @@ nodes, changes as store updates, outages as availability; registrations refused.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+from aether.cli import main
 from aether.core.events.registry import Endpoint, Health, HealthCheckMode, Protocol
 from aether.kube.resources import NODES, PODS
+from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.registrar.backends.base import BackendFeed, StoreAvailability
 from aether.registrar.backends.kubernetes import KubernetesBackend
 from aether.registrar.backoff import Backoff
 from aether.registrar.errors import StoreError
 from aether.registrar.snapshot import EndpointRegistered, EndpointsReplaced, EndpointsUpdated, empty_snapshot
 from aether.testing.kubeapi import KubeApi, open_kube_api
+from tests.registrar._grpc import rpc
 from tests.registrar._kube import client_of, node_object, pod_name, pod_object, put_node
 
 FAST = Backoff(base=0.01, cap=0.05)
@@ -178,3 +185,45 @@ async def test_registrations_are_refused(api: KubeApi) -> None:
         await backend.apply(
             EndpointRegistered(endpoint=expected("10.0.0.1")), snapshot=empty_snapshot(), changes=()
         )
+
+
+async def test_the_registrar_process_serves_the_cluster_pods(api: KubeApi, tmp_path: Path) -> None:
+    """`aether registrar --backend kubernetes --kube-api URL` lists the labelled pods' endpoints, and follows them."""
+    api.store.create(PODS, pod_object(WEB, "10.0.0.1"))
+    socket = tmp_path / "registrar.sock"
+    command = [sys.executable, "-m", "aether.cli", "registrar", "--backend", "kubernetes"]
+    command += ["--kube-api", api.url, "--listen", f"unix:{socket}"]
+    async with trio.open_nursery() as nursery:
+        process = await nursery.start(
+            partial(trio.run_process, command, check=False, stderr=subprocess.DEVNULL)
+        )
+        try:
+            with trio.fail_after(30):
+                # Another process: nothing in this trio loop could signal it, so poll (under fail_after).
+                while not socket.exists():  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+                assert await listed_ips(socket) == {WEB: ["10.0.0.1"]}
+                api.store.create(PODS, pod_object(WEB, "10.0.0.2"))
+                while await listed_ips(socket) != {WEB: ["10.0.0.1", "10.0.0.2"]}:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        finally:
+            process.terminate()
+
+
+async def listed_ips(socket: Path) -> dict[str, list[str]]:
+    response = await rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+    return {
+        service: sorted(one.ip for one in group.endpoints) for service, group in response.services.items()
+    }
+
+
+def test_without_a_cluster_the_kubernetes_backend_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a pod and without --kube-api or --kubeconfig: a clear message and exit status 2."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["registrar", "--backend", "kubernetes"]) == 2
+    assert capsys.readouterr().err == (
+        "aether: error: kubernetes config 'in-cluster': KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are "
+        "unset: not running in a pod; use --kubeconfig or --kube-api\n"
+    )
