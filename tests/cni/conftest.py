@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +146,7 @@ def short_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-async def agent(nursery: trio.Nursery, short_dir: Path) -> AsyncIterator[Agent]:
+async def agent(nursery: trio.Nursery, short_dir: Path) -> Agent:
     pods: dict[tuple[str, str], PodMetadata] = {}
     config = AgentConfig(
         node_name=NODE_NAME,
@@ -159,7 +159,9 @@ async def agent(nursery: trio.Nursery, short_dir: Path) -> AsyncIterator[Agent]:
         dns_records=short_dir / "records.json",
     )
     running: RunningAgent = await nursery.start(serve_agent, config)
-    yield Agent(running=running, socket=short_dir / "cni.sock", records=short_dir / "records.json", pods=pods)
+    return Agent(
+        running=running, socket=short_dir / "cni.sock", records=short_dir / "records.json", pods=pods
+    )
 
 
 def prev_result(ip: str = POD_IP) -> dict[str, Any]:
@@ -231,6 +233,7 @@ def ruleset(pair: NetnsPair) -> str:
 
 def capture_routing(pair: NetnsPair) -> tuple[str, str]:
     """The pod namespace's policy rules and its capture table's routes."""
-    rules = pair.exec(pair.pod, "ip", "rule")
-    routes = pair.exec(pair.pod, "ip", "route", "show", "table", "all")
+    # IPv4 only: the kernel adds IPv6 link-local routes on its own schedule, which would make this racy.
+    rules = pair.exec(pair.pod, "ip", "-4", "rule")
+    routes = pair.exec(pair.pod, "ip", "-4", "route", "show", "table", "all")
     return rules, routes
