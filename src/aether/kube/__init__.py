@@ -45,6 +45,7 @@ from aether.kube.watch import (
     WatchInterrupted,
     WatchQuery,
     serve_reflector,
+    serve_reflectors,
 )
 
 __all__ = [
@@ -93,4 +94,5 @@ __all__ = [
     "object_key",
     "resource_version_of",
     "serve_reflector",
+    "serve_reflectors",
 ]

@@ -28,6 +28,7 @@ from aether.kube.watch import (
     Upserted,
     WatchInterrupted,
     WatchQuery,
+    serve_reflectors,
 )
 from aether.registrar.backends.base import BackendFeed, StoreAvailability
 from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
@@ -47,6 +48,7 @@ LOG = logging.getLogger("aether.registrar.kubernetes")
 
 POD_QUERY = WatchQuery(resource=PODS, label_selector=MANAGED_SELECTOR)
 NODE_QUERY = WatchQuery(resource=NODES)
+_SOURCES = {POD_QUERY: "pods", NODE_QUERY: "nodes"}
 
 
 @attrs.frozen(kw_only=True)
@@ -154,15 +156,15 @@ class KubernetesBackend:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Watch pods and nodes from where `load` listed them; send the endpoint changes until cancelled."""
-        send, receive = trio.open_memory_channel[tuple[str, Update]](0)
+        send, receive = trio.open_memory_channel[tuple[WatchQuery, Update]](0)
+        reflectors = [
+            self._reflector(query, resource_version=self._versions[_SOURCES[query]]) for query in _SOURCES
+        ]
         async with trio.open_nursery() as nursery, receive:
-            async with send:
-                for name, query in (("pods", POD_QUERY), ("nodes", NODE_QUERY)):
-                    reflector = self._reflector(query, resource_version=self._versions[name])
-                    nursery.start_soon(_tagged, reflector, name, send.clone())
+            await nursery.start(serve_reflectors, reflectors, send)
             task_status.started()
-            async for source, update in receive:
-                for feed in self._fold(source, update):
+            async for query, update in receive:
+                for feed in self._fold(_SOURCES[query], update):
                     await updates.send(feed)
 
     def _reflector(self, query: WatchQuery, *, resource_version: str = "") -> Reflector:
@@ -246,13 +248,3 @@ class KubernetesBackend:
         else:
             self._endpoints[key] = derived.endpoint
         return derived.endpoint
-
-
-async def _tagged(reflector: Reflector, name: str, send: trio.MemorySendChannel[tuple[str, Update]]) -> None:
-    """Run `reflector`, passing each of its updates on as `(name, update)`."""
-    inner_send, inner_receive = trio.open_memory_channel[Update](0)
-    async with send, trio.open_nursery() as nursery:
-        nursery.start_soon(reflector.run, inner_send)
-        async with inner_receive:
-            async for update in inner_receive:
-                await send.send((name, update))
