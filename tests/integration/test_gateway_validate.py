@@ -16,7 +16,8 @@ from tests.integration.gateway_bootstrap import validate_views
 def test_every_golden_case_passes_envoy_validation(tmp_path: Path) -> None:
     """All the golden cases' mesh and edge HTTP routes, in one bootstrap, are accepted by `envoy --mode validate`."""
     output = validate_views([(case, project_case(case)) for case in CASES], tmp_path)
-    assert "configuration" in output and "OK" in output
+    assert "configuration" in output
+    assert "OK" in output
 
 
 def test_validation_catches_a_route_to_a_missing_cluster(tmp_path: Path) -> None:
