@@ -135,6 +135,19 @@ class Agent:
     pods: dict[tuple[str, str], PodMetadata]
 
 
+ANNOTATIONS = {
+    "capture.aether.io/exclude-outbound-ports": "9090",
+    "capture.aether.io/exclude-outbound-ip-ranges": f"{NODE_IP_2}/32",
+}
+
+
+def managed(agent: Agent, name: str = "web-1", *, annotations: dict[str, str] | None = None) -> None:
+    """Make the agent's pod lookup know `default/<name>` as a managed pod (with `ANNOTATIONS` by default)."""
+    agent.pods[("default", name)] = PodMetadata(
+        uid=f"uid-{name}", service_account="web", labels=MANAGED, annotations=annotations or ANNOTATIONS
+    )
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A temporary directory with a short path (Unix socket paths hold at most 107 bytes)."""

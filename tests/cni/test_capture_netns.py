@@ -12,6 +12,7 @@ from aether.cni import CAPTURE_TABLE, NFT_TABLE
 from aether.cni.server import PodMetadata
 from aether.core.events.pods import Pod
 from tests.cni.conftest import (
+    ANNOTATIONS,
     MANAGED,
     NODE_IP,
     NODE_IP_2,
@@ -21,6 +22,7 @@ from tests.cni.conftest import (
     PluginRun,
     capture_routing,
     environment,
+    managed,
     needs_netns,
     network_config,
     prev_result,
@@ -34,16 +36,6 @@ pytestmark = needs_netns
 
 IP_TRANSPARENT = 19
 IP_RECVORIGDSTADDR = 20
-ANNOTATIONS = {
-    "capture.aether.io/exclude-outbound-ports": "9090",
-    "capture.aether.io/exclude-outbound-ip-ranges": f"{NODE_IP_2}/32",
-}
-
-
-def _managed(agent: Agent, name: str = "web-1", *, annotations: dict[str, str] | None = None) -> None:
-    agent.pods[("default", name)] = PodMetadata(
-        uid=f"uid-{name}", service_account="web", labels=MANAGED, annotations=annotations or ANNOTATIONS
-    )
 
 
 async def _transparent_listener(pair: NetnsPair) -> trio.socket.SocketType:
@@ -79,7 +71,7 @@ async def test_add_captures_tcp_to_18001_with_the_original_destination(
     agent: Agent, netns_pair: NetnsPair
 ) -> None:
     """After the real `aether-cni` ADD, a pod's dial to a ClusterIP lands on 18001 with its destination intact."""
-    _managed(agent)
+    managed(agent)
     run = await run_cni_process(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
     assert run.status == 0
     assert run.output == prev_result()
@@ -108,7 +100,7 @@ async def test_add_captures_udp_to_18082_with_the_original_destination(
     agent: Agent, netns_pair: NetnsPair
 ) -> None:
     """A pod's datagram to any address arrives on 18082, with the original destination in IP_ORIGDSTADDR."""
-    _managed(agent)
+    managed(agent)
     run = await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
     assert run.status == 0
     receiver = socket_in(netns_pair.pod_path, kind=socket.SOCK_DGRAM)
@@ -135,7 +127,7 @@ async def test_excluded_ports_ranges_loopback_and_proxy_traffic_pass_straight_th
     agent: Agent, netns_pair: NetnsPair
 ) -> None:
     """Excluded ports and ranges, loopback, and sockets with the proxy's mark reach their real destination."""
-    _managed(agent)
+    managed(agent)
     assert (
         await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
     ).status == 0
@@ -161,7 +153,7 @@ async def test_add_is_idempotent_and_check_sees_the_rules_and_the_registration(
     agent: Agent, netns_pair: NetnsPair
 ) -> None:
     """A second ADD changes nothing (no new event, same ruleset); CHECK passes, and fails once a rule is gone."""
-    _managed(agent)
+    managed(agent)
     env = environment("ADD", netns=netns_pair.pod_path)
     config = network_config(agent.socket, meshDNS=NODE_IP)
     assert (await run_cni(env, config)).status == 0
@@ -183,7 +175,7 @@ async def test_add_is_idempotent_and_check_sees_the_rules_and_the_registration(
 
 async def test_del_leaves_no_rule_behind_and_removes_the_pod(agent: Agent, netns_pair: NetnsPair) -> None:
     """DEL removes the nft table, the policy rule, the local route and the registration; a second DEL is fine."""
-    _managed(agent)
+    managed(agent)
     config = network_config(agent.socket, meshDNS=NODE_IP)
     before = ruleset(netns_pair), capture_routing(netns_pair)
     assert (await run_cni(environment("ADD", netns=netns_pair.pod_path), config)).status == 0
@@ -226,8 +218,8 @@ async def test_gc_removes_pods_of_vanished_containers_and_status_reports_the_age
     agent: Agent, netns_pair: NetnsPair
 ) -> None:
     """GC keeps the pods of valid attachments and removes the others; STATUS is 0 with an agent, 50 without."""
-    _managed(agent, "web-1")
-    _managed(agent, "web-2")
+    managed(agent, "web-1")
+    managed(agent, "web-2")
     config = network_config(agent.socket)
     for name, container in (("web-1", "c1"), ("web-2", "c2")):
         env = environment("ADD", netns=netns_pair.pod_path, pod=name, container=container)
@@ -245,7 +237,7 @@ async def test_gc_removes_pods_of_vanished_containers_and_status_reports_the_age
 @pytest.mark.parametrize("command", ["ADD", "CHECK"])
 async def test_a_netns_that_does_not_exist_is_an_invalid_environment(agent: Agent, command: str) -> None:
     """ADD and CHECK with a CNI_NETNS path that does not exist answer code 4, naming the path."""
-    _managed(agent)
+    managed(agent)
     run = await run_cni(
         environment(command, netns=agent.socket.with_name("no-netns")), network_config(agent.socket)
     )
