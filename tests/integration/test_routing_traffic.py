@@ -92,7 +92,7 @@ spec:
 """
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind((LOOPBACK, 0))
         port: int = probe.getsockname()[1]
@@ -119,7 +119,7 @@ def write_manifests(directory: Path, routes: str, *, port: int) -> Path:
 @asynccontextmanager
 async def open_edge(tmp_path: Path, routes: str) -> AsyncIterator[Edge]:
     """Render `routes` (with the backends and Gateway) for the edge, identity none, and run Envoy on it."""
-    port = _free_port()
+    port = free_port()
     manifests = write_manifests(tmp_path / "manifests", routes, port=port)
     request = RenderRequest(manifests=manifests, edge=True, identity=Identity.NONE, bind=LOOPBACK)
     snapshot = render_snapshot(render_state(ManifestDirectory.read(manifests)), request)
@@ -172,7 +172,7 @@ async def open_client(edge: Edge) -> AsyncIterator[Client]:
         yield Client(stream)
 
 
-def _route(name: str, hostname: str, rules: str) -> str:
+def http_route(name: str, hostname: str, rules: str) -> str:
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -184,7 +184,7 @@ spec:
 {rules}"""
 
 
-PRECEDENCE = _route(
+PRECEDENCE = http_route(
     "precedence",
     "shop.example",
     """\
@@ -226,7 +226,7 @@ async def test_precedence_paths_headers_query_parameters_and_methods(tmp_path: P
         assert await client.landed("/api", host="unknown.example") == "<404>"
 
 
-WEIGHTS = _route(
+WEIGHTS = http_route(
     "weights",
     "weights.example",
     """\
@@ -252,7 +252,7 @@ async def test_weights_split_traffic_in_proportion_and_weight_zero_gets_none(tmp
     assert abs(counts["beta"] / WEIGHT_REQUESTS - 0.75) < WEIGHT_TOLERANCE
 
 
-FILTERS = _route(
+FILTERS = http_route(
     "filters",
     "filters.example",
     """\

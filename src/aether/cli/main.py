@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from aether.cli import (
     agent_command,
     dns_command,
+    edge_command,
     log_commands,
     registrar_command,
     render_command,
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     log_commands.add_parser(roles)
     status_command.add_parser(roles)
     render_command.add_parser(roles)
+    edge_command.add_parser(roles)
     return parser
 
 

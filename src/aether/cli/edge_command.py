@@ -1,0 +1,100 @@
+"""`aether edge`: run the edge's control plane (journal, edge projection, xDS server, admin socket) in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aether.core.project.edge import DEFAULT_EDGE_SERVICE
+from aether.core.project.names import ANY_ADDRESS
+from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
+from aether.kube.manifests import ManifestError
+from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
+
+EXIT_UNREADABLE = 1
+"""The manifests could not be read at start-up."""
+
+
+def add_parser(roles: Any) -> None:
+    """Add `aether edge` to the root parser's subparsers `roles`."""
+    parser = roles.add_parser(
+        "edge", help="run the edge: Gateway API routes served to the edge Envoy over xDS"
+    )
+    parser.add_argument(
+        "--pod-name", required=True, help="the edge pod's name (Envoy's node id must equal it)"
+    )
+    parser.add_argument("--log-dir", type=Path, required=True, metavar="DIR", help="the edge's event log")
+    parser.add_argument(
+        "--manifests", type=Path, required=True, metavar="DIR", help="a directory of YAML manifests"
+    )
+    parser.add_argument(
+        "--xds",
+        type=ListenAddress.parse,
+        default=ListenAddress.unix(DEFAULT_XDS_SOCKET),
+        metavar="ADDRESS",
+        help=f"where Envoy connects: unix:PATH or HOST:PORT (default unix:{DEFAULT_XDS_SOCKET})",
+    )
+    parser.add_argument("--admin-socket", type=Path, default=DEFAULT_EDGE_ADMIN_SOCKET, metavar="PATH")
+    parser.add_argument(
+        "--svid-dir", type=Path, metavar="DIR", help="read the edge's SVID and the bundle from files"
+    )
+    parser.add_argument(
+        "--service",
+        default=DEFAULT_EDGE_SERVICE,
+        metavar="NS/SA",
+        help=f"the edge's mesh service, whose SVID it presents (default {DEFAULT_EDGE_SERVICE})",
+    )
+    parser.add_argument("--bind", default=ANY_ADDRESS, metavar="ADDRESS", help="where Gateway listeners bind")
+    parser.add_argument(
+        "--identity",
+        choices=("spiffe", "none"),
+        default="spiffe",
+        help="none: cleartext HTTP/2 to backends (default spiffe: mTLS with the edge's SVID)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    parser.set_defaults(run=run_edge)
+
+
+def run_edge(arguments: argparse.Namespace) -> int:
+    """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up."""
+    logging.basicConfig(
+        level=logging.INFO if arguments.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = EdgeConfig(
+        pod_name=arguments.pod_name,
+        log_dir=arguments.log_dir,
+        manifests=arguments.manifests,
+        xds=arguments.xds,
+        admin_socket=arguments.admin_socket,
+        svid_dir=arguments.svid_dir,
+        service=arguments.service,
+        bind=arguments.bind,
+        cleartext=arguments.identity == "none",
+    )
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            edge: RunningEdge = await nursery.start(serve_edge, config)
+            print(
+                f"aether edge {config.pod_name}: log {config.log_dir} at seq {edge.journal.state.seq},"
+                f" manifests {config.manifests}, xds {edge.xds}, admin {config.admin_socket}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    unreadable: list[BaseException] = []
+    try:
+        trio.run(main)
+    except* ManifestError as group:
+        unreadable.extend(group.exceptions)
+    except* KeyboardInterrupt:
+        pass
+    for error in unreadable:
+        print(f"aether edge: error: {error}", file=sys.stderr)
+    return EXIT_UNREADABLE if unreadable else 0

@@ -1,0 +1,120 @@
+"""`aether edge`: the edge's control plane — the journal, the edge projection, the xDS server and the admin socket.
+
+The agent minus CNI and local pods (DESIGN.md section 2): one identity, the Gateways of the edge's class. Its inputs
+for now are a manifest directory (objects, and their pods standing in for the registry) and SVID files.
+
+    manifests, SVID files ──events──▶ journal (log + state) ──state──▶ project_edge ──snapshot──▶ cache ──▶ xDS ──▶ Envoy
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from aether.agent.admin import serve_admin
+from aether.agent.journal import Journal, open_journal
+from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, project_edge
+from aether.core.project.names import ANY_ADDRESS
+from aether.core.state import State, summarize
+from aether.edge.manifests_source import ManifestSource, serve_manifest_directory
+from aether.identity.files import serve_svid_files
+from aether.xds.cache import SnapshotCache
+from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
+from aether.xds.server import XdsServer
+from aether.xds.status import status_document
+
+__all__ = ["DEFAULT_EDGE_ADMIN_SOCKET", "EdgeConfig", "RunningEdge", "serve_edge"]
+
+DEFAULT_EDGE_ADMIN_SOCKET = Path("/run/aether/edge-admin.sock")
+"""The edge's admin socket (`aether status` reads it)."""
+
+
+@attrs.frozen(kw_only=True)
+class EdgeConfig:
+    """What one edge serves and where."""
+
+    pod_name: str
+    """The edge pod's name: the node id its Envoy must present."""
+    log_dir: Path
+    """The edge's event log (created if missing)."""
+    manifests: Path
+    """The manifest directory: Gateway API objects, Services, TLS Secrets and the pods behind the backends."""
+    xds: ListenAddress = ListenAddress.unix(DEFAULT_XDS_SOCKET)
+    admin_socket: Path = DEFAULT_EDGE_ADMIN_SOCKET
+    svid_dir: Path | None = None
+    """A directory of SVID files holding the edge's SVID and the bundle; None: identities come from elsewhere."""
+    service: str = DEFAULT_EDGE_SERVICE
+    """The edge's own mesh service `<ns>/<sa>`: whose SVID it presents to backends."""
+    bind: str = ANY_ADDRESS
+    """Where Gateway listener ports and the readiness port bind."""
+    cleartext: bool = False
+    """Identity none: dial backends in HTTP/2 without TLS."""
+    manifest_poll_interval: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
+class RunningEdge:
+    """Handles on a running edge, for tests and the demo."""
+
+    journal: Journal
+    cache: SnapshotCache
+    server: XdsServer
+    manifests: ManifestSource
+    xds: ListenAddress
+    """Where xDS is served (the real port when port 0 was asked)."""
+
+
+def _documents(
+    journal: Journal, server: XdsServer, manifests: ManifestSource
+) -> dict[str, Callable[[], Any]]:
+    return {
+        "/status": lambda: status_document(server.status()),
+        "/state": lambda: attrs.asdict(summarize(journal.state)),
+        "/statistics": lambda: {
+            "journal": attrs.asdict(journal.statistics()),
+            "xds": attrs.asdict(server.statistics()),
+            "manifests": attrs.asdict(manifests.statistics()),
+        },
+    }
+
+
+async def serve_edge(
+    config: EdgeConfig, *, task_status: trio.TaskStatus[RunningEdge] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the edge until cancelled; `task_status.started` receives its handles once Envoy can connect.
+
+    Start-up replays the log first (the snapshot served before a restart is served again), then reads the
+    manifests and the SVID files.
+    """
+    options = EdgeOptions(bind=config.bind, service=config.service, cleartext=config.cleartext)
+    async with open_journal(config.log_dir) as journal, trio.open_nursery() as nursery:
+        cache = SnapshotCache()
+
+        def publish(state: State, now: int) -> None:
+            del now  # the edge has no on-demand requests to expire
+            cache.set_snapshot(project_edge(state, node_id=config.pod_name, options=options))
+
+        journal.subscribe(publish)
+        server = XdsServer(cache, feedback=journal.sender())
+        await nursery.start(server.serve)
+        if config.svid_dir is not None:
+            await nursery.start(functools.partial(serve_svid_files, config.svid_dir, send=journal.sender()))
+        manifests: ManifestSource = await nursery.start(
+            functools.partial(
+                serve_manifest_directory,
+                config.manifests,
+                send=journal.sender(),
+                poll_interval=config.manifest_poll_interval,
+            )
+        )
+        bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
+        documents = _documents(journal, server, manifests)
+        await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
+        task_status.started(
+            RunningEdge(journal=journal, cache=cache, server=server, manifests=manifests, xds=bound)
+        )
