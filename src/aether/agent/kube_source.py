@@ -1,0 +1,238 @@
+"""The agent's Kubernetes source: watches of Services, Gateway API objects, ReferenceGrants (and this node's pods)
+turned into log events with `aether.kube.convert`, and sent to the journal.
+
+Each watch is a reflector; one owner task keeps the last object seen per key, so an upsert is told apart from a
+first sighting, and a re-list (after a 410, or at start-up) becomes deletions of what vanished plus upserts.
+At start-up the keys come from the journal's replayed state: objects deleted while the agent was down are
+deleted from the log by the first list.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+import trio
+
+from aether.core.events import Event, ObjectMeta
+from aether.core.state import State
+from aether.kube.api import KubeClient
+from aether.kube.convert import ObjectError, deletion_events, object_events, object_meta
+from aether.kube.endpoints import MANAGED_SELECTOR
+from aether.kube.resources import (
+    GATEWAY_CLASSES,
+    GATEWAYS,
+    GRPC_ROUTES,
+    HTTP_ROUTES,
+    PODS,
+    REFERENCE_GRANTS,
+    SERVICES,
+    TCP_ROUTES,
+    TLS_ROUTES,
+    UDP_ROUTES,
+    JsonObject,
+    ResourceType,
+)
+from aether.kube.watch import (
+    Deleted,
+    Reflector,
+    Resumed,
+    Synced,
+    Update,
+    Upserted,
+    WatchInterrupted,
+    WatchQuery,
+    serve_reflectors,
+)
+from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
+
+__all__ = [
+    "MESH_QUERIES",
+    "SOURCE",
+    "KubeSourceStatistics",
+    "known_objects",
+    "node_pod_query",
+    "serve_kube_source",
+]
+
+LOG = logging.getLogger("aether.agent.kube_source")
+
+SOURCE = "kubernetes"
+"""The `source` of every event this sends."""
+
+MESH_QUERIES: tuple[WatchQuery, ...] = tuple(
+    WatchQuery(resource=resource)
+    for resource in (
+        SERVICES,
+        GATEWAY_CLASSES,
+        GATEWAYS,
+        HTTP_ROUTES,
+        GRPC_ROUTES,
+        TCP_ROUTES,
+        TLS_ROUTES,
+        UDP_ROUTES,
+        REFERENCE_GRANTS,
+    )
+)
+"""What every node reads: Services (backendRefs), the Gateway API's routes and gateways, and ReferenceGrants."""
+
+
+def node_pod_query(node_name: str) -> WatchQuery:
+    """The meshed pods scheduled on `node_name` (the API server filters by `spec.nodeName`)."""
+    return WatchQuery(
+        resource=PODS, label_selector=MANAGED_SELECTOR, field_selector=f"spec.nodeName={node_name}"
+    )
+
+
+@attrs.frozen(kw_only=True)
+class KubeSourceStatistics:
+    """Counters of a running Kubernetes source."""
+
+    events: int
+    """Events sent to the journal."""
+    resyncs: int
+    """Lists folded (the first of each watch, and every re-list)."""
+    rejected: int
+    """Objects `aether.kube.convert` could not read (each logged)."""
+    interrupted: tuple[str, ...]
+    """The watches that lost the API server and have not resumed."""
+
+
+class _KubeSource:
+    """The owner task's state: the objects last seen, by query and `<kind>/<namespace>/<name>`."""
+
+    def __init__(self, *, known: Mapping[str, JsonObject], clock: Callable[[], int]) -> None:
+        self._known: dict[str, JsonObject] = dict(known)
+        self._clock = clock
+        self._interrupted: set[str] = set()
+        self._counts = {"events": 0, "resyncs": 0, "rejected": 0}
+
+    def statistics(self) -> KubeSourceStatistics:
+        return KubeSourceStatistics(interrupted=tuple(sorted(self._interrupted)), **self._counts)
+
+    def fold(self, query: WatchQuery, update: Update) -> list[Event]:
+        """Return the events of one reflector update, and remember what it says."""
+        now = self._clock()
+        match update:
+            case Synced(objects=objects):
+                self._counts["resyncs"] += 1
+                listed = {key: obj for obj in objects if (key := self._key(obj)) is not None}
+                events: list[Event] = []
+                for key in sorted(
+                    k for k in self._known if _kind_of(k) == query.resource.kind and k not in listed
+                ):
+                    events += self._converted(deletion_events, self._known.pop(key), at=now)
+                for key, obj in sorted(listed.items()):
+                    events += self._converted(object_events, obj, at=now, known=key in self._known)
+                    self._known[key] = obj
+                return self._sent(events)
+            case Upserted(object=obj):
+                key = self._key(obj)
+                if key is None:
+                    return []
+                events = self._converted(object_events, obj, at=now, known=key in self._known)
+                self._known[key] = obj
+                return self._sent(events)
+            case Deleted(object=obj):
+                key = self._key(obj)
+                if key is None:
+                    return []
+                self._known.pop(key, None)
+                return self._sent(self._converted(deletion_events, obj, at=now))
+            case WatchInterrupted():
+                self._interrupted.add(str(query))
+                return []
+            case Resumed():
+                self._interrupted.discard(str(query))
+                return []
+            case _:  # pragma: no cover - the type checker proves this unreachable
+                raise AssertionError(f"reflector update {update!r}: unknown type (a bug)")
+
+    def _key(self, obj: JsonObject) -> str | None:
+        try:
+            return object_meta(obj).key
+        except ObjectError as error:
+            self._reject(error)
+            return None
+
+    def _converted(
+        self, convert: Callable[..., tuple[Event, ...]], obj: JsonObject, *, at: int, **options: bool
+    ) -> list[Event]:
+        try:
+            return list(convert(obj, source=SOURCE, observed_at=at, **options))
+        except ObjectError as error:
+            self._reject(error)
+            return []
+
+    def _reject(self, error: ObjectError) -> None:
+        self._counts["rejected"] += 1
+        LOG.warning("kubernetes object skipped: %s", error)
+
+    def _sent(self, events: list[Event]) -> list[Event]:
+        self._counts["events"] += len(events)
+        return events
+
+
+def _kind_of(key: str) -> str:
+    return key.partition("/")[0]
+
+
+def known_objects(state: State, *, queries: Iterable[WatchQuery]) -> dict[str, JsonObject]:
+    """Return the Kubernetes objects `state` holds of the kinds `queries` watch, as minimal objects by key.
+
+    Seeds the source after a restart: the first list then deletes what vanished while the agent was down.
+    Pods are left out: this node's pods also come from the CNI, and only the CNI may remove those.
+    """
+    kinds = {query.resource.kind: query.resource for query in queries if query.resource.kind != "Pod"}
+    metas: list[ObjectMeta] = [service.meta for service in state.kube.services.values()]
+    metas += [obj.meta for obj in state.kube.gateway_objects.values()]
+    metas += [obj.meta for obj in state.kube.reference_grants.values()]
+    return {meta.key: _minimal(meta, kinds[meta.kind]) for meta in metas if meta.kind in kinds}
+
+
+def _minimal(meta: ObjectMeta, resource: ResourceType) -> JsonObject:
+    metadata: JsonObject = {"name": meta.name, "uid": meta.uid}
+    if meta.namespace:
+        metadata["namespace"] = meta.namespace
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}
+
+
+async def serve_kube_source(
+    client: KubeClient,
+    send: trio.abc.SendChannel[Event],
+    *,
+    queries: Sequence[WatchQuery] = MESH_QUERIES,
+    known: Mapping[str, JsonObject] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    rng: random.Random | None = None,
+    clock: Callable[[], int] = time.time_ns,
+    task_status: trio.TaskStatus[Callable[[], KubeSourceStatistics]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Watch `queries` and send their events to `send` (the journal's) until cancelled.
+
+    Args:
+        client: The API client.
+        send: Where events go; closed when this returns.
+        queries: What to watch (`MESH_QUERIES`, plus `node_pod_query(node)` for the node's pods).
+        known: Objects the log already holds (`known_objects(journal.state, queries=...)`).
+        backoff: Waits between failed lists and watches.
+        rng: The jitter's source.
+        clock: Nanoseconds since the epoch, stamped on each event as its `observed_at`.
+
+    `task_status.started` hands back a function returning the source's statistics.
+
+    Error handling: the reflectors retry failures with backoff and re-list on 410; an object that does not
+    convert is logged and skipped (counted in `rejected`), and the rest goes on.
+    """
+    source = _KubeSource(known=known or {}, clock=clock)
+    reflectors = [Reflector(client, query, backoff=backoff, rng=rng) for query in queries]
+    updates_send, updates_receive = trio.open_memory_channel[tuple[WatchQuery, Update]](0)
+    async with send, updates_receive, trio.open_nursery() as nursery:
+        await nursery.start(serve_reflectors, reflectors, updates_send)
+        task_status.started(source.statistics)
+        async for query, update in updates_receive:
+            for event in source.fold(query, update):
+                await send.send(event)

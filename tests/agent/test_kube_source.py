@@ -1,0 +1,178 @@
+"""The agent's Kubernetes source against the test API server: objects reach the journal's state as events; deletions
+while the agent was down or hidden by a compaction are caught by the next list; bad objects are skipped."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aether.agent import open_journal
+from aether.agent.journal import Journal
+from aether.agent.kube_source import (
+    MESH_QUERIES,
+    KubeSourceStatistics,
+    known_objects,
+    node_pod_query,
+    serve_kube_source,
+)
+from aether.core.state import State
+from aether.kube.api import KubeClient
+from aether.kube.config import ClusterConfig
+from aether.kube.resources import HTTP_ROUTES, PODS, REFERENCE_GRANTS, SERVICES
+from aether.registrar.backoff import Backoff
+from aether.testing.kubeapi import KubeApi, open_kube_api
+
+FAST = Backoff(base=0.01, cap=0.05)
+AT = 1_700_000_000_000_000_000
+
+
+def service(name: str, *, namespace: str = "shop") -> Any:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    }
+
+
+def route(name: str) -> Any:
+    return {
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "web"}],
+            "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
+        },
+    }
+
+
+def grant() -> Any:
+    return {
+        "metadata": {"name": "allow-shop", "namespace": "db"},
+        "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}],
+            "to": [{"group": "", "kind": "Service"}],
+        },
+    }
+
+
+def pod(name: str, *, node: str) -> Any:
+    return {
+        "metadata": {"name": name, "namespace": "shop", "labels": {"aether.io/managed": "true"}},
+        "spec": {"nodeName": node, "serviceAccountName": "web"},
+        "status": {"phase": "Running", "podIP": "10.0.0.1"},
+    }
+
+
+def kube_keys(state: State) -> list[str]:
+    return sorted(
+        [*state.kube.services.keys(), *state.kube.gateway_objects.keys(), *state.kube.reference_grants.keys()]
+    )
+
+
+async def until(journal: Journal, done: Callable[[State], bool]) -> None:
+    reached = trio.Event()
+    journal.subscribe(lambda state, now: reached.set() if done(state) else None)
+    with trio.fail_after(10):
+        await reached.wait()
+
+
+@contextlib.asynccontextmanager
+async def running_source(
+    api: KubeApi, journal: Journal, **options: Any
+) -> AsyncIterator[Callable[[], KubeSourceStatistics]]:
+    client = KubeClient(ClusterConfig.from_url(api.url))
+    async with trio.open_nursery() as nursery:
+        statistics = await nursery.start(
+            lambda task_status: serve_kube_source(
+                client,
+                journal.sender(),
+                backoff=FAST,
+                rng=random.Random(5),
+                clock=lambda: AT,
+                task_status=task_status,
+                **options,
+            )
+        )
+        yield statistics
+        nursery.cancel_scope.cancel()
+
+
+async def test_objects_and_node_pods_reach_the_journal(tmp_path: Path) -> None:
+    """Services, routes, grants and this node's meshed pods become state; changes and deletions follow."""
+    async with open_kube_api() as api, open_journal(tmp_path / "log") as journal:
+        api.store.create(SERVICES, service("web"))
+        api.store.create(HTTP_ROUTES, route("web-route"))
+        api.store.create(REFERENCE_GRANTS, grant())
+        api.store.create(PODS, pod("web-1", node="node-1"))
+        api.store.create(PODS, pod("web-2", node="node-2"))
+        queries = (*MESH_QUERIES, node_pod_query("node-1"))
+        async with running_source(api, journal, queries=queries) as statistics:
+            await until(journal, lambda s: len(kube_keys(s)) == 3 and "shop/web-1" in s.pods)
+            assert kube_keys(journal.state) == [
+                "HTTPRoute/shop/web-route",
+                "ReferenceGrant/db/allow-shop",
+                "Service/shop/web",
+            ]
+            assert sorted(journal.state.pods.keys()) == ["shop/web-1"]
+            api.store.create(SERVICES, service("db", namespace="db"))
+            api.store.delete(HTTP_ROUTES, name="web-route", namespace="shop")
+            api.store.delete(PODS, name="web-1", namespace="shop")
+            await until(journal, lambda s: "Service/db/db" in s.kube.services and not s.pods)
+            assert kube_keys(journal.state) == [
+                "ReferenceGrant/db/allow-shop",
+                "Service/db/db",
+                "Service/shop/web",
+            ]
+            assert statistics().rejected == 0
+
+
+async def test_deletions_while_down_are_caught_at_start_up(tmp_path: Path) -> None:
+    """Restarted with the keys of its replayed state, the source deletes what vanished while it was down."""
+    async with open_kube_api() as api:
+        api.store.create(SERVICES, service("web"))
+        api.store.create(SERVICES, service("old"))
+        async with open_journal(tmp_path / "log") as journal, running_source(api, journal):
+            await until(journal, lambda s: len(s.kube.services) == 2)
+        api.store.delete(SERVICES, name="old", namespace="shop")
+        async with open_journal(tmp_path / "log") as journal:
+            assert sorted(journal.state.kube.services.keys()) == ["Service/shop/old", "Service/shop/web"]
+            known = known_objects(journal.state, queries=MESH_QUERIES)
+            async with running_source(api, journal, known=known):
+                await until(journal, lambda s: sorted(s.kube.services.keys()) == ["Service/shop/web"])
+
+
+async def test_a_compaction_while_cut_off_deletes_the_vanished(tmp_path: Path) -> None:
+    """The API restarts with its history compacted: the re-list removes what was deleted meanwhile."""
+    async with (
+        open_kube_api() as api,
+        open_journal(tmp_path / "log") as journal,
+        trio.open_nursery() as nursery,
+    ):
+        api.store.create(HTTP_ROUTES, route("a"))
+        api.store.create(HTTP_ROUTES, route("b"))
+        async with running_source(api, journal) as statistics:
+            await until(journal, lambda s: len(s.kube.gateway_objects) == 2)
+            await api.stop()
+            api.store.delete(HTTP_ROUTES, name="a", namespace="shop")
+            await api.restart(nursery=nursery)
+            await until(journal, lambda s: sorted(s.kube.gateway_objects.keys()) == ["HTTPRoute/shop/b"])
+            assert statistics().resyncs >= len(MESH_QUERIES) + 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_unreadable_object_is_skipped(tmp_path: Path) -> None:
+    """A Service whose selector values are not strings is logged and skipped; the others still arrive."""
+    async with open_kube_api() as api, open_journal(tmp_path / "log") as journal:
+        broken = service("broken")
+        broken["spec"]["selector"] = {"tier": 3}
+        api.store.create(SERVICES, broken)
+        api.store.create(SERVICES, service("web"))
+        async with running_source(api, journal) as statistics:
+            await until(journal, lambda s: "Service/shop/web" in s.kube.services)
+            assert (sorted(journal.state.kube.services.keys()), statistics().rejected) == (
+                ["Service/shop/web"],
+                1,
+            )
