@@ -19,6 +19,7 @@ PACKAGES = [
     "aether.core.project",
     "aether.dns",
     "aether.registrar",
+    "aether.kube",
 ]
 
 
