@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, KubeClientStatistics, ObjectList, WatchEvent
 from aether.kube.config import SERVICE_ACCOUNT_DIR, ClusterConfig
+from aether.kube.convert import DEFAULT_NAMESPACE, ObjectError, deletion_events, object_events, object_meta
 from aether.kube.errors import (
     ApiConnectionError,
     ApiProtocolError,
@@ -12,6 +13,15 @@ from aether.kube.errors import (
     KubeError,
     ResourceExpiredError,
 )
+from aether.kube.manifests import (
+    MANIFEST_SUFFIXES,
+    ManifestDirectory,
+    ManifestError,
+    ManifestObject,
+    ManifestProblem,
+    manifest_files,
+)
+from aether.kube.offline import OFFLINE_REGISTRY_VERSION, fold_offline, pod_endpoint, registry_events
 from aether.kube.resources import (
     BUILTIN_RESOURCES,
     GATEWAY_API_GROUP,
@@ -50,14 +60,17 @@ from aether.kube.watch import (
 
 __all__ = [
     "BUILTIN_RESOURCES",
+    "DEFAULT_NAMESPACE",
     "DEFAULT_PAGE_SIZE",
     "GATEWAYS",
     "GATEWAY_API_GROUP",
     "GATEWAY_CLASSES",
     "GRPC_ROUTES",
     "HTTP_ROUTES",
+    "MANIFEST_SUFFIXES",
     "NAMESPACES",
     "NODES",
+    "OFFLINE_REGISTRY_VERSION",
     "PODS",
     "REFERENCE_GRANTS",
     "SECRETS",
@@ -78,6 +91,11 @@ __all__ = [
     "KubeClientStatistics",
     "KubeError",
     "LabelSelector",
+    "ManifestDirectory",
+    "ManifestError",
+    "ManifestObject",
+    "ManifestProblem",
+    "ObjectError",
     "ObjectList",
     "Reflector",
     "ReflectorStatistics",
@@ -91,7 +109,14 @@ __all__ = [
     "WatchEvent",
     "WatchInterrupted",
     "WatchQuery",
+    "deletion_events",
+    "fold_offline",
+    "manifest_files",
+    "object_events",
     "object_key",
+    "object_meta",
+    "pod_endpoint",
+    "registry_events",
     "resource_version_of",
     "serve_reflector",
     "serve_reflectors",
