@@ -20,6 +20,7 @@ PACKAGES = [
     "aether.dns",
     "aether.registrar",
     "aether.kube",
+    "aether.edge",
 ]
 
 
