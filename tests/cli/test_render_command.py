@@ -1,0 +1,204 @@
+"""Tests of `aether render`: manifests in, the projected config (or the status) out, the same bytes every time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aether.cli import main
+from aether.cli.render_command import REDACTED, Identity, OutputFormat, RenderRequest, render
+from aether.testing.envoy import find_envoy_binary
+
+APP = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-1
+  namespace: shop
+  labels: {aether.io/managed: "true", app: web}
+  annotations: {config.aether.io/upstreams: shop/db}
+spec: {nodeName: node-a, serviceAccountName: web}
+status: {podIP: 10.0.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db-0, namespace: shop, labels: {aether.io/managed: "true", app: db}}
+spec: {nodeName: node-b, serviceAccountName: db}
+status: {podIP: 10.0.0.2}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}
+"""
+EDGE = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: gateway.aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: shop}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - name: https
+    port: 8443
+    protocol: HTTPS
+    hostname: shop.example
+    tls: {mode: Terminate, certificateRefs: [{name: shop-cert}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: shop}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: broken, namespace: shop}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /broken}}], backendRefs: [{name: nowhere, port: 80}]}]
+---
+apiVersion: v1
+kind: Secret
+type: kubernetes.io/tls
+metadata: {name: shop-cert, namespace: shop}
+stringData: {tls.crt: CERT, tls.key: THE-PRIVATE-KEY}
+---
+apiVersion: v1
+kind: Secret
+type: kubernetes.io/tls
+metadata: {name: empty-cert, namespace: shop}
+stringData: {tls.crt: CERT}
+---
+just a string, not an object
+"""
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    directory = tmp_path / "manifests"
+    directory.mkdir()
+    (directory / "app.yaml").write_text(APP)
+    (directory / "edge.yaml").write_text(EDGE)
+    return directory
+
+
+def test_a_node_render_holds_the_node_pods_listeners_and_their_upstreams(manifests: Path) -> None:
+    """`--node node-a` projects web-1 (on node-a), not db-0, and the cluster of web-1's upstream with db-0 in it."""
+    document = json.loads(render(RenderRequest(manifests=manifests, node="node-a")))
+    assert document["node"] == "node-a"
+    listeners = [item["name"] for item in document["resources"]["listeners"]]
+    assert "outbound_http_web-1.shop" in listeners
+    assert not [name for name in listeners if "db-0" in name]
+    endpoints = {item["cluster_name"]: item for item in document["resources"]["endpoints"]}
+    address = endpoints["db.shop.aether.internal"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert address["socket_address"] == {"address": "10.0.0.2", "port_value": 18008}
+    assert list(document["versions"]) == ["clusters", "endpoints", "listeners", "routes", "secrets"]
+
+
+def test_the_same_manifests_render_to_the_same_bytes(manifests: Path) -> None:
+    """Every format, twice: equal output (nothing reads a clock, every list is ordered)."""
+    for request in (
+        RenderRequest(manifests=manifests),
+        RenderRequest(manifests=manifests, edge=True, output_format=OutputFormat.BOOTSTRAP),
+        RenderRequest(manifests=manifests, status=True),
+    ):
+        assert render(request) == render(request)
+
+
+def test_an_edge_render_redacts_private_keys_in_json_and_keeps_them_in_the_bootstrap(manifests: Path) -> None:
+    """The JSON document is for reading: certificate keys show `<redacted>`; the bootstrap is for running."""
+    document = render(RenderRequest(manifests=manifests, edge=True))
+    (secret,) = json.loads(document)["resources"]["secrets"]
+    assert secret["name"] == "kubernetes://shop/shop-cert"
+    assert secret["tls_certificate"]["private_key"] == REDACTED
+    assert "THE-PRIVATE-KEY" not in document
+    bootstrap = json.loads(
+        render(RenderRequest(manifests=manifests, edge=True, output_format=OutputFormat.BOOTSTRAP))
+    )
+    (static,) = bootstrap["static_resources"]["secrets"]
+    assert static["tls_certificate"]["private_key"] == {"inline_bytes": "VEhFLVBSSVZBVEUtS0VZ"}  # base64
+
+
+def test_identity_none_renders_cleartext_http2_upstreams(manifests: Path) -> None:
+    """`--identity none`: the edge's backend clusters carry no TLS and speak HTTP/2 to `<pod ip>:18008`."""
+    document = json.loads(render(RenderRequest(manifests=manifests, edge=True, identity=Identity.NONE)))
+    (cluster,) = [
+        item for item in document["resources"]["clusters"] if item["name"] == "web.shop.aether.internal"
+    ]
+    assert "transport_socket" not in cluster
+    options = cluster["typed_extension_protocol_options"][
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+    ]
+    assert "http2_protocol_options" in options["explicit_http_config"]
+    assert document["resources"]["secrets"] == [
+        item for item in document["resources"]["secrets"] if item["name"].startswith("kubernetes://")
+    ]
+
+
+def test_status_reports_conditions_rejections_and_skipped_documents(manifests: Path) -> None:
+    """`--status`: each object's conditions, the events the reducers rejected, the documents that were skipped."""
+    status = yaml.safe_load(render(RenderRequest(manifests=manifests, status=True)))
+    broken = status["objects"]["HTTPRoute/shop/broken"]["parents"][0]["conditions"]
+    assert {"type": "ResolvedRefs", "status": "False", "reason": "BackendNotFound"}.items() <= next(
+        item for item in broken if item["type"] == "ResolvedRefs"
+    ).items()
+    assert status["rejections"] == [
+        {
+            "subject": "Secret/shop/empty-cert",
+            "reason": "InvalidSpec",
+            "message": "Secret/shop/empty-cert: tls.key must not be empty",
+        }
+    ]
+    (skipped,) = status["skipped"]
+    assert (skipped["file"], skipped["document"]) == ("edge.yaml", 6)
+
+
+def test_unreadable_manifests_exit_1_naming_the_file_and_document(
+    manifests: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """YAML that does not parse is the only failure: exit 1, the message names file and document index."""
+    (manifests / "zz-bad.yaml").write_text("kind: Pod\n---\nkind: [unclosed\n")
+    assert main(["render", "--manifests", str(manifests)]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("aether render: error: manifest zz-bad.yaml document 1: not YAML (")
+
+
+def test_the_command_prints_the_render_and_checks_its_address_flags(
+    manifests: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`aether render --edge --status` prints the YAML status; a malformed `--admin` is a usage error."""
+    assert main(["render", "--manifests", str(manifests), "--edge", "--status"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["skipped"][0]["file"] == "edge.yaml"
+    with pytest.raises(SystemExit) as usage:
+        main(["render", "--manifests", str(manifests), "--admin", "localhost"])
+    assert usage.value.code == 2
+
+
+@pytest.mark.slow
+def test_a_node_bootstrap_passes_envoy_validation(manifests: Path, tmp_path: Path) -> None:
+    """The node's static bootstrap (ODCDS left on ADS towards the agent's socket) passes `envoy --mode validate`."""
+    text = render(
+        RenderRequest(
+            manifests=manifests, node="node-a", output_format=OutputFormat.BOOTSTRAP, admin=("127.0.0.1", 0)
+        )
+    )
+    path = tmp_path / "bootstrap.json"
+    path.write_text(text)
+    result = subprocess.run(
+        [str(find_envoy_binary()), "--mode", "validate", "-c", str(path), "-l", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
