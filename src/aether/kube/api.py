@@ -396,8 +396,8 @@ def _map_errors(server: str) -> Iterator[None]:
     except trio.TooSlowError as error:
         raise ApiConnectionError(server, reason=f"no connection within {CONNECT_TIMEOUT} s") from error
     except (OSError, ssl.SSLError, trio.BrokenResourceError, trio.ClosedResourceError) as error:
-        raise ApiConnectionError(
-            server, reason=f"connection failed: {error or type(error).__name__}"
-        ) from error
+        # trio wraps TLS and socket failures in BrokenResourceError with an empty message: the cause says what.
+        detail = str(error) or str(error.__cause__ or "") or type(error).__name__
+        raise ApiConnectionError(server, reason=f"connection failed: {detail}") from error
     except h11.ProtocolError as error:
         raise ApiConnectionError(server, reason=f"connection broke: {error}") from error
