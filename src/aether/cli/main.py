@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from aether.cli import (
     agent_command,
+    demo_command,
     dns_command,
     edge_command,
     log_commands,
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     roles = parser.add_subparsers(dest="role", required=True, metavar="COMMAND")
     agent_command.add_parser(roles)
+    demo_command.add_parser(roles)
     dns_command.add_parser(roles)
     registrar_command.add_parser(roles)
     log_commands.add_parser(roles)

