@@ -220,7 +220,7 @@ class CniServer:
             if (
                 snapshot is not None
                 and feedback is not None
-                and names <= snapshot.of_type(LISTENER_TYPE).keys()
+                and all(name in snapshot.of_type(LISTENER_TYPE) for name in names)
             ):
                 version = snapshot.version(LISTENER_TYPE)
                 if feedback.acked_version == version:
