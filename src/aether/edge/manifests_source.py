@@ -100,7 +100,7 @@ async def serve_manifest_directory(
     async with send:
         reading = await trio.to_thread.run_sync(ManifestDirectory.read, directory)
         await _send_all(send, source, source._next_events(reading, now=clock()))
-        source._readings += 1
+        source._readings += 1  # counted once its events are sent: a reader of the counter sees them queued
         task_status.started(source)
         while True:
             await trio.sleep(poll_interval)
@@ -110,8 +110,8 @@ async def serve_manifest_directory(
                 source._failed += 1
                 _log.warning("manifests %s: %s; keeping the last good reading", directory, exc)
                 continue
-            source._readings += 1
             await _send_all(send, source, source._next_events(reading, now=clock()))
+            source._readings += 1
 
 
 async def _send_all(send: trio.MemorySendChannel[Event], source: ManifestSource, events: list[Event]) -> None:

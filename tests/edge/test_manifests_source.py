@@ -1,0 +1,100 @@
+"""Tests of `aether.edge.manifests_source`: a manifest directory as a source of events, polled."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from aether.core.events import Event
+from aether.edge.manifests_source import ManifestSource, serve_manifest_directory
+from aether.kube.manifests import ManifestError
+from aether.testing.envoy import wait_for
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: web-1, namespace: shop, labels: {aether.io/managed: "true"}}
+spec: {serviceAccountName: web}
+status: {podIP: 10.0.0.1}
+"""
+SERVICE = """\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {ports: [{port: 80}]}
+"""
+
+
+def _kinds(events: list[Event]) -> list[str]:
+    return [f"{type(event).__name__} {event.subject}" for event in events]
+
+
+async def _drain(receive: trio.MemoryReceiveChannel[Event], source: ManifestSource) -> list[Event]:
+    """The events of the readings after this call's first one (the directory is read in a thread, so the test
+    waits for the source's counters, not for its tasks to block)."""
+    statistics = source.statistics()
+    target = statistics.readings + statistics.failed_readings + 1
+
+    async def read_again() -> bool:
+        now = source.statistics()
+        return now.readings + now.failed_readings >= target
+
+    await wait_for(read_again, timeout=60)  # virtual seconds (autojump clock)
+    events = []
+    while True:
+        try:
+            events.append(receive.receive_nowait())
+        except trio.WouldBlock:
+            return events
+
+
+async def test_the_source_sends_the_directory_then_its_changes_and_the_pods_as_the_registry(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """First reading: the objects and the registry snapshot; a changed Service: only its upsert; a bad file: nothing
+    (the last good reading stays); a new pod: its event and a new registry snapshot."""
+    (tmp_path / "a.yaml").write_text(f"{POD}---\n{SERVICE}")
+    send, receive = trio.open_memory_channel[Event](100)
+    async with trio.open_nursery() as nursery:
+        source: ManifestSource = await nursery.start(
+            functools.partial(
+                serve_manifest_directory, tmp_path, send=send, poll_interval=1.0, clock=lambda: 7
+            )
+        )
+        assert _kinds(await _drain(receive, source)) == [
+            "PodAdded pod/shop/web-1",
+            "KubeServiceUpserted Service/shop/web",
+            "EndpointsSnapshotReceived registry",
+            "EndpointsSnapshotCompleted registry",
+        ]
+        assert await _drain(receive, source) == []  # nothing changed, nothing sent
+
+        (tmp_path / "a.yaml").write_text(f"{POD}---\n{SERVICE.replace('80', '81')}")
+        assert _kinds(await _drain(receive, source)) == ["KubeServiceUpserted Service/shop/web"]
+
+        (tmp_path / "b.yaml").write_text("kind: [unclosed\n")
+        assert await _drain(receive, source) == []
+        (tmp_path / "b.yaml").write_text(POD.replace("web-1", "web-2").replace("10.0.0.1", "10.0.0.2"))
+        events = await _drain(receive, source)
+        assert _kinds(events) == [
+            "PodAdded pod/shop/web-2",
+            "EndpointsSnapshotReceived registry",
+            "EndpointsSnapshotCompleted registry",
+        ]
+        assert all(event.source == "directory" and event.observed_at == 7 for event in events)
+        statistics = source.statistics()
+        assert (statistics.events_sent, statistics.objects) == (8, 3)
+        assert statistics.failed_readings >= 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_first_reading_that_fails_ends_the_source(tmp_path: Path) -> None:
+    """Unreadable manifests at start-up are an error, naming the file (there is no good reading to keep)."""
+    (tmp_path / "a.yaml").write_text("kind: [unclosed\n")
+    send, _ = trio.open_memory_channel[Event](10)
+    with pytest.raises(ManifestError, match=r"^manifest a\.yaml document 0: not YAML"):
+        await serve_manifest_directory(tmp_path, send=send)
