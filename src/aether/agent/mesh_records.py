@@ -25,7 +25,7 @@ from aether.core.state import State
 from aether.dns.errors import RecordsFileRejected
 from aether.dns.records import parse_records
 
-__all__ = ["MeshRecordsStatistics", "mesh_dns_records", "serve_mesh_records"]
+__all__ = ["MeshRecordsStatistics", "MeshRecordsWriter", "mesh_dns_records", "serve_mesh_records"]
 
 
 def mesh_dns_records(state: State) -> dict[str, str]:
@@ -50,49 +50,82 @@ class MeshRecordsStatistics:
     """What the writer has done."""
 
     generation: int
+    """The generation of the file on disk."""
     records: int
     writes: int
 
 
-class _Writer:
+class MeshRecordsWriter:
+    """The handle `serve_mesh_records` starts with: its statistics, and a way to wait for a generation on disk."""
+
     def __init__(self, path: Path, *, clock: Callable[[], float]) -> None:
         self.path = path
-        self.clock = clock
-        self.generation = 0
-        self.written: dict[str, str] | None = None
-        self.latest: dict[str, str] = {}
-        self.changed = trio.Event()
-        self.writes = 0
+        self._clock = clock
+        self._generation = 0
+        self._written: dict[str, str] | None = None
+        self._latest: dict[str, str] = {}
+        self._changed = trio.Event()
+        self._wrote = trio.Event()
+        self._writes = 0
 
-    def resume(self) -> None:
+    def statistics(self) -> MeshRecordsStatistics:
+        """Return what the writer has done."""
+        return MeshRecordsStatistics(
+            generation=self._generation, records=len(self._written or {}), writes=self._writes
+        )
+
+    async def wait_generation(self, generation: int) -> None:
+        """Block until the file on disk has at least `generation`."""
+        await trio.lowlevel.checkpoint()
+        while self._generation < generation or self._writes == 0:
+            await self._wrote.wait()
+
+    def _resume(self) -> None:
         """Continue from the file a previous agent left: its generation, and its records if they still hold."""
         try:
             parsed = parse_records(self.path.read_bytes())
         except (OSError, RecordsFileRejected):
             return
-        self.generation = parsed.records.generation
-        self.written = {
+        self._generation = parsed.records.generation
+        self._written = {
             f"{namespace}/{service}": str(address)
             for (namespace, service), address in sorted(parsed.records.addresses.items())
         }
 
-    def observe(self, state: State, now: int) -> None:
+    def _observe(self, state: State, now: int) -> None:
         records = mesh_dns_records(state)
-        if records != self.latest:
-            self.latest = records
-            self.changed.set()
+        if records != self._latest:
+            self._latest = records
+            self._changed.set()
 
-    def write(self, records: Mapping[str, str]) -> None:
-        document = {"writtenAt": int(self.clock()), "generation": self.generation, "records": dict(records)}
+    def _write(self, records: Mapping[str, str], generation: int) -> None:
+        document = {"writtenAt": int(self._clock()), "generation": generation, "records": dict(records)}
         side = self.path.with_name(f".{self.path.name}.writing")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(side, "w", encoding="utf-8") as file:
             file.write(json.dumps(document, sort_keys=True, indent=1) + "\n")
             file.flush()
             os.fsync(file.fileno())
-        side.chmod(0o644)  # mesh-dns runs as another user and only reads it
+        side.chmod(0o644)  # mesh-dns may run as another user; it only reads
         os.replace(side, self.path)
-        self.writes += 1
+
+    async def _serve(self, task_status: trio.TaskStatus[MeshRecordsWriter]) -> None:
+        first = True
+        while True:
+            records = self._latest
+            if records != self._written or first:
+                generation = self._generation + (records != self._written)
+                await trio.to_thread.run_sync(self._write, records, generation)
+                self._generation, self._written = generation, records
+                self._writes += 1
+                self._wrote.set()
+                self._wrote = trio.Event()
+            if first:
+                first = False
+                task_status.started(self)
+            if self._latest == self._written:
+                self._changed = trio.Event()
+                await self._changed.wait()
 
 
 async def serve_mesh_records(
@@ -100,7 +133,7 @@ async def serve_mesh_records(
     *,
     journal: Journal,
     clock: Callable[[], float] = time.time,
-    task_status: trio.TaskStatus[Callable[[], MeshRecordsStatistics]] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[MeshRecordsWriter] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Keep the record file at `path` equal to the journal's state until cancelled.
 
@@ -111,32 +144,13 @@ async def serve_mesh_records(
         path: The record file (its directory is created).
         journal: Whose state to follow.
         clock: Seconds since the epoch, for `writtenAt`.
-        task_status: Receives a function returning the writer's statistics, once the first file is written.
+        task_status: Receives the `MeshRecordsWriter` once the first file is written.
 
     Error handling:
-        A failed write (disk full, permissions) raises: the agent stops rather than serve DNS from stale records
-        without saying so.
+        A failed write (disk full, permissions) raises: the agent stops rather than let mesh-dns serve stale
+        records without anyone knowing.
     """
-    writer = _Writer(path, clock=clock)
-    await trio.to_thread.run_sync(writer.resume)
-    journal.subscribe(writer.observe)
-
-    def statistics() -> MeshRecordsStatistics:
-        return MeshRecordsStatistics(
-            generation=writer.generation, records=len(writer.written or {}), writes=writer.writes
-        )
-
-    started = False
-    while True:
-        records = writer.latest
-        if records != writer.written or not started:
-            if records != writer.written:
-                writer.generation += 1
-            await trio.to_thread.run_sync(writer.write, records)
-            writer.written = records
-        if not started:
-            started = True
-            task_status.started(statistics)
-        writer.changed = trio.Event()
-        if writer.latest == writer.written:
-            await writer.changed.wait()
+    writer = MeshRecordsWriter(path, clock=clock)
+    await trio.to_thread.run_sync(writer._resume)
+    journal.subscribe(writer._observe)
+    await writer._serve(task_status)
