@@ -143,7 +143,7 @@ def listener_states(gateways: Sequence[Gateway], resolver: Resolver) -> list[Lis
                 )
             else:
                 accepted = condition(ACCEPTED, ok=True, generation=generation)
-            if kinds_problem and not kinds:
+            if kinds_problem:
                 refs = condition(
                     RESOLVED_REFS,
                     ok=False,
@@ -154,14 +154,6 @@ def listener_states(gateways: Sequence[Gateway], resolver: Resolver) -> list[Lis
             elif cert_reason:
                 refs = condition(
                     RESOLVED_REFS, ok=False, reason=cert_reason, message=cert_message, generation=generation
-                )
-            elif kinds_problem:
-                refs = condition(
-                    RESOLVED_REFS,
-                    ok=False,
-                    reason="InvalidRouteKinds",
-                    message=kinds_problem,
-                    generation=generation,
                 )
             else:
                 refs = condition(RESOLVED_REFS, ok=True, generation=generation)

@@ -113,6 +113,7 @@ def _path(value: Any, path: str) -> PathMatch:
 def _value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tuple[ValueMatch, ...]:
     matches: list[ValueMatch] = []
     seen: set[str] = set()
+    spelled_names: set[str] = set()
     for index, raw in enumerate(items(value, path, max_items=16)):
         where = f"{path}[{index}]"
         fields = obj(raw, where)
@@ -121,12 +122,13 @@ def _value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tupl
         spelled = text(fields.get("value"), f"{where}.value", max_length=4096, min_length=1)
         if kind == REGULAR_EXPRESSION:
             _checked(spelled, f"{where}.value")
+        # The schema refuses a name given twice (the list is a map keyed by name).
+        if name in spelled_names:
+            raise SpecInvalid(path, f"{what} names must be unique", value=name)
+        spelled_names.add(name)
         identity = name.lower() if fold_case else name
         if identity in seen:
-            # Header names compare case-insensitively: only the first of equivalent names counts (the API's rule);
-            # the schema itself refuses exact duplicates (listType=map).
-            if name in {item.name for item in matches}:
-                raise SpecInvalid(path, f"{what} names must be unique", value=name)
+            # Header names compare case-insensitively: of equivalent names only the first counts (the API's rule).
             continue
         seen.add(identity)
         matches.append(ValueMatch(type=kind, name=name.lower() if fold_case else name, value=spelled))
