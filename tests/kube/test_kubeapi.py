@@ -330,3 +330,18 @@ async def test_restart_compacts_history_unless_kept() -> None:
         await api.stop()
         with pytest.raises(ApiConnectionError):
             await client_of(api).list_all(PODS)
+
+
+async def test_injected_failures_answer_with_statuses(api: KubeApi) -> None:
+    """`fail_next` refuses API requests as a throttling (429 with Retry-After) or failing (500) server does."""
+    api.fail_next(1, code=429)
+    api.fail_next(1, code=500)
+    throttled = await http_get("127.0.0.1", api.port, "/api/v1/pods")
+    failed = await http_get("127.0.0.1", api.port, "/api/v1/pods")
+    served = await http_get("127.0.0.1", api.port, "/api/v1/pods")
+    assert (throttled.status, throttled.headers.get("retry-after"), json.loads(throttled.body)["reason"]) == (
+        429,
+        "1",
+        "TooManyRequests",
+    )
+    assert (failed.status, json.loads(failed.body)["reason"], served.status) == (500, "InternalError", 200)

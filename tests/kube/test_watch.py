@@ -272,3 +272,28 @@ async def test_unreachable_server_is_retried_until_it_answers() -> None:
         await mirror.until(lambda m: isinstance(m.updates[-1], Resumed))
         assert reflector.statistics().failures >= 1
         nursery.cancel_scope.cancel()
+
+
+async def test_throttling_and_server_errors_are_retried(api: KubeApi) -> None:
+    """429 and 500 answers to the list and the watch: the reflector backs off, retries, and syncs once."""
+    api.store.create(PODS, pod("a"))
+    api.fail_next(2, code=429)
+    api.fail_next(1, code=500)
+    async with trio.open_nursery() as nursery:
+        send, receive = trio.open_memory_channel[Update](0)
+        reflector = Reflector(
+            KubeClient(ClusterConfig.from_url(api.url)),
+            WatchQuery(resource=PODS),
+            backoff=FAST,
+            rng=random.Random(2),
+        )
+        nursery.start_soon(reflector.run, send)
+        mirror = Mirror(receive)
+        await mirror.until(same_as_store(api))
+        api.fail_next(1, code=500)
+        api.drop_watches()
+        api.store.create(PODS, pod("b"))
+        await mirror.until(same_as_store(api))
+        assert [k for k in mirror.kinds() if k in ("Synced", "Upserted", "Deleted")] == ["Synced", "Upserted"]
+        assert (reflector.statistics().failures, reflector.statistics().lists) == (4, 1)
+        nursery.cancel_scope.cancel()

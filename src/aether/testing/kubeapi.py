@@ -140,6 +140,7 @@ class KubeApi:
         self._scope: trio.CancelScope | None = None
         self._stopped = trio.Event()
         self._counts = {"requests": 0, "lists": 0, "watches": 0, "expired": 0}
+        self._failures: list[int] = []
 
     @property
     def url(self) -> str:
@@ -158,6 +159,11 @@ class KubeApi:
     def drop_watches(self) -> int:
         """Abort every open watch connection mid-stream; return how many there were."""
         return self.store.drop_watches()
+
+    def fail_next(self, count: int, *, code: int = 429) -> None:
+        """Refuse the next `count` API requests: 429 TooManyRequests (with Retry-After, as API priority and
+        fairness throttles) or 500 InternalError, as an overloaded or failing server would."""
+        self._failures.extend([code] * count)
 
     def send_bookmarks(self) -> None:
         """Make every open watch that allows bookmarks send one now."""
@@ -232,6 +238,11 @@ class KubeApi:
                     405, "MethodNotAllowed", f"the server does not allow this method on {target.path}"
                 )
             self._authorize(request.headers)
+            if self._failures and target.path.startswith(("/api/", "/apis/")):
+                code = self._failures.pop(0)
+                if code == 429:
+                    raise _Rejected(429, "TooManyRequests", "too many requests, please try again later")
+                raise _Rejected(code, "InternalError", "an error on the server prevented the request")
             if target.path in ("/healthz", "/readyz", "/livez"):
                 await _send(connection, stream, 200, b"ok", content_type="text/plain")
                 return True
@@ -257,7 +268,8 @@ class KubeApi:
             status = _status(
                 rejected.code, rejected.reason, rejected.message, continue_token=rejected.continue_token
             )
-            await _send(connection, stream, rejected.code, _encode(status))
+            retry = [("Retry-After", "1")] if rejected.code == 429 else []
+            await _send(connection, stream, rejected.code, _encode(status), headers=retry)
             return True
         self._counts["lists"] += 1
         await _send(connection, stream, 200, _encode(body))
@@ -486,8 +498,9 @@ async def _send(
     body: bytes,
     *,
     content_type: str = "application/json",
+    headers: list[tuple[str, str]] | None = None,
 ) -> None:
-    headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *(headers or [])]
     data = connection.send(h11.Response(status_code=code, headers=headers)) or b""
     data += connection.send(h11.Data(data=body)) or b""
     data += connection.send(h11.EndOfMessage()) or b""
