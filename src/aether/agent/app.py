@@ -70,6 +70,8 @@ class RunningAgent:
     """Where xDS is served (the real port when port 0 was asked)."""
     registrations: Registrations | None = None
     """The sink registering the node's pods (None without a registrar)."""
+    cni: CniServer | None = None
+    """The CNI service (None without a CNI socket)."""
 
 
 def _documents(journal: Journal, server: XdsServer, projector: NodeProjector) -> dict[str, Callable[[], Any]]:
@@ -132,6 +134,7 @@ async def serve_agent(
             journal.subscribe(registrations.update)
         if config.dns_records is not None:
             await nursery.start(functools.partial(serve_mesh_records, config.dns_records, journal=journal))
+        cni: CniServer | None = None
         if config.cni_socket is not None:
             cni = CniServer(
                 journal=journal,
@@ -152,5 +155,6 @@ async def serve_agent(
                 projector=projector,
                 xds=bound,
                 registrations=registrations,
+                cni=cni,
             )
         )

@@ -1,0 +1,62 @@
+"""End to end with a real Envoy: ADD returns after Envoy ACKed the pod's listeners, which it binds inside the pod's
+network namespace, and a captured dial from the pod lands on Envoy's transparent capture listener."""
+
+from __future__ import annotations
+
+import functools
+import socket
+from pathlib import Path
+
+import trio
+
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cni.server import PodMetadata
+from aether.testing.envoy import ads_bootstrap, open_envoy
+from aether.xds.listen import ListenAddress
+from tests.cni.conftest import (
+    MANAGED,
+    NODE_NAME,
+    NetnsPair,
+    PluginRun,
+    environment,
+    needs_netns,
+    network_config,
+    prev_result,
+    run_cni_process,
+    socket_in,
+)
+
+pytestmark = needs_netns
+
+
+async def test_add_waits_for_envoys_ack_and_captured_traffic_reaches_envoy(
+    netns_pair: NetnsPair, short_dir: Path
+) -> None:
+    """The plugin's ADD answers once Envoy ACKed; a pod's dial to a ClusterIP is accepted by Envoy's 18001."""
+    config = AgentConfig(
+        node_name=NODE_NAME,
+        log_dir=short_dir / "log",
+        xds=ListenAddress.unix(short_dir / "xds.sock"),
+        admin_socket=short_dir / "admin.sock",
+        cni_socket=short_dir / "cni.sock",
+        cni_pods=lambda namespace, name: PodMetadata(service_account="web", labels=MANAGED),
+        cni_ack_wait=20.0,
+    )
+    async with trio.open_nursery() as nursery:
+        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+        assert agent.cni is not None
+        bootstrap = ads_bootstrap(node_id=NODE_NAME, xds_unix_socket=short_dir / "xds.sock", delta=True)
+        async with open_envoy(bootstrap, work_dir=short_dir / "envoy", wait_live=False):
+            run = await run_cni_process(
+                environment("ADD", netns=netns_pair.pod_path), network_config(config.cni_socket)
+            )
+            assert run == PluginRun(status=0, output=prev_result())
+            statistics = agent.cni.statistics()
+            assert (statistics.acked, statistics.ack_timeouts) == (1, 0)
+            client = socket_in(netns_pair.pod_path)
+            with client, trio.fail_after(10):
+                # Only a listening socket inside the pod's namespace can accept this: nothing else routes 10.96/16.
+                await client.connect(("10.96.7.7", 8080))
+                assert client.getpeername() == ("10.96.7.7", 8080)
+                assert client.family == socket.AF_INET
+        nursery.cancel_scope.cancel()
