@@ -152,7 +152,8 @@ async def test_list_all_starts_over_when_its_token_expires(api: KubeApi) -> None
 
 
 async def test_list_resource_version_semantics(api: KubeApi) -> None:
-    """A version newer than the store is 504 'too large'; an Exact list of a compacted version is 410."""
+    """Not-older-than by default, Exact on request (or with a limit); a version newer than the store is 504 'too
+    large'; an Exact list of a compacted version is 410."""
     api.store.create(PODS, pod("a"))
     api.store.create(PODS, pod("b"))
     status, body = await get_json(api, "/api/v1/pods?resourceVersion=99")
@@ -161,6 +162,9 @@ async def test_list_resource_version_semantics(api: KubeApi) -> None:
     assert (status, [item["metadata"]["name"] for item in body["items"]]) == (200, ["a"])
     status, body = await get_json(api, "/api/v1/pods?resourceVersion=2")
     assert (status, body["metadata"]["resourceVersion"]) == (200, "3")
+    # The legacy rule (KEP-2523): without resourceVersionMatch, a limit makes a non-zero version Exact.
+    status, body = await get_json(api, "/api/v1/pods?resourceVersion=2&limit=5")
+    assert (status, body["metadata"]["resourceVersion"], len(body["items"])) == (200, "2", 1)
     api.compact()
     status, body = await get_json(api, "/api/v1/pods?resourceVersion=2&resourceVersionMatch=Exact")
     assert (status, body["reason"], body["message"]) == (410, "Expired", "too old resource version: 2 (3)")
