@@ -17,6 +17,8 @@ PACKAGES = [
     "aether.xds",
     "aether.agent",
     "aether.core.project",
+    "aether.core.gateway",
+    "aether.core.gateway.model",
     "aether.dns",
     "aether.registrar",
     "aether.kube",
