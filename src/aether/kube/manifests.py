@@ -106,11 +106,7 @@ def manifest_files(directory: Path) -> tuple[Path, ...]:
     )
 
 
-def _documents(path: Path, name: str) -> Iterator[tuple[int, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(name, index=-1, reason=str(exc)) from exc
+def _documents(text: str, name: str) -> Iterator[tuple[int, Any]]:
     parsed = 0
     try:
         for document in yaml.load_all(text, Loader=_Loader):
@@ -119,6 +115,13 @@ def _documents(path: Path, name: str) -> Iterator[tuple[int, Any]]:
     except yaml.YAMLError as exc:  # `parsed` documents went fine: the error is in the next one
         reason = " ".join(f"not YAML ({exc})".split())
         raise ManifestError(name, index=parsed, reason=reason) from exc
+
+
+def _read_text(path: Path, name: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(name, index=-1, reason=str(exc)) from exc
 
 
 def _objects(document: Any) -> tuple[Any, ...]:
@@ -162,11 +165,21 @@ class ManifestDirectory:
         Raises:
             ManifestError: A file cannot be read or is not YAML (the error names the file and document index).
         """
+        files = manifest_files(directory)
+        names = [path.relative_to(directory).as_posix() for path in files]
+        return cls.parse({name: _read_text(path, name) for name, path in zip(names, files, strict=True)})
+
+    @classmethod
+    def parse(cls, files: Mapping[str, str]) -> ManifestDirectory:
+        """Parse manifest texts by file name (a directory's files, in name order, as `read` does; no I/O).
+
+        Raises:
+            ManifestError: A text is not YAML (the error names the file and document index).
+        """
         objects: dict[str, ManifestObject] = {}
         problems: list[ManifestProblem] = []
-        for path in manifest_files(directory):
-            name = path.relative_to(directory).as_posix()
-            for index, document in _documents(path, name):
+        for name in sorted(files):
+            for index, document in _documents(files[name], name):
                 for body in _objects(document):
                     try:
                         key, text = _checked(body)
