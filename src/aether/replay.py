@@ -15,6 +15,7 @@ import attrs
 
 from aether.core.errors import CodecError
 from aether.core.events import Event, Record, decode_event
+from aether.core.project.node import NodeProjector
 from aether.core.reduce import fold_event
 from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
 from aether.log import (
@@ -158,3 +159,63 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
         records_folded=folded,
         skipped_checkpoints=skipped,
     )
+
+
+@attrs.frozen(kw_only=True)
+class Contribution:
+    """One event that changed a resource of the projected snapshot."""
+
+    seq: int
+    kind: str
+    """The event's class name."""
+    subject: str
+    observed_at: int
+    type_url: str
+    change: str
+    """`created`, `changed` or `removed`."""
+
+
+def explain_resource(
+    directory: Path, *, resource: str, node_name: str, until: int | None = None
+) -> list[Contribution]:
+    """Return the events after which the projected resource named `resource` (of any type) appeared, changed or
+    disappeared, replaying the log from seq 1 and projecting `node_name`'s snapshot after every event.
+
+    The projection is the agent's (`NodeProjector`, at each event's observation time), so the answer explains the
+    bytes the agent served: every change to them is listed, and no event that left them alone is.
+
+    Raises:
+        LogError: as `replay_log` (with checkpoints off: the log must start at seq 1).
+    """
+    last = read_last_seq(directory) if until is None else until
+    projector = NodeProjector(node_name=node_name)
+    state = EMPTY_STATE
+    held: dict[str, str] = {}
+    found: list[Contribution] = []
+    with collector_paused():
+        for item in scan_log(directory, from_seq=1, to_seq=last):
+            event = decode_record(item)
+            state = fold_event(state, event, seq=item.seq)
+            snapshot = projector.project(state, now=event.observed_at)
+            for type_url in sorted(set(snapshot.resources) | set(held)):
+                current = snapshot.of_type(type_url).get(resource)
+                digest = current.digest if current is not None else None
+                before = held.get(type_url)
+                if digest == before:
+                    continue
+                change = "created" if before is None else "removed" if digest is None else "changed"
+                found.append(
+                    Contribution(
+                        seq=item.seq,
+                        kind=type(event).__name__,
+                        subject=event.subject,
+                        observed_at=event.observed_at,
+                        type_url=type_url,
+                        change=change,
+                    )
+                )
+                if digest is None:
+                    del held[type_url]
+                else:
+                    held[type_url] = digest
+    return found

@@ -69,7 +69,17 @@ def run_demo_command(arguments: argparse.Namespace) -> int:
         json_report=arguments.json,
     )
     try:
-        return trio.run(run_demo, options)
+        try:
+            return trio.run(run_demo, options)
+        except (
+            BaseExceptionGroup
+        ) as group:  # raised inside the demo's nurseries: unwrap what is handled below
+            if group.subgroup(KeyboardInterrupt) is not None:
+                raise KeyboardInterrupt from None
+            handled, rest = group.split((DemoError, EnvoyStartFailed))
+            if handled is None or rest is not None:
+                raise
+            raise _first_leaf(handled) from None
     except DemoError as error:
         print(f"aether: error: {error}", file=sys.stderr)
         return 1
@@ -79,3 +89,8 @@ def run_demo_command(arguments: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("aether demo: stopped; everything it started has stopped", file=sys.stderr)
         return 130
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

@@ -16,11 +16,20 @@ import attrs
 
 from aether.core.errors import CodecError
 from aether.core.events import kind_of
+from aether.core.project.node import project_node
 from aether.core.state import decode_state, state_document, summarize
 from aether.log import list_checkpoints, read_checkpoint, recover_log, scan_log, verify_log
 from aether.log.errors import CheckpointError
-from aether.replay import UndecodableRecordError, checkpoint_problems, decode_record, replay_log
+from aether.replay import (
+    UndecodableRecordError,
+    checkpoint_problems,
+    decode_record,
+    explain_resource,
+    replay_log,
+)
 
+EXIT_NOT_FOUND = 1
+"""--explain named a resource that no projection of the log ever held."""
 MAX_UNDECODABLE_SHOWN = 20
 """verify lists at most this many undecodable records (then a count): enough to see a pattern, not a flood."""
 
@@ -33,7 +42,23 @@ def add_parser(roles: Any) -> None:
     replay = commands.add_parser("replay", help="fold a log offline and print the state and its digest")
     replay.add_argument("directory", type=Path, metavar="DIR")
     replay.add_argument("--until", type=int, metavar="SEQ", help="fold up to this sequence number")
-    replay.add_argument("--format", choices=("summary", "json"), default="summary")
+    replay.add_argument(
+        "--format",
+        choices=("summary", "json", "snapshot"),
+        default="summary",
+        help="snapshot: the projected Envoy snapshot of --node (versions, then each resource's digest)",
+    )
+    replay.add_argument(
+        "--node",
+        default="",
+        metavar="NAME",
+        help="the node to project (--format snapshot, --explain); default: all pods",
+    )
+    replay.add_argument(
+        "--explain",
+        metavar="RESOURCE",
+        help="list the events that created, changed or removed the projected resource named RESOURCE",
+    )
     replay.add_argument(
         "--no-checkpoint",
         action="store_true",
@@ -69,11 +94,21 @@ def format_time(nanoseconds: int) -> str:
 
 def run_replay(arguments: argparse.Namespace) -> int:
     """`aether log replay DIR`."""
+    if arguments.explain:
+        return _explain(arguments)
     result = replay_log(
         arguments.directory, until=arguments.until, use_checkpoints=not arguments.no_checkpoint
     )
     for skipped in result.skipped_checkpoints:
         print(f"aether: warning: checkpoint {skipped.path} not used: {skipped.reason}", file=sys.stderr)
+    if arguments.format == "snapshot":
+        snapshot = project_node(result.state, node_name=arguments.node, now=result.last_observed_at)
+        print(f"node {arguments.node or '(all pods)'} at seq {snapshot.seq}")
+        for type_url in sorted(snapshot.resources):
+            print(f"{type_url.rsplit('.', 1)[-1]} version {snapshot.version(type_url)}")
+            for name, resource in sorted(snapshot.of_type(type_url).items()):
+                print(f"  {resource.digest}  {name}")
+        return 0
     summary = summarize(result.state)
     if arguments.format == "json":
         document = {
@@ -97,6 +132,25 @@ def run_replay(arguments: argparse.Namespace) -> int:
         print("rejections in force:")
     for rejection in rejections:
         print(f"  seq {rejection.seq} {rejection.reason.value} {rejection.subject}: {rejection.message}")
+    return 0
+
+
+def _explain(arguments: argparse.Namespace) -> int:
+    found = explain_resource(
+        arguments.directory, resource=arguments.explain, node_name=arguments.node, until=arguments.until
+    )
+    if not found:
+        print(
+            f"aether: {arguments.explain!r} is not a resource of the projected snapshot at any seq",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_FOUND
+    for item in found:
+        kind = item.type_url.rsplit(".", 1)[-1]
+        print(
+            f"seq {item.seq:<8} {format_time(item.observed_at)}  {item.change:<8} {kind:<21} "
+            f"by {item.kind} {item.subject}"
+        )
     return 0
 
 

@@ -44,11 +44,12 @@ async def _draw(mesh: DemoMesh, out: TextIO) -> None:
         await trio.sleep(REDRAW)
 
 
-def _report(results: list[StepResult], timings: Timings) -> dict[str, object]:
+def _report(results: list[StepResult], timings: Timings, served: dict[str, object]) -> dict[str, object]:
     return {
         "ok": all(result.ok for result in results) and bool(results),
         "steps": [attrs.asdict(result) for result in results],
         "timings": attrs.asdict(timings),
+        "served": served,
     }
 
 
@@ -60,6 +61,7 @@ async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
     print(f"aether demo: files and event log in {work_dir}", file=out, flush=True)
     results: list[StepResult] = []
     timings = Timings()
+    served: dict[str, object] = {}
     try:
         async with open_demo_mesh(work_dir, address_base=options.address_base) as mesh:
 
@@ -72,6 +74,7 @@ async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
                 if live:
                     nursery.start_soon(_draw, mesh, out)
                 results = await run_scenario(mesh, say=say, timings=timings)
+                served = mesh.served()
                 if options.check:
                     nursery.cancel_scope.cancel()
                 else:
@@ -80,15 +83,20 @@ async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
                     )
                     await trio.sleep_forever()
     finally:
-        report = _report(results, timings)
+        report = _report(results, timings, served)
         if options.json_report is not None:
             options.json_report.write_text(json.dumps(report, indent=2) + "\n")
         for result in results:
             if not live:
                 continue
             print(f"{'ok  ' if result.ok else 'FAIL'} {result.name}: {result.detail}", file=out)
-        print(
-            f"aether demo: the event log is in {work_dir / 'log'} (aether log replay {work_dir / 'log'})",
-            file=out,
-        )
+        log = work_dir / "log"
+        print(f"aether demo: the event log is in {log}", file=out)
+        if served:
+            print(
+                f"aether demo: served snapshot at seq {served['seq']}; `aether log replay {log} --node demo "
+                f"--until {served['seq']} --format snapshot` reproduces it, and `--explain <resource>` tells which "
+                "events made a resource",
+                file=out,
+            )
     return 0 if report["ok"] else 1

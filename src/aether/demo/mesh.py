@@ -94,6 +94,8 @@ def check_addresses(reading: ManifestDirectory, *, address_base: str) -> None:
         )
         for port in ports:
             with socket.socket() as probe:
+                # As the real listeners do (Envoy, trio): connections of an earlier run in TIME_WAIT do not count.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     probe.bind((ip, port))
                 except OSError as exc:
@@ -135,6 +137,26 @@ class DemoMesh:
         if not streams:
             return {}
         return {row["type"]: row["status"] for row in streams[-1]["types"]}
+
+    def acked_version(self, kind: str) -> str:
+        """Return the version Envoy last acknowledged for xDS type `kind` (CDS, EDS, LDS, RDS, SDS); empty if none."""
+        document = status_document(self.agent.server.status())
+        for stream in reversed(document["streams"]):
+            if stream["nodeId"] == NODE:
+                for row in stream["types"]:
+                    if row["type"] == kind:
+                        return str(row["ackedVersion"])
+        return ""
+
+    def served(self) -> dict[str, object]:
+        """Return the snapshot the agent serves now: its seq and the version per type (what a replay reproduces)."""
+        snapshot = self.agent.cache.get(NODE)
+        if snapshot is None:
+            return {}
+        return {
+            "seq": snapshot.seq,
+            "versions": {type_url: snapshot.version(type_url) for type_url in sorted(snapshot.resources)},
+        }
 
     def synced(self) -> bool:
         """True when every type Envoy subscribed to is SYNCED."""

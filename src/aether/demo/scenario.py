@@ -69,8 +69,11 @@ class Timings:
     """From the demo's start to the first request answered through the mesh."""
     all_synced: float | None = None
     """From the demo's start to every xDS type SYNCED."""
+    route_edit_acked: float | None = None
+    """From writing the new canary weights to Envoy acknowledging the route configuration that carries them."""
     route_edit_observed: float | None = None
-    """From writing the new canary weights to the new split showing in traffic."""
+    """From writing the new canary weights to the new split showing in traffic: the end of the first window of 60
+    requests after the edit in which catalog-v2 answered at least 30% (so it includes collecting that window)."""
 
 
 def _tolerance(share: float, samples: int) -> float:
@@ -101,6 +104,10 @@ def _share(samples: list[Sample], prefix: str) -> float:
 async def _collect(mesh: DemoMesh, service: str, *, count: int, since: float) -> list[Sample]:
     await _until(lambda: len(mesh.traffic.since(since, service=service)) >= count, limit=STEP_TIMEOUT)
     return mesh.traffic.since(since, service=service)[:count]
+
+
+def _seconds(value: float | None) -> str:
+    return "(not seen)" if value is None else f"{value:.2f} s"
 
 
 def _failures(mesh: DemoMesh, since: float) -> list[Sample]:
@@ -135,8 +142,8 @@ async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: T
     done(
         "mesh up",
         up,
-        f"first routed request after {timings.first_routed_request or float('nan'):.2f} s, "
-        f"all xDS types SYNCED after {timings.all_synced or float('nan'):.2f} s"
+        f"first routed request after {_seconds(timings.first_routed_request)}, "
+        f"all xDS types SYNCED after {_seconds(timings.all_synced)}"
         if up
         else f"not up within {START_TIMEOUT:.0f} s (xDS {mesh.xds_state()})",
     )
@@ -156,8 +163,12 @@ async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: T
     text = route_file.read_text()
     edited = text.replace("weight: 90", "weight: 50").replace("weight: 10}", "weight: 50}")
     say(f"editing {route_file.relative_to(mesh.work_dir)}: catalog-v1 50, catalog-v2 50")
+    routes_before = mesh.acked_version("RDS")
     edit_at = clock()
     route_file.write_text(edited)
+    acked = await _until(lambda: mesh.acked_version("RDS") != routes_before, limit=STEP_TIMEOUT)
+    if acked:
+        timings.route_edit_acked = clock() - edit_at
 
     def shifted() -> bool:
         window = mesh.traffic.since(edit_at, service=catalog)[-60:]
@@ -165,17 +176,16 @@ async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: T
 
     observed = await _until(shifted, limit=STEP_TIMEOUT)
     if observed:
-        # The split showed in the window that ends now; it began with the first of those requests.
-        window = mesh.traffic.since(edit_at, service=catalog)[-60:]
-        timings.route_edit_observed = window[0].at - edit_at
+        timings.route_edit_observed = clock() - edit_at
     samples = await _collect(mesh, catalog, count=CANARY_SAMPLES, since=clock())
     share = _share(samples, "catalog-v2")
     ok = observed and abs(share - 0.5) <= _tolerance(0.5, len(samples))
     done(
         "canary shifted to 50/50",
         ok,
-        f"catalog-v2 answered {share:.1%} of {len(samples)} requests; the edit showed in traffic after "
-        f"{timings.route_edit_observed if timings.route_edit_observed is not None else float('nan'):.2f} s",
+        f"catalog-v2 answered {share:.1%} of {len(samples)} requests; Envoy acknowledged the new routes "
+        f"{_seconds(timings.route_edit_acked)} after the edit, and the split showed in traffic (30% of the next 60 "
+        f"requests) after {_seconds(timings.route_edit_observed)}",
     )
 
     # 4. Kill a replica.

@@ -5,10 +5,12 @@ Everything talks to Envoy on loopback; nothing here needs a network or an HTTP l
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import io
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -374,7 +376,11 @@ async def open_envoy(
     stderr = await trio.to_thread.run_sync(_open_for_writing, work_dir / "envoy.stderr")
     try:
         process = await trio.lowlevel.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=_end_with_parent,
         )
     finally:
         # The child holds its own copy of the descriptor.
@@ -384,6 +390,20 @@ async def open_envoy(
         yield Envoy(process=process, admin_address=admin_address, work_dir=work_dir)
     finally:
         await _stop(process)
+
+
+_PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal the calling process gets when its parent thread ends."""
+
+
+def _end_with_parent() -> None:
+    """In the child before exec: ask the kernel to SIGTERM Envoy when its parent dies, even by SIGKILL (Linux).
+
+    The `finally` that stops Envoy cannot run in a process killed with -9; without this Envoy would outlive it,
+    holding its ports.
+    """
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 async def wait_for(
