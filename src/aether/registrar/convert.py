@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_WEIGHT",
     "change_from_proto",
     "change_to_proto",
+    "check_ip",
     "check_service_key",
     "endpoint_from_proto",
     "endpoint_to_proto",
@@ -56,7 +57,12 @@ def check_service_key(key: str, *, field: str = "service_name") -> str:
     return key
 
 
-def _check_ip(ip: str, *, field: str) -> str:
+def check_ip(ip: str, *, field: str) -> str:
+    """Return `ip` if it is an IPv4 or IPv6 address in canonical form (as `ipaddress` prints it).
+
+    Raises:
+        InvalidRequestError: It is not.
+    """
     try:
         parsed = ipaddress.ip_address(ip)
     except ValueError:
@@ -91,7 +97,7 @@ def endpoint_from_proto(
     Raises:
         InvalidRequestError: The ip is no canonical IP address, a port is out of 1..65535, or an enum value is unknown.
     """
-    ip = _check_ip(message.ip, field="endpoint.ip")
+    ip = check_ip(message.ip, field="endpoint.ip")
     port = _check_port(message.port, field="endpoint.port")
     ports = sorted({_check_port(one, field="endpoint.ports") for one in message.ports})
     try:
@@ -187,7 +193,7 @@ def unregistration_from_proto(request: registrar_pb2.UnregisterEndpointRequest) 
     service = check_service_key(request.service_name)
     if not request.ips:
         raise InvalidRequestError("ips", rule="must name at least one ip", value=[])
-    ips = tuple(_check_ip(ip, field="ips") for ip in request.ips)
+    ips = tuple(check_ip(ip, field="ips") for ip in request.ips)
     return EndpointsUnregistered(service=service, ips=ips)
 
 
@@ -270,7 +276,7 @@ def change_from_proto(response: registrar_pb2.WatchEndpointsResponse) -> Change:
         return Change(kind=kind, version=version, service=service)
     protocol = _protocol(response.protocol, field="protocol")
     if kind is ChangeKind.ENDPOINT_REMOVED:
-        ip = _check_ip(response.endpoint.ip, field="endpoint.ip")
+        ip = check_ip(response.endpoint.ip, field="endpoint.ip")
         return Change(kind=kind, version=version, service=service, protocol=protocol, ip=ip)
     endpoint = endpoint_from_proto(response.endpoint, service=service, protocol=protocol)
     return Change(

@@ -155,6 +155,23 @@ class EtcdServer:
         self._process.wait()
         self._process = None
 
+    def etcdctl(self, *arguments: str, stdin: bytes = b"") -> str:
+        """Run `etcdctl` (v3 API) against this member and return its output.
+
+        Raises:
+            subprocess.CalledProcessError: etcdctl failed (its output is on the exception).
+        """
+        binary = find_etcd_binary().with_name("etcdctl")
+        completed = subprocess.run(
+            [str(binary), "--endpoints", self.client_url, *arguments],
+            input=stdin,
+            capture_output=True,
+            check=True,
+            timeout=_STARTUP_TIMEOUT,
+            env={"ETCDCTL_API": "3"},
+        )
+        return completed.stdout.decode()
+
     def log_tail(self, *, lines: int = 40) -> str:
         """The last lines etcd wrote (for failure messages)."""
         try:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import math
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -37,6 +38,7 @@ from aether.registrar.backends.etcd_layout import (
 from aether.registrar.backoff import Backoff
 from aether.registrar.errors import InvalidRequestError, StoreError, StoreUnavailableError
 from aether.registrar.snapshot import (
+    HISTORY_LIMIT,
     Change,
     EndpointRegistered,
     EndpointsReplaced,
@@ -44,6 +46,7 @@ from aether.registrar.snapshot import (
     EndpointsUpdated,
     Mutation,
     RegistrySnapshot,
+    apply_update,
     snapshot_of,
 )
 
@@ -54,6 +57,13 @@ _T = TypeVar("_T")
 
 DEFAULT_PARTITION = Partition()
 """`/aether/v1/regions/local/clusters/local`: one cluster, one region."""
+
+LOAD_REPLAY = 10_000
+"""Revisions replayed at load to rebuild the history (see `EtcdBackend.load`).
+
+Of the order of `HISTORY_LIMIT` changes: a restarted registrar answers resumes as far back as a running one would.
+Replaying is one watch read of at most this many events, a fraction of a second.
+"""
 
 REQUEST_TIMEOUT = 2.0
 """Seconds for one etcd request: a healthy etcd answers in milliseconds, a leader election takes about a second."""
@@ -126,6 +136,8 @@ class EtcdBackend:
         partition: Partition,
         backoff: Backoff,
         rng: random.Random,
+        replay: int,
+        history_limit: int,
     ) -> None:
         self._loop = loop
         self._kv = rpc.KVStub(channel)
@@ -134,8 +146,12 @@ class EtcdBackend:
         self._partition = partition
         self._backoff = backoff
         self._rng = rng
+        self._replay = replay
+        self._history_limit = history_limit
         self._epoch = 0
         self._revision = 0
+        # Identifies this backend's writes of the sync key (a replica's marker; the value is never read).
+        self._token = f"{rng.getrandbits(64):016x}".encode()
         self._watches = 0
         self._relists = 0
         self._ignored = 0
@@ -161,7 +177,12 @@ class EtcdBackend:
         )
 
     async def load(self) -> RegistrySnapshot:
-        """List the partition (creating its epoch if it has none), retrying with backoff until etcd answers.
+        """List the partition as it was `replay` revisions ago, then replay the changes since, retrying with
+        backoff until etcd answers (creating the partition's epoch if it has none).
+
+        The replay rebuilds the history a registrar started afresh would lack, so agents that reconnect after a
+        registrar restart (or move from another replica) resume with what they missed instead of a full resync.
+        When those revisions were compacted away, the history starts at the current revision.
 
         Raises:
             StoreError: etcd refuses for good (permissions), or the epoch key is damaged.
@@ -169,15 +190,38 @@ class EtcdBackend:
         failures = 0
         while True:
             try:
-                self._epoch = await self._read_epoch(create=True)
-                endpoints, revision = await self._list()
+                return await self._load()
             except StoreUnavailableError as exc:
                 failures += 1
                 LOG.warning("%s; retrying the first list", exc)
                 await trio.sleep(self._backoff.delay(failures, rng=self._rng))
-                continue
-            self._revision = revision
-            return snapshot_of(endpoints, version=version_of(revision, epoch=self._epoch))
+
+    async def _load(self) -> RegistrySnapshot:
+        self._epoch = await self._read_epoch(create=True)
+        _, current = await self._list(count_only=True)
+        try:
+            endpoints, _ = await self._list(revision=max(current - self._replay, 1))
+            self._revision = max(current - self._replay, 1)
+        except StoreError as exc:
+            if (
+                not isinstance(exc.__cause__, rpc.AioRpcError)
+                or exc.__cause__.code() != rpc.StatusCode.OUT_OF_RANGE
+            ):
+                raise
+            endpoints, self._revision = await self._list()  # compacted: no history before now
+        snapshot = snapshot_of(endpoints, version=version_of(self._revision, epoch=self._epoch))
+        replayed, receive = trio.open_memory_channel[BackendFeed](math.inf)
+        caught_up = False
+        while not caught_up:
+            async with contextlib.aclosing(self._watch(replayed)) as watch:
+                async for caught_up in watch:
+                    if caught_up:
+                        break
+        replayed.close()
+        async for item in receive:
+            assert not isinstance(item, StoreAvailability), "the watch reports no availability; this is a bug"
+            snapshot, _ = apply_update(snapshot, item, history_limit=self._history_limit)
+        return snapshot
 
     async def apply(
         self, mutation: Mutation, *, snapshot: RegistrySnapshot, changes: tuple[Change, ...]
@@ -227,11 +271,12 @@ class EtcdBackend:
         failures = 0
         while True:
             try:
-                async for caught_up in self._watch(updates):
-                    if caught_up and not available:
-                        await updates.send(StoreAvailability(available=True))
-                        available = True
-                    failures = 0
+                async with contextlib.aclosing(self._watch(updates)) as watch:
+                    async for caught_up in watch:
+                        if caught_up and not available:
+                            await updates.send(StoreAvailability(available=True))
+                            available = True
+                        failures = 0
             except StoreUnavailableError as exc:
                 if available:
                     await updates.send(StoreAvailability(available=False, reason=exc.reason))
@@ -240,17 +285,19 @@ class EtcdBackend:
                 LOG.warning("%s; watching again", exc)
                 await trio.sleep(self._backoff.delay(failures, rng=self._rng))
 
-    async def _watch(self, updates: trio.abc.SendChannel[BackendFeed]) -> AsyncIterator[bool]:
-        """Open one watch from the next revision and send what it reports; yield whether it has caught up.
+    async def _watch(self, updates: trio.abc.SendChannel[BackendFeed]) -> AsyncGenerator[bool, None]:
+        """Open one watch on the partition from the next revision and send what it reports.
 
-        Yields once when the watch is created (False), then True after each progress notification (sent by
-        etcd once everything up to its current revision was delivered).
+        Yields False once the watch is created, then True once it has caught up: right after creating it, the
+        backend writes the partition's sync key, and the watch has delivered every earlier revision when that
+        write comes back through it. (etcd's own progress request cannot serve: before 3.5.8 it may answer
+        ahead of the events of an unsynced watch, etcd issue 15220.)
         """
         if await self._read_epoch(create=False) != self._epoch:
             raise StoreError(self.description, reason="the store was replaced (its epoch changed); restart")
-        prefix = self._partition.endpoints_prefix
+        prefix = self._partition.prefix
         create = rpc.WatchCreateRequest(
-            key=prefix, range_end=prefix_end(prefix), start_revision=self._revision + 1, progress_notify=True
+            key=prefix, range_end=prefix_end(prefix), start_revision=self._revision + 1
         )
 
         async def open_stream() -> Any:
@@ -261,6 +308,7 @@ class EtcdBackend:
         with self._unavailable_on_rpc_errors():
             stream = await self._loop.run_aio_coroutine(open_stream())
         self._watches += 1
+        synced_at: int | None = None
         try:
             while True:
                 with self._unavailable_on_rpc_errors():
@@ -276,22 +324,24 @@ class EtcdBackend:
                     )
                 if response.created:
                     yield False
-                    with self._unavailable_on_rpc_errors():
-                        await self._loop.run_aio_coroutine(
-                            stream.write(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest()))
-                        )
-                    continue
-                if not response.events:
-                    yield True
+                    sync = rpc.PutRequest(key=self._partition.sync_key, value=self._token)
+                    synced_at = int((await self._call(self._kv.Put, sync)).header.revision)
                     continue
                 for update in self._updates(response.events):
                     await updates.send(update)
+                if synced_at is not None and self._revision >= synced_at:
+                    synced_at = None
+                    yield True
         finally:
             stream.cancel()
 
     def _updates(self, events: Sequence[Any]) -> Iterator[EndpointsUpdated]:
-        """Group a watch response's events by revision: one update per revision, in order."""
+        """Group a watch response's events by revision: one update per revision, in order.
+
+        Events of keys that are not endpoints (the sync and epoch keys) still move the version to their revision.
+        """
         by_revision: dict[int, tuple[list[Endpoint], list[EndpointKey]]] = {}
+        endpoints = self._partition.endpoints_prefix
         for event in events:
             revision = event.kv.mod_revision
             if revision <= self._revision:
@@ -300,6 +350,8 @@ class EtcdBackend:
                     reason=f"its revision went backwards ({revision} after {self._revision}); restart",
                 )
             upserted, removed = by_revision.setdefault(revision, ([], []))
+            if not event.kv.key.startswith(endpoints):
+                continue
             try:
                 key = self._partition.endpoint_key(event.kv.key)
                 if event.type == rpc.Event.EventType.DELETE:
@@ -333,18 +385,20 @@ class EtcdBackend:
             version = version_of(revision, epoch=self._epoch)
             await updates.send(EndpointsReplaced(endpoints=tuple(endpoints), version=version))
 
-    async def _list(self) -> tuple[list[Endpoint], int]:
+    async def _list(self, *, revision: int = 0, count_only: bool = False) -> tuple[list[Endpoint], int]:
+        """Return the partition's endpoints at `revision` (0: now), and the revision read."""
         prefix = self._partition.endpoints_prefix
-        response = await self._call(
-            self._kv.Range, rpc.RangeRequest(key=prefix, range_end=prefix_end(prefix))
+        request = rpc.RangeRequest(
+            key=prefix, range_end=prefix_end(prefix), revision=revision, count_only=count_only
         )
+        response = await self._call(self._kv.Range, request)
         endpoints = []
         for kv in response.kvs:
             try:
                 endpoints.append(self._partition.endpoint(kv.key, kv.value))
             except InvalidRequestError as exc:
                 self._ignore(exc)
-        return endpoints, int(response.header.revision)
+        return endpoints, revision or int(response.header.revision)
 
     async def _read_epoch(self, *, create: bool) -> int:
         """Return the partition's epoch; with `create`, make one first if it has none (a new store)."""
@@ -421,6 +475,8 @@ async def open_etcd_backend(
     backoff: Backoff = BACKOFF,
     rng: random.Random | None = None,
     loop: Any = None,
+    replay: int = LOAD_REPLAY,
+    history_limit: int = HISTORY_LIMIT,
 ) -> AsyncIterator[EtcdBackend]:
     """Connect to etcd at `targets` (`host:port`, see `parse_etcd_endpoints`) for the duration of the block.
 
@@ -455,6 +511,8 @@ async def open_etcd_backend(
             partition=partition,
             backoff=backoff,
             rng=random.Random() if rng is None else rng,
+            replay=replay,
+            history_limit=history_limit,
         )
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(REQUEST_TIMEOUT):

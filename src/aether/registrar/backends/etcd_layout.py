@@ -7,6 +7,7 @@ Layout (the original Aether's, `registry/internal/etcd/etcd.go`)::
     <root>/<region>/clusters/<cluster>                                      this registrar's partition
         /ns/<ns>/services/<sa>/protocols/<PROTOCOL_HTTP|PROTOCOL_TCP>/endpoints/<ip>   a ServiceEndpoint (binary)
         /epoch                                                              the store's epoch (decimal)
+        /sync                                                               written to learn a watch caught up
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from aether.core.events.registry import Endpoint, EndpointKey, Protocol
 from aether.proto.registry.v1 import registry_pb2
-from aether.registrar.convert import check_service_key, endpoint_from_proto, endpoint_to_proto
+from aether.registrar.convert import check_ip, check_service_key, endpoint_from_proto, endpoint_to_proto
 from aether.registrar.errors import InvalidRequestError
 
 __all__ = [
@@ -104,8 +105,18 @@ class Partition:
         return f"{self.root.rstrip('/')}/{self.region}/clusters/{self.cluster}"
 
     @property
+    def prefix(self) -> bytes:
+        """The prefix of every key of the partition (what the backend watches)."""
+        return f"{self.path}/".encode()
+
+    @property
+    def sync_key(self) -> bytes:
+        """The key a backend writes to learn when its watch has caught up (its value means nothing)."""
+        return f"{self.path}/sync".encode()
+
+    @property
     def endpoints_prefix(self) -> bytes:
-        """The prefix of every endpoint key (what the backend lists and watches)."""
+        """The prefix of every endpoint key (what the backend lists)."""
         return f"{self.path}/ns/".encode()
 
     @property
@@ -142,7 +153,7 @@ class Partition:
         ):
             raise InvalidRequestError("etcd key", rule=rule, value=text)
         service = check_service_key(f"{parts[1]}/{parts[3]}", field="etcd key")
-        return (service, _PROTOCOLS[parts[5]], parts[7])
+        return (service, _PROTOCOLS[parts[5]], check_ip(parts[7], field="etcd key"))
 
     def endpoint(self, key: bytes, value: bytes) -> Endpoint:
         """Return the endpoint stored at `key` with `value` (a binary `ServiceEndpoint`).
