@@ -349,3 +349,79 @@ async def test_injected_failures_answer_with_statuses(api: KubeApi) -> None:
         "TooManyRequests",
     )
     assert (failed.status, json.loads(failed.body)["reason"], served.status) == (500, "InternalError", 200)
+
+
+async def test_writes_over_http_reach_watches(api: KubeApi) -> None:
+    """Create (201), replace, merge-patch and delete through the API: each is one watch event, in order."""
+    client = client_of(api)
+    async with client.open_watch(HTTP_ROUTES, resource_version="1") as events:
+        created = await client.create(
+            HTTP_ROUTES, {"metadata": {"name": "r"}, "spec": {"a": 1}}, namespace="shop"
+        )
+        assert (created["metadata"]["namespace"], created["metadata"]["generation"]) == ("shop", 1)
+        replaced = await client.replace(HTTP_ROUTES, {**created, "spec": {"a": 2}})
+        patched = await client.merge_patch(
+            HTTP_ROUTES, name="r", namespace="shop", patch={"spec": {"a": None, "b": 3}}
+        )
+        await client.delete(HTTP_ROUTES, name="r", namespace="shop")
+        got = await next_events(events, 4)
+    assert (replaced["metadata"]["generation"], patched["spec"]) == (2, {"b": 3})
+    assert got == [("ADDED", "r", "2"), ("MODIFIED", "r", "3"), ("MODIFIED", "r", "4"), ("DELETED", "r", "5")]
+
+
+async def test_the_status_subresource_and_the_main_resource_change_separate_parts(api: KubeApi) -> None:
+    """PUT/PATCH of `status` touch only status (no new generation); of the object, never status."""
+    client = client_of(api)
+    await client.create(HTTP_ROUTES, {"metadata": {"name": "r"}, "spec": {"a": 1}}, namespace="shop")
+    conditions = {"parents": [{"controllerName": "gateway.aether.io/mesh"}]}
+    with_status = await client.merge_patch(
+        HTTP_ROUTES,
+        name="r",
+        namespace="shop",
+        patch={"spec": {"a": 9}, "status": conditions},
+        subresource="status",
+    )
+    assert (with_status["spec"], with_status["status"], with_status["metadata"]["generation"]) == (
+        {"a": 1},
+        conditions,
+        1,
+    )
+    replaced = await client.replace(HTTP_ROUTES, {**with_status, "spec": {"a": 2}, "status": {}})
+    assert (replaced["spec"], replaced["status"]) == ({"a": 2}, conditions)
+
+
+async def test_stale_writes_conflict_and_bad_writes_are_refused(api: KubeApi) -> None:
+    """A stale resourceVersion is 409 Conflict; a duplicate 409 AlreadyExists; a strategic patch 415."""
+    client = client_of(api)
+    created = await client.create(HTTP_ROUTES, {"metadata": {"name": "r"}, "spec": {}}, namespace="shop")
+    await client.replace(HTTP_ROUTES, {**created, "spec": {"a": 1}})
+    with pytest.raises(
+        ApiStatusError, match=r"409 Conflict: Operation cannot be fulfilled on httproutes \"r\""
+    ):
+        await client.replace(HTTP_ROUTES, {**created, "spec": {"a": 2}})
+    with pytest.raises(ApiStatusError, match=r"409 AlreadyExists"):
+        await client.create(HTTP_ROUTES, {"metadata": {"name": "r"}}, namespace="shop")
+    with pytest.raises(ApiStatusError, match=r"404 NotFound"):
+        await client.delete(HTTP_ROUTES, name="missing", namespace="shop")
+    response = await raw_request(
+        api,
+        "PATCH",
+        f"/apis/{GATEWAY_API_GROUP}/v1/namespaces/shop/httproutes/r",
+        b"{}",
+        content_type="application/strategic-merge-patch+json",
+    )
+    assert response.startswith(b"HTTP/1.1 415 ")
+
+
+async def raw_request(api: KubeApi, method: str, path: str, body: bytes, *, content_type: str) -> bytes:
+    """Send one request by hand and return the raw response (for what the client never sends)."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+    head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    stream = await trio.open_tcp_stream("127.0.0.1", api.port)
+    async with stream:
+        await stream.send_all(head.encode() + body)
+        received = b""
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some():
+                received += chunk
+    return received

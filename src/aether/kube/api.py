@@ -1,4 +1,4 @@
-"""A small native Kubernetes API client on trio and h11: get, paged lists, and watch streams.
+"""A small native Kubernetes API client on trio and h11: get, paged lists, watch streams, and writes.
 
 Why not the official `kubernetes` package: it is synchronous (urllib3), so each watch would pin a thread that
 trio cannot cancel; a watch is one long HTTP/1.1 response of JSON lines, which h11 (sans-IO, from the h2
@@ -111,8 +111,79 @@ class KubeClient:
         Raises:
             ApiStatusError: 404 NotFound if it does not exist, or any other refusal.
         """
-        path = f"{resource.collection_path(namespace=namespace)}/{urllib.parse.quote(name, safe='')}"
-        async with self._exchange(path, {}) as response:
+        async with self._exchange(self._object_path(resource, name, namespace, ""), {}) as response:
+            return _with_kind(await response.json(), resource)
+
+    async def create(
+        self, resource: ResourceType, obj: JsonObject, *, namespace: str | None = None
+    ) -> JsonObject:
+        """Create `obj` (in `namespace`, for namespaced kinds); return it as stored.
+
+        Raises:
+            ApiStatusError: 409 AlreadyExists, 422 Invalid, or any other refusal.
+        """
+        return await self._write("POST", resource.collection_path(namespace=namespace), resource, obj)
+
+    async def replace(self, resource: ResourceType, obj: JsonObject, *, subresource: str = "") -> JsonObject:
+        """Replace `obj` (PUT; its `metadata.resourceVersion`, if set, must be current); return it as stored.
+
+        Args:
+            resource: The object's kind.
+            obj: The whole object (name and namespace from its metadata).
+            subresource: `status` to replace only the status (what a controller writes).
+
+        Raises:
+            ApiStatusError: 409 Conflict when the object changed since it was read, 404 NotFound, or another refusal.
+        """
+        metadata = obj.get("metadata") or {}
+        path = self._object_path(
+            resource, str(metadata.get("name") or ""), metadata.get("namespace"), subresource
+        )
+        return await self._write("PUT", path, resource, obj)
+
+    async def merge_patch(
+        self,
+        resource: ResourceType,
+        *,
+        name: str,
+        patch: JsonObject,
+        namespace: str | None = None,
+        subresource: str = "",
+    ) -> JsonObject:
+        """Apply a JSON merge patch (RFC 7386) to one object (or its `status`); return it as stored.
+
+        Raises:
+            ApiStatusError: 404 NotFound, 409 Conflict (a stale resourceVersion in the patch), or another refusal.
+        """
+        path = self._object_path(resource, name, namespace, subresource)
+        return await self._write("PATCH", path, resource, patch, content_type="application/merge-patch+json")
+
+    async def delete(self, resource: ResourceType, *, name: str, namespace: str | None = None) -> None:
+        """Delete one object.
+
+        Raises:
+            ApiStatusError: 404 NotFound, or another refusal.
+        """
+        async with self._exchange(
+            self._object_path(resource, name, namespace, ""), {}, method="DELETE"
+        ) as response:
+            await response.body()
+
+    @staticmethod
+    def _object_path(resource: ResourceType, name: str, namespace: object, subresource: str) -> str:
+        path = f"{resource.collection_path(namespace=str(namespace) if namespace else None)}/{urllib.parse.quote(name, safe='')}"
+        return f"{path}/{subresource}" if subresource else path
+
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        resource: ResourceType,
+        body: JsonObject,
+        *,
+        content_type: str = "application/json",
+    ) -> JsonObject:
+        async with self._exchange(path, {}, method=method, body=body, content_type=content_type) as response:
             return _with_kind(await response.json(), resource)
 
     async def list_page(
@@ -254,8 +325,16 @@ class KubeClient:
             yield WatchEvent(type=kind, object=_with_kind(event["object"], resource))
 
     @asynccontextmanager
-    async def _exchange(self, path: str, params: Mapping[str, str]) -> AsyncIterator[_Response]:
-        """Send a GET; yield the response once its head says 200 (other codes raise with the server's Status)."""
+    async def _exchange(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        method: str = "GET",
+        body: JsonObject | None = None,
+        content_type: str = "application/json",
+    ) -> AsyncIterator[_Response]:
+        """Send a request; yield the response once its head says 2xx (other codes raise with the server's Status)."""
         query = urllib.parse.urlencode({key: value for key, value in params.items() if value})
         target = f"{path}?{query}" if query else path
         host, port = self.config.host_and_port
@@ -264,6 +343,9 @@ class KubeClient:
             ("Accept", "application/json"),
             ("User-Agent", "aether"),
         ]
+        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if body is not None:
+            headers += [("Content-Type", content_type), ("Content-Length", str(len(payload)))]
         bearer = await self.config.bearer()
         if bearer is not None:
             headers.append(("Authorization", f"Bearer {bearer}"))
@@ -273,18 +355,19 @@ class KubeClient:
         try:
             with _map_errors(self.config.server):
                 connection = h11.Connection(h11.CLIENT)
-                request = h11.Request(method="GET", target=target, headers=headers)
-                await stream.send_all(
-                    (connection.send(request) or b"") + (connection.send(h11.EndOfMessage()) or b"")
-                )
+                request = h11.Request(method=method, target=target, headers=headers)
+                data = connection.send(request) or b""
+                if payload:
+                    data += connection.send(h11.Data(data=payload)) or b""
+                await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
                 response = _Response(connection, stream, path=path, server=self.config.server)
                 code = await response.read_head()
-            if code != 200:
-                body = await response.body()
+            if not 200 <= code < 300:
+                refusal = await response.body()
                 try:
-                    status: Any = json.loads(body)
+                    status: Any = json.loads(refusal)
                 except ValueError:
-                    status = body.decode("utf-8", "replace")
+                    status = refusal.decode("utf-8", "replace")
                 raise status_error(path, code=code, status=status)
             # Not inside _map_errors: the caller's own failures pass through untranslated.
             yield response

@@ -4,7 +4,8 @@ No kube-apiserver can run here, so the Kubernetes sources are tested against thi
 the real server documents for what the mesh reads: list with `resourceVersion`, selectors and `limit`/`continue`
 paging; watch streams of JSON lines (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) from a resourceVersion;
 410 Gone (reason Expired) once that version is compacted; bearer tokens; and test controls to cut watches,
-force bookmarks, compact history and restart. Writes are test methods on the store, not HTTP verbs.
+force bookmarks, compact history and restart. Objects are written by tests through the store, or over HTTP
+(`aether.testing.kubewrites`: create, replace, merge-patch, delete, the status subresource).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from aether.testing.kubestore import (
     WatchSubscription,
     storage_of,
 )
+from aether.testing.kubewrites import Rejected, write
 
 __all__ = ["DEFAULT_WATCH_TIMEOUT", "KubeApi", "KubeApiStatistics", "open_kube_api"]
 
@@ -96,17 +98,6 @@ class _Query:
         return self.labels.matches(metadata.get("labels") or {}) and self.fields.matches(
             _field_values(self.resource, obj)
         )
-
-
-class _Rejected(Exception):
-    """A request the API refuses with a Status (`code`, `reason`, `message`)."""
-
-    def __init__(self, code: int, reason: str, message: str, *, continue_token: str = "") -> None:
-        super().__init__(code, reason, message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.continue_token = continue_token
 
 
 class KubeApi:
@@ -213,9 +204,9 @@ class KubeApi:
                 transport = trio.SSLStream(stream, self._ssl_context, server_side=True)
                 await transport.do_handshake()
             connection = h11.Connection(h11.SERVER)
-            while (request := await _receive_request(connection, transport)) is not None:
+            while (received := await _receive_request(connection, transport)) is not None:
                 self._counts["requests"] += 1
-                if not await self._respond(connection, transport, request):
+                if not await self._respond(connection, transport, *received):
                     return
                 if connection.our_state is h11.MUST_CLOSE or connection.their_state is h11.MUST_CLOSE:
                     return
@@ -227,22 +218,18 @@ class KubeApi:
             await trio.aclose_forcefully(transport)
 
     async def _respond(
-        self, connection: h11.Connection, stream: trio.abc.Stream, request: h11.Request
+        self, connection: h11.Connection, stream: trio.abc.Stream, request: h11.Request, body: bytes
     ) -> bool:
         """Answer one request; return False when the connection must be cut without finishing the response."""
         target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
         params = {key: values[-1] for key, values in urllib.parse.parse_qs(target.query).items()}
         try:
-            if request.method != b"GET":
-                raise _Rejected(
-                    405, "MethodNotAllowed", f"the server does not allow this method on {target.path}"
-                )
             self._authorize(request.headers)
             if self._failures and target.path.startswith(("/api/", "/apis/")):
                 code = self._failures.pop(0)
                 if code == 429:
-                    raise _Rejected(429, "TooManyRequests", "too many requests, please try again later")
-                raise _Rejected(code, "InternalError", "an error on the server prevented the request")
+                    raise Rejected(429, "TooManyRequests", "too many requests, please try again later")
+                raise Rejected(code, "InternalError", "an error on the server prevented the request")
             if target.path in ("/healthz", "/readyz", "/livez"):
                 await _send(connection, stream, 200, b"ok", content_type="text/plain")
                 return True
@@ -250,7 +237,23 @@ class KubeApi:
                 version = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-aether-test"}
                 await _send(connection, stream, 200, _encode(version))
                 return True
-            resource, namespace, name = self._route(target.path)
+            resource, namespace, name, subresource = self._route(target.path)
+            method = request.method.decode("ascii", "replace")
+            if method != "GET":
+                headers = {key.lower(): value for key, value in request.headers}
+                content_type = headers.get(b"content-type", b"").decode("ascii", "replace").partition(";")[0]
+                code, written = write(
+                    self.store,
+                    resource,
+                    method=method,
+                    namespace=namespace,
+                    name=name,
+                    subresource=subresource,
+                    body=body,
+                    content_type=content_type.strip(),
+                )
+                await _send(connection, stream, code, _encode(_render(written, resource, in_list=False)))
+                return True
             query = _Query(
                 resource=resource,
                 namespace=namespace,
@@ -262,8 +265,8 @@ class KubeApi:
                 return True
             if params.get("watch", "") in ("1", "true"):
                 return await self._watch(connection, stream, query, params)
-            body = self._list(query, params)
-        except _Rejected as rejected:
+            listed = self._list(query, params)
+        except Rejected as rejected:
             self._counts["expired"] += rejected.code == 410
             status = _status(
                 rejected.code, rejected.reason, rejected.message, continue_token=rejected.continue_token
@@ -272,7 +275,7 @@ class KubeApi:
             await _send(connection, stream, rejected.code, _encode(status), headers=retry)
             return True
         self._counts["lists"] += 1
-        await _send(connection, stream, 200, _encode(body))
+        await _send(connection, stream, 200, _encode(listed))
         return True
 
     def _authorize(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -280,29 +283,36 @@ class KubeApi:
             return
         presented = {name.lower(): value for name, value in headers}.get(b"authorization", b"")
         if presented != f"Bearer {self.token}".encode():
-            raise _Rejected(401, "Unauthorized", "Unauthorized")
+            raise Rejected(401, "Unauthorized", "Unauthorized")
 
-    def _route(self, path: str) -> tuple[ResourceType, str | None, str | None]:
+    def _route(self, path: str) -> tuple[ResourceType, str | None, str | None, str]:
+        """Return the resource, namespace, object name and subresource (`status` or empty) a path names."""
         parts = [part for part in path.split("/") if part]
         if len(parts) >= 2 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
         elif len(parts) >= 3 and parts[0] == "apis":
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise _Rejected(404, "NotFound", "the server could not find the requested resource")
+            raise Rejected(404, "NotFound", "the server could not find the requested resource")
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
         resource = self._by_path.get((group, version, rest[0])) if rest else None
-        if resource is None or len(rest) > 2 or (namespace is not None and not resource.namespaced):
-            raise _Rejected(404, "NotFound", "the server could not find the requested resource")
-        return resource, namespace, rest[1] if len(rest) == 2 else None
+        subresource = rest[2] if len(rest) == 3 else ""
+        if (
+            resource is None
+            or len(rest) > 3
+            or subresource not in ("", "status")
+            or (namespace is not None and not resource.namespaced)
+        ):
+            raise Rejected(404, "NotFound", "the server could not find the requested resource")
+        return resource, namespace, rest[1] if len(rest) >= 2 else None, subresource
 
     def _get(self, query: _Query, name: str) -> JsonObject:
         key = f"{query.namespace}/{name}" if query.resource.namespaced else name
         found = self.store.objects_at(storage_of(query.resource), revision=self.store.revision).get(key)
         if found is None or (not query.resource.namespaced and query.namespace is not None):
-            raise _Rejected(404, "NotFound", f'{query.resource.plural} "{name}" not found')
+            raise Rejected(404, "NotFound", f'{query.resource.plural} "{name}" not found')
         return _render(found, query.resource, in_list=False)
 
     def _list(self, query: _Query, params: Mapping[str, str]) -> JsonObject:
@@ -312,7 +322,7 @@ class KubeApi:
         except TooOldError as error:
             # Expired paging: a token that continues from now (inconsistent), as the real server offers.
             fresh = _continue_token(self.store.revision, start) if start else ""
-            raise _Rejected(
+            raise Rejected(
                 410, "Expired", f"{error}: list again without 'continue'", continue_token=fresh
             ) from None
         keys = sorted(objects)
@@ -345,7 +355,7 @@ class KubeApi:
         version = params.get("resourceVersion", "")
         if token:
             if version:
-                raise _Rejected(400, "BadRequest", "specifying resourceVersion is not allowed with continue")
+                raise Rejected(400, "BadRequest", "specifying resourceVersion is not allowed with continue")
             return _parse_continue_token(token)
         if version in ("", "0"):
             # Most recent, or Any: this store is always current.
@@ -354,13 +364,13 @@ class KubeApi:
         match_mode = params.get("resourceVersionMatch", "")
         exact = match_mode == "Exact" or (not match_mode and _int_param(params, "limit") > 0)
         if number > self.store.revision:
-            raise _Rejected(
+            raise Rejected(
                 504, "Timeout", f"too large resource version: {number}, current: {self.store.revision}"
             )
         if not exact:
             return self.store.revision, ""
         if number < self.store.floor:
-            raise _Rejected(410, "Expired", str(TooOldError(number, floor=self.store.floor)))
+            raise Rejected(410, "Expired", str(TooOldError(number, floor=self.store.floor)))
         return number, ""
 
     async def _watch(
@@ -477,16 +487,21 @@ async def open_kube_api(
             nursery.cancel_scope.cancel()
 
 
-async def _receive_request(connection: h11.Connection, stream: trio.abc.Stream) -> h11.Request | None:
+async def _receive_request(
+    connection: h11.Connection, stream: trio.abc.Stream
+) -> tuple[h11.Request, bytes] | None:
     request: h11.Request | None = None
+    body = bytearray()
     while True:
         event = connection.next_event()
         if event is h11.NEED_DATA:
             connection.receive_data(bytes(await stream.receive_some(_RECEIVE_SIZE)))
         elif isinstance(event, h11.Request):
             request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
         elif isinstance(event, h11.EndOfMessage):
-            return request
+            return None if request is None else (request, bytes(body))
         elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
             return None
 
@@ -582,17 +597,17 @@ def _label_selector(text: str) -> LabelSelector:
     try:
         return LabelSelector.parse(text)
     except SelectorError as error:
-        raise _Rejected(400, "BadRequest", f"unable to parse requirement: {error}") from None
+        raise Rejected(400, "BadRequest", f"unable to parse requirement: {error}") from None
 
 
 def _field_selector(resource: ResourceType, text: str) -> FieldSelector:
     try:
         selector = FieldSelector.parse(text)
     except SelectorError as error:
-        raise _Rejected(400, "BadRequest", f"invalid field selector: {error}") from None
+        raise Rejected(400, "BadRequest", f"invalid field selector: {error}") from None
     supported = _COMMON_FIELDS.keys() | _FIELDS.get(resource.plural, {}).keys()
     for field in sorted(selector.fields - supported):
-        raise _Rejected(400, "BadRequest", f"field label not supported: {field}")
+        raise Rejected(400, "BadRequest", f"field label not supported: {field}")
     return selector
 
 
@@ -617,12 +632,12 @@ def _parse_continue_token(token: str) -> tuple[int, str]:
         decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         return int(decoded["rv"]), str(decoded["start"]).removesuffix("\x00")
     except (ValueError, KeyError, TypeError, binascii.Error):
-        raise _Rejected(400, "BadRequest", f"continue key is not valid: {token!r}") from None
+        raise Rejected(400, "BadRequest", f"continue key is not valid: {token!r}") from None
 
 
 def _version_number(version: str) -> int:
     if not version.isascii() or not version.isdigit():
-        raise _Rejected(400, "BadRequest", f"invalid resource version: {version!r}")
+        raise Rejected(400, "BadRequest", f"invalid resource version: {version!r}")
     return int(version)
 
 
@@ -631,5 +646,5 @@ def _int_param(params: Mapping[str, str], name: str) -> int:
     if not raw:
         return 0
     if not raw.isascii() or not raw.isdigit():
-        raise _Rejected(400, "BadRequest", f"{name}: must be a non-negative integer (got {raw!r})")
+        raise Rejected(400, "BadRequest", f"{name}: must be a non-negative integer (got {raw!r})")
     return int(raw)
