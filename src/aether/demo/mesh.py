@@ -27,6 +27,7 @@ import attrs
 import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.core.events.registry import Health
 from aether.core.gateway.view import gateway_view
 from aether.demo.source import DirectorySource, serve_directory_source
 from aether.demo.traffic import OUTBOUND_PORT, Traffic
@@ -167,7 +168,7 @@ class DemoMesh:
         """Return the endpoints of `service` in the agent's state."""
         registry = self.agent.journal.state.registry
         rows = [
-            EndpointRow(pod=endpoint.pod_name, ip=endpoint.ip, health=endpoint.health.name)
+            EndpointRow(pod=endpoint.pod_name, ip=endpoint.ip, health=_health(endpoint.health))
             for endpoint in registry.endpoints_of(service).values()
         ]
         return tuple(sorted(rows, key=lambda row: row.pod))
@@ -217,6 +218,11 @@ class DemoMesh:
             problems=self.source.problems,
             narration=tuple(self.narration),
         )
+
+
+def _health(health: Health) -> str:
+    """An endpoint's health as the view shows it (an unspecified health counts as healthy, as in EDS)."""
+    return "healthy" if health is Health.UNSPECIFIED else health.name.lower()
 
 
 def _family(service: str, called: tuple[str, ...]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ Each step returns a `StepResult`; `--check` exits 0 only if all passed. Timings 
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Awaitable, Callable
 
@@ -114,6 +115,14 @@ def _failures(mesh: DemoMesh, since: float) -> list[Sample]:
     return [sample for sample in mesh.traffic.since(since) if not sample.ok]
 
 
+def _failed(samples: list[Sample]) -> str:
+    """`N failed` and, when N > 0, how: the count per service and status (0: no response)."""
+    if not samples:
+        return "0 failed"
+    counts = collections.Counter(f"{sample.service} {sample.status or 'no response'}" for sample in samples)
+    return f"{len(samples)} failed ({', '.join(f'{key}: {n}' for key, n in sorted(counts.items()))})"
+
+
 async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: Timings) -> list[StepResult]:
     """Walk through the scenario on `mesh`, narrating with `say`; return each step's result."""
     results: list[StepResult] = []
@@ -208,7 +217,7 @@ async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: T
     done(
         f"kill replica {victim}",
         removed and not failures and answered.get("cart-1", 0) > 0,
-        f"{sum(answered.values())} requests to cart answered by {answered}, {len(failures)} failed; "
+        f"{sum(answered.values())} requests to cart answered by {answered}, {_failed(failures)}; "
         f"endpoint {'removed' if removed else 'NOT removed'}",
     )
 
@@ -224,7 +233,7 @@ async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: T
     done(
         f"{victim} back",
         returned and not failures,
-        f"{victim} answering again: {returned}; {len(failures)} requests failed",
+        f"{victim} answering again: {returned}; {_failed(failures)}",
     )
 
     # 6. An invalid route.
@@ -246,12 +255,12 @@ async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: T
         "invalid route rejected",
         rejected and not failures and sum(answered.values()) > 0,
         f"status: {reasons[0] if reasons else 'none'}; checkout answered {sum(answered.values())} requests, "
-        f"{len(failures)} failed",
+        f"{_failed(failures)}",
     )
     total_failures = _failures(mesh, steady)
     done(
         "no failed request",
         not total_failures,
-        f"{mesh.traffic.ok} requests succeeded; {len(total_failures)} failed since the mesh was up",
+        f"{mesh.traffic.ok} requests succeeded; {_failed(total_failures)} since the mesh was up",
     )
     return results
