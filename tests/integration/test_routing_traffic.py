@@ -7,11 +7,14 @@ Backends are pods at 127.0.30.x; the edge dials them at `<pod ip>:18008` in clea
 
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -37,6 +40,7 @@ from aether.testing.h2c_upstream import (
     open_h2c_upstream,
 )
 from aether.testing.http import HttpReader, HttpResponse
+from aether.testing.spiffe import MintedSvid, TestCA
 
 pytestmark = pytest.mark.slow
 
@@ -142,7 +146,7 @@ async def open_edge(tmp_path: Path, routes: str) -> AsyncIterator[Edge]:
 class Client:
     """HTTP/1.1 requests on one keep-alive connection to the edge listener."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.abc.Stream) -> None:
         self._stream = stream
         self._reader = HttpReader(stream)
 
@@ -348,3 +352,171 @@ def test_the_render_command_prints_a_bootstrap_envoy_accepts(tmp_path: Path) -> 
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- TLS at the edge: certificates selected by SNI, and passthrough ---
+
+SHOP_ID = "spiffe://certs.example/shop"
+API_ID = "spiffe://certs.example/api"
+
+
+def _tls_secret(name: str, minted: MintedSvid) -> str:
+    return f"""\
+apiVersion: v1
+kind: Secret
+type: kubernetes.io/tls
+metadata: {{name: {name}, namespace: default}}
+data:
+  tls.crt: {base64.b64encode(minted.cert_chain_pem).decode()}
+  tls.key: {base64.b64encode(minted.private_key_pem).decode()}
+"""
+
+
+def _https_gateway(port: int, passthrough_port: int) -> str:
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: secure, namespace: default}}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - name: shop
+    port: {port}
+    protocol: HTTPS
+    hostname: shop.example
+    tls: {{mode: Terminate, certificateRefs: [{{name: shop-cert}}]}}
+  - name: api
+    port: {port}
+    protocol: HTTPS
+    hostname: api.example
+    tls: {{mode: Terminate, certificateRefs: [{{name: api-cert}}]}}
+  - name: pass
+    port: {passthrough_port}
+    protocol: TLS
+    tls: {{mode: Passthrough}}
+    allowedRoutes: {{kinds: [{{kind: TLSRoute}}]}}
+"""
+
+
+TLS_BACKENDS = {"vault": "127.0.30.6", "ledger": "127.0.30.7"}
+"""Backends that speak TLS themselves (TCP endpoints, reached through passthrough)."""
+
+
+def _passthrough_manifests() -> str:
+    documents = []
+    for name, ip in TLS_BACKENDS.items():
+        documents.append(
+            f"""\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}-0
+  namespace: default
+  labels: {{app: {name}, aether.io/managed: "true"}}
+  annotations: {{endpoint.aether.io/protocol: tcp, endpoint.aether.io/port: "8443"}}
+spec: {{serviceAccountName: {name}}}
+status: {{podIP: {ip}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec: {{selector: {{app: {name}}}, ports: [{{port: 8443}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {{name: to-{name}, namespace: default}}
+spec:
+  parentRefs: [{{name: secure, sectionName: pass}}]
+  hostnames: [{name}.example]
+  rules: [{{backendRefs: [{{name: {name}, port: 8443}}]}}]
+"""
+        )
+    return "---\n".join(documents)
+
+
+def _client_context(ca: TestCA) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=ca.bundle_pem.decode())
+    context.check_hostname = (
+        False  # the certificates name SPIFFE IDs, not DNS names: the test reads the URI SAN
+    )
+    return context
+
+
+def _uri_san(stream: trio.SSLStream[trio.SocketStream]) -> str:
+    certificate = stream.getpeercert()
+    assert certificate is not None
+    return next(value for kind, value in certificate["subjectAltName"] if kind == "URI")
+
+
+async def _tls_handshake(
+    port: int, server_name: str, context: ssl.SSLContext
+) -> trio.SSLStream[trio.SocketStream]:
+    stream = trio.SSLStream(await trio.open_tcp_stream(LOOPBACK, port), context, server_hostname=server_name)
+    await stream.do_handshake()
+    return stream
+
+
+async def _serve_tls_backend(
+    name: str, minted: MintedSvid, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """A TLS backend at the pod's mesh inbound that names itself over the connection (passthrough's far end)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    with tempfile.TemporaryDirectory() as directory:
+        chain, key = Path(directory) / "chain.pem", Path(directory) / "key.pem"
+        chain.write_bytes(minted.cert_chain_pem)
+        key.write_bytes(minted.private_key_pem)
+        context.load_cert_chain(chain, key)
+
+    async def answer(stream: trio.SocketStream) -> None:
+        tls = trio.SSLStream(stream, context, server_side=True)
+        try:
+            await tls.send_all(f"{name}\n".encode())
+            await tls.aclose()
+        except trio.BrokenResourceError:
+            return
+
+    listeners = await trio.open_tcp_listeners(MESH_INBOUND, host=TLS_BACKENDS[name])
+    await trio.serve_listeners(answer, listeners, task_status=task_status)
+
+
+async def test_https_serves_the_certificate_of_each_hostname_and_passthrough_routes_by_sni(
+    tmp_path: Path,
+) -> None:
+    """HTTPS listeners on one port: SNI `shop.example` gets the shop certificate, `api.example` the api one, and
+    the request inside is routed; on the passthrough port the client's TLS reaches the backend its SNI names."""
+    ca = TestCA("certs.example")
+    shop, api = ca.issue(SHOP_ID), ca.issue(API_ID)
+    port, passthrough_port = free_port(), free_port()
+    routes = "---\n".join(
+        [
+            _https_gateway(port, passthrough_port),
+            _tls_secret("shop-cert", shop),
+            _tls_secret("api-cert", api),
+            http_route("shop", "shop.example", "  - backendRefs: [{name: alpha, port: 80}]\n").replace(
+                "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
+            ),
+            _passthrough_manifests(),
+        ]
+    )
+    context = _client_context(ca)
+    async with open_edge(tmp_path, routes), trio.open_nursery() as nursery:
+        backend_ca = TestCA("backends.example")
+        for name in TLS_BACKENDS:
+            await nursery.start(
+                _serve_tls_backend, name, backend_ca.issue(f"spiffe://backends.example/{name}")
+            )
+
+        async with await _tls_handshake(port, "api.example", context) as stream:
+            assert _uri_san(stream) == API_ID
+        async with await _tls_handshake(port, "shop.example", context) as stream:
+            assert _uri_san(stream) == SHOP_ID
+            client = Client(stream)
+            response = await client.request("/", host="shop.example")
+            assert (response.status, response.headers["x-upstream-name"]) == (200, "alpha")
+
+        backend_context = _client_context(backend_ca)
+        for name in TLS_BACKENDS:
+            async with await _tls_handshake(passthrough_port, f"{name}.example", backend_context) as stream:
+                assert _uri_san(stream) == f"spiffe://backends.example/{name}"
+                assert await stream.receive_some(100) == f"{name}\n".encode()
+        nursery.cancel_scope.cancel()
