@@ -39,6 +39,7 @@ def bench(session: nox.Session) -> None:
     for script in sorted(
         (
             "bench_append.py",
+            "bench_demo.py",
             "bench_fold.py",
             "bench_kube.py",
             "bench_projection.py",
