@@ -10,10 +10,7 @@ force bookmarks, compact history and restart. Objects are written by tests throu
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
-import copy
 import json
 import ssl
 import urllib.parse
@@ -26,11 +23,22 @@ import h11
 import trio
 
 from aether.kube.resources import BUILTIN_RESOURCES, JsonObject, ResourceType
-from aether.kube.selectors import FieldSelector, LabelSelector, SelectorError
+from aether.testing.kubequery import (
+    Query,
+    bookmark,
+    continue_token,
+    field_selector,
+    int_param,
+    label_selector,
+    parse_continue_token,
+    render,
+    status_object,
+    version_number,
+    watch_event,
+)
 from aether.testing.kubestore import (
     DEFAULT_HISTORY_LIMIT,
     ObjectStore,
-    StoredChange,
     TooOldError,
     WatchSubscription,
     storage_of,
@@ -43,25 +51,6 @@ DEFAULT_WATCH_TIMEOUT = 1800.0
 """Seconds a watch without `timeoutSeconds` lasts: the real server picks 30 to 60 minutes at random."""
 
 _RECEIVE_SIZE = 65536
-
-_FIELDS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
-    "pods": {
-        "spec.nodeName": ("spec", "nodeName"),
-        "spec.serviceAccountName": ("spec", "serviceAccountName"),
-        "spec.restartPolicy": ("spec", "restartPolicy"),
-        "spec.schedulerName": ("spec", "schedulerName"),
-        "status.phase": ("status", "phase"),
-        "status.podIP": ("status", "podIP"),
-        "status.nominatedNodeName": ("status", "nominatedNodeName"),
-    },
-    "nodes": {"spec.unschedulable": ("spec", "unschedulable")},
-    "secrets": {"type": ("type",)},
-    "namespaces": {"status.phase": ("status", "phase")},
-}
-"""The field selectors each kind supports beyond metadata.name and metadata.namespace (the real server's set);
-any other field is refused with 400 BadRequest, as the real server does."""
-
-_COMMON_FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace")}
 
 
 @attrs.frozen(kw_only=True)
@@ -78,26 +67,6 @@ class KubeApiStatistics:
     """Watch streams open now."""
     expired: int
     """Requests answered with 410 Gone (a list's continue token, or a watch's ERROR event)."""
-
-
-@attrs.frozen(kw_only=True)
-class _Query:
-    """A list or watch request, parsed."""
-
-    resource: ResourceType
-    namespace: str | None
-    labels: LabelSelector
-    fields: FieldSelector
-
-    def selects(self, obj: JsonObject | None) -> bool:
-        if obj is None:
-            return False
-        metadata = obj.get("metadata") or {}
-        if self.namespace is not None and metadata.get("namespace") != self.namespace:
-            return False
-        return self.labels.matches(metadata.get("labels") or {}) and self.fields.matches(
-            _field_values(self.resource, obj)
-        )
 
 
 class KubeApi:
@@ -252,13 +221,13 @@ class KubeApi:
                     body=body,
                     content_type=content_type.strip(),
                 )
-                await _send(connection, stream, code, _encode(_render(written, resource, in_list=False)))
+                await _send(connection, stream, code, _encode(render(written, resource, in_list=False)))
                 return True
-            query = _Query(
+            query = Query(
                 resource=resource,
                 namespace=namespace,
-                labels=_label_selector(params.get("labelSelector", "")),
-                fields=_field_selector(resource, params.get("fieldSelector", "")),
+                labels=label_selector(params.get("labelSelector", "")),
+                fields=field_selector(resource, params.get("fieldSelector", "")),
             )
             if name is not None:
                 await _send(connection, stream, 200, _encode(self._get(query, name)))
@@ -268,7 +237,7 @@ class KubeApi:
             listed = self._list(query, params)
         except Rejected as rejected:
             self._counts["expired"] += rejected.code == 410
-            status = _status(
+            status = status_object(
                 rejected.code, rejected.reason, rejected.message, continue_token=rejected.continue_token
             )
             retry = [("Retry-After", "1")] if rejected.code == 429 else []
@@ -308,26 +277,26 @@ class KubeApi:
             raise Rejected(404, "NotFound", "the server could not find the requested resource")
         return resource, namespace, rest[1] if len(rest) >= 2 else None, subresource
 
-    def _get(self, query: _Query, name: str) -> JsonObject:
+    def _get(self, query: Query, name: str) -> JsonObject:
         key = f"{query.namespace}/{name}" if query.resource.namespaced else name
         found = self.store.objects_at(storage_of(query.resource), revision=self.store.revision).get(key)
         if found is None or (not query.resource.namespaced and query.namespace is not None):
             raise Rejected(404, "NotFound", f'{query.resource.plural} "{name}" not found')
-        return _render(found, query.resource, in_list=False)
+        return render(found, query.resource, in_list=False)
 
-    def _list(self, query: _Query, params: Mapping[str, str]) -> JsonObject:
+    def _list(self, query: Query, params: Mapping[str, str]) -> JsonObject:
         revision, start = self._list_revision(params)
         try:
             objects = self.store.objects_at(storage_of(query.resource), revision=revision)
         except TooOldError as error:
             # Expired paging: a token that continues from now (inconsistent), as the real server offers.
-            fresh = _continue_token(self.store.revision, start) if start else ""
+            fresh = continue_token(self.store.revision, start) if start else ""
             raise Rejected(
                 410, "Expired", f"{error}: list again without 'continue'", continue_token=fresh
             ) from None
         keys = sorted(objects)
         after = keys[bisect.bisect_right(keys, start) :]
-        limit = _int_param(params, "limit")
+        limit = int_param(params, "limit")
         page: list[tuple[str, JsonObject]] = []
         more = False
         # Stop at the first match past a full page: a page costs what it returns, not the whole collection.
@@ -339,14 +308,14 @@ class KubeApi:
                 page.append((key, objects[key]))
         metadata: JsonObject = {"resourceVersion": str(revision)}
         if more:
-            metadata["continue"] = _continue_token(revision, page[-1][0])
+            metadata["continue"] = continue_token(revision, page[-1][0])
             if not query.labels.requirements and not query.fields.requirements:
                 metadata["remainingItemCount"] = len(after) - len(page)
         return {
             "kind": f"{query.resource.kind}List",
             "apiVersion": query.resource.api_version,
             "metadata": metadata,
-            "items": [_render(obj, query.resource, in_list=True) for _, obj in page],
+            "items": [render(obj, query.resource, in_list=True) for _, obj in page],
         }
 
     def _list_revision(self, params: Mapping[str, str]) -> tuple[int, str]:
@@ -356,13 +325,13 @@ class KubeApi:
         if token:
             if version:
                 raise Rejected(400, "BadRequest", "specifying resourceVersion is not allowed with continue")
-            return _parse_continue_token(token)
+            return parse_continue_token(token)
         if version in ("", "0"):
             # Most recent, or Any: this store is always current.
             return self.store.revision, ""
-        number = _version_number(version)
+        number = version_number(version)
         match_mode = params.get("resourceVersionMatch", "")
-        exact = match_mode == "Exact" or (not match_mode and _int_param(params, "limit") > 0)
+        exact = match_mode == "Exact" or (not match_mode and int_param(params, "limit") > 0)
         if number > self.store.revision:
             raise Rejected(
                 504, "Timeout", f"too large resource version: {number}, current: {self.store.revision}"
@@ -374,7 +343,7 @@ class KubeApi:
         return number, ""
 
     async def _watch(
-        self, connection: h11.Connection, stream: trio.abc.Stream, query: _Query, params: Mapping[str, str]
+        self, connection: h11.Connection, stream: trio.abc.Stream, query: Query, params: Mapping[str, str]
     ) -> bool:
         version = params.get("resourceVersion", "")
         storage = storage_of(query.resource)
@@ -386,12 +355,12 @@ class KubeApi:
                 objects = self.store.objects_at(storage, revision=after)
                 initial = [obj for _, obj in sorted(objects.items()) if query.selects(obj)]
             else:
-                after = _version_number(version)
+                after = version_number(version)
             subscription = self.store.subscribe(storage, after=after)
         except TooOldError as error:
             self._counts["expired"] += 1
             await _start_stream(connection, stream)
-            await _send_event(connection, stream, "ERROR", _status(410, "Expired", str(error)))
+            await _send_event(connection, stream, "ERROR", status_object(410, "Expired", str(error)))
             await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
             return True
         self._counts["watches"] += 1
@@ -400,7 +369,7 @@ class KubeApi:
         try:
             await _start_stream(connection, stream)
             for obj in initial:
-                await _send_event(connection, stream, "ADDED", _render(obj, query.resource, in_list=False))
+                await _send_event(connection, stream, "ADDED", render(obj, query.resource, in_list=False))
             return await self._stream_changes(
                 connection,
                 stream,
@@ -416,7 +385,7 @@ class KubeApi:
         self,
         connection: h11.Connection,
         stream: trio.abc.Stream,
-        query: _Query,
+        query: Query,
         subscription: WatchSubscription,
         *,
         deadline: float,
@@ -427,7 +396,7 @@ class KubeApi:
             if subscription.dropped:
                 return False
             while subscription.pending:
-                event = _watch_event(query, subscription.pending.popleft())
+                event = watch_event(query, subscription.pending.popleft())
                 if event is not None:
                     await _send_event(connection, stream, *event)
                 if subscription.dropped:
@@ -438,7 +407,7 @@ class KubeApi:
                 subscription.bookmark_requested = False
                 next_bookmark = now + (self.bookmark_interval or float("inf"))
                 await _send_event(
-                    connection, stream, "BOOKMARK", _bookmark(query.resource, self.store.revision)
+                    connection, stream, "BOOKMARK", bookmark(query.resource, self.store.revision)
                 )
             if now >= deadline:
                 await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
@@ -536,115 +505,9 @@ async def _send_event(
     )
 
 
-def _watch_event(query: _Query, change: StoredChange) -> tuple[str, JsonObject] | None:
-    """Translate a change for a filtered watch: objects entering or leaving the selection become ADDED/DELETED."""
-    now = change.type != "DELETED" and query.selects(change.object)
-    before = query.selects(change.previous)
-    if now and before:
-        kind, obj = "MODIFIED", change.object
-    elif now:
-        kind, obj = "ADDED", change.object
-    elif before and change.previous is not None:
-        # Left the selection (or was deleted): its last selected state, at the revision it left.
-        obj = copy.deepcopy(change.previous)
-        obj["metadata"]["resourceVersion"] = str(change.revision)
-        kind = "DELETED"
-    else:
-        return None
-    return kind, _render(obj, query.resource, in_list=False)
-
-
-def _render(obj: JsonObject, resource: ResourceType, *, in_list: bool) -> JsonObject:
-    rendered = copy.deepcopy(obj)
-    rendered["apiVersion"] = resource.api_version
-    rendered["kind"] = resource.kind
-    if in_list and not resource.group:
-        # Built-in kinds' list items carry no kind or apiVersion (the list's say it); custom resources' do.
-        del rendered["apiVersion"], rendered["kind"]
-    return rendered
-
-
-def _bookmark(resource: ResourceType, revision: int) -> JsonObject:
-    return {
-        "kind": resource.kind,
-        "apiVersion": resource.api_version,
-        "metadata": {"resourceVersion": str(revision)},
-    }
-
-
 def _next_bookmark(interval: float | None) -> float:
     return trio.current_time() + interval if interval is not None else float("inf")
 
 
-def _status(code: int, reason: str, message: str, *, continue_token: str = "") -> JsonObject:
-    metadata = {"continue": continue_token} if continue_token else {}
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": metadata,
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-
-
 def _encode(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
-
-
-def _label_selector(text: str) -> LabelSelector:
-    try:
-        return LabelSelector.parse(text)
-    except SelectorError as error:
-        raise Rejected(400, "BadRequest", f"unable to parse requirement: {error}") from None
-
-
-def _field_selector(resource: ResourceType, text: str) -> FieldSelector:
-    try:
-        selector = FieldSelector.parse(text)
-    except SelectorError as error:
-        raise Rejected(400, "BadRequest", f"invalid field selector: {error}") from None
-    supported = _COMMON_FIELDS.keys() | _FIELDS.get(resource.plural, {}).keys()
-    for field in sorted(selector.fields - supported):
-        raise Rejected(400, "BadRequest", f"field label not supported: {field}")
-    return selector
-
-
-def _field_values(resource: ResourceType, obj: JsonObject) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for name, path in {**_COMMON_FIELDS, **_FIELDS.get(resource.plural, {})}.items():
-        value: Any = obj
-        for step in path:
-            value = value.get(step) if isinstance(value, dict) else None
-        values[name] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-    return values
-
-
-def _continue_token(revision: int, start: str) -> str:
-    # The real token's shape: base64url (unpadded) of {"v", "rv", "start"}; clients treat it as opaque.
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start + "\x00"}).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _parse_continue_token(token: str) -> tuple[int, str]:
-    try:
-        decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        return int(decoded["rv"]), str(decoded["start"]).removesuffix("\x00")
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise Rejected(400, "BadRequest", f"continue key is not valid: {token!r}") from None
-
-
-def _version_number(version: str) -> int:
-    if not version.isascii() or not version.isdigit():
-        raise Rejected(400, "BadRequest", f"invalid resource version: {version!r}")
-    return int(version)
-
-
-def _int_param(params: Mapping[str, str], name: str) -> int:
-    raw = params.get(name, "")
-    if not raw:
-        return 0
-    if not raw.isascii() or not raw.isdigit():
-        raise Rejected(400, "BadRequest", f"{name}: must be a non-negative integer (got {raw!r})")
-    return int(raw)
