@@ -1,58 +1,66 @@
-"""`aether registrar` as a real process: it serves on the given socket and its registry survives a kill -9."""
+"""`aether registrar` as a real process: it serves on the given socket and its registry survives a kill -9, on the
+embedded store and on a real etcd."""
 
 from __future__ import annotations
 
+import os
+import selectors
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from aether.cli import main
-from tests.registrar.test_server import _call, _registration
+from aether.proto.registrar.v1 import registrar_pb2 as pb
+from aether.testing.etcd import EtcdServer, running_etcd
+from tests.registrar._grpc import call, registration
 
 START_TIMEOUT = 20.0
 """Seconds the process gets to start listening (import + load; well under one on an idle machine)."""
 
 
-def _start(data: Path, socket: Path) -> subprocess.Popen[bytes]:
+@pytest.fixture(scope="module")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """A real etcd on loopback for this module's tests."""
+    with running_etcd(tmp_path_factory.mktemp("etcd") / "data") as server:
+        yield server
+
+
+def _start(socket: Path, *options: str) -> subprocess.Popen[bytes]:
+    """Start the registrar and wait for its "serving" line (printed once it listens)."""
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aether.cli",
-            "registrar",
-            "--data-dir",
-            str(data),
-            "--listen",
-            f"unix:{socket}",
-        ],
+        [sys.executable, "-m", "aether.cli", "registrar", *options, "--listen", f"unix:{socket}"],
         stderr=subprocess.PIPE,
     )
+    assert process.stderr is not None
+    seen = b""
     deadline = time.monotonic() + START_TIMEOUT
-    while not socket.exists():
-        assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
-        assert time.monotonic() < deadline, "the registrar did not start listening"
-        time.sleep(0.02)
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stderr, selectors.EVENT_READ)
+        while f" on unix:{socket}".encode() not in seen:
+            assert time.monotonic() < deadline, f"the registrar did not start listening: {seen.decode()}"
+            if selector.select(timeout=0.1):
+                chunk = os.read(process.stderr.fileno(), 4096)
+                assert chunk, f"the registrar exited: {seen.decode()}"
+                seen += chunk
     return process
 
 
-def test_the_registrar_serves_and_its_registry_survives_a_kill(tmp_path: Path) -> None:
-    """Register an endpoint, SIGKILL the process, start it again on the same directory: the endpoint is listed."""
-    socket, data = tmp_path / "registrar.sock", tmp_path / "data"
-    process = _start(data, socket)
+def _survives_a_kill(socket: Path, *options: str) -> None:
+    """Register an endpoint, SIGKILL the process, start it again with the same options: the endpoint is listed."""
+    process = _start(socket, *options)
     try:
-        _call(socket, "RegisterEndpoint", _registration("10.0.0.7"))
+        call(socket, "RegisterEndpoint", registration("10.0.0.7"))
     finally:
         process.kill()
         process.wait()
     socket.unlink(missing_ok=True)
-    process = _start(data, socket)
+    process = _start(socket, *options)
     try:
-        from aether.proto.registrar.v1 import registrar_pb2 as pb
-
-        listed = _call(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        listed = call(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
         assert [endpoint.ip for service in listed.services.values() for endpoint in service.endpoints] == [
             "10.0.0.7"
         ]
@@ -61,17 +69,48 @@ def test_the_registrar_serves_and_its_registry_survives_a_kill(tmp_path: Path) -
         process.wait()
 
 
+def test_the_registrar_serves_and_its_registry_survives_a_kill(tmp_path: Path) -> None:
+    """The embedded store: the directory keeps the registry."""
+    _survives_a_kill(tmp_path / "registrar.sock", "--data-dir", str(tmp_path / "data"))
+
+
+def test_the_registrar_on_etcd_serves_and_its_registry_survives_a_kill(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """`--backend etcd --etcd-endpoints URL`: etcd keeps the registry (in a partition of this test's own)."""
+    options = (
+        "--backend",
+        "etcd",
+        "--etcd-endpoints",
+        etcd_server.client_url,
+        "--cluster-name",
+        tmp_path.name,
+    )
+    _survives_a_kill(tmp_path / "registrar.sock", *options)
+    keys = etcd_server.etcdctl(
+        "get", "--prefix", "--keys-only", f"/aether/v1/regions/local/clusters/{tmp_path.name}/ns/"
+    )
+    assert keys.split() == [
+        f"/aether/v1/regions/local/clusters/{tmp_path.name}/ns/shop/services/web/protocols/PROTOCOL_HTTP/endpoints/10.0.0.7"
+    ]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (
             ["registrar", "--backend", "etcd"],
-            "aether: error: backend 'etcd' is not available in this version; use --backend embedded\n",
+            "aether: error: --etcd-endpoints URL,... is required with --backend etcd\n",
+        ),
+        (
+            ["registrar", "--backend", "etcd", "--etcd-endpoints", "http://127.0.0.1:2379,etcd-1"],
+            "aether: error: --etcd-endpoints: each entry must be http://HOST:PORT (got 'etcd-1')\n",
         ),
         (["registrar"], "aether: error: --data-dir DIR is required with --backend embedded\n"),
     ],
+    ids=["etcd-without-endpoints", "etcd-endpoint-without-scheme", "embedded-without-directory"],
 )
-def test_unavailable_backends_and_missing_directories_are_refused(
+def test_missing_or_bad_backend_options_are_refused(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A clear message and exit status 2, before anything starts."""

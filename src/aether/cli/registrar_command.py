@@ -1,4 +1,4 @@
-"""`aether registrar`: serve the mesh's endpoint registry (the embedded backend; etcd and Kubernetes come later)."""
+"""`aether registrar`: serve the mesh's endpoint registry from the embedded store, etcd, or Kubernetes."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio_asyncio
 
 from aether.kube.api import KubeClient
 from aether.kube.config import ClusterConfig
 from aether.kube.errors import ConfigError
 from aether.registrar import Backend, open_embedded_backend, serve_registrar
+from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoints
+from aether.registrar.backends.etcd_layout import DEFAULT_CLUSTER, DEFAULT_REGION, Partition
 from aether.registrar.backends.kubernetes import KubernetesBackend
 from aether.xds.listen import ListenAddress
 
@@ -36,6 +39,12 @@ def add_parser(roles: Any) -> None:
     )
     parser.add_argument("--etcd-endpoints", metavar="URL,...", help="etcd client URLs (the etcd backend)")
     parser.add_argument(
+        "--region", default=DEFAULT_REGION, help="the etcd partition's region (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--cluster-name", default=DEFAULT_CLUSTER, help="the etcd partition's cluster (default: %(default)s)"
+    )
+    parser.add_argument(
         "--kube-api",
         metavar="URL",
         help="the Kubernetes API server (the kubernetes backend; default: in-cluster)",
@@ -53,11 +62,14 @@ def add_parser(roles: Any) -> None:
 def run_registrar(arguments: argparse.Namespace) -> int:
     """`aether registrar`: runs until interrupted."""
     if arguments.backend == "etcd":
-        print(
-            f"aether: error: backend {arguments.backend!r} is not available in this version; use --backend embedded",
-            file=sys.stderr,
-        )
-        return 2
+        if not arguments.etcd_endpoints:
+            print("aether: error: --etcd-endpoints URL,... is required with --backend etcd", file=sys.stderr)
+            return 2
+        try:
+            arguments.etcd_targets = parse_etcd_endpoints(arguments.etcd_endpoints)
+        except ValueError as error:
+            print(f"aether: error: {error}", file=sys.stderr)
+            return 2
     if arguments.backend == "embedded" and arguments.data_dir is None:
         print("aether: error: --data-dir DIR is required with --backend embedded", file=sys.stderr)
         return 2
@@ -104,6 +116,15 @@ async def _open_backend(
 ) -> AsyncIterator[Backend]:
     if kubernetes is not None:
         yield kubernetes
+        return
+    if arguments.backend == "etcd":
+        partition = Partition(region=arguments.region, cluster=arguments.cluster_name)
+        # grpc.aio (under aetcd) needs the one asyncio loop of the process: trio-asyncio's, open for the run.
+        async with (
+            trio_asyncio.open_loop() as loop,
+            open_etcd_backend(arguments.etcd_targets, partition=partition, loop=loop) as etcd,
+        ):
+            yield etcd
         return
     async with open_embedded_backend(arguments.data_dir) as embedded:
         yield embedded
