@@ -319,6 +319,42 @@ async def test_rewrites_header_modifiers_redirects_and_mirrors(tmp_path: Path) -
         assert edge.backends["mirror"].requests[0].path == "/copied"
 
 
+REGEX = http_route(
+    "regex",
+    "regex.example",
+    """\
+  - matches: [{path: {type: RegularExpression, value: "/items/[0-9]+"}}]
+    backendRefs: [{name: alpha, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /items}, headers: [{type: RegularExpression, name: x-tier, value: "gold|platinum"}]}]
+    backendRefs: [{name: beta, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /items}, queryParams: [{type: RegularExpression, name: sort, value: "^(asc|desc)$"}]}]
+    backendRefs: [{name: gamma, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /full}}]
+    filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /replaced}}}]
+    backendRefs: [{name: alpha, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /slow}}]
+    timeouts: {request: 2s, backendRequest: 100ms}
+    backendRefs: [{name: slow, port: 80}]
+""",
+)
+
+
+async def test_regular_expressions_full_path_rewrites_and_backend_request_timeouts(tmp_path: Path) -> None:
+    """Regex path, header and query matches route by pattern; ReplaceFullPath replaces the whole path; a
+    backendRequest timeout shorter than the backend's answer gives 504."""
+    async with open_edge(tmp_path, REGEX) as edge, open_client(edge) as client:
+        host = "regex.example"
+        assert await client.landed("/items/42", host=host) == "alpha"
+        assert await client.landed("/items/x", host=host) == "<404>"
+        assert await client.landed("/items/x", host=host, headers={"x-tier": "gold"}) == "beta"
+        assert await client.landed("/items/x", host=host, headers={"x-tier": "silver"}) == "<404>"
+        assert await client.landed("/items/x?sort=desc", host=host) == "gamma"
+        assert await client.landed("/items/x?sort=random", host=host) == "<404>"
+        rewritten = await client.request("/full/a/b?q=1", host=host)
+        assert rewritten.headers[ECHO_PATH_HEADER] == "/replaced?q=1"
+        assert await client.landed("/slow", host=host) == "<504>"
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="aether.core.gateway.actions sets port_redirect 443 for scheme https, and Envoy 1.40 then writes "
@@ -445,7 +481,7 @@ def _client_context(ca: TestCA) -> ssl.SSLContext:
 def _uri_san(stream: trio.SSLStream[trio.SocketStream]) -> str:
     certificate = stream.getpeercert()
     assert certificate is not None
-    return next(value for kind, value in certificate["subjectAltName"] if kind == "URI")
+    return str(next(value for kind, value in certificate["subjectAltName"] if kind == "URI"))
 
 
 async def _tls_handshake(
@@ -457,7 +493,10 @@ async def _tls_handshake(
 
 
 async def _serve_tls_backend(
-    name: str, minted: MintedSvid, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    name: str,
+    minted: MintedSvid,
+    *,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """A TLS backend at the pod's mesh inbound that names itself over the connection (passthrough's far end)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
