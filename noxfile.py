@@ -39,7 +39,9 @@ def bench(session: nox.Session) -> None:
     for script in sorted(
         (
             "bench_append.py",
+            "bench_cni.py",
             "bench_demo.py",
+            "bench_dns.py",
             "bench_fold.py",
             "bench_kube.py",
             "bench_projection.py",

@@ -5,13 +5,19 @@ turn (each server in its own process): a bare trio UDP echo server (the ceiling 
 `serve_mesh_dns` with two mesh names, and unbound with the same names as local-data when it is installed.
 Everything is on loopback.
 
-    python bench/bench_dns.py [--queries 50000] [--window 1]
+Then, when Debian's `dnsperf` and `unbound` are installed, the figures that matter, all from one run: `dnsperf`
+queries/s against mesh-dns and against unbound (the same records as unbound's local-data), for mesh names and for
+forwarded names (mesh-dns forwards those to that same unbound, which answers them from local-data too), and the
+ratios mesh-dns / unbound. They are written to bench/results/dns.json.
+
+    python bench/bench_dns.py [--queries 50000] [--window 1] [--dnsperf-seconds 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -22,8 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import dnslib
+from _common import write_results
 
 NAMES = ("reviews.default.aether.internal", "ratings.default.aether.internal")
+FORWARDED = ("www.example.test", "api.example.test")
+"""Names outside the mesh domain: mesh-dns forwards them (to unbound, in the dnsperf comparison)."""
 
 _ECHO_SERVER = """
 import sys, trio
@@ -44,7 +53,8 @@ from aether.dns import HostPort, serve_mesh_dns
 async def main():
     async with trio.open_nursery() as nursery:
         server = await nursery.start(lambda task_status: serve_mesh_dns(
-            listen=HostPort(host="127.0.0.1", port=0), records_path=Path(sys.argv[1]), upstreams=(),
+            listen=HostPort(host="127.0.0.1", port=0), records_path=Path(sys.argv[1]),
+            upstreams=tuple(HostPort(host="127.0.0.1", port=int(port)) for port in sys.argv[2:]),
             mesh_domain="aether.internal", task_status=task_status))
         with trio.fail_after(10):
             await server.wait_generation(1)
@@ -119,11 +129,13 @@ def _unbound(directory: Path) -> tuple[subprocess.Popen[str], int] | None:
     config = directory / "unbound.conf"
     local = "".join(
         f'    local-data: "{name}. 5 IN A 10.96.0.{10 + index}"\n' for index, name in enumerate(NAMES)
+    ) + "".join(
+        f'    local-data: "{name}. 5 IN A 192.0.2.{1 + index}"\n' for index, name in enumerate(FORWARDED)
     )
     config.write_text(
         f"server:\n    interface: 127.0.0.1\n    port: {port}\n    num-threads: 1\n    do-daemonize: no\n"
         f'    use-syslog: no\n    username: ""\n    chroot: ""\n    directory: "{directory}"\n    pidfile: ""\n'
-        f'    local-zone: "aether.internal." static\n{local}'
+        f'    local-zone: "aether.internal." static\n    local-zone: "example.test." static\n{local}'
     )
     process = subprocess.Popen([binary, "-d", "-c", str(config)], text=True)
     for _ in range(50):
@@ -136,13 +148,74 @@ def _unbound(directory: Path) -> tuple[subprocess.Popen[str], int] | None:
     return None
 
 
+def dnsperf(port: int, names: tuple[str, ...], *, seconds: int, directory: Path) -> float:
+    """Run `dnsperf` (4 clients, UDP) against 127.0.0.1:`port` for `seconds`, cycling `names`; return queries/s."""
+    data = directory / f"queries-{port}-{len(names)}-{names[0]}.txt"
+    data.write_text("".join(f"{name} A\n" for name in names))
+    binary = shutil.which("dnsperf")
+    assert binary is not None
+    done = subprocess.run(
+        [binary, "-s", "127.0.0.1", "-p", str(port), "-d", str(data), "-c", "4", "-l", str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"Queries per second:\s+([0-9.]+)", done.stdout)
+    lost = re.search(r"Queries lost:\s+(\d+)", done.stdout)
+    if match is None:
+        raise RuntimeError(f"dnsperf printed no rate: {done.stdout[-500:]!r}")
+    if lost is not None and int(lost.group(1)) > 0:
+        print(f"dnsperf on port {port}: {lost.group(1)} queries lost", file=sys.stderr)
+    return float(match.group(1))
+
+
+def compare_with_unbound(records: Path, directory: Path, *, seconds: int) -> dict[str, float] | None:
+    """mesh-dns vs unbound with dnsperf, in one run: mesh names, and forwarded names (upstream: that unbound)."""
+    if shutil.which("dnsperf") is None:
+        print("dnsperf: not installed (Debian dnsperf), comparison skipped", file=sys.stderr)
+        return None
+    unbound = _unbound(directory)
+    if unbound is None:
+        print("unbound: not installed (Debian unbound), comparison skipped", file=sys.stderr)
+        return None
+    unbound_process, unbound_port = unbound
+    try:
+        mesh_process, mesh_port = _start(
+            [sys.executable, "-c", _MESH_DNS_SERVER, str(records), str(unbound_port)]
+        )
+        try:
+            qps = {
+                "unbound_mesh_names": dnsperf(unbound_port, NAMES, seconds=seconds, directory=directory),
+                "mesh_dns_mesh_names": dnsperf(mesh_port, NAMES, seconds=seconds, directory=directory),
+                "unbound_forwarded_names": dnsperf(
+                    unbound_port, FORWARDED, seconds=seconds, directory=directory
+                ),
+                "mesh_dns_forwarded_names": dnsperf(
+                    mesh_port, FORWARDED, seconds=seconds, directory=directory
+                ),
+            }
+        finally:
+            mesh_process.kill()
+            mesh_process.wait()
+    finally:
+        unbound_process.kill()
+        unbound_process.wait()
+    return {
+        **{key: round(value) for key, value in qps.items()},
+        "ratio_mesh_names": round(qps["mesh_dns_mesh_names"] / qps["unbound_mesh_names"], 3),
+        "ratio_forwarded_names": round(qps["mesh_dns_forwarded_names"] / qps["unbound_forwarded_names"], 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=50_000)
     parser.add_argument("--window", type=int, default=1, help="queries outstanding at once (1 = ping-pong)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--dnsperf-seconds", type=int, default=5, help="length of each dnsperf run")
     arguments = parser.parse_args()
     results: dict[str, float] = {}
+    comparison: dict[str, float] | None = None
     with tempfile.TemporaryDirectory() as directory:
         records = Path(directory) / "records.json"
         records.write_text(
@@ -182,14 +255,43 @@ def main() -> None:
             finally:
                 process.kill()
                 process.wait()
+        comparison = compare_with_unbound(records, Path(directory), seconds=arguments.dnsperf_seconds)
     reference = results["trio UDP echo (reference)"]
+    write_results(
+        "dns",
+        {
+            "queries": arguments.queries,
+            "window": arguments.window,
+            "qps": {label: round(qps) for label, qps in results.items()},
+            "dnsperf": comparison,
+        },
+    )
     if arguments.json:
-        print(json.dumps({"queries": arguments.queries, "window": arguments.window, "qps": results}))
+        print(
+            json.dumps(
+                {
+                    "queries": arguments.queries,
+                    "window": arguments.window,
+                    "qps": results,
+                    "dnsperf": comparison,
+                }
+            )
+        )
         return
     print(f"{arguments.queries} queries, window {arguments.window}, loopback, one client process")
     print(f"{'server':<36} {'queries/s':>10} {'vs echo':>8}")
     for label, qps in results.items():
         print(f"{label:<36} {qps:>10,.0f} {qps / reference:>8.2f}")
+    if comparison is not None:
+        print(
+            f"dnsperf -c 4 -l {arguments.dnsperf_seconds}, loopback (queries/s; mesh-dns forwards to the same unbound)"
+        )
+        print(f"{'names':<12} {'mesh-dns':>10} {'unbound':>10} {'ratio':>7}")
+        for kind in ("mesh_names", "forwarded_names"):
+            mesh, reference_qps = comparison[f"mesh_dns_{kind}"], comparison[f"unbound_{kind}"]
+            print(
+                f"{kind.split('_')[0]:<12} {mesh:>10,.0f} {reference_qps:>10,.0f} {comparison[f'ratio_{kind}']:>7.2f}"
+            )
 
 
 if __name__ == "__main__":
