@@ -23,6 +23,7 @@ PACKAGES = [
     "aether.registrar",
     "aether.kube",
     "aether.edge",
+    "aether.cni",
 ]
 
 
