@@ -44,7 +44,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_replay_of_the_sample_log_prints_its_summary_and_digest(capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's main job works and folds every record of the shipped sample log."""
+    """`aether log replay` folds every record of the shipped sample log (from its checkpoint)."""
     status, out, err = _run(capsys, "log", "replay", str(SAMPLE))
     assert (status, err) == (0, "")
     assert "folded            11 records from checkpoint at seq 11\nseq               22\n" in out
