@@ -151,3 +151,25 @@ def test_a_taken_pod_address_is_named_with_the_way_out(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "port 8080 on 127.0.10.11 (pod cart-1) is not free" in result.stderr
     assert "--address-base 127.0.11" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("envoy", "expected"),
+    [
+        ("/nonexistent/envoy", "$AETHER_ENVOY names '/nonexistent/envoy', which is not a file"),
+        ("/bin/false", "envoy did not start: envoy exited"),
+    ],
+)
+def test_envoy_missing_or_failing_is_reported_and_nothing_is_left(
+    tmp_path: Path, envoy: str, expected: str
+) -> None:
+    result = subprocess.run(
+        [*AETHER, "demo", "--check", "--log-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AETHER_ENVOY": envoy},
+    )
+    assert result.returncode == 1
+    assert expected in result.stderr
+    _wait_gone(tmp_path / "run")

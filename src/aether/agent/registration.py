@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 from typing import Any
 
 import attrs
@@ -71,8 +72,10 @@ class Registrations:
         cluster_name: str,
         backoff: Backoff = DEFAULT_BACKOFF,
         rng: random.Random | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._target = target
+        self._tls = tls
         self._node_name = node_name
         self._cluster_name = cluster_name
         self._backoff = backoff
@@ -120,11 +123,12 @@ class Registrations:
 
     async def _session(self) -> None:
         """One connection: drop what the registrar holds for this node beyond the intents, then follow them."""
-        async with _open_grpc_socket(self._target) as grpc_socket:
+        async with _open_grpc_socket(self._target, tls=self._tls) as grpc_socket:
+            scheme = "http" if self._tls is None else "https"
 
             async def call(method: str, request: Any) -> Any:
                 self._calls += 1
-                return await _unary(grpc_socket, self._target, method, request)
+                return await _unary(grpc_socket, self._target, method, request, scheme=scheme)
 
             listing = await call("ListAllEndpoints", registrar_pb2.ListAllEndpointsRequest())
             self._registered = {}
@@ -159,10 +163,10 @@ class Registrations:
                 self._registered[key] = endpoint
 
 
-async def _unary(grpc_socket: Any, target: ListenAddress, method: str, request: Any) -> Any:
+async def _unary(grpc_socket: Any, target: ListenAddress, method: str, request: Any, *, scheme: str) -> Any:
     """Make one unary call on `grpc_socket`; raise the call's status as a purerpc error when it is not OK."""
     stream = await grpc_socket.start_request(
-        "http", SERVICE_NAME, method, request.DESCRIPTOR.full_name, str(target)
+        scheme, SERVICE_NAME, method, request.DESCRIPTOR.full_name, str(target)
     )
     stream.expect_message_type(_RESPONSES[method])
     await stream.send_message(request)
@@ -185,9 +189,15 @@ async def serve_registrations(
     node_name: str,
     cluster_name: str,
     backoff: Backoff = DEFAULT_BACKOFF,
+    tls: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[Registrations] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a `Registrations` sink until cancelled; `task_status.started` receives it (subscribe its `update`)."""
-    sink = Registrations(target=target, node_name=node_name, cluster_name=cluster_name, backoff=backoff)
+    """Run a `Registrations` sink until cancelled; `task_status.started` receives it (subscribe its `update`).
+
+    With `tls`, it connects over mTLS (the registrar accepts a node's endpoints only from that node's agent).
+    """
+    sink = Registrations(
+        target=target, node_name=node_name, cluster_name=cluster_name, backoff=backoff, tls=tls
+    )
     task_status.started(sink)
     await sink.serve()

@@ -84,7 +84,7 @@ def run_demo_command(arguments: argparse.Namespace) -> int:
         print(f"aether: error: {error}", file=sys.stderr)
         return 1
     except EnvoyStartFailed as error:
-        print(f"aether: error: Envoy did not start: {error}", file=sys.stderr)
+        print(f"aether: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("aether demo: stopped; everything it started has stopped", file=sys.stderr)

