@@ -158,19 +158,27 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def agent_config(
+    directory: Path, pods: Mapping[tuple[str, str], PodMetadata], *, ack_wait: float
+) -> AgentConfig:
+    """An agent whose sockets and files are all in `directory`, with `pods` as its pod lookup."""
+    return AgentConfig(
+        node_name=NODE_NAME,
+        log_dir=directory / "log",
+        xds=ListenAddress.unix(directory / "xds.sock"),
+        admin_socket=directory / "admin.sock",
+        cni_socket=directory / "cni.sock",
+        cni_pods=lambda namespace, name: pods.get((namespace, name)),
+        cni_ack_wait=ack_wait,
+        dns_records=directory / "records.json",
+    )
+
+
 @pytest.fixture
 async def agent(nursery: trio.Nursery, short_dir: Path) -> Agent:
     pods: dict[tuple[str, str], PodMetadata] = {}
-    config = AgentConfig(
-        node_name=NODE_NAME,
-        log_dir=short_dir / "log",
-        xds=ListenAddress.unix(short_dir / "xds.sock"),
-        admin_socket=short_dir / "admin.sock",
-        cni_socket=short_dir / "cni.sock",
-        cni_pods=lambda namespace, name: pods.get((namespace, name)),
-        cni_ack_wait=0.2,  # no Envoy in these tests: the wait runs out at once
-        dns_records=short_dir / "records.json",
-    )
+    # No Envoy in these tests: a short wait for its ACK that runs out at once.
+    config = agent_config(short_dir, pods, ack_wait=0.2)
     running: RunningAgent = await nursery.start(serve_agent, config)
     return Agent(
         running=running, socket=short_dir / "cni.sock", records=short_dir / "records.json", pods=pods

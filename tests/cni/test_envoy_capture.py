@@ -9,15 +9,15 @@ from pathlib import Path
 
 import trio
 
-from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.agent.app import RunningAgent, serve_agent
 from aether.cni.server import PodMetadata
 from aether.testing.envoy import ads_bootstrap, open_envoy
-from aether.xds.listen import ListenAddress
 from tests.cni.conftest import (
     MANAGED,
     NODE_NAME,
     NetnsPair,
     PluginRun,
+    agent_config,
     environment,
     needs_netns,
     network_config,
@@ -33,14 +33,8 @@ async def test_add_waits_for_envoys_ack_and_captured_traffic_reaches_envoy(
     netns_pair: NetnsPair, short_dir: Path
 ) -> None:
     """The plugin's ADD answers once Envoy ACKed; a pod's dial to a ClusterIP is accepted by Envoy's 18001."""
-    config = AgentConfig(
-        node_name=NODE_NAME,
-        log_dir=short_dir / "log",
-        xds=ListenAddress.unix(short_dir / "xds.sock"),
-        admin_socket=short_dir / "admin.sock",
-        cni_socket=short_dir / "cni.sock",
-        cni_pods=lambda namespace, name: PodMetadata(service_account="web", labels=MANAGED),
-        cni_ack_wait=20.0,
+    config = agent_config(
+        short_dir, {("default", "web-1"): PodMetadata(service_account="web", labels=MANAGED)}, ack_wait=20.0
     )
     async with trio.open_nursery() as nursery:
         agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))

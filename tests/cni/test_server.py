@@ -9,7 +9,7 @@ import attrs
 import pytest
 import trio
 
-from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.agent.app import RunningAgent, serve_agent
 from aether.cni import call_agent
 from aether.cni.server import PodMetadata
 from aether.core.events.pods import Pod
@@ -17,8 +17,7 @@ from aether.core.project.names import capture_listener_name
 from aether.core.snapshot import LISTENER_TYPE
 from aether.proto.cni.v1 import cni_pb2
 from aether.testing.builders import resource_acked, resource_nacked
-from aether.xds.listen import ListenAddress
-from tests.cni.conftest import ANNOTATIONS, MANAGED, NODE_NAME, POD_IP
+from tests.cni.conftest import ANNOTATIONS, MANAGED, NODE_NAME, POD_IP, agent_config
 
 ACK_WAIT = 30.0
 """Longer than any test: every answer below comes from an ACK, a NACK or a decision, never from the wait running out."""
@@ -38,15 +37,7 @@ LISTENED = Pod(namespace="default", name="web-1", netns="/run/netns/test-pod")
 @pytest.fixture
 async def served(nursery: trio.Nursery, short_dir: Path) -> Served:
     pods: dict[tuple[str, str], PodMetadata] = {}
-    config = AgentConfig(
-        node_name=NODE_NAME,
-        log_dir=short_dir / "log",
-        xds=ListenAddress.unix(short_dir / "xds.sock"),
-        admin_socket=short_dir / "admin.sock",
-        cni_socket=short_dir / "cni.sock",
-        cni_pods=lambda namespace, name: pods.get((namespace, name)),
-        cni_ack_wait=ACK_WAIT,
-    )
+    config = agent_config(short_dir, pods, ack_wait=ACK_WAIT)
     running: RunningAgent = await nursery.start(serve_agent, config)
     return Served(agent=running, socket=short_dir / "cni.sock", pods=pods)
 
