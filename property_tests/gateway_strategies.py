@@ -1,0 +1,377 @@
+"""Hypothesis strategies of Gateway API objects: routes, gateways and grants, mostly valid, some broken on purpose.
+
+Kept beside `strategies.py` (which holds one strategy per event type) because these build the specs inside the
+events: the spec values come from small pools so that routes keep meeting the same hostnames, paths, parents and
+backends (and so collide, tie and shadow each other), and a minority of values break a schema or CEL rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from aether.core.events import Event
+from aether.core.events.kube import KubeObject, KubeService, ObjectMeta, ServicePort
+from aether.core.reduce.kube import canonical_json
+from aether.testing import builders
+
+SERVICES = ("web", "api", "v1", "v2")
+"""Services every generated state holds (namespace `default`); `other/db` exists too, behind a namespace."""
+EDGE_REF = {"name": "edge", "namespace": "edge"}
+SERVICE_REF = {"group": "", "kind": "Service", "port": 80}
+
+_timestamps = st.sampled_from(["2024-01-01T00:00:00Z", "2024-01-01T00:00:01Z", "2024-01-01T00:00:02Z"])
+_route_names = st.sampled_from(["r1", "r2", "r3", "r4"])
+_namespaces = st.sampled_from(["default", "default", "team"])
+
+_hostnames = st.sampled_from(["a.example.com", "b.example.com", "*.example.com", "*.com", "shop.example.org"])
+_paths = st.sampled_from(["/", "/a", "/a/", "/a/b", "/ab", "/x/y/z"])
+_patterns = st.sampled_from(["/v[0-9]+", "/.*", "/a/.+"])
+_path_types = st.sampled_from(["Exact", "PathPrefix", "PathPrefix", "RegularExpression"])
+_methods = st.sampled_from(["GET", "POST", "DELETE"])
+_values = st.sampled_from(["1", "blue", ".*", "[0-9]+"])
+
+
+@st.composite
+def _value_matches(draw: st.DrawFn, *, names: tuple[str, ...]) -> list[dict[str, Any]]:
+    chosen = draw(st.lists(st.sampled_from(names), max_size=3, unique=True))
+    return [
+        {
+            "name": name,
+            "value": draw(_values),
+            **({"type": "RegularExpression"} if draw(st.booleans()) else {}),
+        }
+        for name in chosen
+    ]
+
+
+@st.composite
+def http_matches(draw: st.DrawFn) -> dict[str, Any]:
+    """One HTTPRoute match (header names distinct even case-insensitively, so counts are unambiguous)."""
+    match: dict[str, Any] = {}
+    if draw(st.booleans()):
+        kind = draw(_path_types)
+        match["path"] = {"type": kind, "value": draw(_patterns if kind == "RegularExpression" else _paths)}
+    if draw(st.integers(0, 3)) == 0:
+        match["method"] = draw(_methods)
+    if draw(st.booleans()):
+        match["headers"] = draw(_value_matches(names=("x-a", "x-b", "x-c")))
+    if draw(st.integers(0, 2)) == 0:
+        match["queryParams"] = draw(_value_matches(names=("q", "page")))
+    return match
+
+
+@st.composite
+def grpc_matches(draw: st.DrawFn) -> dict[str, Any]:
+    """One GRPCRoute match."""
+    match: dict[str, Any] = {}
+    if draw(st.booleans()):
+        method: dict[str, Any] = {}
+        if draw(st.booleans()):
+            method["service"] = draw(st.sampled_from(["pkg.Svc", "pkg.Other", "pkg\\..*"]))
+        if not method or draw(st.booleans()):
+            method["method"] = draw(st.sampled_from(["Get", "Put", "Get_All"]))
+        if draw(st.integers(0, 3)) == 0:
+            method["type"] = "RegularExpression"
+            method = {key: value if key == "type" else f"{value}.*" for key, value in method.items()}
+        match["method"] = method
+    if draw(st.booleans()):
+        match["headers"] = draw(_value_matches(names=("x-a", "x-b")))
+    return match
+
+
+def _backend(name: str, *, weight: int | None = None, **extra: Any) -> dict[str, Any]:
+    backend: dict[str, Any] = {"name": name, "port": 80, **extra}
+    if weight is not None:
+        backend["weight"] = weight
+    return backend
+
+
+_backends = st.one_of(
+    st.builds(_backend, st.sampled_from(SERVICES), weight=st.sampled_from([None, 0, 1, 3, 100])),
+    st.just(_backend("missing")),
+    st.just(_backend("db", namespace="other")),
+    st.just({"group": "example.com", "kind": "Bucket", "name": "b"}),
+)
+
+_FILTERS = [
+    {
+        "type": "RequestHeaderModifier",
+        "requestHeaderModifier": {"set": [{"name": "x-env", "value": "prod"}], "remove": ["x-debug"]},
+    },
+    {
+        "type": "ResponseHeaderModifier",
+        "responseHeaderModifier": {"add": [{"name": "x-served", "value": "aether"}]},
+    },
+    {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "v2", "port": 80}, "percent": 50}},
+    {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "missing", "port": 80}}},
+    {"type": "URLRewrite", "urlRewrite": {"hostname": "internal.example.com"}},
+    {
+        "type": "URLRewrite",
+        "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}},
+    },
+    {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/full"}}},
+    {"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "statusCode": 301}},
+    {
+        "type": "RequestRedirect",
+        "requestRedirect": {
+            "hostname": "x.example.com",
+            "statusCode": 308,
+            "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"},
+        },
+    },
+    {"type": "ExtensionRef", "extensionRef": {"group": "example.com", "kind": "X", "name": "x"}},
+]
+_GRPC_FILTERS = [
+    item
+    for item in _FILTERS
+    if item["type"] in ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror")
+]
+
+
+@st.composite
+def _rule(draw: st.DrawFn, *, grpc: bool) -> dict[str, Any]:
+    rule: dict[str, Any] = {}
+    if draw(st.integers(0, 3)):
+        rule["matches"] = draw(st.lists(grpc_matches() if grpc else http_matches(), max_size=3))
+    filters = draw(st.lists(st.sampled_from(_GRPC_FILTERS if grpc else _FILTERS), max_size=1))
+    if filters:
+        rule["filters"] = filters
+    if not any(item["type"] == "RequestRedirect" for item in filters) or draw(st.integers(0, 5)) == 0:
+        rule["backendRefs"] = draw(st.lists(_backends, max_size=3))
+    if not grpc and draw(st.integers(0, 3)) == 0:
+        rule["timeouts"] = draw(
+            st.sampled_from(
+                [
+                    {"request": "10s"},
+                    {"request": "10s", "backendRequest": "2s"},
+                    {"backendRequest": "1m"},
+                ]
+            )
+        )
+    if not grpc and draw(st.integers(0, 4)) == 0:
+        rule["retry"] = {"codes": [503], "attempts": draw(st.integers(0, 3)), "backoff": "100ms"}
+    return rule
+
+
+def _first_match(spec: dict[str, Any]) -> dict[str, Any]:
+    rule = spec["rules"][0]
+    rule["matches"] = rule.get("matches") or [{}]
+    match: dict[str, Any] = rule["matches"][0]
+    return match
+
+
+_BREAKAGES = [
+    # Each breaks one schema or CEL rule, or gives RE2 an expression it refuses (that rule alone is dropped).
+    lambda spec: _first_match(spec).update(path={"type": "PathPrefix", "value": "a"}),
+    lambda spec: _first_match(spec).update(path={"type": "Exact", "value": "/a//b"}),
+    lambda spec: _first_match(spec).update(path={"type": "Glob", "value": "/a"}),
+    lambda spec: _first_match(spec).update(path={"type": "RegularExpression", "value": "/(a)\\1"}),
+    lambda spec: _first_match(spec).update(
+        headers=[{"type": "RegularExpression", "name": "x", "value": "(x"}]
+    ),
+    lambda spec: _first_match(spec).update(method="FETCH"),
+    lambda spec: spec.update(hostnames=["api.*.example.com"]),
+    lambda spec: spec.update(hostnames=["10.0.0.1"]),
+    lambda spec: spec.update(rules=spec["rules"] * 17),
+    lambda spec: spec["rules"][0].update(backendRefs=[_backend("web", weight=-1)]),
+    lambda spec: spec["rules"][0].update(backendRefs=[_backend("web", weight=1_000_001)]),
+    lambda spec: spec["rules"][0].update(backendRefs=[{"name": "web"}]),
+    lambda spec: spec["rules"][0].update(
+        filters=[{"type": "RequestRedirect", "requestRedirect": {"statusCode": 304}}]
+    ),
+    lambda spec: spec["rules"][0].update(filters=[{"type": "RequestHeaderModifier"}]),
+    lambda spec: spec["rules"][0].update(timeouts={"request": "1s", "backendRequest": "2s"}),
+]
+
+
+def _parent_identity(item: Any) -> tuple[str, str]:
+    return (item["name"], item.get("sectionName", ""))
+
+
+@st.composite
+def routes(draw: st.DrawFn) -> KubeObject:
+    """An HTTPRoute or GRPCRoute attached to the edge Gateway and/or a Service."""
+    kind = draw(st.sampled_from(["HTTPRoute", "HTTPRoute", "GRPCRoute"]))
+    parents = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    EDGE_REF,
+                    {**EDGE_REF, "sectionName": "http"},
+                    {**EDGE_REF, "sectionName": "other"},
+                    {"name": "ghost", "namespace": "edge"},
+                    {**SERVICE_REF, "name": "web", "namespace": "default"},
+                    {**SERVICE_REF, "name": "api", "namespace": "default"},
+                    {**SERVICE_REF, "name": "nowhere", "namespace": "default"},
+                ]
+            ),
+            min_size=1,
+            max_size=2,
+            unique_by=_parent_identity,
+        )
+    )
+    spec: dict[str, Any] = {"parentRefs": parents}
+    if draw(st.booleans()):
+        spec["hostnames"] = draw(st.lists(_hostnames, max_size=2, unique=True))
+    spec["rules"] = draw(st.lists(_rule(grpc=kind == "GRPCRoute"), max_size=4))
+    if spec["rules"] and draw(st.integers(0, 4)) == 0:
+        draw(st.sampled_from(_BREAKAGES))(spec)
+    meta = ObjectMeta(
+        kind=kind,
+        namespace=draw(_namespaces),
+        name=draw(_route_names),
+        generation=draw(st.integers(1, 3)),
+        creation_timestamp=draw(_timestamps),
+    )
+    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+
+
+@st.composite
+def gateways(draw: st.DrawFn) -> KubeObject:
+    """A Gateway of the edge's class (replacing the base one or beside it), sometimes invalid."""
+    listeners = [
+        {"name": "http", "port": 8080, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}
+    ]
+    extra = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    {
+                        "name": "wild",
+                        "port": 8080,
+                        "protocol": "HTTP",
+                        "hostname": "*.example.com",
+                        "allowedRoutes": {"namespaces": {"from": "All"}},
+                    },
+                    {"name": "a", "port": 8080, "protocol": "HTTP", "hostname": "a.example.com"},
+                    {"name": "tcp", "port": 8080, "protocol": "TCP"},
+                    {
+                        "name": "secure",
+                        "port": 8443,
+                        "protocol": "HTTPS",
+                        "tls": {"certificateRefs": [{"name": "cert"}]},
+                    },
+                    {"name": "bad", "port": 9000, "protocol": "TCP", "hostname": "x.example.com"},
+                ]
+            ),
+            max_size=3,
+            unique_by=lambda item: item["name"],
+        )
+    )
+    name = draw(st.sampled_from(["edge", "edge-2"]))
+    meta = ObjectMeta(kind="Gateway", namespace="edge", name=name, creation_timestamp=draw(_timestamps))
+    return KubeObject(
+        meta=meta, spec_json=canonical_json({"gatewayClassName": "aether", "listeners": listeners + extra})
+    )
+
+
+@st.composite
+def grants(draw: st.DrawFn) -> KubeObject:
+    """A ReferenceGrant in `other` letting routes of `default` refer to its Services (sometimes not quite)."""
+    kind = draw(st.sampled_from(["HTTPRoute", "GRPCRoute"]))
+    spec = {
+        "from": [
+            {
+                "group": "gateway.networking.k8s.io",
+                "kind": kind,
+                "namespace": draw(st.sampled_from(["default", "team"])),
+            }
+        ],
+        "to": [{"group": "", "kind": "Service", **({"name": "db"} if draw(st.booleans()) else {})}],
+    }
+    meta = ObjectMeta(kind="ReferenceGrant", namespace="other", name=draw(st.sampled_from(["g1", "g2"])))
+    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+
+
+def base_events() -> list[Event]:
+    """The edge's class and Gateway, the Services routes name, and one client pod on node-a calling web and api."""
+
+    def service(name: str, namespace: str = "default") -> Event:
+        meta = ObjectMeta(kind="Service", namespace=namespace, name=name)
+        return builders.kube_service_upserted(
+            KubeService(meta=meta, selector={"app": name}, ports=[ServicePort(port=80)])
+        )
+
+    class_meta = ObjectMeta(kind="GatewayClass", name="aether")
+    gateway_meta = ObjectMeta(
+        kind="Gateway", namespace="edge", name="edge", creation_timestamp="2024-01-01T00:00:00Z"
+    )
+    client = builders.make_pod(
+        "client-0",
+        service_account="client",
+        node_name="node-a",
+        ips=("10.0.0.5",),
+        annotations={"config.aether.io/upstreams": "web, api"},
+    )
+    return [
+        builders.gateway_object_upserted(
+            KubeObject(
+                meta=class_meta, spec_json=canonical_json({"controllerName": "gateway.aether.io/edge"})
+            )
+        ),
+        builders.gateway_object_upserted(
+            KubeObject(
+                meta=gateway_meta,
+                spec_json=canonical_json(
+                    {
+                        "gatewayClassName": "aether",
+                        "listeners": [
+                            {
+                                "name": "http",
+                                "port": 8080,
+                                "protocol": "HTTP",
+                                "allowedRoutes": {"namespaces": {"from": "All"}},
+                            }
+                        ],
+                    }
+                ),
+            )
+        ),
+        *(service(name) for name in SERVICES),
+        service("db", "other"),
+        builders.pod_added(client),
+    ]
+
+
+def gateway_events() -> st.SearchStrategy[Event]:
+    """Events that change the Gateway API objects: routes upserted (mostly), deleted, gateways and grants."""
+    return st.one_of(
+        routes().map(builders.gateway_object_upserted),
+        routes().map(builders.gateway_object_upserted),
+        routes().map(lambda item: builders.gateway_object_deleted(item.meta)),
+        gateways().map(builders.gateway_object_upserted),
+        grants().map(builders.reference_grant_upserted),
+    )
+
+
+@st.composite
+def tied_routes(draw: st.DrawFn) -> list[Event]:
+    """Routes whose matches rank equally (same path length, as many headers), on the edge and on one service:
+    only the tie-breakers (age, namespace/name, rule and match order) order them."""
+    events: list[Event] = []
+    parents = draw(st.sampled_from([[EDGE_REF], [{**SERVICE_REF, "name": "web", "namespace": "default"}]]))
+    for _ in range(draw(st.integers(2, 4))):
+        rules = [
+            {
+                "matches": [
+                    {
+                        "path": {"type": "PathPrefix", "value": draw(st.sampled_from(["/a", "/b", "/c"]))},
+                        "headers": [{"name": draw(st.sampled_from(["x-a", "x-b"])), "value": "1"}],
+                    }
+                    for _ in range(draw(st.integers(1, 2)))
+                ],
+                "backendRefs": [_backend(draw(st.sampled_from(SERVICES)))],
+            }
+            for _ in range(draw(st.integers(1, 2)))
+        ]
+        meta = ObjectMeta(
+            kind="HTTPRoute",
+            namespace=draw(_namespaces),
+            name=draw(_route_names),
+            creation_timestamp=draw(_timestamps),
+        )
+        spec = {"parentRefs": parents, "rules": rules}
+        events.append(builders.gateway_object_upserted(KubeObject(meta=meta, spec_json=canonical_json(spec))))
+    return events
