@@ -23,7 +23,6 @@ from aether.testing.http import http_get
 from aether.testing.spiffe import TestCA, write_bundle, write_svid
 from aether.xds.listen import ListenAddress
 from tests.integration.test_routing_traffic import (
-    LOOPBACK,
     MESH_INBOUND,
     free_port,
     http_route,
@@ -34,6 +33,8 @@ pytestmark = pytest.mark.slow
 
 POD = "aether-edge-0"
 CONVERGE = 10
+EDGE_ADDRESS = "127.0.31.2"
+"""Where this test's edge binds: an address of its own, so its fixed readiness port (18021) meets no other test."""
 EDGE_ID = "spiffe://aether.internal/ns/aether-system/sa/aether-edge"
 ROUTES = http_route("web", "web.example", "  - backendRefs: [{name: alpha, port: 80}]\n")
 
@@ -56,7 +57,7 @@ async def open_running_edge(
         xds=ListenAddress.unix(tmp_path / "xds.sock"),
         admin_socket=tmp_path / "admin.sock",
         svid_dir=svids,
-        bind=LOOPBACK,
+        bind=EDGE_ADDRESS,
         cleartext=svids is None,
         manifest_poll_interval=0.05,
     )
@@ -78,7 +79,7 @@ async def test_the_edge_serves_its_listeners_and_presents_its_svid_to_backends(t
     svids.mkdir()
     write_bundle(svids, ca.bundle_pem)
     write_svid(svids, owner="aether-system/aether-edge", content=ca.issue(EDGE_ID))
-    port = free_port()
+    port = free_port(EDGE_ADDRESS)
     async with open_running_edge(tmp_path, port=port, svids=svids) as (_, envoy):
 
         async def served() -> bool:
@@ -88,7 +89,7 @@ async def test_the_edge_serves_its_listeners_and_presents_its_svid_to_backends(t
             return {f"edge_{port}", "edge_readiness"} <= names and EDGE_ID in secrets
 
         await wait_for(served, timeout=CONVERGE)
-        ready = await http_get(LOOPBACK, 18021, "/aether/readyz")
+        ready = await http_get(EDGE_ADDRESS, 18021, "/aether/readyz")
         assert (ready.status, ready.body) == (200, b"ready\n")
         dump = await envoy.config_dump()
         (cluster,) = [
@@ -107,7 +108,7 @@ async def test_the_edge_serves_its_listeners_and_presents_its_svid_to_backends(t
 async def test_traffic_flows_through_the_served_config_and_follows_manifest_edits(tmp_path: Path) -> None:
     """In cleartext, a request for the route's host lands on its backend; editing the route's backend in the
     manifest file moves traffic to the new backend without restarting anything."""
-    port = free_port()
+    port = free_port(EDGE_ADDRESS)
     async with (
         open_h2c_upstream(name="alpha", host="127.0.30.1", port=MESH_INBOUND),
         open_h2c_upstream(name="beta", host="127.0.30.2", port=MESH_INBOUND),
@@ -116,7 +117,7 @@ async def test_traffic_flows_through_the_served_config_and_follows_manifest_edit
 
         async def lands_on(name: str) -> bool:
             try:
-                response = await http_get(LOOPBACK, port, "/", headers={"host": "web.example"})
+                response = await http_get(EDGE_ADDRESS, port, "/", headers={"host": "web.example"})
             except OSError:
                 return False
             return response.headers.get("x-upstream-name") == name

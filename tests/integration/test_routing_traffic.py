@@ -45,6 +45,8 @@ from aether.testing.spiffe import MintedSvid, TestCA
 pytestmark = pytest.mark.slow
 
 LOOPBACK = "127.0.0.1"
+EDGE_ADDRESS = "127.0.31.1"
+"""Where the edge's listeners bind: an address of its own, so its fixed readiness port (18021) meets no other test."""
 BACKENDS = {
     "alpha": "127.0.30.1",
     "beta": "127.0.30.2",
@@ -96,9 +98,9 @@ spec:
 """
 
 
-def free_port() -> int:
+def free_port(host: str = EDGE_ADDRESS) -> int:
     with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
+        probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
 
@@ -125,7 +127,7 @@ async def open_edge(tmp_path: Path, routes: str) -> AsyncIterator[Edge]:
     """Render `routes` (with the backends and Gateway) for the edge, identity none, and run Envoy on it."""
     port = free_port()
     manifests = write_manifests(tmp_path / "manifests", routes, port=port)
-    request = RenderRequest(manifests=manifests, edge=True, identity=Identity.NONE, bind=LOOPBACK)
+    request = RenderRequest(manifests=manifests, edge=True, identity=Identity.NONE, bind=EDGE_ADDRESS)
     snapshot = render_snapshot(render_state(ManifestDirectory.read(manifests)), request)
     bootstrap = bootstrap_document(snapshot, admin=(LOOPBACK, 0))
     async with AsyncExitStack() as stack:
@@ -171,7 +173,7 @@ class Client:
 
 @asynccontextmanager
 async def open_client(edge: Edge) -> AsyncIterator[Client]:
-    stream = await trio.open_tcp_stream(LOOPBACK, edge.port)
+    stream = await trio.open_tcp_stream(EDGE_ADDRESS, edge.port)
     async with stream:
         yield Client(stream)
 
@@ -372,7 +374,7 @@ def test_the_render_command_prints_a_bootstrap_envoy_accepts(tmp_path: Path) -> 
     them (`--mode validate`)."""
     manifests = write_manifests(tmp_path / "manifests", PRECEDENCE, port=18480)
     command = [sys.executable, "-m", "aether.cli", "render", "--manifests", str(manifests), "--edge"]
-    command += ["--identity", "none", "--format", str(OutputFormat.BOOTSTRAP), "--bind", LOOPBACK]
+    command += ["--identity", "none", "--format", str(OutputFormat.BOOTSTRAP), "--bind", EDGE_ADDRESS]
     first = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
     second = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
     assert first.stdout == second.stdout
@@ -487,7 +489,9 @@ def _uri_san(stream: trio.SSLStream[trio.SocketStream]) -> str:
 async def _tls_handshake(
     port: int, server_name: str, context: ssl.SSLContext
 ) -> trio.SSLStream[trio.SocketStream]:
-    stream = trio.SSLStream(await trio.open_tcp_stream(LOOPBACK, port), context, server_hostname=server_name)
+    stream = trio.SSLStream(
+        await trio.open_tcp_stream(EDGE_ADDRESS, port), context, server_hostname=server_name
+    )
     await stream.do_handshake()
     return stream
 

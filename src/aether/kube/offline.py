@@ -10,15 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aether.core.events import (
-    Endpoint,
-    EndpointsSnapshotCompleted,
-    EndpointsSnapshotReceived,
-    Event,
-    Health,
-    Record,
-)
-from aether.core.order import sorted_unique, sorted_values
+from aether.core.events import Endpoint, EndpointsSnapshotCompleted, EndpointsSnapshotReceived, Event, Record
+from aether.core.order import sorted_unique
+from aether.core.project import registrations
 from aether.core.reduce import fold_all
 from aether.core.state import EMPTY_STATE, State
 from aether.core.state.pods import PodRecord
@@ -30,31 +24,22 @@ OFFLINE_REGISTRY_VERSION = "1"
 
 
 def pod_endpoint(record: PodRecord) -> Endpoint:
-    """Return the endpoint a meshed pod registers: its first IP, its service account's service, its annotations."""
-    pod, config = record.pod, record.config
-    return Endpoint(
-        service=record.service,
-        protocol=config.protocol,
-        ip=pod.ips[0],
-        port=config.port,
-        ports=tuple(port for port in config.ports if port != config.port),
-        weight=config.weight,
-        health=Health.HEALTHY,
-        health_check_mode=config.health_check_mode,
-        namespace=pod.namespace,
-        pod_name=pod.name,
-        node_name=pod.node_name,
+    """Return the endpoint a meshed pod registers (`aether.core.project.registrations`, the agent's own rule)."""
+    endpoint = registrations.pod_endpoint(record, cluster_name="")
+    assert endpoint is not None, (
+        "a folded pod record always has an IP (the reducer keeps addressless pods out)"
     )
+    return endpoint
 
 
 def registry_events(state: State, *, source: str, observed_at: int) -> tuple[Event, ...]:
-    """Return the registry snapshot of the pods of `state` (every pod it holds is meshed and has an IP).
+    """Return the registry snapshot of the pods of `state`, as every node's agent would register them.
 
     Returns:
         An `EndpointsSnapshotReceived` holding one endpoint per pod and the catalog of their services, then the
         `EndpointsSnapshotCompleted` that marks the view complete.
     """
-    endpoints = tuple(pod_endpoint(record) for record in sorted_values(state.pods))
+    endpoints = tuple(registrations.local_endpoints(state, node_name="", cluster_name="").values())
     return (
         EndpointsSnapshotReceived(
             observed_at=observed_at,
