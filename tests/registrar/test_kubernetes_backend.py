@@ -22,7 +22,13 @@ from aether.registrar.backends.base import BackendFeed, StoreAvailability
 from aether.registrar.backends.kubernetes import KubernetesBackend
 from aether.registrar.backoff import Backoff
 from aether.registrar.errors import StoreError
-from aether.registrar.snapshot import EndpointRegistered, EndpointsReplaced, EndpointsUpdated, empty_snapshot
+from aether.registrar.snapshot import (
+    EndpointRegistered,
+    EndpointsReplaced,
+    EndpointsUpdated,
+    apply_update,
+    empty_snapshot,
+)
 from aether.testing.kubeapi import KubeApi, open_kube_api
 from tests.registrar._grpc import rpc
 from tests.registrar._kube import client_of, node_object, pod_name, pod_object, put_node
@@ -227,3 +233,36 @@ def test_without_a_cluster_the_kubernetes_backend_is_refused(
         "aether: error: kubernetes config 'in-cluster': KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are "
         "unset: not running in a pod; use --kubeconfig or --kube-api\n"
     )
+
+
+async def test_random_churn_folds_to_what_a_fresh_load_sees(api: KubeApi) -> None:
+    """Seeded random pod and node changes, cut watches and a compaction: the snapshot folded from the feed equals
+    the snapshot a new backend loads."""
+    rng = random.Random(5)
+    backend = backend_of(api)
+    snapshot = await backend.load()
+    async with trio.open_nursery() as nursery:
+        receive = await feed(backend, nursery)
+        for step in range(80):
+            ip = f"10.0.0.{rng.randrange(1, 10)}"
+            node = f"node-{rng.randrange(3)}"
+            action = rng.random()
+            if action < 0.4:
+                ready = [{"type": "Ready", "status": "True" if rng.random() < 0.7 else "False"}]
+                api.store.put(PODS, pod_object(WEB, ip, node=node, conditions=ready))
+            elif action < 0.55 and api.store.get(PODS, name=pod_name(WEB, ip), namespace="shop") is not None:
+                api.store.delete(PODS, name=pod_name(WEB, ip), namespace="shop")
+            elif action < 0.8:
+                put_node(api, node, region="r", zone=f"z{rng.randrange(3)}", internal_ip=f"192.168.0.{step}")
+            elif action < 0.9:
+                api.drop_watches()
+            else:
+                api.compact()
+                api.drop_watches()
+        expected_snapshot = await backend_of(api).load()
+        with trio.fail_after(10):
+            while snapshot.endpoints != expected_snapshot.endpoints:
+                update = await receive.receive()
+                if not isinstance(update, StoreAvailability):
+                    snapshot, _ = apply_update(snapshot, update)
+        nursery.cancel_scope.cancel()
