@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 
+from aether.cli import main
 from aether.edge import EdgeConfig, RunningEdge, serve_edge
 from aether.testing.envoy import Envoy, ads_bootstrap, open_envoy, wait_for
 from aether.testing.h2c_upstream import open_h2c_upstream
@@ -127,3 +128,16 @@ async def test_traffic_flows_through_the_served_config_and_follows_manifest_edit
         routes.write_text(routes.read_text().replace("name: alpha", "name: beta"))
         await wait_for(functools.partial(lands_on, "beta"), timeout=CONVERGE)
         assert edge.manifests.statistics().readings >= 2
+
+
+def test_the_edge_command_exits_1_when_its_manifests_cannot_be_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`aether edge` with YAML that does not parse stops at start-up, naming the file and document."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "bad.yaml").write_text("kind: [unclosed\n")
+    arguments = ["edge", "--pod-name", POD, "--log-dir", str(tmp_path / "log"), "--manifests", str(manifests)]
+    arguments += ["--xds", f"unix:{tmp_path / 'xds.sock'}", "--admin-socket", str(tmp_path / "admin.sock")]
+    assert main(arguments) == 1
+    assert capsys.readouterr().err.startswith("aether edge: error: manifest bad.yaml document 0: not YAML (")

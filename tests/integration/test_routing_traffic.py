@@ -39,7 +39,7 @@ from aether.testing.h2c_upstream import (
     H2cUpstream,
     open_h2c_upstream,
 )
-from aether.testing.http import HttpReader, HttpResponse
+from aether.testing.http import HttpReader, HttpResponse, http_get
 from aether.testing.spiffe import MintedSvid, TestCA
 
 pytestmark = pytest.mark.slow
@@ -355,6 +355,44 @@ async def test_regular_expressions_full_path_rewrites_and_backend_request_timeou
         rewritten = await client.request("/full/a/b?q=1", host=host)
         assert rewritten.headers[ECHO_PATH_HEADER] == "/replaced?q=1"
         assert await client.landed("/slow", host=host) == "<504>"
+
+
+GRPC = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: grpc, namespace: default, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  parentRefs: [{name: edge}]
+  hostnames: [mixed.example]
+  rules:
+  - matches: [{method: {service: shop.v1.Cart, method: Add}}]
+    backendRefs: [{name: alpha, port: 80}]
+  - matches: [{method: {type: RegularExpression, service: 'shop\\.v1\\..*', method: "Get.*"}}]
+    backendRefs: [{name: beta, port: 80}]
+---
+""" + http_route(
+    "http",
+    "mixed.example",
+    """\
+  - backendRefs: [{name: gamma, port: 80}]
+""",
+)
+
+
+async def test_grpc_routes_match_service_and_method_and_are_never_merged_with_http_routes(
+    tmp_path: Path,
+) -> None:
+    """On one host, gRPC requests match the GRPCRoute by service and method (exact, regex); the same paths without
+    gRPC's content type go to the HTTPRoute; the readiness port answers beside them."""
+    grpc = {"content-type": "application/grpc", "te": "trailers"}
+    async with open_edge(tmp_path, GRPC) as edge, open_client(edge) as client:
+        host = "mixed.example"
+        assert await client.landed("/shop.v1.Cart/Add", host=host, method="POST", headers=grpc) == "alpha"
+        assert await client.landed("/shop.v1.Cart/GetAll", host=host, method="POST", headers=grpc) == "beta"
+        assert await client.landed("/shop.v1.Cart/Add", host=host, method="POST") == "gamma"
+        assert await client.landed("/other", host=host) == "gamma"
+        ready = await http_get(EDGE_ADDRESS, 18021, "/aether/readyz")
+        assert (ready.status, ready.body) == (200, b"ready\n")
 
 
 @pytest.mark.xfail(

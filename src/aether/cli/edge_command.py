@@ -60,6 +60,14 @@ def add_parser(roles: Any) -> None:
     parser.set_defaults(run=run_edge)
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions of `group`, nested groups flattened (nurseries nest them one per level)."""
+    found: list[BaseException] = []
+    for item in group.exceptions:
+        found.extend(_leaves(item) if isinstance(item, BaseExceptionGroup) else [item])
+    return found
+
+
 def run_edge(arguments: argparse.Namespace) -> int:
     """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up."""
     logging.basicConfig(
@@ -92,7 +100,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
     try:
         trio.run(main)
     except* ManifestError as group:
-        unreadable.extend(group.exceptions)
+        unreadable.extend(_leaves(group))
     except* KeyboardInterrupt:
         pass
     for error in unreadable:
