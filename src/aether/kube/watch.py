@@ -17,7 +17,7 @@ import trio
 
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, ObjectList, WatchEvent
 from aether.kube.errors import KubeError, ResourceExpiredError
-from aether.kube.resources import JsonObject, ResourceType, object_key
+from aether.kube.resources import JsonObject, ResourceType
 from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "Upserted",
     "WatchInterrupted",
     "WatchQuery",
-    "keyed",
     "serve_reflector",
     "serve_reflectors",
 ]
@@ -333,8 +332,3 @@ async def _forward(
     async with receive, send:
         async for update in receive:
             await send.send((query, update))
-
-
-def keyed(objects: tuple[JsonObject, ...]) -> dict[str, JsonObject]:
-    """Return `objects` by `<namespace>/<name>` (what a consumer of `Synced` usually holds)."""
-    return {object_key(obj): obj for obj in objects}
