@@ -21,8 +21,8 @@ from aether.agent.journal import Journal, open_journal
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, project_edge
 from aether.core.project.names import ANY_ADDRESS
 from aether.core.state import State, summarize
-from aether.edge.manifests_source import ManifestSource, serve_manifest_directory
 from aether.identity.files import serve_svid_files
+from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.xds.cache import SnapshotCache
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer

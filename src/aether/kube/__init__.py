@@ -5,6 +5,7 @@ from __future__ import annotations
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, KubeClientStatistics, ObjectList, WatchEvent
 from aether.kube.config import SERVICE_ACCOUNT_DIR, ClusterConfig
 from aether.kube.convert import DEFAULT_NAMESPACE, ObjectError, deletion_events, object_events, object_meta
+from aether.kube.directory import ManifestSource, ManifestSourceStatistics, serve_manifest_directory
 from aether.kube.errors import (
     ApiConnectionError,
     ApiProtocolError,
@@ -95,6 +96,8 @@ __all__ = [
     "ManifestError",
     "ManifestObject",
     "ManifestProblem",
+    "ManifestSource",
+    "ManifestSourceStatistics",
     "ObjectError",
     "ObjectList",
     "Reflector",
@@ -118,6 +121,7 @@ __all__ = [
     "pod_endpoint",
     "registry_events",
     "resource_version_of",
+    "serve_manifest_directory",
     "serve_reflector",
     "serve_reflectors",
 ]

@@ -2,7 +2,7 @@
 
 It reads the directory, sends the events that take the last reading to this one (`ManifestDirectory.changes_since`),
 and, when the pods changed, the registry snapshot they stand for (`aether.kube.offline`): a stand-in for the
-registrar where there is no cluster. The edge role uses it for now; a Kubernetes source replaces it in a cluster.
+registrar where there is no cluster. The edge role (and `aether demo`) use it; in a cluster the watches replace it.
 """
 
 from __future__ import annotations

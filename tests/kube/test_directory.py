@@ -1,4 +1,4 @@
-"""Tests of `aether.edge.manifests_source`: a manifest directory as a source of events, polled."""
+"""Tests of `aether.kube.directory`: a manifest directory as a source of events, polled."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from aether.core.events import Event
-from aether.edge.manifests_source import ManifestSource, serve_manifest_directory
+from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.kube.manifests import ManifestError
 from aether.testing.envoy import wait_for
 
