@@ -72,6 +72,22 @@ def test_adding_a_known_pod_again_replaces_it() -> None:
     assert state.seq == 2
 
 
+def test_an_update_without_a_sandbox_keeps_the_one_the_cni_reported() -> None:
+    """The API never knows a pod's network namespace: its updates keep the one CNI ADD reported for the same
+    incarnation; another incarnation (a new uid) does not inherit it."""
+    sandboxed = make_pod("web-1", uid="uid-1", netns="/run/netns/cni-1", container_id="c1")
+    relabelled = make_pod("web-1", uid="uid-1", labels={"aether.io/managed": "true", "tier": "front"})
+    state = fold_events(pod_added(sandboxed), pod_updated(relabelled))
+    kept = state.pods["default/web-1"].pod
+    assert (kept.netns, kept.container_id, kept.labels["tier"]) == ("/run/netns/cni-1", "c1", "front")
+    reborn = make_pod("web-1", uid="uid-2")
+    assert fold_events(pod_updated(reborn), state=state).pods["default/web-1"].pod.netns == ""
+    anonymous = make_pod("web-1", uid="")
+    assert (
+        fold_events(pod_updated(anonymous), state=state).pods["default/web-1"].pod.netns == "/run/netns/cni-1"
+    )
+
+
 def test_an_update_of_an_unknown_pod_adds_it() -> None:
     """`PodUpdated` for a pod never added upserts it (another source observed the add)."""
     state = fold_events(pod_updated(WEB))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import attrs
+
 from aether.core.events.pods import Pod, PodAdded, PodRemoved, PodUpdated
 from aether.core.reduce.annotations import address_problem, parse_pod_config, pod_problem, unmanaged_reason
 from aether.core.reduce.common import applied, rejected
@@ -10,8 +12,22 @@ from aether.core.state.pods import PodRecord
 from aether.core.state.state import State
 
 
+def _with_sandbox(pod: Pod, known: PodRecord | None) -> Pod:
+    """Return `pod`, keeping the sandbox of the same incarnation already known when `pod` carries none.
+
+    The network namespace and container id are observed by the CNI plugin only; a Kubernetes watch (or a manifest
+    directory) never knows them. Without this, every update from the API would move the pod's listeners out of
+    its namespace. A different uid is a new incarnation, whose sandbox comes with its own CNI ADD.
+    """
+    if pod.netns or known is None or not known.pod.netns:
+        return pod
+    if pod.uid and known.pod.uid and pod.uid != known.pod.uid:
+        return pod
+    return attrs.evolve(pod, netns=known.pod.netns, container_id=pod.container_id or known.pod.container_id)
+
+
 def _upsert(state: State, event: PodAdded | PodUpdated, seq: int) -> State:
-    pod: Pod = event.pod
+    pod: Pod = _with_sandbox(event.pod, state.pods.get(event.pod.key))
     problem = pod_problem(pod)
     if problem is not None:
         return rejected(state, event, seq, reason=RejectionReason.INVALID_POD, message=problem)
