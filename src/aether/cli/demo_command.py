@@ -54,9 +54,6 @@ def add_parser(roles: Any) -> None:
 
 def run_demo_command(arguments: argparse.Namespace) -> int:
     """`aether demo`."""
-    if arguments.netns:
-        print("aether: error: --netns is not available in this version; run without it", file=sys.stderr)
-        return 2
     logging.basicConfig(
         level=logging.INFO if arguments.verbose else logging.ERROR,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -67,6 +64,7 @@ def run_demo_command(arguments: argparse.Namespace) -> int:
         live=not arguments.no_live,
         address_base=arguments.address_base,
         json_report=arguments.json,
+        netns=arguments.netns,
     )
     try:
         try:

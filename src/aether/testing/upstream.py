@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import attrs
@@ -118,6 +118,7 @@ async def serve_http_upstream(
     host: str = LOOPBACK,
     port: int = 0,
     body: bytes | None = None,
+    listeners: Sequence[trio.SocketListener] | None = None,
     task_status: trio.TaskStatus[HttpUpstream] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve HTTP/1.1 until cancelled or stopped, answering every request with 200 and `body`.
@@ -127,9 +128,12 @@ async def serve_http_upstream(
         host: The address to listen on.
         port: The port to listen on; 0 picks a free one.
         body: The response body; `hello from <name>` by default.
+        listeners: Listening sockets made elsewhere (such as inside another network namespace); when given,
+            `host` and `port` only name them.
         task_status: Receives the `HttpUpstream` once it listens.
     """
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    if listeners is None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
     bound_port: int = listeners[0].socket.getsockname()[1]
     upstream = HttpUpstream(
         name=name, host=host, port=bound_port, body=f"hello from {name}".encode() if body is None else body
