@@ -26,6 +26,8 @@ from aether.cli.render_command import (
 from aether.kube.manifests import ManifestDirectory
 
 TESTDATA = Path(__file__).parent / "testdata" / "edge"
+GATEWAY_TESTDATA = Path(__file__).parent / "testdata" / "gateway"
+"""The Gateway API golden inputs (another suite's): read here as more edge inputs, for references only."""
 KINDS = ("listeners", "routes", "clusters", "endpoints", "secrets")
 CASES = sorted(path.name.removesuffix(".in.yaml") for path in TESTDATA.glob("*.in.yaml"))
 
@@ -35,14 +37,38 @@ def _dump(value: Any) -> str:
     return yaml.safe_dump(plain, sort_keys=True, allow_unicode=True, default_flow_style=False)
 
 
-def _outputs(case: str) -> dict[str, str]:
-    path = TESTDATA / f"{case}.in.yaml"
-    base = TESTDATA / "base.yaml"
+def _named_clusters(document: Any, found: set[str]) -> set[str]:
+    """Every cluster a resource document names: `cluster` fields (routes, mirrors, tcp_proxy) and weighted ones."""
+    if isinstance(document, dict):
+        for key, value in document.items():
+            if key == "cluster" and isinstance(value, str):
+                found.add(value)
+            elif key == "weighted_clusters":
+                found.update(item["name"] for item in value.get("clusters", []))
+            _named_clusters(value, found)
+    elif isinstance(document, list):
+        for item in document:
+            _named_clusters(item, found)
+    return found
+
+
+def _edge(directory: Path, case: str) -> tuple[Any, Any, ManifestDirectory]:
+    path = directory / f"{case}.in.yaml"
+    base = directory / "base.yaml"
     reading = ManifestDirectory.parse({base.name: base.read_text(), path.name: path.read_text()})
     state = render_state(reading)
-    snapshot = render_snapshot(state, RenderRequest(manifests=TESTDATA, edge=True))
+    snapshot = render_snapshot(state, RenderRequest(manifests=directory, edge=True))
     assert snapshot.consistent() == ()
     resources = snapshot_document(snapshot)["resources"]
+    named = _named_clusters([resources["routes"], resources["listeners"]], set())
+    assert sorted(named - {item["name"] for item in resources["clusters"]}) == [], (
+        "a route names a missing cluster"
+    )
+    return state, resources, reading
+
+
+def _outputs(case: str) -> dict[str, str]:
+    state, resources, reading = _edge(TESTDATA, case)
     outputs = {kind: _dump(resources[kind]) for kind in KINDS}
     outputs["status"] = _dump(status_document(state, reading))
     return outputs
@@ -58,6 +84,15 @@ def test_edge_golden_case(case: str, update_golden: bool) -> None:
         else:
             assert path.exists(), f"{path.name} is missing: run pytest tests/golden --update-golden"
             assert rendered == path.read_text(), f"{path.name} differs: review, then run --update-golden"
+
+
+@pytest.mark.parametrize(
+    "case", sorted(path.name.removesuffix(".in.yaml") for path in GATEWAY_TESTDATA.glob("*.in.yaml"))
+)
+def test_gateway_cases_project_edges_whose_routes_name_only_emitted_clusters(case: str) -> None:
+    """Every Gateway API golden input, projected for the edge: consistent, and no route or proxy names a cluster
+    the snapshot lacks (Envoy would answer 503, or refuse a static bootstrap)."""
+    _edge(GATEWAY_TESTDATA, case)
 
 
 def test_no_orphaned_edge_outputs(update_golden: bool) -> None:
