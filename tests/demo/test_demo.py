@@ -173,3 +173,35 @@ def test_envoy_missing_or_failing_is_reported_and_nothing_is_left(
     assert result.returncode == 1
     assert expected in result.stderr
     _wait_gone(tmp_path / "run")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="--netns creates network namespaces: needs root")
+def test_with_netns_every_pod_joins_through_the_cni_and_no_namespace_is_left(tmp_path: Path) -> None:
+    report_file = tmp_path / "report.json"
+    result = subprocess.run(
+        [
+            *AETHER,
+            "demo",
+            "--check",
+            "--netns",
+            "--log-dir",
+            str(tmp_path / "run"),
+            "--json",
+            str(report_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(report_file.read_text())["ok"] is True
+    state = replay_log(tmp_path / "run" / "log").state
+    in_namespaces = {key: record.pod.netns for key, record in state.pods.items()}
+    assert len(in_namespaces) == 8
+    assert all(path.startswith("/run/netns/aether-demo-") for path in in_namespaces.values()), in_namespaces
+    snapshot = project_node(
+        state, node_name="demo", now=replay_log(tmp_path / "run" / "log").last_observed_at
+    )
+    assert "capture_cart-1.shop" in snapshot.of_type("type.googleapis.com/envoy.config.listener.v3.Listener")
+    leftovers = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert "aether-demo-" not in leftovers
