@@ -11,7 +11,7 @@ import yaml
 
 from aether.cli import main
 from aether.cli.render_command import REDACTED, Identity, OutputFormat, RenderRequest, render
-from aether.testing.envoy import find_envoy_binary
+from aether.testing.envoy import find_envoy_binary, open_envoy
 
 APP = """\
 apiVersion: v1
@@ -202,3 +202,25 @@ def test_a_node_bootstrap_passes_envoy_validation(manifests: Path, tmp_path: Pat
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+async def test_an_edge_bootstrap_with_spiffe_identity_but_no_svid_runs_in_envoy(
+    manifests: Path, tmp_path: Path
+) -> None:
+    """Without SVID material the edge's backend clusters wait for their certificate: Envoy runs the bootstrap (it
+    used to crash on static clusters taking secrets over ADS) and answers on its admin API."""
+    request = RenderRequest(
+        manifests=manifests,
+        edge=True,
+        output_format=OutputFormat.BOOTSTRAP,
+        bind="127.0.31.3",
+        admin=("127.0.0.1", 0),
+    )
+    bootstrap = json.loads(render(request))
+    async with open_envoy(
+        bootstrap, work_dir=tmp_path / "envoy", wait_live=False, log_level="warning"
+    ) as envoy:
+        status, _ = await envoy.admin_get("/server_info")
+        assert status == 200
+        assert envoy.process.returncode is None

@@ -10,10 +10,13 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf import any_pb2
 
+from aether.core.gateway import GatewayView
 from aether.core.project import project_node
 from aether.core.project._messages import pack
 from aether.core.project.bootstrap import AGENT_XDS_SOCKET, XDS_CLUSTER, static_bootstrap
+from aether.core.project.edge import EdgeOptions, edge_snapshot
 from aether.core.snapshot import Resource, Snapshot
+from aether.core.state import State
 from aether.testing import (
     endpoints_snapshot_received,
     fold_events,
@@ -122,3 +125,30 @@ def test_a_fully_static_snapshot_needs_no_ads_and_unknown_configs_are_kept() -> 
     (cluster,) = bootstrap.static_resources.clusters
     assert as_dict(cluster.load_assignment) == {"cluster_name": "lonely-cla"}
     assert bootstrap.static_resources.listeners[0].filter_chains[0].filters[0].typed_config == foreign
+
+
+def test_a_cluster_secret_the_snapshot_lacks_is_asked_for_on_a_plain_sds_stream() -> None:
+    """A static cluster never takes a secret over ADS (Envoy 1.40 crashes on it): it asks the agent's xDS cluster on
+    an SDS stream of its own, and no `ads_config` is added for it alone."""
+    snapshot = edge_snapshot(
+        GatewayView(backend_clusters=frozenset(("web.default.aether.internal",))),
+        State(),
+        node_id="edge-0",
+        options=EdgeOptions(),
+    )
+    bootstrap = static_bootstrap(snapshot)
+    assert not bootstrap.HasField("dynamic_resources")
+    web = next(
+        item for item in bootstrap.static_resources.clusters if item.name == "web.default.aether.internal"
+    )
+    (context,) = _tls_contexts(web)
+    (certificate,) = context.common_tls_context.tls_certificate_sds_secret_configs
+    assert as_dict(certificate.sds_config) == {
+        "api_config_source": {
+            "api_type": "DELTA_GRPC",
+            "transport_api_version": "V3",
+            "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+        },
+        "resource_api_version": "V3",
+    }
+    assert XDS_CLUSTER in [item.name for item in bootstrap.static_resources.clusters]

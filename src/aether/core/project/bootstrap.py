@@ -10,7 +10,9 @@ What changes on the way (the resources are otherwise the ones the xDS server ser
 What cannot be static stays dynamic: on-demand cluster discovery (the node's catch-all route asks the agent for mesh
 names it does not hold) and a secret the snapshot lacks. When anything still names the ADS stream, the bootstrap
 gets an `ads_config` towards the agent's socket: Envoy starts without it and keeps retrying, and everything static
-works meanwhile.
+works meanwhile. A cluster's missing secret is asked for on a plain SDS stream instead (Envoy 1.40 crashes on
+static clusters taking secrets over ADS); the agent serves ADS only, so such a cluster waits without a certificate:
+a bootstrap that must carry TLS to backends needs the SVIDs in the state.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ AGENT_XDS_SOCKET = "/run/aether/xds.sock"
 """Where the agent serves xDS (DESIGN.md section 4): what a bootstrap asks for what it could not inline."""
 XDS_CLUSTER = "aether_xds"
 """The static cluster of the agent's xDS socket, added only when something still needs ADS."""
+NODE_CLUSTER = "aether"
+"""The bootstrap's `node.cluster`: Envoy refuses dynamic secrets (SDS) without one, and nothing else reads it."""
 XDS_CONNECT_TIMEOUT_MS = 1_000
 """The agent is a local socket: a second only expires when no agent runs, and Envoy then retries."""
 
@@ -54,7 +58,7 @@ def static_bootstrap(snapshot: Snapshot, *, admin: tuple[str, int] | None = None
         admin: Where Envoy's admin API listens, `(address, port)`; None leaves the admin API off.
 
     Returns:
-        The bootstrap message: node id, static listeners, clusters and secrets (in name order), the admin
+        The bootstrap message: node id and cluster, static listeners, clusters and secrets (in name order), the admin
         address, and an `ads_config` only when something could not be made static (see the module docstring).
     """
     routes = {
@@ -67,7 +71,7 @@ def static_bootstrap(snapshot: Snapshot, *, admin: tuple[str, int] | None = None
     secrets = [_parse(secret_pb2.Secret, item.body) for _, item in _items(snapshot, SECRET_TYPE)]
     inliner = _Inliner(routes=routes, secrets=frozenset(secret.name for secret in secrets))
     clusters = [
-        inliner.rewrite(_static_cluster(_parse(cluster_pb2.Cluster, item.body), assignments))
+        inliner.rewrite(_static_cluster(_parse(cluster_pb2.Cluster, item.body), assignments), cluster=True)
         for _, item in _items(snapshot, CLUSTER_TYPE)
     ]
     listeners = [
@@ -76,11 +80,13 @@ def static_bootstrap(snapshot: Snapshot, *, admin: tuple[str, int] | None = None
     ]
     bootstrap = bootstrap_pb2.Bootstrap()
     bootstrap.node.id = snapshot.node_id
+    bootstrap.node.cluster = NODE_CLUSTER
     bootstrap.static_resources.listeners.extend(listeners)
     bootstrap.static_resources.clusters.extend(clusters)
     bootstrap.static_resources.secrets.extend(secrets)
-    if inliner.needs_ads:
+    if inliner.needs_agent:
         bootstrap.static_resources.clusters.append(_xds_cluster())
+    if inliner.needs_ads:
         ads = bootstrap.dynamic_resources.ads_config
         ads.api_type = config_source_pb2.ApiConfigSource.DELTA_GRPC
         ads.transport_api_version = config_source_pb2.V3
@@ -116,6 +122,22 @@ def _static_cluster(cluster: Any, assignments: Mapping[str, Any]) -> Any:
         assignment if assignment is not None else endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
     )
     return cluster
+
+
+def _agent_sds() -> Any:
+    """A config source asking the agent over a gRPC stream of its own (not the ADS stream)."""
+    return config_source_pb2.ConfigSource(
+        api_config_source=config_source_pb2.ApiConfigSource(
+            api_type=config_source_pb2.ApiConfigSource.DELTA_GRPC,
+            transport_api_version=config_source_pb2.V3,
+            grpc_services=[
+                grpc_service_pb2.GrpcService(
+                    envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=XDS_CLUSTER)
+                )
+            ],
+        ),
+        resource_api_version=config_source_pb2.V3,
+    )
 
 
 def _xds_cluster() -> Any:
@@ -154,10 +176,15 @@ class _Inliner:
     def __init__(self, *, routes: Mapping[str, Any], secrets: frozenset[str]) -> None:
         self._routes = routes
         self._secrets = secrets
+        self._in_cluster = False
         self.needs_ads = False
         """True once a rewritten resource still names the ADS stream."""
+        self.needs_agent = False
+        """True once a rewritten resource still asks the agent for something (over ADS or not)."""
 
-    def rewrite(self, message: Any) -> Any:
+    def rewrite(self, message: Any, *, cluster: bool = False) -> Any:
+        """Rewrite `message` (a cluster when `cluster`: see `_agent_sds`); return it."""
+        self._in_cluster = cluster
         self._walk(message)
         return message
 
@@ -171,8 +198,13 @@ class _Inliner:
                 message.route_config.validate_clusters.value = True
         elif name == _SDS and message.name in self._secrets:
             message.ClearField("sds_config")
+        elif name == _SDS and self._in_cluster and message.sds_config.HasField("ads"):
+            # Envoy 1.40 crashes (SIGSEGV, in run and validate modes) on a static cluster whose TLS context takes
+            # a secret over ADS; a plain gRPC SDS stream to the same agent starts cleanly and waits for it.
+            message.sds_config.CopyFrom(_agent_sds())
+            self.needs_agent = True
         elif name == _CONFIG_SOURCE and message.HasField("ads"):
-            self.needs_ads = True
+            self.needs_ads = self.needs_agent = True
         for field, value in message.ListFields():
             if field.type != field.TYPE_MESSAGE:
                 continue
