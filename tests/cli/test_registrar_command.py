@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from aether.cli import main
+from aether.cli.main import build_parser
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.testing.etcd import EtcdServer, running_etcd
+from aether.xds.listen import ListenAddress
 from tests.registrar._grpc import call, registration
 
 START_TIMEOUT = 20.0
@@ -107,8 +109,17 @@ def test_the_registrar_on_etcd_serves_and_its_registry_survives_a_kill(
             "aether: error: --etcd-endpoints: each entry must be http://HOST:PORT (got 'etcd-1')\n",
         ),
         (["registrar"], "aether: error: --data-dir DIR is required with --backend embedded\n"),
+        (
+            ["registrar", "--data-dir", "/nonexistent", "--trust-domain", "aether.test"],
+            "aether: error: --trust-domain needs --tls-cert, --tls-key and --tls-bundle\n",
+        ),
     ],
-    ids=["etcd-without-endpoints", "etcd-endpoint-without-scheme", "embedded-without-directory"],
+    ids=[
+        "etcd-without-endpoints",
+        "etcd-endpoint-without-scheme",
+        "embedded-without-directory",
+        "identities-without-tls",
+    ],
 )
 def test_missing_or_bad_backend_options_are_refused(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
@@ -116,3 +127,9 @@ def test_missing_or_bad_backend_options_are_refused(
     """A clear message and exit status 2, before anything starts."""
     assert main(argv) == 2
     assert capsys.readouterr().err == message
+
+
+def test_the_default_listener_is_loopback_only() -> None:
+    """Without --listen the registrar binds 127.0.0.1:18090, never all interfaces."""
+    arguments = build_parser().parse_args(["registrar"])
+    assert arguments.listen == ListenAddress.tcp(host="127.0.0.1", port=18090)

@@ -109,6 +109,7 @@ async def etcd_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     """etcd: the session's etcd (fixture `etcd_server`), a partition of its own per test; the other writer is a
     backend of its own on the same partition."""
     server: EtcdServer = request.getfixturevalue("etcd_server")
+    request.getfixturevalue("free_grpc_aio")
     partition = Partition(root=f"/aether-test/{uuid.uuid4().hex}/regions")
     targets = parse_etcd_endpoints(server.client_url)
     async with (

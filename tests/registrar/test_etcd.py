@@ -44,6 +44,8 @@ from aether.xds.listen import ListenAddress, serve_grpc
 from tests.registrar._builders import DB, WEB, endpoint
 from tests.registrar._grpc import registration
 
+pytestmark = pytest.mark.usefixtures("free_grpc_aio")
+
 FAST = Backoff(base=0.02, cap=0.2)
 """Real etcd, real clock: short retries keep the restart tests quick."""
 

@@ -4,6 +4,7 @@ invalid requests, and a restart on the same embedded store."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -263,4 +264,21 @@ async def test_statistics_count_versions_mutations_and_watchers(tmp_path: Path) 
         assert (statistics.version, statistics.endpoints, statistics.services) == (1, 1, 1)
         assert (statistics.mutations_applied, statistics.mutations_unchanged) == (1, 1)
         assert (statistics.broadcaster.watchers, backend.snapshot.version, len(backend.applied)) == (1, 1, 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_tcp_listener_binds_only_the_address_it_is_given() -> None:
+    """Served on 127.0.0.1: reachable there, refused on 127.0.0.2 (same loopback interface, another address)."""
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(
+            functools.partial(
+                serve_registrar, backend=MemoryBackend(), listen=ListenAddress.tcp(host="127.0.0.1", port=0)
+            )
+        )
+        assert address.port is not None
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", address.port)
+            await stream.aclose()
+            with trio.socket.socket() as probe, pytest.raises(ConnectionRefusedError):
+                await probe.connect(("127.0.0.2", address.port))
         nursery.cancel_scope.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from aether.registrar import Backend, open_embedded_backend, serve_registrar
 from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoints
 from aether.registrar.backends.etcd_layout import DEFAULT_CLUSTER, DEFAULT_REGION, Partition
 from aether.registrar.backends.kubernetes import KubernetesBackend
+from aether.registrar.tls import server_tls_context
 from aether.xds.listen import ListenAddress
 
 DEFAULT_LISTEN = "127.0.0.1:18090"
@@ -55,6 +57,21 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--kube-context", metavar="NAME", help="the kubeconfig context (default: its current one)"
     )
+    parser.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="serve mutual TLS with this SVID chain (PEM); with --tls-key",
+    )
+    parser.add_argument("--tls-key", type=Path, metavar="FILE", help="the SVID's private key (PEM)")
+    parser.add_argument(
+        "--tls-bundle", type=Path, metavar="FILE", help="the trust bundle clients must chain to"
+    )
+    parser.add_argument(
+        "--trust-domain",
+        metavar="NAME",
+        help="accept a registration only from the agent of the endpoint's node (needs the --tls-* options)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
     parser.set_defaults(run=run_registrar)
 
@@ -73,6 +90,24 @@ def run_registrar(arguments: argparse.Namespace) -> int:
     if arguments.backend == "embedded" and arguments.data_dir is None:
         print("aether: error: --data-dir DIR is required with --backend embedded", file=sys.stderr)
         return 2
+    tls_files = (arguments.tls_cert, arguments.tls_key, arguments.tls_bundle)
+    if any(tls_files) and not all(tls_files):
+        print("aether: error: --tls-cert, --tls-key and --tls-bundle go together", file=sys.stderr)
+        return 2
+    if arguments.trust_domain and not all(tls_files):
+        print("aether: error: --trust-domain needs --tls-cert, --tls-key and --tls-bundle", file=sys.stderr)
+        return 2
+    try:
+        tls = (
+            server_tls_context(
+                certificate=arguments.tls_cert, key=arguments.tls_key, bundle=arguments.tls_bundle
+            )
+            if all(tls_files)
+            else None
+        )
+    except (OSError, ssl.SSLError) as error:
+        print(f"aether: error: TLS files: {error}", file=sys.stderr)
+        return 2
     try:
         kubernetes = _kubernetes_backend(arguments) if arguments.backend == "kubernetes" else None
     except ConfigError as error:
@@ -87,7 +122,11 @@ def run_registrar(arguments: argparse.Namespace) -> int:
         async with _open_backend(arguments, kubernetes) as backend, trio.open_nursery() as nursery:
             bound = await nursery.start(
                 lambda task_status: serve_registrar(
-                    backend=backend, listen=arguments.listen, task_status=task_status
+                    backend=backend,
+                    listen=arguments.listen,
+                    tls=tls,
+                    trust_domain=arguments.trust_domain,
+                    task_status=task_status,
                 )
             )
             print(f"aether registrar: {backend.description} on {bound}", file=sys.stderr, flush=True)

@@ -10,11 +10,13 @@ import contextlib
 import enum
 import logging
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 
 import anyio
 import anyio.abc
+import anyio.streams.tls
 import attrs
 import h2.exceptions
 import purerpc
@@ -130,8 +132,10 @@ class RegistrarClient:
         backoff: Backoff,
         rng: random.Random,
         last_version: int | None,
+        tls: ssl.SSLContext | None,
     ) -> None:
         self._target = target
+        self._tls = tls
         self._cluster_name = cluster_name
         self._node_name = node_name
         self._services = services
@@ -216,9 +220,9 @@ class RegistrarClient:
         )
         if services is not None:
             request.filter.services.extend(sorted(services))
-        async with _open_grpc_socket(self._target) as grpc_socket:
+        async with _open_grpc_socket(self._target, tls=self._tls) as grpc_socket:
             stream = await grpc_socket.start_request(
-                "http",
+                "http" if self._tls is None else "https",
                 SERVICE_NAME,
                 "WatchEndpoints",
                 registrar_pb2.WatchEndpointsRequest.DESCRIPTOR.full_name,
@@ -359,9 +363,11 @@ def _event_of(change: Change, *, observed_at: int) -> Event:
 
 
 @contextlib.asynccontextmanager
-async def _open_grpc_socket(target: ListenAddress) -> AsyncIterator[GRPCProtoSocket]:
-    """Dial `target` (TCP or Unix socket) and run a client-side purerpc connection on it."""
-    connection: anyio.abc.SocketStream
+async def _open_grpc_socket(
+    target: ListenAddress, *, tls: ssl.SSLContext | None
+) -> AsyncIterator[GRPCProtoSocket]:
+    """Dial `target` (TCP or Unix socket), with TLS when given `tls`, and run a client-side purerpc connection on it."""
+    connection: anyio.abc.ByteStream
     try:
         with trio.fail_after(CONNECT_TIMEOUT):
             if target.path is not None:
@@ -370,6 +376,10 @@ async def _open_grpc_socket(target: ListenAddress) -> AsyncIterator[GRPCProtoSoc
                 assert target.host is not None
                 assert target.port is not None
                 connection = await anyio.connect_tcp(target.host or "127.0.0.1", target.port)
+            if tls is not None:
+                connection = await anyio.streams.tls.TLSStream.wrap(
+                    connection, server_side=False, ssl_context=tls, standard_compatible=False
+                )
     except trio.TooSlowError:
         raise TimeoutError(f"registrar {target}: not connected within {CONNECT_TIMEOUT} s") from None
     config = GRPCConfiguration(client_side=True, max_message_length=DEFAULT_MAX_MESSAGE_LENGTH)
@@ -389,6 +399,7 @@ async def serve_registrar_client(
     backoff: Backoff = DEFAULT_BACKOFF,
     rng: random.Random | None = None,
     last_version: int | None = None,
+    tls: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[RegistrarClient] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Watch the registrar at `target` and send its registry events on `send` until cancelled.
@@ -408,6 +419,8 @@ async def serve_registrar_client(
         rng: The jitter's source (a seeded `random.Random` in tests).
         last_version: Resume from this version (the journal's synced registry version), or None for a full sync.
             Only meaningful against the same registrar store: versions carry no store identity.
+        tls: Connect with TLS (`aether.registrar.tls.client_tls_context`): the registrar knows this agent by
+            its certificate, and refuses its writes for other nodes.
         task_status: Receives the `RegistrarClient` (for `refilter`, `wait_synced`, `statistics`).
 
     Error handling:
@@ -425,6 +438,7 @@ async def serve_registrar_client(
         backoff=backoff,
         rng=random.Random() if rng is None else rng,
         last_version=last_version,
+        tls=tls,
     )
     task_status.started(client)
     await client.serve()

@@ -4,6 +4,7 @@ The tree::
 
     RegistrarError
     ├── InvalidRequestError  (also ValueError) a request field breaks a rule; the RPC fails with INVALID_ARGUMENT
+    ├── PermissionRefusedError (also PermissionError) the caller may not make this change; PERMISSION_DENIED
     ├── StoreError           (also OSError) the backend's store cannot be read or written; the registrar stops
     └── StoreUnavailableError (also ConnectionError) the store cannot be reached now; the RPC fails UNAVAILABLE
 
@@ -12,7 +13,13 @@ Every exception keeps structured fields and builds its message in ``__str__``.
 
 from __future__ import annotations
 
-__all__ = ["InvalidRequestError", "RegistrarError", "StoreError", "StoreUnavailableError"]
+__all__ = [
+    "InvalidRequestError",
+    "PermissionRefusedError",
+    "RegistrarError",
+    "StoreError",
+    "StoreUnavailableError",
+]
 
 
 class RegistrarError(Exception):
@@ -33,6 +40,18 @@ class InvalidRequestError(RegistrarError, ValueError):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.rule} (got {self.value!r})"
+
+
+class PermissionRefusedError(RegistrarError, PermissionError):
+    """The caller `caller` (its SPIFFE ID, "" if none) may not make this change: it `rule`."""
+
+    def __init__(self, caller: str, *, rule: str) -> None:
+        super().__init__(caller, rule)
+        self.caller = caller
+        self.rule = rule
+
+    def __str__(self) -> str:
+        return f"caller {self.caller or '(no client certificate)'!r}: {self.rule}"
 
 
 class StoreError(RegistrarError, OSError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import ssl
 from collections.abc import AsyncIterator, Iterator
 
 import attrs
@@ -16,6 +17,7 @@ import purerpc
 import trio
 
 from aether.proto.registrar.v1 import registrar_pb2
+from aether.registrar.authorization import authorize, spiffe_id_of_certificate
 from aether.registrar.backends.base import Backend, BackendFeed, StoreAvailability
 from aether.registrar.broadcaster import (
     DEFAULT_WATCHER_BUFFER,
@@ -32,7 +34,12 @@ from aether.registrar.convert import (
     unregistration_from_proto,
     version_from_proto,
 )
-from aether.registrar.errors import InvalidRequestError, StoreError, StoreUnavailableError
+from aether.registrar.errors import (
+    InvalidRequestError,
+    PermissionRefusedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from aether.registrar.snapshot import (
     HISTORY_LIMIT,
     Change,
@@ -43,7 +50,7 @@ from aether.registrar.snapshot import (
     apply_update,
     resync,
 )
-from aether.xds.listen import ListenAddress, serve_grpc
+from aether.xds.listen import ListenAddress, current_peer_certificate, serve_grpc
 
 __all__ = ["SERVICE_NAME", "WRITE_WAIT", "Registrar", "RegistrarStatistics", "serve_registrar"]
 
@@ -85,6 +92,9 @@ class RegistrarStatistics:
 @attrs.define(kw_only=True)
 class _Submission:
     mutation: Mutation
+    caller: str | None = None
+    """The caller's SPIFFE ID (None: it showed none); checked only when the registrar has a trust domain."""
+    refused: PermissionRefusedError | None = None
     done: trio.Event = attrs.Factory(trio.Event)
     failed: bool = False
     unavailable: StoreUnavailableError | None = None
@@ -125,6 +135,8 @@ class Registrar:
         watcher_buffer: Changes a watcher may fall behind by before it is disconnected.
         history_limit: Changes kept to answer resumes (`aether.registrar.snapshot.HISTORY_LIMIT`).
         write_wait: See `WRITE_WAIT`.
+        trust_domain: When set, a write is accepted only from the agent of the node of every endpoint it changes,
+            known by its client certificate (`aether.registrar.authorization`); serve it with TLS.
     """
 
     def __init__(
@@ -134,8 +146,10 @@ class Registrar:
         watcher_buffer: int = DEFAULT_WATCHER_BUFFER,
         history_limit: int = HISTORY_LIMIT,
         write_wait: float = WRITE_WAIT,
+        trust_domain: str | None = None,
     ) -> None:
         self._backend = backend
+        self._trust_domain = trust_domain
         self._history_limit = history_limit
         self._write_wait = write_wait
         self._broadcaster = Broadcaster(capacity=watcher_buffer)
@@ -227,7 +241,17 @@ class Registrar:
         # Failed until proven otherwise: if applying raises (or is cancelled), the caller is told.
         submission.failed = True
         try:
+            if self._trust_domain is not None:
+                authorize(
+                    submission.mutation,
+                    caller=submission.caller,
+                    trust_domain=self._trust_domain,
+                    snapshot=self.snapshot,
+                )
             submission.visible_at = await self._apply(submission.mutation)
+            submission.failed = False
+        except PermissionRefusedError as exc:
+            submission.refused = exc
             submission.failed = False
         except StoreUnavailableError as exc:
             submission.unavailable = exc
@@ -301,7 +325,7 @@ class Registrar:
                 f"{method}: the registry store {self._backend.description!r} is unavailable"
                 f" ({self._availability.reason}); nothing was stored, retry"
             )
-        submission = _Submission(mutation=mutation)
+        submission = _Submission(mutation=mutation, caller=_caller())
         try:
             await self._send.send(submission)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -309,6 +333,9 @@ class Registrar:
         await submission.done.wait()
         if submission.failed:
             raise purerpc.UnavailableError("the registry store failed; the registrar is stopping")
+        if submission.refused is not None:
+            LOG.warning("%s refused: %s", method, submission.refused)
+            raise purerpc.PermissionDeniedError(f"{method}: {submission.refused}")
         if submission.unavailable is not None:
             raise purerpc.UnavailableError(f"{method}: {submission.unavailable}; nothing was stored, retry")
         if submission.visible_at is not None:
@@ -411,6 +438,12 @@ class Registrar:
             self._broadcaster.unsubscribe(watcher)
 
 
+def _caller() -> str | None:
+    """The SPIFFE ID of the client certificate of the request being handled (None without one)."""
+    certificate = current_peer_certificate()
+    return None if certificate is None else spiffe_id_of_certificate(certificate)
+
+
 @contextlib.contextmanager
 def _invalid_argument(method: str) -> Iterator[None]:
     """Turn `InvalidRequestError` into the INVALID_ARGUMENT status, with the field, rule and value."""
@@ -428,6 +461,8 @@ async def serve_registrar(
     watcher_buffer: int = DEFAULT_WATCHER_BUFFER,
     history_limit: int = HISTORY_LIMIT,
     write_wait: float = WRITE_WAIT,
+    tls: ssl.SSLContext | None = None,
+    trust_domain: str | None = None,
     task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Load the registry from `backend` and serve the registrar API on `listen` until cancelled.
@@ -438,16 +473,28 @@ async def serve_registrar(
         watcher_buffer: Changes a watcher may fall behind by before it is disconnected.
         history_limit: Changes kept to answer resumes.
         write_wait: Seconds a write waits for an unavailable store (see `WRITE_WAIT`).
+        tls: Serve over TLS with this context (`aether.registrar.tls.server_tls_context`, client certificates
+            required).
+        trust_domain: Accept writes only from the agent of each endpoint's node (needs `tls`).
         task_status: Receives the address it listens on (for TCP port 0, with the port chosen).
 
     Raises:
+        ValueError: `trust_domain` without `tls` (no caller could prove an identity).
         StoreError: The backend failed to load or store.
         ListenError: The address cannot be listened on.
     """
+    if trust_domain is not None and tls is None:
+        raise ValueError(f"trust_domain {trust_domain!r}: needs tls, so that callers show their identity")
     registrar = Registrar(
-        backend=backend, watcher_buffer=watcher_buffer, history_limit=history_limit, write_wait=write_wait
+        backend=backend,
+        watcher_buffer=watcher_buffer,
+        history_limit=history_limit,
+        write_wait=write_wait,
+        trust_domain=trust_domain,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(registrar.serve)
-        address = await nursery.start(functools.partial(serve_grpc, [registrar.service()], listen=listen))
+        address = await nursery.start(
+            functools.partial(serve_grpc, [registrar.service()], listen=listen, tls=tls)
+        )
         task_status.started(address)

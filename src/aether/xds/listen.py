@@ -7,11 +7,14 @@ all interfaces only when asked for explicitly.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
+import functools
 import ipaddress
 import logging
 import os
 import socket
+import ssl
 import stat
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.streams.tls
 import attrs
 import purerpc
 import purerpc.server
@@ -34,6 +38,7 @@ __all__ = [
     "MAX_MESSAGE_LENGTH_LIMIT",
     "UNIX_SOCKET_MODE",
     "ListenAddress",
+    "current_peer_certificate",
     "serve_grpc",
 ]
 
@@ -65,6 +70,23 @@ _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, e
 
 _ACCEPT_RETRY_SECONDS = 0.1
 """Pause after an accept() capacity error: long enough for a connection to close, short enough to go unnoticed."""
+
+_TLS_HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a TLS client gets to finish its handshake: milliseconds normally; a stalled one must not hold a task."""
+
+_PEER_CERTIFICATE: contextvars.ContextVar[bytes | None] = contextvars.ContextVar(
+    "aether_peer_certificate", default=None
+)
+
+
+def current_peer_certificate() -> bytes | None:
+    """Return the verified client certificate (DER) of the TLS connection whose request is being handled.
+
+    None outside `serve_grpc(tls=...)` connections: plain TCP, Unix sockets, or a client that sent none.
+    Set per connection before purerpc runs its handlers, so every handler task of the connection sees it.
+    """
+    return _PEER_CERTIFICATE.get()
+
 
 _FORMS = "'unix:/absolute/path', 'ipv4:port', '[ipv6]:port' or ':port' (all interfaces)"
 
@@ -201,9 +223,10 @@ async def serve_grpc(
     *,
     listen: ListenAddress,
     max_message_length: int = DEFAULT_MAX_MESSAGE_LENGTH,
+    tls: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `services` over gRPC (HTTP/2 without TLS) on `listen` until cancelled.
+    """Serve `services` over gRPC (HTTP/2, without TLS unless `tls` is given) on `listen` until cancelled.
 
     Applies `aether.xds.compat.apply_purerpc_fixes` first. Uses purerpc's `ConnectionHandler` but not its
     `Server.serve_async`, which binds all interfaces with SO_REUSEPORT (so a second server on the same port
@@ -215,6 +238,9 @@ async def serve_grpc(
             (nobody listening) is replaced; the socket gets mode `UNIX_SOCKET_MODE`.
         max_message_length: The largest message received or sent, in bytes (1..`MAX_MESSAGE_LENGTH_LIMIT`).
             A larger one fails its stream with RESOURCE_EXHAUSTED (see `aether.xds.errors.MessageTooLargeError`).
+        tls: Serve TLS with this server context (it should offer ALPN "h2"); the verified client certificate
+            of each connection is `current_peer_certificate()` inside its handlers. A failed handshake closes
+            that connection only.
         task_status: Receives the address once it listens: `listen` itself, or for TCP port 0 the port chosen.
 
     Raises:
@@ -231,6 +257,8 @@ async def serve_grpc(
         accept() running out of file descriptors or memory is logged and retried after a pause.
     """
     handler = _connection_handler(services, max_message_length=max_message_length)
+    if tls is not None:
+        handler = functools.partial(_handle_tls, handler, tls)
     if listen.path is not None:
         await _serve_unix(handler, listen=listen, path=listen.path, task_status=task_status)
     else:
@@ -330,6 +358,23 @@ async def _handle_connection(handler: Any, stream: anyio.abc.SocketStream) -> No
     # purerpc never closes the connection's socket (it waits for the garbage collector): close it here.
     async with stream:
         await handler(stream)
+
+
+async def _handle_tls(handler: Any, context: ssl.SSLContext, stream: anyio.abc.ByteStream) -> None:
+    """Finish the TLS handshake, remember the client's certificate for the handlers, then serve gRPC on it."""
+    try:
+        with trio.fail_after(_TLS_HANDSHAKE_TIMEOUT):
+            wrapped = await anyio.streams.tls.TLSStream.wrap(
+                stream, server_side=True, ssl_context=context, standard_compatible=False
+            )
+    except (OSError, ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream, trio.TooSlowError) as exc:
+        LOG.info("TLS handshake failed: %r", exc)
+        return
+    ssl_object = wrapped.extra(anyio.streams.tls.TLSAttribute.ssl_object)
+    _PEER_CERTIFICATE.set(ssl_object.getpeercert(binary_form=True))
+    # The TLS layer closes the socket stream under it (closed again by `_handle_connection`: a no-op).
+    async with wrapped:
+        await handler(wrapped)
 
 
 async def _accept_forever(

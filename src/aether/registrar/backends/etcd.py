@@ -503,17 +503,21 @@ async def open_etcd_backend(
         return rpc.insecure_channel(target, options=_KEEPALIVE)
 
     channel = await loop.run_aio_coroutine(connect())
+    backend = EtcdBackend(
+        loop=loop,
+        channel=channel,
+        targets=tuple(targets),
+        partition=partition,
+        backoff=backoff,
+        rng=random.Random() if rng is None else rng,
+        replay=replay,
+        history_limit=history_limit,
+    )
     try:
-        yield EtcdBackend(
-            loop=loop,
-            channel=channel,
-            targets=tuple(targets),
-            partition=partition,
-            backoff=backoff,
-            rng=random.Random() if rng is None else rng,
-            replay=replay,
-            history_limit=history_limit,
-        )
+        yield backend
     finally:
+        # grpc.aio frees its per-process engine (bound to this loop) only once no channel object is left:
+        # drop the backend's references, so a later loop (the next trio run) gets a fresh engine.
+        backend._kv = backend._watch_stub = None
         with trio.CancelScope(shield=True), trio.move_on_after(REQUEST_TIMEOUT):
             await loop.run_aio_coroutine(channel.close())
