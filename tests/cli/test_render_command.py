@@ -82,6 +82,27 @@ stringData: {tls.crt: CERT}
 just a string, not an object
 """
 
+HTTP_EDGE = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: gateway.aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: shop}
+spec:
+  gatewayClassName: aether
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: shop}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+"""
+
 
 @pytest.fixture
 def manifests(tmp_path: Path) -> Path:
@@ -205,11 +226,13 @@ def test_a_node_bootstrap_passes_envoy_validation(manifests: Path, tmp_path: Pat
 
 
 @pytest.mark.slow
-async def test_an_edge_bootstrap_with_spiffe_identity_but_no_svid_runs_in_envoy(
-    manifests: Path, tmp_path: Path
-) -> None:
+async def test_an_edge_bootstrap_with_spiffe_identity_but_no_svid_runs_in_envoy(tmp_path: Path) -> None:
     """Without SVID material the edge's backend clusters wait for their certificate: Envoy runs the bootstrap (it
     used to crash on static clusters taking secrets over ADS) and answers on its admin API."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "app.yaml").write_text(APP)
+    (manifests / "edge.yaml").write_text(HTTP_EDGE)
     request = RenderRequest(
         manifests=manifests,
         edge=True,
