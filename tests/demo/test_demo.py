@@ -140,17 +140,17 @@ def test_killed_or_interrupted_the_demo_leaves_nothing_running_and_a_valid_log(
 
 def test_a_taken_pod_address_is_named_with_the_way_out(tmp_path: Path) -> None:
     with socket.socket() as holder:
-        holder.bind(("127.0.10.11", 8080))
+        holder.bind(("127.0.12.11", 8080))  # its own /24, so no other test's address is involved
         holder.listen()
         result = subprocess.run(
-            [*AETHER, "demo", "--check", "--log-dir", str(tmp_path / "run")],
+            [*AETHER, "demo", "--check", "--address-base", "127.0.12", "--log-dir", str(tmp_path / "run")],
             capture_output=True,
             text=True,
             timeout=60,
         )
     assert result.returncode == 1
-    assert "port 8080 on 127.0.10.11 (pod cart-1) is not free" in result.stderr
-    assert "--address-base 127.0.11" in result.stderr
+    assert "port 8080 on 127.0.12.11 (pod cart-1) is not free" in result.stderr
+    assert "--address-base 127.0.13" in result.stderr
 
 
 @pytest.mark.parametrize(
