@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aether.core.events import Event
-from aether.core.gateway import GatewayView, gateway_view
+from aether.core.gateway import GatewayProjector, GatewayView, gateway_view
 from aether.core.project import NodeProjector, project_node
 from aether.core.project.names import http_cluster_name
 from aether.core.state import State
@@ -211,3 +211,17 @@ def test_regressions(spec: dict[str, Any]) -> None:
     )
     state = _state([builders.gateway_object_upserted(KubeObject(meta=meta, spec_json=canonical_json(spec)))])
     assert gateway_view(state).status[meta.key].parents
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=EVENTS, seen=st.lists(st.booleans(), min_size=12, max_size=12))
+def test_gateway_projector_equals_a_fresh_view(events: list[Event], seen: list[bool]) -> None:
+    """A projector that saw some intermediate states builds what a fresh `gateway_view` builds."""
+    projector = GatewayProjector()
+    state = _state([])
+    projector.view(state)
+    for event, project_now in zip(events, seen, strict=False):
+        state = fold_events(event, state=state)
+        if project_now:
+            assert projector.view(state) == gateway_view(state)
+    assert projector.view(state) == gateway_view(state)

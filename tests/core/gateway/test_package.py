@@ -11,6 +11,7 @@ CONTRACT = [
     "MESH_CONTROLLER",
     "Condition",
     "EdgeListener",
+    "GatewayProjector",
     "GatewayView",
     "L4Route",
     "ListenerStatus",

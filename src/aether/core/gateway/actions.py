@@ -11,7 +11,7 @@ answers directly, whatever resolves.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -305,12 +305,15 @@ def envoy_routes(entry: Entry, *, mesh_domain: str, mesh: bool) -> list[Any]:
     return routes
 
 
-def translate(entries: Iterable[Entry], *, mesh_domain: str, mesh: bool) -> tuple[list[Any], set[str]]:
-    """Return the Envoy routes of `entries` (already in precedence order) and the mesh services they send to."""
+def translate(
+    entries: Iterable[Entry], *, routes_of: Callable[[Entry], list[Any]]
+) -> tuple[list[Any], set[str]]:
+    """Return the Envoy routes of `entries` (already in precedence order), each from `routes_of`, and the mesh
+    services they send to."""
     routes: list[Any] = []
     services: set[str] = set()
     for entry in entries:
-        routes.extend(envoy_routes(entry, mesh_domain=mesh_domain, mesh=mesh))
+        routes.extend(routes_of(entry))
         if entry.rule.filters.redirect is None and not entry.rule.filters.unsupported:
             services.update(item.service for item in (*entry.backends, *entry.mirrors) if item.service)
     return routes, services

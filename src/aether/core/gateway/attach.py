@@ -177,7 +177,9 @@ class Resolved:
             for index in range(len(rule.matches))
         ]
 
-    @property
-    def working(self) -> bool:
-        """True when at least one rule can be served."""
+    working: bool = attrs.field(init=False, eq=False)
+    """True when at least one rule can be served."""
+
+    @working.default
+    def _working(self) -> bool:
         return any(not rule.problem for rule in self.route.rules)

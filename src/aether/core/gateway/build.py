@@ -21,6 +21,7 @@ from aether.core.gateway.contract import (
     ParentStatus,
 )
 from aether.core.gateway.listeners import ListenerState, listener_states
+from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.gateways import (
     Gateway,
     GatewayClass,
@@ -63,36 +64,6 @@ class _Objects:
     rejected: tuple[ObjectRejected, ...]
     routes: tuple[Route, ...]
     rejected_routes: tuple[RouteRejected, ...]
-
-
-def _parse(objects: Mapping[str, KubeObject]) -> _Objects:
-    classes: list[GatewayClass] = []
-    gateways: list[Gateway] = []
-    rejected: list[ObjectRejected] = []
-    routes: list[Route] = []
-    rejected_routes: list[RouteRejected] = []
-    for _, item in sorted_items(objects):
-        kind = item.meta.kind
-        if kind == "GatewayClass":
-            parsed_class = parse_gateway_class(item.meta, item.spec_json)
-            (classes if isinstance(parsed_class, GatewayClass) else rejected).append(parsed_class)  # type: ignore[arg-type]
-        elif kind == "Gateway":
-            parsed_gateway = parse_gateway(item.meta, item.spec_json)
-            (gateways if isinstance(parsed_gateway, Gateway) else rejected).append(parsed_gateway)  # type: ignore[arg-type]
-        elif kind in ROUTE_KINDS:
-            parsed = parse_route(kind, item.meta, item.spec_json)
-            if isinstance(parsed, Route):
-                routes.append(parsed)
-            else:
-                rejected_routes.append(parsed)
-    routes.sort(key=lambda route: route.age)
-    return _Objects(
-        classes=tuple(classes),
-        gateways=tuple(sorted(gateways, key=lambda gateway: gateway.age)),
-        rejected=tuple(rejected),
-        routes=tuple(routes),
-        rejected_routes=tuple(rejected_routes),
-    )
 
 
 def _grants(objects: Mapping[str, KubeObject]) -> list[ReferenceGrant]:
@@ -261,18 +232,146 @@ def _rejected_route_status(rejected: RouteRejected, parents: _Parents) -> Object
     )
 
 
-def build_view(state: State) -> GatewayView:
-    """Return the Gateway API view of `state` (see `aether.core.gateway.view`)."""
-    kube = state.kube
-    mesh_domain = kube.mesh_config.mesh_domain
-    objects = _parse(kube.gateway_objects)
-    resolver = Resolver(
-        services=kube.services, pods=state.pods.values(), grants=_grants(kube.reference_grants)
-    )
-    statuses: dict[str, ObjectStatus] = {}
+class GatewayProjector:
+    """Builds Gateway API views, reusing what it built before from the same inputs.
 
+    A deterministic memo, like `aether.core.project.NodeProjector`: a parsed object is reused while its Kubernetes
+    object is the same object; a route's resolution while the route, the listeners, Services, pods and grants are
+    the same; translations, virtual hosts and mesh routings through `Memo`; a route's status while its resolution
+    and the conflicts it lost are. So `view(state)` equals `gateway_view(state)` for any sequence of states, and a
+    change to one route costs about that route's share.
+    """
+
+    def __init__(self) -> None:
+        self._memo = Memo(mesh_domain="")
+        self._parsed: dict[str, tuple[KubeObject, object]] = {}
+        self._grants: tuple[object, list[ReferenceGrant]] | None = None
+        self._states: list[ListenerState] = []
+        self._shared: tuple[object, ...] = (None, None, None, None)
+        self._resolved: dict[str, tuple[tuple[object, ...], Resolved]] = {}
+        self._statuses: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
+
+    def _parse(self, objects: Mapping[str, KubeObject]) -> _Objects:
+        classes: list[GatewayClass] = []
+        gateways: list[Gateway] = []
+        rejected: list[ObjectRejected] = []
+        routes: list[Route] = []
+        rejected_routes: list[RouteRejected] = []
+        parsed_now: dict[str, tuple[KubeObject, object]] = {}
+        # Map order is not meaningful: every list built here is sorted below (routes by age, the rest by key).
+        for key, item in objects.items():
+            held = self._parsed.get(key)
+            parsed = held[1] if held is not None and held[0] is item else _parse_object(item)
+            parsed_now[key] = (item, parsed)
+            if isinstance(parsed, GatewayClass):
+                classes.append(parsed)
+            elif isinstance(parsed, Gateway):
+                gateways.append(parsed)
+            elif isinstance(parsed, ObjectRejected):
+                rejected.append(parsed)
+            elif isinstance(parsed, Route):
+                routes.append(parsed)
+            elif isinstance(parsed, RouteRejected):
+                rejected_routes.append(parsed)
+        self._parsed = parsed_now
+        routes.sort(key=lambda route: (route.age, route.kind))
+        return _Objects(
+            classes=tuple(sorted(classes, key=lambda item: item.meta.key)),
+            gateways=tuple(sorted(gateways, key=lambda gateway: (gateway.age, gateway.meta.key))),
+            rejected=tuple(sorted(rejected, key=lambda item: item.meta.key)),
+            routes=tuple(routes),
+            rejected_routes=tuple(sorted(rejected_routes, key=lambda item: item.meta.key)),
+        )
+
+    def view(self, state: State) -> GatewayView:
+        """Return the Gateway API view of `state`: equal to `gateway_view(state)`."""
+        kube = state.kube
+        mesh_domain = kube.mesh_config.mesh_domain
+        if self._memo.mesh_domain != mesh_domain:
+            self._memo = Memo(mesh_domain=mesh_domain)
+            self._resolved, self._statuses = {}, {}
+        memo = self._memo
+        objects = self._parse(kube.gateway_objects)
+        if self._grants is None or self._grants[0] is not kube.reference_grants:
+            self._grants = (kube.reference_grants, _grants(kube.reference_grants))
+        resolver = Resolver(services=kube.services, pods=state.pods.values(), grants=self._grants[1])
+        statuses: dict[str, ObjectStatus] = {}
+
+        edge_classes = _class_statuses(objects.classes, statuses)
+        edge_gateways = [gateway for gateway in objects.gateways if gateway.class_name in edge_classes]
+        _rejected_gateway_statuses(objects.rejected, edge_classes, statuses)
+        states = listener_states(edge_gateways, resolver)
+        if states == self._states:
+            states = self._states
+        self._states = states
+        parents = _Parents(
+            resolver=resolver,
+            listeners=states,
+            gateway_keys=[gateway.meta.key for gateway in objects.gateways],
+        )
+        shared: tuple[object, ...] = (states, kube.services, state.pods, kube.reference_grants)
+        if all(a is b for a, b in zip(self._shared, shared, strict=True)):
+            shared = self._shared  # the same inputs: one identity test per route below
+        self._shared = shared
+        resolved = []
+        resolved_now: dict[str, tuple[tuple[object, ...], Resolved]] = {}
+        for route in objects.routes:
+            inputs = (route, shared)
+            held = self._resolved.get(route.key)
+            if held is not None and held[0][0] is route and held[0][1] is shared:
+                item = held[1]
+            else:
+                item = _resolve(route, parents, resolver)
+            resolved_now[route.key] = (inputs, item)
+            resolved.append(item)
+        self._resolved = resolved_now
+
+        mesh_result = mesh.mesh_routing(resolved, memo=memo)
+        edge_result = edge.edge_listeners(resolved, states, memo=memo)
+
+        statuses_now: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
+        for item in resolved:
+            key = item.route.key
+            shadowed = (*mesh_result.shadowed.get(key, ()), *edge_result.shadowed.get(key, ()))
+            held_status = self._statuses.get(key)
+            if held_status is not None and held_status[0][0] is item and held_status[0][1] == shadowed:
+                status = held_status[1]
+            else:
+                status = _route_status(item, shadowed)
+            statuses_now[key] = ((item, shadowed), status)
+            statuses[key] = status
+        self._statuses = statuses_now
+        for rejected_route in objects.rejected_routes:
+            statuses[rejected_route.meta.key] = _rejected_route_status(rejected_route, parents)
+        statuses.update(edge.gateway_statuses(edge_gateways, states, edge_result.attached))
+        memo.sweep(set(resolved_now))
+
+        return GatewayView(
+            mesh_routes=immutables.Map(mesh_result.routing),
+            edge_listeners=edge_result.listeners,
+            backend_services=edge_result.backend_services,
+            backend_clusters=edge_result.backend_clusters,
+            mesh_backend_services=mesh_result.backend_services,
+            status=immutables.Map(statuses),
+        )
+
+
+def _parse_object(item: KubeObject) -> object:
+    """Return the typed model (or rejection) of one Gateway API object."""
+    kind = item.meta.kind
+    if kind == "GatewayClass":
+        return parse_gateway_class(item.meta, item.spec_json)
+    if kind == "Gateway":
+        return parse_gateway(item.meta, item.spec_json)
+    # Invariant: the reducers fold only the Gateway API kinds (`aether.core.reduce.kube.GATEWAY_KINDS`).
+    assert kind in ROUTE_KINDS, f"{item.meta.key}: not a Gateway API kind; this is a bug"
+    return parse_route(kind, item.meta, item.spec_json)
+
+
+def _class_statuses(classes: Iterable[GatewayClass], statuses: dict[str, ObjectStatus]) -> set[str]:
+    """Record the status of the edge's GatewayClasses; return their names."""
     edge_classes = set()
-    for gateway_class in objects.classes:
+    for gateway_class in classes:
         if gateway_class.controller_name != EDGE_CONTROLLER:
             continue
         edge_classes.add(gateway_class.meta.name)
@@ -284,57 +383,29 @@ def build_view(state: State) -> GatewayView:
             generation=meta.generation,
             conditions=(condition(ACCEPTED, ok=True, generation=meta.generation),),
         )
-    edge_gateways = [gateway for gateway in objects.gateways if gateway.class_name in edge_classes]
-    for rejected in objects.rejected:
-        meta = rejected.meta
-        if meta.kind == "Gateway" and rejected.class_name in edge_classes:
-            reason = "ListenersNotValid" if "listeners" in rejected.message else "InvalidParameters"
-            statuses[meta.key] = ObjectStatus(
-                kind=meta.kind,
-                namespace=meta.namespace,
-                name=meta.name,
-                generation=meta.generation,
-                conditions=(
-                    condition(
-                        ACCEPTED,
-                        ok=False,
-                        reason=reason,
-                        message=rejected.message,
-                        generation=meta.generation,
-                    ),
-                    condition(
-                        PROGRAMMED,
-                        ok=False,
-                        reason="Invalid",
-                        message=rejected.message,
-                        generation=meta.generation,
-                    ),
+    return edge_classes
+
+
+def _rejected_gateway_statuses(
+    rejected: Iterable[ObjectRejected], edge_classes: set[str], statuses: dict[str, ObjectStatus]
+) -> None:
+    """Record the status of the edge's Gateways the schema refuses."""
+    for item in rejected:
+        meta = item.meta
+        if meta.kind != "Gateway" or item.class_name not in edge_classes:
+            continue
+        reason = "ListenersNotValid" if "listeners" in item.message else "InvalidParameters"
+        statuses[meta.key] = ObjectStatus(
+            kind=meta.kind,
+            namespace=meta.namespace,
+            name=meta.name,
+            generation=meta.generation,
+            conditions=(
+                condition(
+                    ACCEPTED, ok=False, reason=reason, message=item.message, generation=meta.generation
                 ),
-            )
-    states = listener_states(edge_gateways, resolver)
-    parents = _Parents(
-        resolver=resolver, listeners=states, gateway_keys=[gateway.meta.key for gateway in objects.gateways]
-    )
-    resolved = [_resolve(route, parents, resolver) for route in objects.routes]
-
-    mesh_result = mesh.mesh_routing(resolved, mesh_domain=mesh_domain)
-    edge_result = edge.edge_listeners(resolved, states, mesh_domain=mesh_domain)
-
-    for item in resolved:
-        shadowed = [
-            *mesh_result.shadowed.get(item.route.key, ()),
-            *edge_result.shadowed.get(item.route.key, ()),
-        ]
-        statuses[item.route.key] = _route_status(item, shadowed)
-    for rejected_route in objects.rejected_routes:
-        statuses[rejected_route.meta.key] = _rejected_route_status(rejected_route, parents)
-    statuses.update(edge.gateway_statuses(edge_gateways, states, edge_result.attached))
-
-    return GatewayView(
-        mesh_routes=immutables.Map(mesh_result.routing),
-        edge_listeners=edge_result.listeners,
-        backend_services=edge_result.backend_services,
-        backend_clusters=edge_result.backend_clusters,
-        mesh_backend_services=mesh_result.backend_services,
-        status=immutables.Map(statuses),
-    )
+                condition(
+                    PROGRAMMED, ok=False, reason="Invalid", message=item.message, generation=meta.generation
+                ),
+            ),
+        )

@@ -9,7 +9,8 @@ it, so Envoy never sees a domain twice on a port.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -26,6 +27,7 @@ from aether.core.gateway.contract import (
 )
 from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
 from aether.core.gateway.listeners import ListenerState
+from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.gateways import Gateway
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, UDP_ROUTE, Route
 from aether.core.gateway.precedence import ordered, shadow_note
@@ -69,9 +71,40 @@ def _l4_cluster(kind: str, service: str, *, mesh_domain: str) -> str:
     return tcp_cluster_name(service, mesh_domain=mesh_domain)
 
 
+class _HostIndex:
+    """Which routes of a listener serve a domain, without testing every route against every domain."""
+
+    def __init__(self, hosts: Iterable[tuple[str, ...]]) -> None:
+        self._exact: dict[str, list[int]] = {}
+        self._wildcards: list[tuple[str, int]] = []
+        for at, names in enumerate(hosts):
+            for name in names:
+                if name.startswith("*"):
+                    self._wildcards.append((name, at))
+                else:
+                    self._exact.setdefault(name, []).append(at)
+
+    def serving(self, domain: str) -> list[int]:
+        """Return the positions of the routes with a hostname covering `domain`, in order."""
+        found = set(self._exact.get(domain, ()))
+        found.update(at for name, at in self._wildcards if covers(name, domain))
+        return sorted(found)
+
+
+@attrs.frozen(kw_only=True)
+class _Domain:
+    """One virtual host of a listener and what building it found."""
+
+    vhost: Any
+    notes: tuple[tuple[str, str], ...]
+    services: frozenset[str]
+    clusters: frozenset[str]
+
+
 class _Builder:
-    def __init__(self, *, mesh_domain: str) -> None:
-        self.mesh_domain = mesh_domain
+    def __init__(self, *, memo: Memo) -> None:
+        self.memo = memo
+        self.mesh_domain = memo.mesh_domain
         self.shadowed: dict[str, list[str]] = {}
         self.services: set[str] = set()
         self.clusters: set[str] = set()
@@ -86,39 +119,59 @@ class _Builder:
         claimed = self.claimed.setdefault(state.listener.port, set())
         domains = sorted({host for _, attached in pairs for host in attached.hosts}, key=_domain_order)
         gateway, listener = state.gateway.meta, state.listener.name
+        index = _HostIndex(pair[1].hosts for pair in pairs)
         vhosts = []
         for domain in domains:
             if domain in claimed:
                 continue
             claimed.add(domain)
-            entries: dict[str, list[Entry]] = {HTTP_ROUTE: [], GRPC_ROUTE: []}
-            for item, attached in pairs:
-                if any(covers(host, domain) for host in attached.hosts):
-                    entries[item.route.kind].extend(item.entries(host=_route_host(item.route, domain)))
-            routes: list[Any] = []
-            for kind in (GRPC_ROUTE, HTTP_ROUTE):
-                kept, lost = ordered(entries[kind])
-                for loser, winner in lost:
-                    self.note(
-                        loser.route.key,
-                        shadow_note(
-                            f"Gateway {gateway.namespace}/{gateway.name} listener {listener!r} host {domain!r}",
-                            loser,
-                            winner,
-                        ),
-                    )
-                translated, services = translate(kept, mesh_domain=self.mesh_domain, mesh=False)
-                routes.extend(translated)
-                self.services.update(services)
-                self.clusters.update(_clusters_of(translated))
-            vhosts.append(
-                rc.VirtualHost(
-                    name=f"{gateway.namespace}/{gateway.name}/{listener}/{domain}",
-                    domains=[domain],
-                    routes=routes,
+            serving = tuple(pairs[at][0] for at in index.serving(domain))
+            key = ("vhost", gateway.key, listener, domain)
+            # The hostname each route serves the domain through follows from the route: the routes are the key.
+            built = self.memo.unit(key, serving)
+            if built is None:
+                contributors = [(item, _route_host(item.route, domain)) for item in serving]
+                built = self.memo.store(
+                    key,
+                    serving,
+                    self._domain(
+                        name=f"{gateway.namespace}/{gateway.name}/{listener}/{domain}",
+                        scope=f"Gateway {gateway.namespace}/{gateway.name} listener {listener!r} host {domain!r}",
+                        domain=domain,
+                        contributors=contributors,
+                    ),
                 )
-            )
+            for route_key, note in built.notes:
+                self.note(route_key, note)
+            self.services.update(built.services)
+            self.clusters.update(built.clusters)
+            vhosts.append(built.vhost)
         return tuple(vhosts)
+
+    def _domain(
+        self, *, name: str, scope: str, domain: str, contributors: Sequence[tuple[Resolved, str]]
+    ) -> _Domain:
+        """Build the virtual host of `domain` from the routes serving it (each through its own hostname)."""
+        entries: dict[str, list[Entry]] = {HTTP_ROUTE: [], GRPC_ROUTE: []}
+        for item, host in contributors:
+            entries[item.route.kind].extend(item.entries(host=host))
+        routes: list[Any] = []
+        notes: list[tuple[str, str]] = []
+        services: set[str] = set()
+        for kind in (GRPC_ROUTE, HTTP_ROUTE):
+            kept, lost = ordered(entries[kind])
+            notes.extend((loser.route.key, shadow_note(scope, loser, winner)) for loser, winner in lost)
+            translated, targets = translate(
+                kept, routes_of=functools.partial(self.memo.entry_routes, mesh=False)
+            )
+            routes.extend(translated)
+            services.update(targets)
+        return _Domain(
+            vhost=rc.VirtualHost(name=name, domains=[domain], routes=routes),
+            notes=tuple(notes),
+            services=frozenset(services),
+            clusters=frozenset(_clusters_of(routes)),
+        )
 
     def l4_routes(
         self, state: ListenerState, pairs: Sequence[tuple[Resolved, Attached]]
@@ -175,7 +228,7 @@ def _clusters_of(routes: Sequence[Any]) -> set[str]:
 
 
 def edge_listeners(
-    resolved: Sequence[Resolved], states: Sequence[ListenerState], *, mesh_domain: str
+    resolved: Sequence[Resolved], states: Sequence[ListenerState], *, memo: Memo
 ) -> EdgeResult:
     """Return the edge's listeners built from `resolved` routes (oldest first) and the listener `states`."""
     pairs: dict[_ListenerKey, list[tuple[Resolved, Attached]]] = {}
@@ -191,7 +244,7 @@ def edge_listeners(
                 if key not in seen:
                     seen.add(key)
                     pairs.setdefault(key, []).append((item, attached))
-    builder = _Builder(mesh_domain=mesh_domain)
+    builder = _Builder(memo=memo)
     usable = [state for state in states if state.usable]
     # Claiming order: the most specific listener hostname first, then the oldest Gateway, then listener order.
     claim_order = sorted(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import attrs
@@ -9,6 +10,7 @@ import attrs
 from aether.core.gateway.actions import Entry, translate
 from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting
+from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.routes import GRPC_ROUTE
 from aether.core.gateway.precedence import ordered, shadow_note
 
@@ -23,9 +25,43 @@ class MeshResult:
     backend_services: frozenset[str]
 
 
-def mesh_routing(resolved: Sequence[Resolved], *, mesh_domain: str) -> MeshResult:
-    """Return the GAMMA routing of `resolved` routes (oldest first)."""
-    buckets: dict[str, tuple[list[Entry], list[Entry], set[str]]] = {}
+@attrs.frozen(kw_only=True)
+class _Service:
+    routing: MeshRouting
+    notes: tuple[tuple[str, str], ...]
+    """`(route key, message)` of the matches lost to older routes."""
+
+
+def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Service:
+    http: list[Entry] = []
+    grpc: list[Entry] = []
+    for item in contributors:
+        (grpc if item.route.kind == GRPC_ROUTE else http).extend(item.entries())
+    translated = []
+    targets: set[str] = set()
+    notes: list[tuple[str, str]] = []
+    for entries in (http, grpc):
+        kept, lost = ordered(entries)
+        notes.extend(
+            (loser.route.key, shadow_note(f"mesh service {service}", loser, winner)) for loser, winner in lost
+        )
+        routes, services = translate(kept, routes_of=functools.partial(memo.entry_routes, mesh=True))
+        translated.append(tuple(routes))
+        targets.update(services)
+    routing = MeshRouting(
+        service=service,
+        http_routes=translated[0],
+        grpc_routes=translated[1],
+        routes=tuple(sorted({item.route.key for item in contributors})),
+        backend_services=tuple(sorted(targets)),
+    )
+    return _Service(routing=routing, notes=tuple(notes))
+
+
+def mesh_routing(resolved: Sequence[Resolved], *, memo: Memo) -> MeshResult:
+    """Return the GAMMA routing of `resolved` routes (oldest first); a service whose contributing routes are the
+    same objects as in the previous view keeps its `MeshRouting` object."""
+    contributors: dict[str, list[Resolved]] = {}
     for item in resolved:
         if not item.working:
             continue
@@ -34,32 +70,19 @@ def mesh_routing(resolved: Sequence[Resolved], *, mesh_domain: str) -> MeshResul
             for result in item.parents
             if result.accepted and result.controller == MESH_CONTROLLER and result.service
         }
-        for service in sorted(services):
-            http, grpc, keys = buckets.setdefault(service, ([], [], set()))
-            (grpc if item.route.kind == GRPC_ROUTE else http).extend(item.entries())
-            keys.add(item.route.key)
+        for service in services:
+            contributors.setdefault(service, []).append(item)
     routing: dict[str, MeshRouting] = {}
     shadowed: dict[str, list[str]] = {}
     backends: set[str] = set()
-    for service in sorted(buckets):
-        http, grpc, keys = buckets[service]
-        translated = []
-        targets: set[str] = set()
-        for entries in (http, grpc):
-            kept, lost = ordered(entries)
-            for loser, winner in lost:
-                shadowed.setdefault(loser.route.key, []).append(
-                    shadow_note(f"mesh service {service}", loser, winner)
-                )
-            routes, services = translate(kept, mesh_domain=mesh_domain, mesh=True)
-            translated.append(tuple(routes))
-            targets.update(services)
-        backends.update(targets)
-        routing[service] = MeshRouting(
-            service=service,
-            http_routes=translated[0],
-            grpc_routes=translated[1],
-            routes=tuple(sorted(keys)),
-            backend_services=tuple(sorted(targets)),
-        )
+    for service in sorted(contributors):
+        signature = tuple(contributors[service])
+        key = ("mesh", service)
+        held = memo.unit(key, signature)
+        if held is None:
+            held = memo.store(key, signature, _service(service, contributors[service], memo))
+        for route_key, note in held.notes:
+            shadowed.setdefault(route_key, []).append(note)
+        routing[service] = held.routing
+        backends.update(held.routing.backend_services)
     return MeshResult(routing=routing, shadowed=shadowed, backend_services=frozenset(backends))

@@ -8,7 +8,7 @@ reported in `status` and leaves every valid one working.
 
 from __future__ import annotations
 
-from aether.core.gateway.build import build_view
+from aether.core.gateway.build import GatewayProjector
 from aether.core.gateway.contract import (
     EDGE_CONTROLLER,
     MESH_CONTROLLER,
@@ -30,6 +30,7 @@ __all__ = [
     "MESH_CONTROLLER",
     "Condition",
     "EdgeListener",
+    "GatewayProjector",
     "GatewayView",
     "L4Route",
     "ListenerStatus",
@@ -46,4 +47,4 @@ EMPTY_VIEW = GatewayView()
 
 def gateway_view(state: State) -> GatewayView:
     """Return what the Gateway API objects of `state` project to (pure, total: never raises on bad input)."""
-    return build_view(state)
+    return GatewayProjector().view(state)

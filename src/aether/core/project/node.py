@@ -147,6 +147,7 @@ class NodeProjector:
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
         self._gateway, self._routed_demand = _Last(), _Last()
         self._routings: Mapping[str, MeshRouting] = {}
+        self._gateway_projector = gateway_views.GatewayProjector()
         self._service_context: ServiceContext | None = None
         self._pod_context: PodContext | None = None
         self._services: dict[str, tuple[tuple[Any, ...], ServiceProjection]] = {}
@@ -247,7 +248,7 @@ class NodeProjector:
                 state.pods,
                 kube.mesh_config.mesh_domain,
             ),
-            lambda: gateway_views.gateway_view(state),
+            lambda: self._gateway_projector.view(state),
         )
         previous = self._routings
         current = {

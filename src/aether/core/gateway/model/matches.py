@@ -32,7 +32,7 @@ class RegexInvalid(ValueError):
         return f"{self.path}: {self.problem} (got {self.pattern!r})"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class PathMatch:
     """`Exact`, `PathPrefix` or `RegularExpression`, and the value."""
 
@@ -40,7 +40,7 @@ class PathMatch:
     value: str = "/"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class ValueMatch:
     """A header or query parameter match: `Exact` or `RegularExpression`."""
 
@@ -49,7 +49,7 @@ class ValueMatch:
     value: str
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class HTTPMatch:
     """One HTTPRoute match: every condition must hold."""
 
@@ -59,7 +59,7 @@ class HTTPMatch:
     query_params: tuple[ValueMatch, ...] = ()
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class GRPCMatch:
     """One GRPCRoute match: a service and/or method (`Exact` or `RegularExpression`) and headers."""
 

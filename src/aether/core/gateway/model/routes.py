@@ -84,15 +84,17 @@ class Route:
     parents: tuple[ParentRef, ...] = ()
     hostnames: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = ()
+    key: str = attrs.field(init=False, eq=False)
+    """`<kind>/<namespace>/<name>` (computed once: precedence and status read it for every entry)."""
+    age: tuple[str, str, str] = attrs.field(init=False, eq=False)
+    """The cross-route tie-breaker: oldest creationTimestamp, then `<namespace>/<name>` (smaller first)."""
 
-    @property
-    def key(self) -> str:
-        """`<kind>/<namespace>/<name>`."""
+    @key.default
+    def _key(self) -> str:
         return self.meta.key
 
-    @property
-    def age(self) -> tuple[str, str, str]:
-        """The cross-route tie-breaker: oldest creationTimestamp, then `<namespace>/<name>` (smaller first)."""
+    @age.default
+    def _age(self) -> tuple[str, str, str]:
         return (self.meta.creation_timestamp, self.meta.namespace, self.meta.name)
 
 

@@ -1,0 +1,65 @@
+"""What a `GatewayProjector` remembers between views: results keyed on the identity of the inputs they came from.
+
+A hit is always what recomputing would give: an entry's Envoy routes are reused only for the very same parsed
+route (its object is kept as long as its Kubernetes object is the same object) with equal resolved backends; a
+virtual host or a mesh service's routing only when the same resolved routes, through the same hostnames, contribute.
+Units a view did not use, and translations of routes that no longer exist, are forgotten at its end, so memory
+follows the objects that exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aether.core.gateway.actions import Entry, envoy_routes
+
+_RouteKey = tuple[str, int, int, bool]
+"""`(route key, rule index, match index, mesh)`."""
+
+
+class Memo:
+    """Caches of one projector (see the module docstring); `sweep` after each view."""
+
+    def __init__(self, *, mesh_domain: str) -> None:
+        self.mesh_domain = mesh_domain
+        self._routes: dict[_RouteKey, tuple[Any, Any, Any, list[Any]]] = {}
+        self._units: dict[object, tuple[tuple[object, ...], Any]] = {}
+        self._used_units: set[object] = set()
+
+    def entry_routes(self, entry: Entry, *, mesh: bool) -> list[Any]:
+        """Return `envoy_routes(entry)`, computed once per parsed route and resolved backends."""
+        key = (entry.route.key, entry.rule.index, entry.match_index, mesh)
+        held = self._routes.get(key)
+        if (
+            held is not None
+            and held[0] is entry.route
+            and held[1] == entry.backends
+            and held[2] == entry.mirrors
+        ):
+            return held[3]
+        routes = envoy_routes(entry, mesh_domain=self.mesh_domain, mesh=mesh)
+        self._routes[key] = (entry.route, entry.backends, entry.mirrors, routes)
+        return routes
+
+    def unit(self, key: object, signature: tuple[object, ...]) -> Any | None:
+        """Return what was stored for `key` with the same `signature` (compared by identity), or None."""
+        self._used_units.add(key)
+        held = self._units.get(key)
+        if held is None or len(held[0]) != len(signature):
+            return None
+        if all(a is b or (type(a) is str and a == b) for a, b in zip(held[0], signature, strict=True)):
+            return held[1]
+        return None
+
+    def store(self, key: object, signature: tuple[object, ...], value: Any) -> Any:
+        """Remember `value` for `key` and `signature`; return it."""
+        self._units[key] = (signature, value)
+        return value
+
+    def sweep(self, routes: set[str]) -> None:
+        """Forget the units the last view did not use, and the translations of routes that no longer exist."""
+        for route_key in [key for key in self._routes if key[0] not in routes]:
+            del self._routes[route_key]
+        for unit_key in set(self._units).difference(self._used_units):
+            del self._units[unit_key]
+        self._used_units.clear()
