@@ -171,6 +171,65 @@ BAD_REQUESTS = [
         id="no-endpoint",
     ),
     pytest.param(
+        "RegisterEndpoint",
+        pb.RegisterEndpointRequest(
+            service_name=WEB, endpoint=registry_pb2.ServiceEndpoint(ip="10.0.0.1", port=0)
+        ),
+        "endpoint.port: must be 1..65535 (got 0)",
+        id="port-zero",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        pb.RegisterEndpointRequest(
+            service_name=WEB,
+            endpoint=registry_pb2.ServiceEndpoint(ip="10.0.0.1", port=8080, ports=[8080, 65536]),
+        ),
+        "endpoint.ports: must be 1..65535 (got 65536)",
+        id="extra-port-out-of-range",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        pb.RegisterEndpointRequest(
+            service_name=WEB, protocol=7, endpoint=registry_pb2.ServiceEndpoint(ip="10.0.0.1", port=8080)
+        ),
+        "protocol: must be PROTOCOL_HTTP or PROTOCOL_TCP (got 7)",
+        id="unknown-protocol",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        pb.RegisterEndpointRequest(
+            service_name=WEB, endpoint=registry_pb2.ServiceEndpoint(ip="not-an-ip", port=8080)
+        ),
+        "endpoint.ip: must be an ipv4 or ipv6 address (got 'not-an-ip')",
+        id="unparsable-ip",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        pb.RegisterEndpointRequest(
+            service_name=WEB, endpoint=registry_pb2.ServiceEndpoint(ip="10.0.0.1", port=8080, health=9)
+        ),
+        "endpoint.health: must be a known Health (got 9)",
+        id="unknown-health",
+    ),
+    pytest.param(
+        "RegisterEndpoint",
+        registration("10.0.0.1", service="shop/" + "w" * 254),
+        f"service_name: must be '<namespace>/<serviceAccount>' in DNS-1123 lowercase form (got 'shop/{'w' * 254}')",
+        id="service-account-too-long",
+    ),
+    pytest.param(
+        "UnregisterEndpoint",
+        pb.UnregisterEndpointRequest(service_name="shop", ips=["10.0.0.1"]),
+        "service_name: must be '<namespace>/<serviceAccount>' in DNS-1123 lowercase form (got 'shop')",
+        id="unregister-bad-service-key",
+    ),
+    pytest.param(
+        "UnregisterEndpoint",
+        pb.UnregisterEndpointRequest(service_name=WEB, ips=["10.0.0.1", "10.0.0"]),
+        "ips: must be an ipv4 or ipv6 address (got '10.0.0')",
+        id="unregister-unparsable-ip",
+    ),
+    pytest.param(
         "UnregisterEndpoint",
         pb.UnregisterEndpointRequest(service_name=WEB, ips=["fe80::0001"]),
         "ips: must be in canonical form 'fe80::1' (got 'fe80::0001')",
@@ -200,7 +259,8 @@ async def test_an_invalid_request_fails_with_invalid_argument_naming_the_field(
 
 
 async def test_an_invalid_watch_fails_with_invalid_argument(tmp_path: Path) -> None:
-    """A last_version this registrar never sent, or a bad service key in the filter, end the stream at once."""
+    """A last_version this registrar never sent, a bad service key in the filter, or a filter of 100,000 services
+    end the stream at once."""
     socket = tmp_path / "registrar.sock"
     async with _registrar(tmp_path / "store", socket):
         async with watching(socket, last_version="v7") as watch:
@@ -213,6 +273,14 @@ async def test_an_invalid_watch_fails_with_invalid_argument(tmp_path: Path) -> N
             error = await watch.next()
             assert error.details() == (
                 "filter.services: must be '<namespace>/<serviceAccount>' in DNS-1123 lowercase form (got 'Shop/Web')"
+            )
+        huge = pb.ServiceFilter(services=[f"shop/service-{number}" for number in range(100_000)])
+        async with watching(socket, filter=huge) as watch:
+            error = await watch.next()
+            assert (error.code(), error.details()) == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "filter.services: must name at most 10000 services (unset the filter to watch every service)"
+                " (got '100000 services')",
             )
 
 

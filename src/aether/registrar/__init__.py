@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aether.registrar.authorization import agent_spiffe_id
 from aether.registrar.backends import (
     CHECKPOINT_EVERY,
     Backend,
@@ -26,7 +27,13 @@ from aether.registrar.client import (
     WatchProtocolError,
     serve_registrar_client,
 )
-from aether.registrar.errors import InvalidRequestError, RegistrarError, StoreError, StoreUnavailableError
+from aether.registrar.errors import (
+    InvalidRequestError,
+    PermissionRefusedError,
+    RegistrarError,
+    StoreError,
+    StoreUnavailableError,
+)
 from aether.registrar.server import SERVICE_NAME, WRITE_WAIT, Registrar, RegistrarStatistics, serve_registrar
 from aether.registrar.snapshot import (
     ALL_SERVICES,
@@ -48,6 +55,7 @@ from aether.registrar.snapshot import (
     snapshot_of,
     visible,
 )
+from aether.registrar.tls import client_tls_context, server_tls_context
 
 __all__ = [
     "ALL_SERVICES",
@@ -72,6 +80,7 @@ __all__ = [
     "InvalidRequestError",
     "MemoryBackend",
     "Mutation",
+    "PermissionRefusedError",
     "Registrar",
     "RegistrarClient",
     "RegistrarClientStatistics",
@@ -86,13 +95,16 @@ __all__ = [
     "WatchProtocolError",
     "Watcher",
     "WatcherEnd",
+    "agent_spiffe_id",
     "apply",
     "apply_update",
+    "client_tls_context",
     "empty_snapshot",
     "open_embedded_backend",
     "resync",
     "serve_registrar",
     "serve_registrar_client",
+    "server_tls_context",
     "snapshot_of",
     "visible",
 ]

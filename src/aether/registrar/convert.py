@@ -22,6 +22,7 @@ from aether.registrar.snapshot import (
 
 __all__ = [
     "DEFAULT_WEIGHT",
+    "MAX_FILTER_SERVICES",
     "change_from_proto",
     "change_to_proto",
     "check_ip",
@@ -39,6 +40,14 @@ __all__ = [
 
 DEFAULT_WEIGHT = 1024
 """The weight of an endpoint registered without one (the `endpoint.aether.io/weight` default)."""
+
+MAX_FILTER_SERVICES = 10_000
+"""The most services one watch filter may name.
+
+An agent's filter is its node's dependency set: hundreds at most. Ten thousand leaves room for a node that calls
+much of a large mesh, while a filter of 100,000 names (a few MB, checked for every change) is refused; a watcher
+that wants everything leaves the filter unset.
+"""
 
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -217,10 +226,16 @@ def filter_from_proto(request: registrar_pb2.WatchEndpointsRequest) -> ServiceFi
     """Return the watch's filter: unset is every service; set is exactly those (set but empty: none).
 
     Raises:
-        InvalidRequestError: A service key in the filter is invalid.
+        InvalidRequestError: A service key in the filter is invalid, or it names more than `MAX_FILTER_SERVICES`.
     """
     if not request.HasField("filter"):
         return ServiceFilter()
+    if len(request.filter.services) > MAX_FILTER_SERVICES:
+        raise InvalidRequestError(
+            "filter.services",
+            rule=f"must name at most {MAX_FILTER_SERVICES} services (unset the filter to watch every service)",
+            value=f"{len(request.filter.services)} services",
+        )
     return ServiceFilter(
         services=frozenset(check_service_key(key, field="filter.services") for key in request.filter.services)
     )
