@@ -169,12 +169,12 @@ def status_document(state: State, reading: ManifestDirectory) -> dict[str, Any]:
 
 
 def _status_dict(value: Any) -> Any:
-    """A status value as plain data, empty fields left out (a status reads like the API's)."""
+    """A status value as plain data, empty strings and lists left out (numbers kept: 0 attached routes is news)."""
     if attrs.has(type(value)):
         fields = (
             (field.name, _status_dict(getattr(value, field.name))) for field in attrs.fields(type(value))
         )
-        return {name: item for name, item in fields if item not in ("", 0, (), [], {}, None)}
+        return {name: item for name, item in fields if not (isinstance(item, str | list) and not item)}
     if isinstance(value, tuple | list):
         return [_status_dict(item) for item in value]
     return value
