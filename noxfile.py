@@ -43,6 +43,7 @@ def bench(session: nox.Session) -> None:
             "bench_demo.py",
             "bench_dns.py",
             "bench_fold.py",
+            "bench_gateway.py",
             "bench_kube.py",
             "bench_projection.py",
             "bench_replay.py",

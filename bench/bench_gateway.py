@@ -1,0 +1,187 @@
+"""Gateway API projection: the view of 100, 1,000 and 5,000 HTTPRoutes from scratch, against the incremental view
+after one route changes; route table bytes; peak memory.
+
+The workload follows Envoy Gateway's scale benchmark: one Gateway listener, routes spread over 5 hostnames, each
+route one rule (a path prefix, a header match on every other route) to one of 100 Services; a tenth of the routes
+are GAMMA routes on those Services. The reference of the incremental figure is the full view of the same state,
+measured in the same run. Each size runs in its own process, so its peak RSS is its own.
+
+Anchor: Envoy Gateway's control plane peaks at 263 MiB with 1,000 HTTPRoutes.
+Aims: 1,000 HTTPRoutes in <= 1 s from scratch and <= 10 ms incrementally, with <= 150 MB RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import best_of, timed, write_results
+from bench_projection import rss_mb
+
+from aether.core.events import Event, Record
+from aether.core.events.kube import KubeObject, KubeService, ObjectMeta, ServicePort
+from aether.core.gateway import GatewayProjector, GatewayView
+from aether.core.reduce import fold_all
+from aether.core.reduce.kube import canonical_json
+from aether.core.state import EMPTY_STATE, State
+from aether.testing import builders
+
+SIZES = (100, 1_000, 5_000)
+SERVICES = 100
+HOSTNAMES = 5
+CHANGES = 50
+"""Single-route changes viewed incrementally at each size (the median is reported)."""
+
+
+def _route(index: int, *, version: int = 0) -> KubeObject:
+    """Route `index` (its path changes with `version`)."""
+    service = f"svc{index % SERVICES}"
+    gamma = index % 10 == 9
+    parents = (
+        [{"group": "", "kind": "Service", "name": service, "port": 80}]
+        if gamma
+        else [{"name": "edge", "namespace": "edge"}]
+    )
+    match: dict[str, object] = {"path": {"type": "PathPrefix", "value": f"/route{index}/v{version}"}}
+    if index % 2:
+        match["headers"] = [{"name": "x-tenant", "value": f"t{index % 7}"}]
+    spec = {
+        "parentRefs": parents,
+        "hostnames": [f"host{index % HOSTNAMES}.example.com"],
+        "rules": [
+            {"matches": [match], "backendRefs": [{"name": f"svc{(index + 1) % SERVICES}", "port": 80}]}
+        ],
+    }
+    meta = ObjectMeta(
+        kind="HTTPRoute",
+        namespace=f"ns{index % 10}",
+        name=f"route{index}",
+        generation=version + 1,
+        creation_timestamp=f"2024-01-01T{index // 3600 % 24:02d}:{index // 60 % 60:02d}:{index % 60:02d}Z",
+    )
+    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+
+
+def gateway_state(routes: int) -> State:
+    """The edge's class and Gateway, the Services (in every route namespace), and `routes` HTTPRoutes."""
+    events: list[Event] = [
+        builders.gateway_object_upserted(
+            KubeObject(
+                meta=ObjectMeta(kind="GatewayClass", name="aether"),
+                spec_json=canonical_json({"controllerName": "gateway.aether.io/edge"}),
+            )
+        ),
+        builders.gateway_object_upserted(
+            KubeObject(
+                meta=ObjectMeta(
+                    kind="Gateway", namespace="edge", name="edge", creation_timestamp="2024-01-01T00:00:00Z"
+                ),
+                spec_json=canonical_json(
+                    {
+                        "gatewayClassName": "aether",
+                        "listeners": [
+                            {
+                                "name": "http",
+                                "port": 8080,
+                                "protocol": "HTTP",
+                                "allowedRoutes": {"namespaces": {"from": "All"}},
+                            }
+                        ],
+                    }
+                ),
+            )
+        ),
+    ]
+    for namespace in range(10):
+        for service in range(SERVICES):
+            meta = ObjectMeta(kind="Service", namespace=f"ns{namespace}", name=f"svc{service}")
+            events.append(
+                builders.kube_service_upserted(
+                    KubeService(meta=meta, selector={"app": meta.name}, ports=[ServicePort(port=80)])
+                )
+            )
+    events.extend(builders.gateway_object_upserted(_route(index)) for index in range(routes))
+    return fold_all(EMPTY_STATE, [Record(seq=seq, event=event) for seq, event in enumerate(events, 1)])
+
+
+def route_bytes(view: GatewayView) -> int:
+    """The serialized size of every virtual host and every mesh service's routes."""
+    size = sum(vhost.ByteSize() for listener in view.edge_listeners for vhost in listener.virtual_hosts)
+    return size + sum(
+        route.ByteSize() for routing in view.mesh_routes.values() for route in routing.all_routes
+    )
+
+
+def measure(routes: int) -> dict[str, float]:
+    """Return the figures at `routes` HTTPRoutes (run in a process of its own)."""
+    state = gateway_state(routes)
+    full = best_of(3, lambda: timed(lambda: GatewayProjector().view(state)))
+    projector = GatewayProjector()
+    view = projector.view(state)
+    assert sum(len(vhost.routes) for listener in view.edge_listeners for vhost in listener.virtual_hosts) > 0
+    size = route_bytes(view)
+    samples = []
+    for step in range(CHANGES):
+        index = (step * 7919) % routes
+        event = builders.gateway_object_upserted(_route(index, version=step + 1))
+        state = fold_all(state, [Record(seq=state.seq + 1, event=event)])
+        start = time.perf_counter()
+        projector.view(state)
+        samples.append(time.perf_counter() - start)
+    incremental = statistics.median(samples)
+    _, peak = rss_mb()
+    return {
+        "full_ms": full * 1e3,
+        "incremental_ms": incremental * 1e3,
+        "incremental_best_ms": min(samples) * 1e3,
+        "ratio": full / incremental,
+        "route_mb": size / 1e6,
+        "peak_rss_mb": peak,
+    }
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--size":
+        print(json.dumps(measure(int(sys.argv[2]))))
+        return
+    print(
+        f"Gateway API view: {HOSTNAMES} hostnames, {SERVICES} services, a tenth GAMMA; full = best of 3,"
+        f" incremental = median of {CHANGES} single-route changes; each size in its own process"
+    )
+    print(
+        f"  {'routes':>7} {'full':>11} {'incremental':>12} {'(best)':>9} {'full/incr':>10} {'routes':>9} {'peak RSS':>9}"
+    )
+    figures: dict[str, float] = {}
+    for routes in SIZES:
+        output = subprocess.run(
+            [sys.executable, str(Path(__file__)), "--size", str(routes)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        row = json.loads(output.splitlines()[-1])
+        print(
+            f"  {routes:>7,} {row['full_ms']:>8.1f} ms {row['incremental_ms']:>9.2f} ms {row['incremental_best_ms']:>6.2f} ms"
+            f" {row['ratio']:>9.0f}x {row['route_mb']:>6.2f} MB {row['peak_rss_mb']:>6.0f} MB"
+        )
+        figures.update({f"{key}_{routes}_routes": round(value, 3) for key, value in row.items()})
+    full, incremental, peak = (
+        figures[f"{key}_1000_routes"] for key in ("full_ms", "incremental_ms", "peak_rss_mb")
+    )
+    print("  anchor: Envoy Gateway's control plane peaks at 263 MiB with 1,000 HTTPRoutes")
+    print(
+        f"  aim: 1,000 HTTPRoutes <= 1 s from scratch: {'met' if full <= 1000 else 'NOT met'} ({full:.0f} ms)"
+    )
+    print(
+        f"  aim: 1,000 HTTPRoutes <= 10 ms incrementally: {'met' if incremental <= 10 else 'NOT met'} ({incremental:.1f} ms)"
+    )
+    print(f"  aim: <= 150 MB RSS at 1,000 HTTPRoutes: {'met' if peak <= 150 else 'NOT met'} ({peak:.0f} MB)")
+    write_results("gateway", figures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
