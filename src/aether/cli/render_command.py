@@ -168,11 +168,18 @@ def status_document(state: State, reading: ManifestDirectory) -> dict[str, Any]:
     }
 
 
+def _camel_case(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.capitalize() for part in rest)
+
+
 def _status_dict(value: Any) -> Any:
-    """A status value as plain data, empty strings and lists left out (numbers kept: 0 attached routes is news)."""
+    """A status value as plain data with the API's camelCase names, empty strings and lists left out (numbers
+    kept: 0 attached routes is news)."""
     if attrs.has(type(value)):
         fields = (
-            (field.name, _status_dict(getattr(value, field.name))) for field in attrs.fields(type(value))
+            (_camel_case(field.name), _status_dict(getattr(value, field.name)))
+            for field in attrs.fields(type(value))
         )
         return {name: item for name, item in fields if not (isinstance(item, str | list) and not item)}
     if isinstance(value, tuple | list):
