@@ -4,6 +4,7 @@ while the agent was down or hidden by a compaction are caught by the next list; 
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -176,3 +177,42 @@ async def test_an_unreadable_object_is_skipped(tmp_path: Path) -> None:
                 ["Service/shop/web"],
                 1,
             )
+
+
+async def test_the_agent_watches_the_api_it_is_given_and_the_cni_keeps_the_pods_labels(
+    tmp_path: Path,
+) -> None:
+    """`AgentConfig.kube` starts the source with the node's pods; the CNI service then finds a pod's labels and
+    service account in the agent's own log, and a later API update keeps the sandbox the CNI reported."""
+    from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+    from aether.cni.server import PodMetadata
+    from aether.xds.listen import ListenAddress
+
+    async with open_kube_api() as api, trio.open_nursery() as nursery:
+        api.store.create(SERVICES, service("web"))
+        api.store.create(PODS, pod("web-1", node="node-1"))
+        api.store.create(PODS, pod("web-2", node="node-2"))
+        config = AgentConfig(
+            node_name="node-1",
+            log_dir=tmp_path / "log",
+            xds=ListenAddress.unix(tmp_path / "xds.sock"),
+            admin_socket=tmp_path / "admin.sock",
+            kube=KubeClient(ClusterConfig.from_url(api.url)),
+            cni_socket=tmp_path / "cni.sock",
+        )
+        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+        await until(agent.journal, lambda state: "shop/web-1" in state.pods and bool(state.kube.services))
+        assert sorted(agent.journal.state.pods) == ["shop/web-1"]  # only this node's pods
+
+        from aether.agent.pod_lookup import StatePodLookup
+
+        lookup = StatePodLookup()
+        agent.journal.subscribe(lookup.follow)
+        found = lookup("shop", "web-1")
+        assert found is not None
+        assert found == PodMetadata(
+            uid=found.uid, service_account="web", labels={"aether.io/managed": "true"}, annotations={}
+        )
+        assert found.uid  # the API server's uid, from the watch
+        assert lookup("shop", "nobody") is None
+        nursery.cancel_scope.cancel()

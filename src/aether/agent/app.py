@@ -19,12 +19,15 @@ import trio
 
 from aether.agent.admin import DEFAULT_ADMIN_SOCKET, serve_admin
 from aether.agent.journal import Journal, open_journal
+from aether.agent.kube_source import MESH_QUERIES, known_objects, node_pod_query, serve_kube_source
 from aether.agent.mesh_records import serve_mesh_records
+from aether.agent.pod_lookup import StatePodLookup
 from aether.agent.registration import Registrations, serve_registrations
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
 from aether.core.project.node import NodeProjector
 from aether.core.state import State, summarize
 from aether.identity.files import serve_svid_files
+from aether.kube import KubeClient
 from aether.registrar.client import RegistrarClient, serve_registrar_client
 from aether.xds.cache import SnapshotCache
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
@@ -51,7 +54,11 @@ class AgentConfig:
     cni_socket: Path | None = None
     """Serve the CNI service (`aether-cni` registers pods) on this Unix socket; None: pods come from elsewhere."""
     cni_pods: PodLookup | None = None
-    """The pod metadata the CNI service decides with (labels, service account); None: what the plugin sends."""
+    """The pod metadata the CNI service decides with (labels, service account); None: the pods of the agent's
+    own log (`aether.agent.pod_lookup.StatePodLookup`), and what the plugin sends for a pod the log lacks."""
+    kube: KubeClient | None = None
+    """Watch this Kubernetes API for Services, Gateway API objects, ReferenceGrants and the node's pods
+    (`aether.agent.kube_source`); None: those come from elsewhere."""
     cni_ack_wait: float = ACK_WAIT
     """Seconds AddPod waits for the proxy's ACK of a new pod's listeners."""
     dns_records: Path | None = None
@@ -136,14 +143,30 @@ async def serve_agent(
             await nursery.start(functools.partial(serve_mesh_records, config.dns_records, journal=journal))
         cni: CniServer | None = None
         if config.cni_socket is not None:
+            lookup = config.cni_pods
+            if lookup is None:
+                own = StatePodLookup()
+                journal.subscribe(own.follow)
+                lookup = own
             cni = CniServer(
                 journal=journal,
                 cache=cache,
                 node_name=config.node_name,
-                pods=config.cni_pods,
+                pods=lookup,
                 ack_wait=config.cni_ack_wait,
             )
             await nursery.start(functools.partial(cni.serve, socket=config.cni_socket))
+        if config.kube is not None:
+            queries = (*MESH_QUERIES, node_pod_query(config.node_name))
+            await nursery.start(
+                functools.partial(
+                    serve_kube_source,
+                    config.kube,
+                    journal.sender(),
+                    queries=queries,
+                    known=known_objects(journal.state, queries=queries),
+                )
+            )
         bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
         documents = _documents(journal, server, projector)
         await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))

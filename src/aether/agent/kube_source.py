@@ -83,8 +83,8 @@ MESH_QUERIES: tuple[WatchQuery, ...] = tuple(
 def node_pod_query(node_name: str) -> WatchQuery:
     """The meshed pods scheduled on `node_name` (the API server filters by `spec.nodeName`).
 
-    Only for an agent whose pods come from no other source: the pod reducers replace a pod whole, so an upsert
-    from this watch would drop the network namespace and container the CNI recorded for the same pod.
+    Safe beside the CNI: an upsert from this watch carries no sandbox, and the pod reducer keeps the network
+    namespace and container the CNI recorded for the same incarnation.
     """
     return WatchQuery(
         resource=PODS, label_selector=MANAGED_SELECTOR, field_selector=f"spec.nodeName={node_name}"

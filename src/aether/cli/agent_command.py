@@ -12,7 +12,9 @@ import trio
 
 from aether.agent.admin import DEFAULT_ADMIN_SOCKET
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
+from aether.kube import KubeClient, KubeError
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
 
 
@@ -55,6 +57,7 @@ def add_parser(roles: Any) -> None:
         metavar="FILE",
         help="write the mesh-dns record file here (for aether mesh-dns)",
     )
+    add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
     parser.set_defaults(run=run_agent)
 
@@ -65,6 +68,11 @@ def run_agent(arguments: argparse.Namespace) -> int:
         level=logging.INFO if arguments.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    try:
+        cluster = cluster_config(arguments, required=False)
+    except KubeError as error:
+        print(f"aether: error: {error}", file=sys.stderr)
+        return 2
     config = AgentConfig(
         node_name=arguments.node_name,
         log_dir=arguments.log_dir,
@@ -75,6 +83,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         cluster_name=arguments.cluster_name,
         cni_socket=arguments.cni_socket,
         dns_records=arguments.dns_records,
+        kube=None if cluster is None else KubeClient(cluster),
     )
 
     async def main() -> None:
