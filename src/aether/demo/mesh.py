@@ -31,10 +31,8 @@ import attrs
 import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
-from aether.cni.server import PodMetadata
 from aether.core.events.registry import Health
 from aether.core.gateway.view import gateway_view
-from aether.core.state import State
 from aether.demo.kubelet import DemoPod, Kubelet, demo_pods, run_tag
 from aether.demo.netns import connect_in, pod_ip
 from aether.demo.source import DirectorySource, serve_directory_source
@@ -252,25 +250,6 @@ def _check_netns() -> None:
         raise DemoError("--netns needs the `ip` command (Debian package iproute2)")
 
 
-class _PodLookup:
-    """The agent's view of the node's pods for its CNI service: the pods the directory source put in its log."""
-
-    def __init__(self) -> None:
-        self.state: State | None = None
-
-    def follow(self, state: State, now: int) -> None:
-        self.state = state
-
-    def __call__(self, namespace: str, name: str) -> PodMetadata | None:
-        record = None if self.state is None else self.state.pods.get(f"{namespace}/{name}")
-        if record is None:
-            return None
-        pod = record.pod
-        return PodMetadata(
-            uid=pod.uid, service_account=pod.service_account, labels=pod.labels, annotations=pod.annotations
-        )
-
-
 @contextlib.asynccontextmanager
 async def open_demo_mesh(
     work_dir: Path, *, address_base: str = "127.0.10", netns: bool = False
@@ -311,7 +290,6 @@ async def open_demo_mesh(
     ca = TestCA(TRUST_DOMAIN)
     write_bundle(svids, ca.bundle_pem)
     registrar_socket = ListenAddress.unix(work_dir / "registrar.sock")
-    lookup = _PodLookup()
     async with open_embedded_backend(work_dir / "registrar") as backend, trio.open_nursery() as nursery:
         await nursery.start(functools.partial(serve_registrar, backend=backend, listen=registrar_socket))
         cni_socket = work_dir / "cni.sock" if netns else None
@@ -323,10 +301,8 @@ async def open_demo_mesh(
             svid_dir=svids,
             registrar=registrar_socket,
             cni_socket=cni_socket,
-            cni_pods=lookup,
         )
         agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
-        agent.journal.subscribe(lookup.follow)
         source: DirectorySource = await nursery.start(
             functools.partial(serve_directory_source, manifests, send=agent.journal.sender())
         )
