@@ -29,6 +29,7 @@ from aether.core.reduce import fold_all
 from aether.core.reduce.kube import canonical_json
 from aether.core.state import EMPTY_STATE, State
 from aether.testing import builders
+from aether.testing.gateway_objects import edge_gateway_events
 
 SIZES = (100, 1_000, 5_000)
 SERVICES = 100
@@ -68,34 +69,7 @@ def _route(index: int, *, version: int = 0) -> KubeObject:
 
 def gateway_state(routes: int) -> State:
     """The edge's class and Gateway, the Services (in every route namespace), and `routes` HTTPRoutes."""
-    events: list[Event] = [
-        builders.gateway_object_upserted(
-            KubeObject(
-                meta=ObjectMeta(kind="GatewayClass", name="aether"),
-                spec_json=canonical_json({"controllerName": "gateway.aether.io/edge"}),
-            )
-        ),
-        builders.gateway_object_upserted(
-            KubeObject(
-                meta=ObjectMeta(
-                    kind="Gateway", namespace="edge", name="edge", creation_timestamp="2024-01-01T00:00:00Z"
-                ),
-                spec_json=canonical_json(
-                    {
-                        "gatewayClassName": "aether",
-                        "listeners": [
-                            {
-                                "name": "http",
-                                "port": 8080,
-                                "protocol": "HTTP",
-                                "allowedRoutes": {"namespaces": {"from": "All"}},
-                            }
-                        ],
-                    }
-                ),
-            )
-        ),
-    ]
+    events: list[Event] = edge_gateway_events()
     for namespace in range(10):
         for service in range(SERVICES):
             meta = ObjectMeta(kind="Service", namespace=f"ns{namespace}", name=f"svc{service}")

@@ -15,6 +15,7 @@ from aether.core.events import Event
 from aether.core.events.kube import KubeObject, KubeService, ObjectMeta, ServicePort
 from aether.core.reduce.kube import canonical_json
 from aether.testing import builders
+from aether.testing.gateway_objects import edge_gateway_events
 
 SERVICES = ("web", "api", "v1", "v2")
 """Services every generated state holds (namespace `default`); `other/db` exists too, behind a namespace."""
@@ -294,10 +295,6 @@ def base_events() -> list[Event]:
             KubeService(meta=meta, selector={"app": name}, ports=[ServicePort(port=80)])
         )
 
-    class_meta = ObjectMeta(kind="GatewayClass", name="aether")
-    gateway_meta = ObjectMeta(
-        kind="Gateway", namespace="edge", name="edge", creation_timestamp="2024-01-01T00:00:00Z"
-    )
     client = builders.make_pod(
         "client-0",
         service_account="client",
@@ -306,29 +303,7 @@ def base_events() -> list[Event]:
         annotations={"config.aether.io/upstreams": "web, api"},
     )
     return [
-        builders.gateway_object_upserted(
-            KubeObject(
-                meta=class_meta, spec_json=canonical_json({"controllerName": "gateway.aether.io/edge"})
-            )
-        ),
-        builders.gateway_object_upserted(
-            KubeObject(
-                meta=gateway_meta,
-                spec_json=canonical_json(
-                    {
-                        "gatewayClassName": "aether",
-                        "listeners": [
-                            {
-                                "name": "http",
-                                "port": 8080,
-                                "protocol": "HTTP",
-                                "allowedRoutes": {"namespaces": {"from": "All"}},
-                            }
-                        ],
-                    }
-                ),
-            )
-        ),
+        *edge_gateway_events(),
         *(service(name) for name in SERVICES),
         service("db", "other"),
         builders.pod_added(client),
