@@ -27,7 +27,7 @@ import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cni import entered_netns, run_plugin
-from aether.cni.server import PodMetadata
+from aether.cni.server import PodLookup, PodMetadata
 from aether.xds.listen import ListenAddress
 
 NODE_NAME = "node-a"
@@ -158,17 +158,20 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def agent_config(
-    directory: Path, pods: Mapping[tuple[str, str], PodMetadata], *, ack_wait: float
-) -> AgentConfig:
-    """An agent whose sockets and files are all in `directory`, with `pods` as its pod lookup."""
+def dict_lookup(pods: Mapping[tuple[str, str], PodMetadata]) -> PodLookup:
+    """A pod lookup answering from `pods` (None, so the request's metadata, for any other pod)."""
+    return lambda namespace, name: pods.get((namespace, name))
+
+
+def agent_config(directory: Path, *, lookup: PodLookup, ack_wait: float) -> AgentConfig:
+    """An agent whose sockets and files are all in `directory`, with `lookup` as its pod metadata."""
     return AgentConfig(
         node_name=NODE_NAME,
         log_dir=directory / "log",
         xds=ListenAddress.unix(directory / "xds.sock"),
         admin_socket=directory / "admin.sock",
         cni_socket=directory / "cni.sock",
-        cni_pods=lambda namespace, name: pods.get((namespace, name)),
+        cni_pods=lookup,
         cni_ack_wait=ack_wait,
         dns_records=directory / "records.json",
     )
@@ -178,7 +181,7 @@ def agent_config(
 async def agent(nursery: trio.Nursery, short_dir: Path) -> Agent:
     pods: dict[tuple[str, str], PodMetadata] = {}
     # No Envoy in these tests: a short wait for its ACK that runs out at once.
-    config = agent_config(short_dir, pods, ack_wait=0.2)
+    config = agent_config(short_dir, lookup=dict_lookup(pods), ack_wait=0.2)
     running: RunningAgent = await nursery.start(serve_agent, config)
     return Agent(
         running=running, socket=short_dir / "cni.sock", records=short_dir / "records.json", pods=pods

@@ -18,6 +18,7 @@ from tests.cni.conftest import (
     NetnsPair,
     PluginRun,
     agent_config,
+    dict_lookup,
     environment,
     needs_netns,
     network_config,
@@ -34,7 +35,9 @@ async def test_add_waits_for_envoys_ack_and_captured_traffic_reaches_envoy(
 ) -> None:
     """The plugin's ADD answers once Envoy ACKed; a pod's dial to a ClusterIP is accepted by Envoy's 18001."""
     config = agent_config(
-        short_dir, {("default", "web-1"): PodMetadata(service_account="web", labels=MANAGED)}, ack_wait=20.0
+        short_dir,
+        lookup=dict_lookup({("default", "web-1"): PodMetadata(service_account="web", labels=MANAGED)}),
+        ack_wait=20.0,
     )
     async with trio.open_nursery() as nursery:
         agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))

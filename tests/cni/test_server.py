@@ -17,7 +17,7 @@ from aether.core.project.names import capture_listener_name
 from aether.core.snapshot import LISTENER_TYPE
 from aether.proto.cni.v1 import cni_pb2
 from aether.testing.builders import resource_acked, resource_nacked
-from tests.cni.conftest import ANNOTATIONS, MANAGED, NODE_NAME, POD_IP, agent_config
+from tests.cni.conftest import ANNOTATIONS, MANAGED, NODE_NAME, POD_IP, agent_config, dict_lookup
 
 ACK_WAIT = 30.0
 """Longer than any test: every answer below comes from an ACK, a NACK or a decision, never from the wait running out."""
@@ -37,7 +37,7 @@ LISTENED = Pod(namespace="default", name="web-1", netns="/run/netns/test-pod")
 @pytest.fixture
 async def served(nursery: trio.Nursery, short_dir: Path) -> Served:
     pods: dict[tuple[str, str], PodMetadata] = {}
-    config = agent_config(short_dir, pods, ack_wait=ACK_WAIT)
+    config = agent_config(short_dir, lookup=dict_lookup(pods), ack_wait=ACK_WAIT)
     running: RunningAgent = await nursery.start(serve_agent, config)
     return Served(agent=running, socket=short_dir / "cni.sock", pods=pods)
 

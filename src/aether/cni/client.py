@@ -38,7 +38,11 @@ def agent_errors(socket: Path, method: str) -> Iterator[None]:
     """Translate what a call to the agent can raise into `AgentUnavailable` or `AgentRefused`."""
     subject = f"agent at {str(socket)!r}: {method}"
     try:
-        yield
+        try:
+            yield
+        except BaseExceptionGroup as group:
+            # purerpc's connection runs in an anyio task group, which wraps what fails inside it: unwrap one.
+            raise _first_leaf(group) from group
     except trio.TooSlowError as exc:
         raise AgentUnavailable(f"{subject} did not answer in time; retry", details=str(exc)) from exc
     except GRPCError as exc:
@@ -53,6 +57,11 @@ def agent_errors(socket: Path, method: str) -> Iterator[None]:
             f"{subject}: the agent is not reachable; is the aether agent running on this node?",
             details=str(exc),
         ) from exc
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def call_agent(

@@ -2,8 +2,10 @@
 
 What the plugin sends is what the runtime knows: the pod's name, namespace and UID (CNI_ARGS), its sandbox, network
 namespace and IPs (the previous plugin's result), and its annotations when the runtime passes them. Labels and the
-service account come from the agent's own view of the node's pods (`PodLookup`, fed by a Kubernetes pod watch);
-without one, the request's own metadata is used. The agent then decides, with the core's rules, whether the pod
+service account come from the agent's own view of the node's pods (a `PodLookup`, such as
+`aether.cni.pods.PodDirectory.lookup` over a watch of the node's pods); a pod the lookup should know but does not
+yet (`PodNotKnown`) is answered UNAVAILABLE, so the runtime retries instead of starting the pod outside the mesh.
+Without a lookup, or when it returns None, the request's own metadata is used. The agent then decides, with the core's rules, whether the pod
 is managed: a managed pod is appended to the log as `PodAdded`, and the answer waits (at most `ack_wait` seconds)
 until the node's proxy has ACKed the pod's listeners. The answer carries the capture settings of the pod's
 `capture.aether.io/*` annotations, so the plugin programs exactly what the agent decided.
@@ -34,7 +36,16 @@ from aether.proto.cni.v1 import cni_pb2
 from aether.xds.cache import SnapshotCache
 from aether.xds.listen import ListenAddress, serve_grpc
 
-__all__ = ["ACK_WAIT", "FOLD_WAIT", "SOURCE", "CniServer", "CniServerStatistics", "PodLookup", "PodMetadata"]
+__all__ = [
+    "ACK_WAIT",
+    "FOLD_WAIT",
+    "SOURCE",
+    "CniServer",
+    "CniServerStatistics",
+    "PodLookup",
+    "PodMetadata",
+    "PodNotKnown",
+]
 
 LOG = logging.getLogger("aether.cni")
 
@@ -61,7 +72,21 @@ class PodMetadata:
 
 
 PodLookup = Callable[[str, str], PodMetadata | None]
-"""`(namespace, name)` to the pod's metadata, or None when unknown; must not block (it reads a cache)."""
+"""`(namespace, name)` to the pod's metadata; None: no opinion (the request's metadata is used). It raises
+`PodNotKnown` for a pod it should know but does not yet. It must not block (it reads a cache)."""
+
+
+class PodNotKnown(Exception):
+    """A `PodLookup` does not know the pod yet (its watch trails the runtime): the plugin is told to retry."""
+
+    def __init__(self, namespace: str, name: str, *, reason: str) -> None:
+        super().__init__(namespace, name, reason)
+        self.namespace = namespace
+        self.name = name
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"pod '{self.namespace}/{self.name}' is not known to the agent yet ({self.reason}); retry"
 
 
 @attrs.frozen(kw_only=True)
@@ -148,7 +173,10 @@ class CniServer:
                 "the pod must have a namespace, a name and a container id"
                 f" (got {message.namespace!r}, {message.name!r}, {message.container_id!r})"
             )
-        known = self._pods(message.namespace, message.name) if self._pods is not None else None
+        try:
+            known = self._pods(message.namespace, message.name) if self._pods is not None else None
+        except PodNotKnown as exc:
+            raise purerpc.UnavailableError(str(exc)) from exc
         metadata = known or PodMetadata(
             uid=message.uid,
             service_account=message.service_account or "default",
