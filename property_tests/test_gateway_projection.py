@@ -225,3 +225,91 @@ def test_gateway_projector_equals_a_fresh_view(events: list[Event], seen: list[b
         if project_now:
             assert projector.view(state) == gateway_view(state)
     assert projector.view(state) == gateway_view(state)
+
+
+_SPEC_KEYS = [
+    "parentRefs",
+    "rules",
+    "matches",
+    "path",
+    "type",
+    "value",
+    "name",
+    "port",
+    "weight",
+    "backendRefs",
+    "filters",
+    "hostnames",
+    "headers",
+    "kind",
+    "group",
+    "namespace",
+    "listeners",
+    "protocol",
+    "hostname",
+    "tls",
+    "mode",
+    "certificateRefs",
+    "allowedRoutes",
+    "gatewayClassName",
+    "controllerName",
+    "from",
+    "to",
+    "method",
+    "timeouts",
+    "requestRedirect",
+    "urlRewrite",
+    "requestMirror",
+    "backendRef",
+    "sectionName",
+    "retry",
+    "queryParams",
+]
+"""Field names of the Gateway API kinds, so that arbitrary JSON keeps hitting the fields the parsers read."""
+_KINDS = [
+    "GatewayClass",
+    "Gateway",
+    "HTTPRoute",
+    "GRPCRoute",
+    "TCPRoute",
+    "TLSRoute",
+    "UDPRoute",
+    "ReferenceGrant",
+]
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 70000)
+    | st.sampled_from(["", "/", "a", "*.x.io", "Exact", "Service", "web", "HTTP", "aether"]),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(_SPEC_KEYS), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=st.lists(
+        st.tuples(st.sampled_from(_KINDS), st.dictionaries(st.sampled_from(_SPEC_KEYS), _JSON, max_size=5)),
+        max_size=6,
+    )
+)
+def test_arbitrary_json_specs_never_break_the_view(specs: list[tuple[str, dict[str, Any]]]) -> None:
+    """Objects whose specs are any JSON at all: the view is still built, and every route has a status."""
+    from aether.testing import builders
+    from aether.testing.gateway_objects import gateway_api_object
+
+    events: list[Event] = []
+    for index, (kind, spec) in enumerate(specs):
+        item = gateway_api_object(kind, f"o{index}", spec)
+        upsert = (
+            builders.reference_grant_upserted
+            if kind == "ReferenceGrant"
+            else builders.gateway_object_upserted
+        )
+        events.append(upsert(item))
+    view = gateway_view(_state(events))
+    for index, (kind, _) in enumerate(specs):
+        if kind.endswith("Route"):
+            assert f"{kind}/default/o{index}" in view.status
