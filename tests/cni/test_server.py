@@ -11,7 +11,8 @@ import trio
 
 from aether.agent.app import RunningAgent, serve_agent
 from aether.cni import call_agent
-from aether.cni.server import PodMetadata
+from aether.cni.errors import AgentUnavailable
+from aether.cni.server import PodMetadata, PodNotKnown
 from aether.core.events.pods import Pod
 from aether.core.project.names import capture_listener_name
 from aether.core.snapshot import LISTENER_TYPE
@@ -168,3 +169,20 @@ async def test_remove_and_check_follow_the_sandbox_container(served: Served) -> 
     assert "default/web-1" not in agent.journal.state.pods
     status = await call_agent(socket, "Status", cni_pb2.StatusRequest(), cni_pb2.StatusResponse)
     assert status == cni_pb2.StatusResponse(seq=agent.journal.state.seq, pods=0)
+
+
+async def test_a_pod_the_lookup_does_not_know_yet_is_retried(short_dir: Path, nursery: trio.Nursery) -> None:
+    """A lookup raising PodNotKnown makes AddPod UNAVAILABLE: the plugin answers code 11, the runtime retries."""
+
+    def lookup(namespace: str, name: str) -> PodMetadata:
+        raise PodNotKnown(namespace, name, reason="the pod watch has not listed the node's pods yet")
+
+    await nursery.start(serve_agent, agent_config(short_dir, lookup=lookup, ack_wait=ACK_WAIT))
+    socket = short_dir / "cni.sock"
+    with pytest.raises(AgentUnavailable) as caught:
+        await _add(socket, _cni_pod())
+    assert (caught.value.code, caught.value.message, caught.value.details) == (
+        11,
+        f"agent at '{socket}': AddPod is unavailable; retry",
+        "pod 'default/web-1' is not known to the agent yet (the pod watch has not listed the node's pods yet); retry",
+    )

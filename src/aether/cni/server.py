@@ -3,8 +3,8 @@
 What the plugin sends is what the runtime knows: the pod's name, namespace and UID (CNI_ARGS), its sandbox, network
 namespace and IPs (the previous plugin's result), and its annotations when the runtime passes them. Labels and the
 service account come from the agent's own view of the node's pods (a `PodLookup`, such as
-`aether.cni.pods.PodDirectory.lookup` over a watch of the node's pods); a pod the lookup should know but does not
-yet (`PodNotKnown`) is answered UNAVAILABLE, so the runtime retries instead of starting the pod outside the mesh.
+`aether.agent.pod_lookup.StatePodLookup` over the pods a Kubernetes watch put in the log); a pod the lookup should
+know but does not yet (it raises `PodNotKnown`) is answered UNAVAILABLE, so the runtime retries instead of starting the pod outside the mesh.
 Without a lookup, or when it returns None, the request's own metadata is used. The agent then decides, with the core's rules, whether the pod
 is managed: a managed pod is appended to the log as `PodAdded`, and the answer waits (at most `ack_wait` seconds)
 until the node's proxy has ACKed the pod's listeners. The answer carries the capture settings of the pod's
