@@ -46,6 +46,7 @@ def bench(session: nox.Session) -> None:
             "bench_gateway.py",
             "bench_kube.py",
             "bench_projection.py",
+            "bench_registrar.py",
             "bench_replay.py",
             "bench_xds.py",
         )
