@@ -11,7 +11,7 @@ import trio.testing
 
 from aether.core.events import Event
 from aether.kube.directory import ManifestSource, serve_manifest_directory
-from aether.kube.manifests import ManifestError
+from aether.kube.manifests import ManifestDirectory, ManifestError
 from aether.testing.envoy import wait_for
 
 POD = """\
@@ -98,3 +98,62 @@ async def test_a_first_reading_that_fails_ends_the_source(tmp_path: Path) -> Non
     send, _ = trio.open_memory_channel[Event](10)
     with pytest.raises(ManifestError, match=r"^manifest a\.yaml document 0: not YAML"):
         await serve_manifest_directory(tmp_path, send=send)
+
+
+ROUTE = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: shop}
+spec:
+  parentRefs: [{group: "", kind: Service, name: catalog}]
+"""
+
+
+def _changes(source: ManifestSource, at: int) -> list[str]:
+    try:
+        reading = ManifestDirectory.read(source.directory)
+    except ManifestError as exc:
+        source.failed(exc)
+        return []
+    return _kinds(source.changes(reading, observed_at=at))
+
+
+def test_renames_and_removals_become_deletions_and_a_registrar_fed_source_sends_no_registry(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "route.yaml").write_text(ROUTE)
+    (tmp_path / "pod.yaml").write_text(POD)
+    source = ManifestSource(tmp_path, offline_registry=False)
+    assert _changes(source, 1) == ["GatewayObjectUpserted HTTPRoute/shop/r", "PodAdded pod/shop/web-1"]
+    (tmp_path / "pod.yaml").rename(tmp_path / ".pod.yaml")  # hidden: the pod is deleted
+    assert _changes(source, 2) == ["PodRemoved pod/shop/web-1"]
+    (tmp_path / ".pod.yaml").rename(tmp_path / "pod.yaml")
+    assert _changes(source, 3) == ["PodAdded pod/shop/web-1"]
+    (tmp_path / "route.yaml").unlink()
+    assert _changes(source, 4) == ["GatewayObjectDeleted HTTPRoute/shop/r"]
+
+
+def test_a_file_that_is_not_yaml_keeps_the_last_good_objects_and_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "route.yaml").write_text(ROUTE)
+    source = ManifestSource(tmp_path)
+    _changes(source, 1)
+    (tmp_path / "route.yaml").write_text(ROUTE + "---\nspec: [unclosed\n")
+    assert _changes(source, 2) == []
+    assert source.error is not None
+    assert source.error.startswith("manifest route.yaml document 1: not YAML")
+    assert source.problems == (source.error,)
+    assert list(source.reading.objects) == ["HTTPRoute/shop/r"]
+    (tmp_path / "route.yaml").write_text(ROUTE)
+    assert _changes(source, 3) == []  # back to the last good text: nothing to send
+    assert source.error is None
+
+
+def test_a_document_that_is_not_an_object_keeps_what_it_defined_before(tmp_path: Path) -> None:
+    (tmp_path / "pod.yaml").write_text(POD)
+    source = ManifestSource(tmp_path, offline_registry=False)
+    _changes(source, 1)
+    (tmp_path / "pod.yaml").write_text(POD.replace("kind: Pod", "kind: [Pod]"))  # a typo while editing
+    assert _changes(source, 2) == []
+    assert list(source.reading.objects) == ["Pod/shop/web-1"]
+    (problem,) = source.problems
+    assert problem.startswith("pod.yaml document 0: ")

@@ -35,10 +35,10 @@ from aether.core.events.registry import Health
 from aether.core.gateway.view import gateway_view
 from aether.demo.kubelet import DemoPod, Kubelet, demo_pods, run_tag
 from aether.demo.netns import connect_in, pod_ip
-from aether.demo.source import DirectorySource, serve_directory_source
 from aether.demo.traffic import OUTBOUND_PORT, Traffic
 from aether.demo.view import EndpointRow, Frame, ServiceRow
 from aether.demo.workloads import APP_PORT, TRAFFIC_SOURCE_LABEL, Workloads
+from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.kube.manifests import ManifestDirectory
 from aether.registrar import open_embedded_backend, serve_registrar
 from aether.testing.envoy import Envoy, ads_bootstrap, find_envoy_binary, open_envoy
@@ -56,6 +56,8 @@ BUNDLED_MANIFESTS = Path(__file__).parent / "manifests"
 """The sample manifests (`examples/demo` in the source tree links here)."""
 PROXY_PORTS = (OUTBOUND_PORT, 18008)
 """The ports Envoy binds on each pod IP (the outbound listener and the mesh inbound)."""
+POLL_INTERVAL = 0.1
+"""Seconds between two readings of the manifest folder: an edit shows in routing well within a second."""
 WINDOW = 2.0
 """Seconds of traffic the view's per-service figures cover."""
 
@@ -109,7 +111,7 @@ class DemoMesh:
     work_dir: Path
     manifests: Path
     agent: RunningAgent
-    source: DirectorySource
+    source: ManifestSource
     kubelet: Kubelet
     envoy: Envoy
     traffic: Traffic
@@ -232,7 +234,7 @@ async def _serve_envoy(
         await trio.sleep_forever()
 
 
-async def _follow_manifests(source: DirectorySource, kubelet: Kubelet) -> None:
+async def _follow_manifests(source: ManifestSource, kubelet: Kubelet) -> None:
     """Keep the node's pods in step with the manifests (a pod added later is started, one removed stopped)."""
     try:
         while True:
@@ -303,8 +305,14 @@ async def open_demo_mesh(
             cni_socket=cni_socket,
         )
         agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
-        source: DirectorySource = await nursery.start(
-            functools.partial(serve_directory_source, manifests, send=agent.journal.sender())
+        source: ManifestSource = await nursery.start(
+            functools.partial(
+                serve_manifest_directory,
+                manifests,
+                send=agent.journal.sender(),
+                poll_interval=POLL_INTERVAL,
+                offline_registry=False,  # the registrar holds the endpoints: the kubelet's pods register
+            )
         )
         bootstrap = ads_bootstrap(node_id=NODE, xds_unix_socket=work_dir / "xds.sock", delta=True)
         envoy: Envoy = await nursery.start(

@@ -1,8 +1,14 @@
 """A source of events from a manifest directory: the objects of its YAML files, and their pods as the registry.
 
 It reads the directory, sends the events that take the last reading to this one (`ManifestDirectory.changes_since`),
-and, when the pods changed, the registry snapshot they stand for (`aether.kube.offline`): a stand-in for the
-registrar where there is no cluster. The edge role (and `aether demo`) use it; in a cluster the watches replace it.
+and, with `offline_registry`, when the pods changed, the registry snapshot they stand for (`aether.kube.offline`):
+a stand-in for the registrar where there is none. The edge role and `aether demo` use it; in a cluster the watches
+replace it. Hidden files are not read, so renaming `web-1.yaml` to `.web-1.yaml` deletes what it defined.
+
+Bad input never loses objects. A file that cannot be read at all (not YAML) changes nothing: the last good reading
+stays, and `error` names the file and document. A document that is not a valid object is skipped and listed in
+`problems`, and the objects that document defined in the last good reading stay: a typo while editing never
+deletes what was being edited.
 """
 
 from __future__ import annotations
@@ -45,11 +51,25 @@ class ManifestSourceStatistics:
 class ManifestSource:
     """A running manifest directory source (handed to the parent by `serve_manifest_directory`)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, offline_registry: bool = True) -> None:
         self.directory = directory
+        self._offline_registry = offline_registry
         self._reading = ManifestDirectory()
         self._registry: tuple[Event, ...] = ()
         self._readings = self._failed = self._sent = 0
+        self.error: str | None = None
+        """Why the latest reading failed (None when it succeeded)."""
+
+    @property
+    def reading(self) -> ManifestDirectory:
+        """The reading in force: the objects the events sent so far built."""
+        return self._reading
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """The documents the reading in force skipped, and the latest reading's failure, as messages."""
+        found = tuple(str(problem) for problem in self._reading.problems)
+        return (*found, self.error) if self.error else found
 
     def statistics(self) -> ManifestSourceStatistics:
         """Return the source's counters."""
@@ -60,17 +80,44 @@ class ManifestSource:
             objects=len(self._reading.objects),
         )
 
-    def _next_events(self, reading: ManifestDirectory, *, now: int) -> list[Event]:
-        """The events from the last reading to `reading`, then the registry snapshot if the pods changed."""
-        events = list(reading.changes_since(self._reading, source=SOURCE, observed_at=now))
-        state = fold_offline(reading.events(source=SOURCE, observed_at=now), source=SOURCE, observed_at=now)
-        registry = registry_events(state, source=SOURCE, observed_at=now)
-        # Compared without the observation time: the same pods at another time are the same registry.
-        if [_timeless(event) for event in registry] != [_timeless(event) for event in self._registry]:
-            events.extend(registry)
-            self._registry = registry
+    def failed(self, error: ManifestError) -> None:
+        """Record a reading that failed: the last good one stays in force."""
+        self._failed += 1
+        self.error = str(error)
+
+    def changes(self, reading: ManifestDirectory, *, observed_at: int) -> list[Event]:
+        """Take `reading` (keeping what its skipped documents defined before); return the events from the reading
+        in force to it, then (`offline_registry`) the registry snapshot if the pods changed."""
+        reading = _keep_last_good(self._reading, reading)
+        self.error = None
+        events = list(reading.changes_since(self._reading, source=SOURCE, observed_at=observed_at))
+        if self._offline_registry:
+            state = fold_offline(
+                reading.events(source=SOURCE, observed_at=observed_at), source=SOURCE, observed_at=observed_at
+            )
+            registry = registry_events(state, source=SOURCE, observed_at=observed_at)
+            # Compared without the observation time: the same pods at another time are the same registry.
+            if [_timeless(event) for event in registry] != [_timeless(event) for event in self._registry]:
+                events.extend(registry)
+                self._registry = registry
         self._reading = reading
         return events
+
+
+def _keep_last_good(previous: ManifestDirectory, reading: ManifestDirectory) -> ManifestDirectory:
+    """Return `reading` plus the objects of `previous` defined by documents that `reading` had to skip."""
+    skipped = {(problem.path, problem.index) for problem in reading.problems}
+    kept = {
+        key: item
+        for key, item in previous.objects.items()
+        if (item.path, item.index) in skipped and key not in reading.objects
+    }
+    if not kept:
+        return reading
+    objects = {**reading.objects, **kept}
+    return ManifestDirectory(
+        objects={key: objects[key] for key in sorted(objects)}, problems=reading.problems
+    )
 
 
 def _timeless(event: Event) -> Event:
@@ -82,10 +129,14 @@ async def serve_manifest_directory(
     *,
     send: trio.MemorySendChannel[Event],
     poll_interval: float = POLL_INTERVAL,
+    offline_registry: bool = True,
     clock: Callable[[], int] = time.time_ns,
     task_status: trio.TaskStatus[ManifestSource] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Send the events of `directory`'s manifests to `send`, then every change, until cancelled.
+
+    With `offline_registry`, the pods also stand in for the registrar (where there is none, as for an edge fed
+    from a directory); without it, endpoints come from a registrar.
 
     The first reading's events are sent before `task_status.started`; the first reading must succeed.
 
@@ -96,10 +147,10 @@ async def serve_manifest_directory(
         A reading that fails after the first is logged with the file and document at fault, and retried at the
         next poll: a half-saved file must not delete every object it held.
     """
-    source = ManifestSource(directory)
+    source = ManifestSource(directory, offline_registry=offline_registry)
     async with send:
         reading = await trio.to_thread.run_sync(ManifestDirectory.read, directory)
-        await _send_all(send, source, source._next_events(reading, now=clock()))
+        await _send_all(send, source, source.changes(reading, observed_at=clock()))
         source._readings += 1  # counted once its events are sent: a reader of the counter sees them queued
         task_status.started(source)
         while True:
@@ -107,10 +158,13 @@ async def serve_manifest_directory(
             try:
                 reading = await trio.to_thread.run_sync(ManifestDirectory.read, directory)
             except ManifestError as exc:
-                source._failed += 1
+                source.failed(exc)
                 _log.warning("manifests %s: %s; keeping the last good reading", directory, exc)
                 continue
-            await _send_all(send, source, source._next_events(reading, now=clock()))
+            if reading.problems != source.reading.problems:  # said once, not at every poll
+                for problem in reading.problems:
+                    _log.warning("manifests %s: %s", directory, problem)
+            await _send_all(send, source, source.changes(reading, observed_at=clock()))
             source._readings += 1
 
 
