@@ -446,3 +446,20 @@ async def test_a_closed_journal_channel_ends_the_client_instead_of_reconnecting(
                 send=send,
                 rng=random.Random(7),
             )
+
+
+def test_the_registrar_connection_probes_a_silent_peer() -> None:
+    """TCP keepalive after 10 s idle, every 5 s, 3 probes; unacknowledged sends time out after 25 s."""
+    import socket
+
+    from aether.registrar.client import _keep_alive
+
+    with socket.socket() as sock:
+        _keep_alive(sock)
+        assert (
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0,
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+        ) == (True, 10, 5, 3, 25_000)
