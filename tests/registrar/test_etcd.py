@@ -395,3 +395,21 @@ async def _registrar_task(
     finally:
         if running is not None:
             running.stopped.set()
+
+
+async def test_a_load_after_a_compaction_starts_its_history_at_the_store_revision(
+    etcd_server: EtcdServer,
+) -> None:
+    """The replay window was compacted away: the load lists the partition as of now, with no history before."""
+    partition = _partition()
+    async with trio_asyncio.open_loop() as loop, _backend(etcd_server, partition, loop) as writer:
+        loaded = await writer.load()
+        for ip in ("10.0.0.1", "10.0.0.2"):
+            written = await writer.apply(
+                EndpointRegistered(endpoint=endpoint(ip)), snapshot=loaded, changes=()
+            )
+        await trio.to_thread.run_sync(etcd_server.etcdctl, "compaction", str(revision_of(written)))
+        async with _backend(etcd_server, partition, loop) as backend:
+            snapshot = await backend.load()
+    assert sorted(ip for _, _, ip in snapshot.endpoints) == ["10.0.0.1", "10.0.0.2"]
+    assert (snapshot.history_size, snapshot.history_floor >= written) == (0, True)
