@@ -15,7 +15,7 @@ from aether.core.events import Event
 from aether.core.events.kube import KubeObject, KubeService, ObjectMeta, ServicePort
 from aether.core.reduce.kube import canonical_json
 from aether.testing import builders
-from aether.testing.gateway_objects import edge_gateway_events
+from aether.testing.gateway_objects import edge_gateway_events, gateway_api_object
 
 SERVICES = ("web", "api", "v1", "v2")
 """Services every generated state holds (namespace `default`); `other/db` exists too, behind a namespace."""
@@ -203,6 +203,8 @@ def routes(draw: st.DrawFn) -> KubeObject:
                     {**EDGE_REF, "sectionName": "http"},
                     {**EDGE_REF, "sectionName": "other"},
                     {"name": "ghost", "namespace": "edge"},
+                    {"name": "foreign", "namespace": "edge"},
+                    {"name": "edge-2", "namespace": "edge"},
                     {**SERVICE_REF, "name": "web", "namespace": "default"},
                     {**SERVICE_REF, "name": "api", "namespace": "default"},
                     {**SERVICE_REF, "name": "nowhere", "namespace": "default"},
@@ -261,10 +263,10 @@ def gateways(draw: st.DrawFn) -> KubeObject:
             unique_by=lambda item: item["name"],
         )
     )
-    name = draw(st.sampled_from(["edge", "edge-2"]))
+    name, class_name = draw(st.sampled_from([("edge", "aether"), ("edge-2", "aether"), ("foreign", "other")]))
     meta = ObjectMeta(kind="Gateway", namespace="edge", name=name, creation_timestamp=draw(_timestamps))
     return KubeObject(
-        meta=meta, spec_json=canonical_json({"gatewayClassName": "aether", "listeners": listeners + extra})
+        meta=meta, spec_json=canonical_json({"gatewayClassName": class_name, "listeners": listeners + extra})
     )
 
 
@@ -310,6 +312,13 @@ def base_events() -> list[Event]:
     ]
 
 
+def _other_class(name: str) -> Event:
+    """The GatewayClass `name` of another controller (taking the edge's class away when it is `aether`)."""
+    return builders.gateway_object_upserted(
+        gateway_api_object("GatewayClass", name, {"controllerName": "example.com/other"})
+    )
+
+
 def gateway_events() -> st.SearchStrategy[Event]:
     """Events that change the Gateway API objects: routes upserted (mostly), deleted, gateways and grants."""
     return st.one_of(
@@ -318,6 +327,8 @@ def gateway_events() -> st.SearchStrategy[Event]:
         routes().map(lambda item: builders.gateway_object_deleted(item.meta)),
         gateways().map(builders.gateway_object_upserted),
         grants().map(builders.reference_grant_upserted),
+        gateways().map(lambda item: builders.gateway_object_deleted(item.meta)),
+        st.sampled_from(["aether", "other"]).map(_other_class),
     )
 
 

@@ -75,14 +75,21 @@ class _Parents:
     """Attaches parentRefs: Services (GAMMA) and the edge's Gateways; any other parent is not ours."""
 
     def __init__(
-        self, *, resolver: Resolver, listeners: Iterable[ListenerState], gateway_keys: Iterable[str]
+        self,
+        *,
+        resolver: Resolver,
+        listeners: Iterable[ListenerState],
+        known: frozenset[str],
+        refused: Mapping[str, str],
     ) -> None:
         self._resolver = resolver
         self._by_gateway: dict[str, list[ListenerState]] = {}
         for state in listeners:
             self._by_gateway.setdefault(state.gateway.meta.key, []).append(state)
-        self._known = frozenset(gateway_keys)
+        self._known = known
         """Every Gateway in the state, of any class: a reference to one of another class is not ours to judge."""
+        self._refused = refused
+        """The edge's Gateways the schema refuses, with why."""
 
     def attach(self, route_kind: str, route: Route | None, ref: ParentRef) -> ParentResult | None:
         """Return what became of `ref` (None: not our parent)."""
@@ -100,6 +107,13 @@ class _Parents:
         key = f"Gateway/{ref.namespace}/{ref.name}"
         listeners = self._by_gateway.get(key)
         if listeners is None:
+            if key in self._refused:
+                return ParentResult(
+                    ref=ref,
+                    controller=EDGE_CONTROLLER,
+                    reason=NO_MATCHING_PARENT,
+                    message=f"Gateway {ref.namespace}/{ref.name} is not accepted: {self._refused[key]}",
+                )
             if key in self._known:
                 return None
             return ParentResult(
@@ -247,7 +261,7 @@ class GatewayProjector:
         self._parsed: dict[str, tuple[KubeObject, object]] = {}
         self._grants: tuple[object, list[ReferenceGrant]] | None = None
         self._states: list[ListenerState] = []
-        self._shared: tuple[object, ...] = (None, None, None, None)
+        self._shared: tuple[object, ...] = (None, None, None, None, None)
         self._resolved: dict[str, tuple[tuple[object, ...], Resolved]] = {}
         self._statuses: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
 
@@ -304,14 +318,25 @@ class GatewayProjector:
         if states == self._states:
             states = self._states
         self._states = states
-        parents = _Parents(
-            resolver=resolver,
-            listeners=states,
-            gateway_keys=[gateway.meta.key for gateway in objects.gateways],
+        known = frozenset(
+            [gateway.meta.key for gateway in objects.gateways]
+            + [item.meta.key for item in objects.rejected if item.meta.kind == "Gateway"]
         )
-        shared: tuple[object, ...] = (states, kube.services, state.pods, kube.reference_grants)
-        if all(a is b for a, b in zip(self._shared, shared, strict=True)):
-            shared = self._shared  # the same inputs: one identity test per route below
+        refused = {
+            item.meta.key: item.message
+            for item in objects.rejected
+            if item.meta.kind == "Gateway" and item.class_name in edge_classes
+        }
+        parents = _Parents(resolver=resolver, listeners=states, known=known, refused=refused)
+        # What every route's resolution depends on besides the route: compared by identity (the state's maps), or
+        # by equality and then interned (the small sets derived here), so one identity test per route suffices.
+        previous = self._shared
+        gateways_seen = (known, refused)
+        if gateways_seen == previous[4]:
+            gateways_seen = previous[4]
+        shared: tuple[object, ...] = (states, kube.services, state.pods, kube.reference_grants, gateways_seen)
+        if all(a is b for a, b in zip(previous, shared, strict=True)):
+            shared = previous
         self._shared = shared
         resolved = []
         resolved_now: dict[str, tuple[tuple[object, ...], Resolved]] = {}

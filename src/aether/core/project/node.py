@@ -252,7 +252,9 @@ class NodeProjector:
         )
         previous = self._routings
         current = {
-            service: held if (held := previous.get(service)) is not None and held == routing else routing
+            service: held
+            if (held := previous.get(service)) is not None and (held is routing or held == routing)
+            else routing
             for service, routing in view.mesh_routes.items()
         }
         if len(current) != len(previous) or any(current[key] is not previous.get(key) for key in current):

@@ -1,0 +1,60 @@
+"""GatewayProjector: views built incrementally equal fresh views, including when what a route's parents resolve
+to changes without the route or the edge's listeners changing."""
+
+from __future__ import annotations
+
+from aether.core.gateway import GatewayProjector, gateway_view
+from aether.core.state import State
+from aether.testing import fold_events, gateway_object_deleted, gateway_object_upserted
+from aether.testing.gateway_objects import edge_gateway_events, gateway_api_object
+
+FOREIGN = gateway_api_object(
+    "Gateway",
+    "foreign",
+    {"gatewayClassName": "other", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]},
+    namespace="edge",
+)
+ROUTE = gateway_api_object("HTTPRoute", "r", {"parentRefs": [{"name": "foreign", "namespace": "edge"}]})
+
+
+def _parents(state: State) -> list[tuple[str, str]]:
+    view = GatewayProjector().view(state)
+    return [
+        (condition.reason, condition.message)
+        for parent in view.status["HTTPRoute/default/r"].parents
+        for condition in parent.conditions
+        if condition.type == "Accepted"
+    ]
+
+
+def test_a_parent_gateway_appearing_and_going_is_followed() -> None:
+    """A reference to another class's Gateway is not ours; once that Gateway is gone it is NoMatchingParent."""
+    projector = GatewayProjector()
+    state = fold_events(
+        *edge_gateway_events(), gateway_object_upserted(FOREIGN), gateway_object_upserted(ROUTE)
+    )
+    assert projector.view(state) == gateway_view(state)
+    assert _parents(state) == []
+    state = fold_events(gateway_object_deleted(FOREIGN.meta), state=state)
+    assert projector.view(state) == gateway_view(state)
+    assert _parents(state) == [("NoMatchingParent", "Gateway edge/foreign not found")]
+
+
+def test_a_refused_edge_gateway_is_named_in_the_route_status() -> None:
+    """A Gateway of the edge's class that the schema refuses: its routes say why they have no parent."""
+    refused = gateway_api_object(
+        "Gateway", "foreign", {"gatewayClassName": "aether", "listeners": []}, namespace="edge"
+    )
+    projector = GatewayProjector()
+    state = fold_events(
+        *edge_gateway_events(), gateway_object_upserted(FOREIGN), gateway_object_upserted(ROUTE)
+    )
+    projector.view(state)
+    state = fold_events(gateway_object_upserted(refused), state=state)
+    assert projector.view(state) == gateway_view(state)
+    assert _parents(state) == [
+        (
+            "NoMatchingParent",
+            "Gateway edge/foreign is not accepted: spec.listeners: must have at least 1 item(s) (got 0)",
+        )
+    ]
