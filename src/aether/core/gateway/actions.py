@@ -124,10 +124,12 @@ def _redirect(entry: Entry) -> Any:
         action.scheme_redirect = redirect.scheme
     if redirect.hostname:
         action.host_redirect = redirect.hostname
-    # The API: no port given means the scheme's well-known port when the scheme changes (Envoy leaves a scheme's
-    # default port out of Location), else the request's own port.
+    # The API: no port given means the scheme's well-known port when the scheme changes, else the request's own
+    # port; and Location SHOULD NOT name a scheme's well-known port. Envoy writes any `port_redirect` it is given
+    # (`:443` included), so a well-known port is expressed by giving none: with a hostname the Location then has
+    # no port; without one Envoy keeps the request's port unless it was its own scheme's default.
     port = redirect.port or _SCHEME_PORTS.get(redirect.scheme, 0)
-    if port:
+    if port and port != _SCHEME_PORTS.get(redirect.scheme):
         action.port_redirect = port
     if redirect.path is not None:
         _path_rewrite(redirect.path, entry.match, action)
