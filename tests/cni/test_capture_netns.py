@@ -185,7 +185,8 @@ async def test_del_leaves_no_rule_behind_and_removes_the_pod(agent: Agent, netns
         run = await run_cni_process(environment("DEL", netns=netns_pair.pod_path), config)
         assert (run.status, run.output) == (0, None)
     assert (ruleset(netns_pair), capture_routing(netns_pair)) == before
-    assert "default/web-1" not in agent.running.journal.state.pods
+    state = agent.running.journal.state
+    assert ("default/web-1" in state.pods, state.seq) == (False, seq + 2)  # PodAdded, then PodRemoved
 
 
 async def test_unmanaged_pod_is_passed_through_without_capture(agent: Agent, netns_pair: NetnsPair) -> None:
@@ -247,3 +248,19 @@ async def test_a_netns_that_does_not_exist_is_an_invalid_environment(agent: Agen
         "code": 4,
         "msg": f"CNI_NETNS '{agent.socket.with_name('no-netns')}': no such network namespace",
     }
+
+
+async def test_a_netns_path_that_is_no_namespace_fails_add_and_takes_the_registration_back(
+    agent: Agent,
+) -> None:
+    """CNI_NETNS naming a plain file: code 4 after the agent said yes, and the pod's registration is undone."""
+    managed(agent)
+    plain = agent.socket.with_name("not-a-netns")
+    await trio.Path(plain).write_text("")
+    seq = agent.running.journal.state.seq
+    run = await run_cni(environment("ADD", netns=plain), network_config(agent.socket))
+    assert run.status == 1
+    assert run.output is not None
+    assert (run.output["code"], run.output["msg"]) == (4, f"CNI_NETNS '{plain}': not a network namespace")
+    state = agent.running.journal.state
+    assert ("default/web-1" in state.pods, state.seq) == (False, seq + 2)  # PodAdded, then PodRemoved

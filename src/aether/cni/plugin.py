@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 from google.protobuf.message import Message
@@ -39,6 +41,8 @@ __all__ = ["EXIT_FAILED", "main", "run_plugin"]
 
 EXIT_FAILED = 1
 """Exit status of a failed command (the error object is on stdout)."""
+
+ResultT = TypeVar("ResultT")
 
 ROLLBACK_TIMEOUT = 2.0
 """Seconds to undo a registration after programming failed: best effort, the runtime's DEL follows anyway."""
@@ -66,6 +70,28 @@ def run_plugin(environ: Mapping[str, str], stdin: bytes) -> tuple[str, int]:
         return trio.run(_run, invocation, config), 0
     except CniError as exc:
         return exc.to_json(cni_version=NetworkConfig.version_of(stdin)), EXIT_FAILED
+    except (
+        Exception
+    ) as exc:  # a bug: the runtime still gets the spec's error object; the traceback goes to stderr
+        traceback.print_exc(file=sys.stderr)
+        error = CniError(
+            f"aether-cni failed unexpectedly (this is a bug): {type(exc).__name__}", details=str(exc)
+        )
+        return error.to_json(cni_version=NetworkConfig.version_of(stdin)), EXIT_FAILED
+
+
+async def _in_netns(function: Callable[..., ResultT], netns: Path, *arguments: object) -> ResultT:
+    """Run a blocking `aether.cni.netns` function in a worker thread.
+
+    Raises:
+        InvalidEnvironment: `netns` is not (or no longer) a network namespace: setns refused it.
+    """
+    try:
+        return await trio.to_thread.run_sync(function, netns, *arguments)
+    except OSError as exc:
+        raise InvalidEnvironment(
+            f"CNI_NETNS {str(netns)!r}: not a network namespace", details=str(exc)
+        ) from exc
 
 
 async def _run(invocation: Invocation, config: NetworkConfig) -> str:
@@ -150,15 +176,15 @@ async def _add(invocation: Invocation, config: NetworkConfig) -> str:
     response = await _call(config, "AddPod", request, cni_pb2.AddPodResponse)
     if response.result == cni_pb2.RESULT_IGNORED:
         # A pod that left the mesh keeps no capture from an earlier ADD.
-        await trio.to_thread.run_sync(remove_capture, netns)
+        await _in_netns(remove_capture, netns)
         return _passthrough(config)
     if response.result != cni_pb2.RESULT_SUCCESS:
         raise AgentRefused(f"pod {pod.key!r}: the agent refused it", details=response.message)
     for warning in response.warnings:
         print(f"aether-cni: pod {pod.key!r}: {warning}", file=sys.stderr)
     try:
-        await trio.to_thread.run_sync(apply_capture, netns, _plan(config, response.capture))
-    except NetnsProgrammingFailed:
+        await _in_netns(apply_capture, netns, _plan(config, response.capture))
+    except (NetnsProgrammingFailed, InvalidEnvironment):
         # Either all of it or none: the namespace has no capture; take the registration back too.
         removal = cni_pb2.RemovePodRequest(
             name=pod.name, namespace=pod.namespace, container_id=invocation.container_id
@@ -181,7 +207,7 @@ async def _delete(invocation: Invocation, config: NetworkConfig) -> None:
         return
     netns = invocation.netns
     if netns is not None and netns.exists():  # a namespace already gone took its rules with it
-        await trio.to_thread.run_sync(remove_capture, netns)
+        await _in_netns(remove_capture, netns)
     request = cni_pb2.RemovePodRequest(
         name=pod.name, namespace=pod.namespace, container_id=invocation.container_id
     )
@@ -203,7 +229,7 @@ async def _check(invocation: Invocation, config: NetworkConfig) -> None:
             f"pod {pod.key!r}: the agent's registration does not match", details=response.message
         )
     plan = _plan(config, response.capture) if response.result == cni_pb2.RESULT_SUCCESS else None
-    problems = await trio.to_thread.run_sync(capture_problems, netns, plan)
+    problems = await _in_netns(capture_problems, netns, plan)
     if problems:
         raise CaptureDrifted(
             f"pod {pod.key!r}: the capture in {str(netns)!r} is not as programmed",
