@@ -313,3 +313,18 @@ def test_arbitrary_json_specs_never_break_the_view(specs: list[tuple[str, dict[s
     for index, (kind, _) in enumerate(specs):
         if kind.endswith("Route"):
             assert f"{kind}/default/o{index}" in view.status
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=EVENTS)
+def test_no_domain_or_sni_name_is_given_twice_on_a_port(events: list[Event]) -> None:
+    """Envoy never receives one domain twice on a port, nor one SNI name twice on a TLS listener."""
+    view = gateway_view(_state(events))
+    domains: dict[int, list[str]] = {}
+    for listener in view.edge_listeners:
+        for vhost in listener.virtual_hosts:
+            domains.setdefault(listener.port, []).extend(vhost.domains)
+        names = [name for route in listener.l4_routes for name in route.hostnames]
+        assert len(names) == len(set(names))
+    for port, seen in domains.items():
+        assert len(seen) == len(set(seen)), f"port {port}: {seen}"

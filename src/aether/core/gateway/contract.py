@@ -152,7 +152,8 @@ class EdgeListener:
     host answering 404), unless a virtual host here already has the domain `*` (a route without hostnames on a
     listener without one)."""
     l4_routes: tuple[L4Route, ...] = ()
-    """TCP/TLS/UDP routes attached to the listener, in precedence order."""
+    """TLS listeners: the TLSRoutes, oldest first, each SNI name given to one route only (the oldest claiming it).
+    TCP and UDP listeners: the one route that forwards (the oldest; later ones are told why in their status)."""
 
 
 @attrs.frozen(kw_only=True)

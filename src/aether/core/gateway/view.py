@@ -3,7 +3,8 @@
 `gateway_view(state)` is the one entry point both projections read: the node projection takes `mesh_routes` (GAMMA
 routes replacing a mesh service's default routes), the edge projection takes `edge_listeners` and
 `backend_services`, and the Kubernetes status sink writes `status`. It is pure and total: an invalid object is
-reported in `status` and leaves every valid one working.
+reported in `status` and leaves every valid one working. `GatewayProjector().view(state)` gives the same view while
+reusing what it built for the previous state (what a long-running projection holds).
 """
 
 from __future__ import annotations
