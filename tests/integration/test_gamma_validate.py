@@ -45,7 +45,6 @@ def test_gamma_cases_on_a_realistic_node_pass_envoy_validation(tmp_path: Path) -
         for vhost in messages(snapshot, ROUTE_TYPE)["out_http"].virtual_hosts
         if vhost.name == "web.default.aether.internal"
     ]
-    assert all(
-        route.name.startswith("HTTPRoute/") or route.name.startswith("GRPCRoute/") for route in web.routes
-    )
+    assert web.routes
+    assert all(route.name.startswith(("HTTPRoute/", "GRPCRoute/")) for route in web.routes)
     validate(snapshot, tmp_path)
