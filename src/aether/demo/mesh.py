@@ -229,7 +229,7 @@ def _family(service: str, called: tuple[str, ...]) -> tuple[str, ...]:
 async def _serve_envoy(
     bootstrap: dict[str, object], *, work_dir: Path, task_status: trio.TaskStatus[Envoy]
 ) -> None:
-    async with open_envoy(bootstrap, work_dir=work_dir, wait_live=False) as envoy:
+    async with open_envoy(bootstrap, work_dir=work_dir, wait_live=False, guarded=True) as envoy:
         task_status.started(envoy)
         await trio.sleep_forever()
 

@@ -5,13 +5,11 @@ Everything talks to Envoy on loopback; nothing here needs a network or an HTTP l
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -339,6 +337,7 @@ async def open_envoy(
     wait_live: bool = True,
     extra_args: Sequence[str] = (),
     envoy_binary: Path | None = None,
+    guarded: bool = False,
 ) -> AsyncIterator[Envoy]:
     """Start Envoy with `bootstrap`, wait until it is ready, and stop it when the block exits.
 
@@ -354,6 +353,8 @@ async def open_envoy(
             until the admin API answers, for tests that start Envoy before its control plane.
         extra_args: More command-line arguments, such as `--component-log-level config:debug`.
         envoy_binary: The executable; `find_envoy_binary()` by default.
+        guarded: Run Envoy under `aether.testing.envoy_guard`, which stops it when this process dies, even by
+            SIGKILL (for long-running programs such as `aether demo`; it costs an interpreter start).
 
     Yields:
         The running Envoy.
@@ -384,6 +385,8 @@ async def open_envoy(
         log_level,
         *extra_args,
     ]
+    if guarded:
+        command = [sys.executable, "-m", "aether.testing.envoy_guard", str(os.getpid()), *command]
     stderr = await trio.to_thread.run_sync(_open_for_writing, work_dir / "envoy.stderr")
     try:
         process = await trio.lowlevel.open_process(
@@ -391,7 +394,6 @@ async def open_envoy(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            preexec_fn=_end_with_parent,
         )
     finally:
         # The child holds its own copy of the descriptor.
@@ -401,20 +403,6 @@ async def open_envoy(
         yield Envoy(process=process, admin_address=admin_address, work_dir=work_dir)
     finally:
         await _stop(process)
-
-
-_PR_SET_PDEATHSIG = 1
-"""prctl(2): the signal the calling process gets when its parent thread ends."""
-
-
-def _end_with_parent() -> None:
-    """In the child before exec: ask the kernel to SIGTERM Envoy when its parent dies, even by SIGKILL (Linux).
-
-    The `finally` that stops Envoy cannot run in a process killed with -9; without this Envoy would outlive it,
-    holding its ports.
-    """
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 async def wait_for(
