@@ -4,14 +4,13 @@ network namespace, and a captured dial from the pod lands on Envoy's transparent
 from __future__ import annotations
 
 import functools
-import socket
 from pathlib import Path
 
 import trio
 
 from aether.agent.app import RunningAgent, serve_agent
 from aether.cni.server import PodMetadata
-from aether.testing.envoy import ads_bootstrap, open_envoy
+from aether.testing.envoy import ads_bootstrap, open_envoy, wait_for
 from tests.cni.conftest import (
     MANAGED,
     NODE_NAME,
@@ -50,10 +49,16 @@ async def test_add_waits_for_envoys_ack_and_captured_traffic_reaches_envoy(
             assert run == PluginRun(status=0, output=prev_result())
             statistics = agent.cni.statistics()
             assert (statistics.acked, statistics.ack_timeouts) == (1, 0)
-            client = socket_in(netns_pair.pod_path)
-            with client, trio.fail_after(10):
-                # Only a listening socket inside the pod's namespace can accept this: nothing else routes 10.96/16.
-                await client.connect(("10.96.7.7", 8080))
-                assert client.getpeername() == ("10.96.7.7", 8080)
-                assert client.family == socket.AF_INET
+
+            # Only a listening socket inside the pod's namespace can accept this: nothing else routes 10.96/16.
+            # An ACKed listener may still be warming (Envoy listens once its routes arrive): retry a refusal.
+            async def accepted() -> bool:
+                with socket_in(netns_pair.pod_path) as client:
+                    try:
+                        await client.connect(("10.96.7.7", 8080))
+                    except ConnectionRefusedError:
+                        return False
+                    return bool(client.getpeername() == ("10.96.7.7", 8080))
+
+            await wait_for(accepted, timeout=10)
         nursery.cancel_scope.cancel()
