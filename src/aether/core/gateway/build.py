@@ -347,6 +347,10 @@ class GatewayProjector:
                 item = held[1]
             else:
                 item = _resolve(route, parents, resolver)
+                if held is not None and item == held[1]:
+                    # Resolved the same (a pod or Service changed elsewhere): keep the object, so that every
+                    # unit built from it is reused.
+                    item = held[1]
             resolved_now[route.key] = (inputs, item)
             resolved.append(item)
         self._resolved = resolved_now
