@@ -68,13 +68,22 @@ def main() -> None:
         for index in range(arguments.runs):
             envoy.append(trio.run(_envoy_ready, Path(scratch) / f"envoy-{index}"))
             runs.append(_demo_run(Path(scratch) / f"demo-{index}"))
+    for run in runs:  # from the command's start: the interpreter and imports come first
+        run["first_routed_request_from_command"] = run["first_routed_request"] + (run["process_start"] or 0.0)
     warm = runs[1:] or runs
     figures = {
         key: {
             "cold_s": runs[0][key],
             "warm_median_s": statistics.median(run[key] for run in warm),
         }
-        for key in ("first_routed_request", "all_synced", "route_edit_acked", "route_edit_observed")
+        for key in (
+            "process_start",
+            "first_routed_request",
+            "first_routed_request_from_command",
+            "all_synced",
+            "route_edit_acked",
+            "route_edit_observed",
+        )
     }
     envoy_ready = statistics.median(envoy)
     print(
@@ -83,7 +92,7 @@ def main() -> None:
     for key, values in figures.items():
         ratio = values["warm_median_s"] / envoy_ready
         print(
-            f"  {key:<22} cold {values['cold_s'] * 1000:7.0f} ms   warm median {values['warm_median_s'] * 1000:7.0f} ms"
+            f"  {key:<34} cold {values['cold_s'] * 1000:7.0f} ms   warm median {values['warm_median_s'] * 1000:7.0f} ms"
             f"   = {ratio:5.2f} x bare Envoy start"
         )
     print("  aim: first routed request <= 5 s warm; route edit observed in traffic <= 1 s")

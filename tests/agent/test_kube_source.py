@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from aether.agent import open_journal
@@ -216,3 +217,15 @@ async def test_the_agent_watches_the_api_it_is_given_and_the_cni_keeps_the_pods_
         assert found.uid  # the API server's uid, from the watch
         assert lookup("shop", "nobody") is None
         nursery.cancel_scope.cancel()
+
+
+def test_a_lookup_fed_by_the_pod_watch_asks_for_a_retry_for_a_pod_it_lacks() -> None:
+    from aether.agent.pod_lookup import StatePodLookup
+    from aether.cni.server import PodNotKnown
+    from aether.core.state import EMPTY_STATE
+
+    lookup = StatePodLookup(authoritative=True)
+    lookup.follow(EMPTY_STATE, 0)
+    with pytest.raises(PodNotKnown):
+        lookup("shop", "web-1")
+    assert StatePodLookup()("shop", "web-1") is None

@@ -145,7 +145,7 @@ async def serve_agent(
         if config.cni_socket is not None:
             lookup = config.cni_pods
             if lookup is None:
-                own = StatePodLookup()
+                own = StatePodLookup(authoritative=config.kube is not None)
                 journal.subscribe(own.follow)
                 lookup = own
             cni = CniServer(

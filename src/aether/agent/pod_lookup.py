@@ -8,17 +8,24 @@ log does not know yet is None, and the CNI service then goes by what the plugin 
 
 from __future__ import annotations
 
-from aether.cni.server import PodMetadata
+from aether.cni.server import PodMetadata, PodNotKnown
 from aether.core.state import State
 
 __all__ = ["StatePodLookup"]
 
 
 class StatePodLookup:
-    """A `PodLookup` over the journal's state: subscribe `follow` to the journal, pass the object as the lookup."""
+    """A `PodLookup` over the journal's state: subscribe `follow` to the journal, pass the object as the lookup.
 
-    def __init__(self) -> None:
+    Args:
+        authoritative: The log is fed by a watch of this node's pods, so a pod it lacks is one the watch has not
+            delivered yet: `PodNotKnown` (the runtime retries) rather than None (the plugin's metadata, which has
+            no labels, would start the pod outside the mesh).
+    """
+
+    def __init__(self, *, authoritative: bool = False) -> None:
         self._state: State | None = None
+        self._authoritative = authoritative
 
     def follow(self, state: State, now: int) -> None:
         """Take the journal's newest state (a journal subscriber: `now` is unused)."""
@@ -27,6 +34,8 @@ class StatePodLookup:
     def __call__(self, namespace: str, name: str) -> PodMetadata | None:
         record = None if self._state is None else self._state.pods.get(f"{namespace}/{name}")
         if record is None:
+            if self._authoritative:
+                raise PodNotKnown(namespace, name, reason="the agent's pod watch has not delivered it yet")
             return None
         pod = record.pod
         return PodMetadata(

@@ -4,6 +4,7 @@ exit with the scenario's verdict)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -39,6 +40,16 @@ class DemoOptions:
     """Also write the steps and timings as JSON here."""
 
 
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux `/proc`), or None where that cannot be read."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
 async def _draw(mesh: DemoMesh, out: TextIO) -> None:
     while True:
         out.write(CLEAR + "\n".join(render(mesh.frame())) + "\n")
@@ -62,7 +73,7 @@ async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
     live = options.live and not options.check and out.isatty()
     print(f"aether demo: files and event log in {work_dir}", file=out, flush=True)
     results: list[StepResult] = []
-    timings = Timings()
+    timings = Timings(process_start=_process_age())
     served: dict[str, object] = {}
     try:
         async with open_demo_mesh(work_dir, address_base=options.address_base, netns=options.netns) as mesh:

@@ -66,6 +66,9 @@ class StepResult:
 class Timings:
     """The figures the demo reports (seconds)."""
 
+    process_start: float | None = None
+    """From the `aether demo` process's start to the mesh starting (the interpreter and imports); add it to the
+    figures below for the time from the command."""
     first_routed_request: float | None = None
     """From the demo's start to the first request answered through the mesh."""
     all_synced: float | None = None
