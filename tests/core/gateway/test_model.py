@@ -225,6 +225,11 @@ ROUTE_REJECTIONS = [
         "(got 'bad-method')",
     ),
     (
+        "GRPCRoute",
+        _rule(matches=[{"method": {"service": "a.B"}}] * 9),
+        "spec.rules[0].matches: must have at most 8 items (got 9)",
+    ),
+    (
         "TCPRoute",
         {"parentRefs": EDGE, "rules": [{"backendRefs": []}]},
         "spec.rules[0].backendRefs: must have at least 1 item(s) (got 0)",

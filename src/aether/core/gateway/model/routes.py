@@ -46,6 +46,7 @@ L4_KINDS = (TCP_ROUTE, TLS_ROUTE, UDP_ROUTE)
 
 MAX_RULES = 16
 MAX_MATCHES_PER_RULE = 64
+MAX_GRPC_MATCHES_PER_RULE = 8
 MAX_MATCHES = 128
 
 
@@ -152,7 +153,11 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         )
         return Rule(index=index, name=name, backends=backends)
     grpc = kind == GRPC_ROUTE
-    raw_matches = items(fields.get("matches"), f"{path}.matches", max_items=MAX_MATCHES_PER_RULE)
+    raw_matches = items(
+        fields.get("matches"),
+        f"{path}.matches",
+        max_items=MAX_GRPC_MATCHES_PER_RULE if grpc else MAX_MATCHES_PER_RULE,
+    )
     rule_filters = filters(
         fields.get("filters"),
         f"{path}.filters",
