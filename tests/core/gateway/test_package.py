@@ -35,4 +35,6 @@ def test_the_model_exports_existing_public_names() -> None:
     """`aether.core.gateway.model.__all__` has no duplicates and names only public objects that exist."""
     exported = list(aether.core.gateway.model.__all__)
     assert len(exported) == len(set(exported))
-    assert [name for name in exported if name.startswith("_") or not hasattr(aether.core.gateway.model, name)] == []
+    assert [
+        name for name in exported if name.startswith("_") or not hasattr(aether.core.gateway.model, name)
+    ] == []
