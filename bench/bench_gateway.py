@@ -106,6 +106,7 @@ def measure(routes: int) -> dict[str, float]:
         start = time.perf_counter()
         projector.view(state)
         samples.append(time.perf_counter() - start)
+        assert projector.statistics().resolved == 1
     incremental = statistics.median(samples)
     _, peak = rss_mb()
     return {

@@ -12,6 +12,7 @@ CONTRACT = [
     "Condition",
     "EdgeListener",
     "GatewayProjector",
+    "GatewayStatistics",
     "GatewayView",
     "L4Route",
     "ListenerStatus",

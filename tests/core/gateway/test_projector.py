@@ -3,7 +3,7 @@ to changes without the route or the edge's listeners changing."""
 
 from __future__ import annotations
 
-from aether.core.gateway import GatewayProjector, gateway_view
+from aether.core.gateway import GatewayProjector, GatewayStatistics, gateway_view
 from aether.core.state import State
 from aether.testing import fold_events, gateway_object_deleted, gateway_object_upserted
 from aether.testing.gateway_objects import edge_gateway_events, gateway_api_object
@@ -58,3 +58,29 @@ def test_a_refused_edge_gateway_is_named_in_the_route_status() -> None:
             "Gateway edge/foreign is not accepted: spec.listeners: must have at least 1 item(s) (got 0)",
         )
     ]
+
+
+def test_one_route_changed_costs_that_route() -> None:
+    """Changing one of three routes parses, resolves and translates that route only, and builds one virtual host."""
+
+    def route(name: str, prefix: str) -> object:
+        spec = {
+            "parentRefs": [{"name": "edge", "namespace": "edge"}],
+            "hostnames": [f"{name}.example.com"],
+            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": prefix}}]}],
+        }
+        return gateway_api_object("HTTPRoute", name, spec)
+
+    projector = GatewayProjector()
+    state = fold_events(
+        *edge_gateway_events(), *(gateway_object_upserted(route(name, "/a")) for name in ("a", "b", "c"))
+    )
+    projector.view(state)
+    assert projector.statistics() == GatewayStatistics(
+        views=1, routes=3, parsed=5, resolved=3, translated=3, built=3
+    )
+    state = fold_events(gateway_object_upserted(route("b", "/changed")), state=state)
+    assert projector.view(state) == gateway_view(state)
+    assert projector.statistics() == GatewayStatistics(
+        views=2, routes=3, parsed=1, resolved=1, translated=1, built=1
+    )

@@ -246,6 +246,24 @@ def _rejected_route_status(rejected: RouteRejected, parents: _Parents) -> Object
     )
 
 
+@attrs.frozen(kw_only=True)
+class GatewayStatistics:
+    """What a `GatewayProjector` did."""
+
+    views: int
+    """Views built so far."""
+    routes: int
+    """Routes (parsed, of any kind) in the last view."""
+    parsed: int
+    """Gateway API objects the last view parsed (the others were reused)."""
+    resolved: int
+    """Routes the last view resolved (their parents and backends; the others were reused)."""
+    translated: int
+    """Route matches the last view translated to Envoy routes."""
+    built: int
+    """Virtual hosts and mesh routings the last view built."""
+
+
 class GatewayProjector:
     """Builds Gateway API views, reusing what it built before from the same inputs.
 
@@ -264,6 +282,12 @@ class GatewayProjector:
         self._shared: tuple[object, ...] = (None, None, None, None, None)
         self._resolved: dict[str, tuple[tuple[object, ...], Resolved]] = {}
         self._statuses: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
+        self._parsed_count = 0
+        self._statistics = GatewayStatistics(views=0, routes=0, parsed=0, resolved=0, translated=0, built=0)
+
+    def statistics(self) -> GatewayStatistics:
+        """Return what the projector did, as of its last view."""
+        return self._statistics
 
     def _parse(self, objects: Mapping[str, KubeObject]) -> _Objects:
         classes: list[GatewayClass] = []
@@ -275,7 +299,11 @@ class GatewayProjector:
         # Map order is not meaningful: every list built here is sorted below (routes by age, the rest by key).
         for key, item in objects.items():
             held = self._parsed.get(key)
-            parsed = held[1] if held is not None and held[0] is item else _parse_object(item)
+            if held is not None and held[0] is item:
+                parsed = held[1]
+            else:
+                parsed = _parse_object(item)
+                self._parsed_count += 1
             parsed_now[key] = (item, parsed)
             if isinstance(parsed, GatewayClass):
                 classes.append(parsed)
@@ -305,6 +333,8 @@ class GatewayProjector:
             self._memo = Memo(mesh_domain=mesh_domain)
             self._resolved, self._statuses = {}, {}
         memo = self._memo
+        memo.reset_counters()
+        self._parsed_count = 0
         objects = self._parse(kube.gateway_objects)
         if self._grants is None or self._grants[0] is not kube.reference_grants:
             self._grants = (kube.reference_grants, _grants(kube.reference_grants))
@@ -339,6 +369,7 @@ class GatewayProjector:
             shared = previous
         self._shared = shared
         resolved = []
+        resolved_count = 0
         resolved_now: dict[str, tuple[tuple[object, ...], Resolved]] = {}
         for route in objects.routes:
             inputs = (route, shared)
@@ -347,6 +378,7 @@ class GatewayProjector:
                 item = held[1]
             else:
                 item = _resolve(route, parents, resolver)
+                resolved_count += 1
                 if held is not None and item == held[1]:
                     # Resolved the same (a pod or Service changed elsewhere): keep the object, so that every
                     # unit built from it is reused.
@@ -374,6 +406,14 @@ class GatewayProjector:
             statuses[rejected_route.meta.key] = _rejected_route_status(rejected_route, parents)
         statuses.update(edge.gateway_statuses(edge_gateways, states, edge_result.attached))
         memo.sweep(set(resolved_now))
+        self._statistics = GatewayStatistics(
+            views=self._statistics.views + 1,
+            routes=len(resolved),
+            parsed=self._parsed_count,
+            resolved=resolved_count,
+            translated=memo.translated,
+            built=memo.built,
+        )
 
         return GatewayView(
             mesh_routes=immutables.Map(mesh_result.routing),

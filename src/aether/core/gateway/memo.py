@@ -25,6 +25,10 @@ class Memo:
         self._routes: dict[_RouteKey, tuple[Any, Any, Any, list[Any]]] = {}
         self._units: dict[object, tuple[tuple[object, ...], Any]] = {}
         self._used_units: set[object] = set()
+        self.translated = 0
+        """Entries translated since the counters were last reset (the rest were reused)."""
+        self.built = 0
+        """Units (virtual hosts, mesh routings) built since the counters were last reset."""
 
     def entry_routes(self, entry: Entry, *, mesh: bool) -> list[Any]:
         """Return `envoy_routes(entry)`, computed once per parsed route and resolved backends."""
@@ -38,6 +42,7 @@ class Memo:
         ):
             return held[3]
         routes = envoy_routes(entry, mesh_domain=self.mesh_domain, mesh=mesh)
+        self.translated += 1
         self._routes[key] = (entry.route, entry.backends, entry.mirrors, routes)
         return routes
 
@@ -54,6 +59,7 @@ class Memo:
     def store(self, key: object, signature: tuple[object, ...], value: Any) -> Any:
         """Remember `value` for `key` and `signature`; return it."""
         self._units[key] = (signature, value)
+        self.built += 1
         return value
 
     def sweep(self, routes: set[str]) -> None:
@@ -63,3 +69,7 @@ class Memo:
         for unit_key in set(self._units).difference(self._used_units):
             del self._units[unit_key]
         self._used_units.clear()
+
+    def reset_counters(self) -> None:
+        """Start counting anew (at the start of a view)."""
+        self.translated = self.built = 0

@@ -9,7 +9,7 @@ reusing what it built for the previous state (what a long-running projection hol
 
 from __future__ import annotations
 
-from aether.core.gateway.build import GatewayProjector
+from aether.core.gateway.build import GatewayProjector, GatewayStatistics
 from aether.core.gateway.contract import (
     EDGE_CONTROLLER,
     MESH_CONTROLLER,
@@ -32,6 +32,7 @@ __all__ = [
     "Condition",
     "EdgeListener",
     "GatewayProjector",
+    "GatewayStatistics",
     "GatewayView",
     "L4Route",
     "ListenerStatus",
