@@ -9,7 +9,7 @@ reusing what it built for the previous state (what a long-running projection hol
 
 from __future__ import annotations
 
-from aether.core.gateway.build import GatewayProjector, GatewayStatistics
+from aether.core.gateway.projector import GatewayProjector, GatewayStatistics
 from aether.core.gateway.contract import (
     EDGE_CONTROLLER,
     MESH_CONTROLLER,

@@ -1,5 +1,5 @@
-"""Building the Gateway API view: parse every object, check the edge's Gateways, attach routes to their parents,
-order what attached by precedence, translate it to Envoy routes, and compute every object's status.
+"""The Gateway API projector: parse every object, check the edge's Gateways, attach routes to their parents, order
+what attached by precedence, translate it to Envoy routes, and compute every object's status; incrementally.
 """
 
 from __future__ import annotations
