@@ -9,7 +9,6 @@ reusing what it built for the previous state (what a long-running projection hol
 
 from __future__ import annotations
 
-from aether.core.gateway.projector import GatewayProjector, GatewayStatistics
 from aether.core.gateway.contract import (
     EDGE_CONTROLLER,
     MESH_CONTROLLER,
@@ -23,6 +22,7 @@ from aether.core.gateway.contract import (
     ParentStatus,
     WeightedBackend,
 )
+from aether.core.gateway.projector import GatewayProjector, GatewayStatistics
 from aether.core.state.state import State
 
 __all__ = [
