@@ -111,7 +111,8 @@ def route_table(name: str, vhosts: Iterable[Any]) -> Any:
     A domain claimed twice keeps its first virtual host (the view orders them, the older route first) and is dropped
     from the later ones, which Envoy would otherwise refuse whole; so is a virtual host name used twice.
     """
-    table = route_pb2.RouteConfiguration(name=name)
+    # Gateway hostnames name no port, and clients send `Host: name:port` on a listener's non-default port.
+    table = route_pb2.RouteConfiguration(name=name, ignore_port_in_host_matching=True)
     domains: set[str] = set()
     names: set[str] = set()
     for vhost in vhosts:
