@@ -127,13 +127,13 @@ async def serve_mesh_dns(
         unreadable record file keeps the last good records; failing upstreams give SERVFAIL.
     """
     resolver = MeshResolver(mesh_domain=mesh_domain)
-    udp_socket, tcp_listeners = await _bind(listen)
+    udp_socket, raw_udp, tcp_listeners = await _bind(listen)
     with udp_socket:
         port = udp_socket.getsockname()[1]
         server = RunningMeshDns(address=HostPort(host=listen.host, port=port), resolver=resolver)
         async with trio.open_nursery() as nursery:
             await nursery.start(_serve_records, records_path, server, poll_interval)
-            nursery.start_soon(_serve_udp, udp_socket, server, upstreams, upstream_timeout)
+            nursery.start_soon(_serve_udp, udp_socket, raw_udp, server, upstreams, upstream_timeout)
             nursery.start_soon(
                 trio.serve_listeners,
                 lambda stream: _serve_tcp_connection(stream, server, upstreams, upstream_timeout),
@@ -149,11 +149,15 @@ async def serve_mesh_dns(
             task_status.started(server)
 
 
-async def _bind(listen: HostPort) -> tuple[trio.socket.SocketType, list[trio.SocketListener]]:
-    """Bind a UDP socket and a TCP listener to the same address and port."""
+async def _bind(
+    listen: HostPort,
+) -> tuple[trio.socket.SocketType, socket.socket, list[trio.SocketListener]]:
+    """Bind a UDP socket and a TCP listener to the same address and port; the UDP socket comes both as trio's
+    and as the stdlib socket it wraps (the UDP loop reads that one directly: see `_serve_udp`)."""
     family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
     for _ in range(_BIND_ATTEMPTS):
-        udp_socket = trio.socket.socket(family, socket.SOCK_DGRAM)
+        raw = socket.socket(family, socket.SOCK_DGRAM)
+        udp_socket = trio.socket.from_stdlib_socket(raw)
         try:
             await udp_socket.bind((listen.host, listen.port))
             port = udp_socket.getsockname()[1]
@@ -163,7 +167,7 @@ async def _bind(listen: HostPort) -> tuple[trio.socket.SocketType, list[trio.Soc
             if listen.port == 0 and exc.errno == errno.EADDRINUSE:
                 continue
             raise
-        return udp_socket, tcp_listeners
+        return udp_socket, raw, tcp_listeners
     raise OSError(errno.EADDRINUSE, f"no free port for both UDP and TCP on {listen.host!r}")
 
 
@@ -234,35 +238,60 @@ def _load(content: bytes, *, path: Path, server: RunningMeshDns) -> None:
     )
 
 
+UDP_BATCH = 64
+"""Datagrams the UDP loop handles before it lets other tasks run (TCP clients, forwards, record reloads)."""
+
+
 async def _serve_udp(
     sock: trio.socket.SocketType,
+    raw: socket.socket,
     server: RunningMeshDns,
     upstreams: tuple[HostPort, ...],
     upstream_timeout: float,
 ) -> None:
+    """Answer UDP queries until cancelled.
+
+    The loop reads and answers without an `await` per datagram: it waits until the socket is readable, then
+    drains up to `UDP_BATCH` datagrams with non-blocking calls on the underlying socket, answering each at once,
+    and yields to the other tasks once per batch. A trio `recvfrom`/`sendto` pair costs two trips through the
+    scheduler per query, which was most of the time a cached answer took. An answer that does not fit in the
+    socket's send buffer is dropped, as every UDP server does under overload: the client retries.
+    """
     async with trio.open_nursery() as forward_nursery:
         while True:
-            try:
-                query, client = await sock.recvfrom(_MAX_UDP_QUERY)
-            except ConnectionResetError:
-                # Linux reports an earlier ICMP port-unreachable on the next recvfrom; the client has gone.
-                continue
-            server.udp_queries += 1
-            resolution = _resolve(server, query, transport=Transport.UDP)
-            if isinstance(resolution, Answered):
-                if resolution.problem is not None:
-                    _log_problem(resolution.problem, server=server, peer=client)
-                await _sendto(sock, resolution.response, client)
-            elif isinstance(resolution, Forward):
-                if server.forwards_in_flight >= MAX_FORWARDS_IN_FLIGHT:
-                    await _sendto(sock, server.resolver.servfail(query), client)
+            await trio.lowlevel.wait_readable(raw)
+            for _ in range(UDP_BATCH):
+                try:
+                    query, client = raw.recvfrom(_MAX_UDP_QUERY)
+                except BlockingIOError:
+                    break
+                except ConnectionResetError:
+                    # Linux reports an earlier ICMP port-unreachable on the next recvfrom; the client has gone.
                     continue
-                server.forwards_in_flight += 1
-                forward_nursery.start_soon(
-                    _forward_udp, sock, query, client, server, upstreams, upstream_timeout
-                )
-            else:
-                _log_dropped(resolution, server=server, peer=client)
+                server.udp_queries += 1
+                resolution = _resolve(server, query, transport=Transport.UDP)
+                if isinstance(resolution, Answered):
+                    if resolution.problem is not None:
+                        _log_problem(resolution.problem, server=server, peer=client)
+                    _send_now(raw, resolution.response, client)
+                elif isinstance(resolution, Forward):
+                    if server.forwards_in_flight >= MAX_FORWARDS_IN_FLIGHT:
+                        _send_now(raw, server.resolver.servfail(query), client)
+                        continue
+                    server.forwards_in_flight += 1
+                    forward_nursery.start_soon(
+                        _forward_udp, sock, query, client, server, upstreams, upstream_timeout
+                    )
+                else:
+                    _log_dropped(resolution, server=server, peer=client)
+            await trio.lowlevel.checkpoint()
+
+
+def _send_now(raw: socket.socket, response: bytes, client: tuple[object, ...]) -> None:
+    try:
+        raw.sendto(response, client)
+    except OSError as exc:  # BlockingIOError included: a full send buffer drops the answer
+        logger.info("udp answer to %s not sent: %s", client, exc)
 
 
 async def _forward_udp(
