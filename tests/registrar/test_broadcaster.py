@@ -6,7 +6,7 @@ import pytest
 
 from aether.registrar.broadcaster import Broadcaster, BroadcasterStatistics, Watcher, WatcherEnd
 from aether.registrar.snapshot import ServiceFilter, apply, empty_snapshot
-from tests.registrar._builders import DB, register
+from tests.registrar._builders import DB, WEB, register
 
 
 class _Rings:
@@ -66,3 +66,28 @@ def test_capacity_must_be_positive() -> None:
     """A watcher needs room for at least one change."""
     with pytest.raises(ValueError, match=r"^capacity: must be at least 1 \(got 0\)$"):
         Broadcaster(capacity=0)
+
+
+def test_endpoint_changes_wake_only_the_watchers_that_want_them() -> None:
+    """A second WEB endpoint (no catalog change) reaches the unfiltered and the WEB watchers, not the DB one, which
+    is not even woken; a replaced or unsubscribed watcher is out of the index."""
+    broadcaster = Broadcaster(capacity=10)
+    rings = {name: _Rings() for name in ("all", "web", "db", "gone")}
+    everything = broadcaster.subscribe(service_filter=ServiceFilter(), wake=rings["all"])
+    web = broadcaster.subscribe(
+        name="c/web", service_filter=ServiceFilter(services=frozenset({WEB})), wake=rings["web"]
+    )
+    only_db = broadcaster.subscribe(service_filter=ServiceFilter(services=frozenset({DB})), wake=rings["db"])
+    gone = broadcaster.subscribe(service_filter=ServiceFilter(services=frozenset({WEB})), wake=rings["gone"])
+    broadcaster.unsubscribe(gone)
+    snapshot, _ = apply(empty_snapshot(), register("10.0.0.1"))
+    _, changes = apply(snapshot, register("10.0.0.2"))
+    assert broadcaster.publish(changes) == ()
+    assert (everything.take(), web.take(), only_db.take(), gone.take()) == (changes, changes, (), ())
+    assert {name: ring.count for name, ring in rings.items()} == {"all": 1, "web": 1, "db": 0, "gone": 0}
+    replacement = broadcaster.subscribe(
+        name="c/web", service_filter=ServiceFilter(services=frozenset({DB})), wake=rings["web"]
+    )
+    _, changes = apply(snapshot, register("10.0.0.3"))
+    broadcaster.publish(changes)
+    assert (web.end, web.take(), replacement.take()) == (WatcherEnd.REPLACED, (), ())

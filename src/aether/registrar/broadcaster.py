@@ -23,6 +23,9 @@ __all__ = [
     "WatcherEnd",
 ]
 
+_NO_SERVICE = ServiceFilter(services=frozenset())
+"""A filter that wants no service: what it still sees goes to every watcher (catalog changes, completions)."""
+
 DEFAULT_WATCHER_BUFFER = 4096
 """How many undelivered changes a watcher may have before it is disconnected.
 
@@ -128,6 +131,10 @@ class Broadcaster:
         self._capacity = capacity
         self._watchers: dict[int, Watcher] = {}
         self._by_name: dict[str, Watcher] = {}
+        # Invariant: a watcher with a filter is in `_by_service[s]` for each service s of its filter; one without
+        # (every service) is in `_unfiltered`. An endpoint change then costs O(watchers that want it), not O(all).
+        self._by_service: dict[str, dict[int, Watcher]] = {}
+        self._unfiltered: dict[int, Watcher] = {}
         self._ids = itertools.count(1)
         self._subscribed = 0
         self._published = 0
@@ -157,6 +164,11 @@ class Broadcaster:
         self._watchers[watcher.watcher_id] = watcher
         if name:
             self._by_name[name] = watcher
+        services = service_filter.services
+        if services is None:
+            self._unfiltered[watcher.watcher_id] = watcher
+        for service in services or ():
+            self._by_service.setdefault(service, {})[watcher.watcher_id] = watcher
         self._subscribed += 1
         return watcher
 
@@ -169,12 +181,22 @@ class Broadcaster:
         """Buffer `changes` for every watcher; return the watchers this disconnected for falling behind."""
         self._published += len(changes)
         dropped: list[Watcher] = []
-        for watcher in list(self._watchers.values()):
+        for watcher in self._candidates(changes):
             if not watcher._offer(changes):
                 self._fell_behind += 1
                 self._remove(watcher)
                 dropped.append(watcher)
         return tuple(dropped)
+
+    def _candidates(self, changes: tuple[Change, ...]) -> list[Watcher]:
+        """The watchers that may want `changes`, in subscription order: all of them when a change goes to everyone
+        (the catalog), else the unfiltered ones and those whose filter names a changed service."""
+        if any(visible(change, _NO_SERVICE) for change in changes):
+            return list(self._watchers.values())
+        chosen = dict(self._unfiltered)
+        for service in {change.service for change in changes}:
+            chosen.update(self._by_service.get(service, {}))
+        return [chosen[watcher_id] for watcher_id in sorted(chosen)]
 
     def statistics(self) -> BroadcasterStatistics:
         """Return the broadcaster's counters."""
@@ -188,5 +210,11 @@ class Broadcaster:
 
     def _remove(self, watcher: Watcher) -> None:
         del self._watchers[watcher.watcher_id]
+        self._unfiltered.pop(watcher.watcher_id, None)
+        for service in watcher.service_filter.services or ():
+            indexed = self._by_service.get(service, {})
+            indexed.pop(watcher.watcher_id, None)
+            if not indexed:
+                self._by_service.pop(service, None)
         if watcher.name and self._by_name.get(watcher.name) is watcher:
             del self._by_name[watcher.name]
