@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from aether.core.events import Event
-from aether.kube.manifests import ManifestDirectory, ManifestError
+from aether.kube.manifests import ManifestDirectory, ManifestError, manifest_files
 from aether.kube.offline import fold_offline, registry_events
 
 __all__ = ["POLL_INTERVAL", "ManifestSource", "ManifestSourceStatistics", "serve_manifest_directory"]
@@ -39,6 +39,8 @@ _log = logging.getLogger(__name__)
 class ManifestSourceStatistics:
     """What a `ManifestSource` did so far."""
 
+    polls: int
+    """Checks of the directory's listing after the first reading (a reading follows a change that held still)."""
     readings: int
     """Successful readings of the directory."""
     failed_readings: int
@@ -56,7 +58,7 @@ class ManifestSource:
         self._offline_registry = offline_registry
         self._reading = ManifestDirectory()
         self._registry: tuple[Event, ...] = ()
-        self._readings = self._failed = self._sent = 0
+        self._readings = self._failed = self._sent = self._polls = 0
         self.error: str | None = None
         """Why the latest reading failed (None when it succeeded)."""
 
@@ -74,6 +76,7 @@ class ManifestSource:
     def statistics(self) -> ManifestSourceStatistics:
         """Return the source's counters."""
         return ManifestSourceStatistics(
+            polls=self._polls,
             readings=self._readings,
             failed_readings=self._failed,
             events_sent=self._sent,
@@ -143,29 +146,61 @@ async def serve_manifest_directory(
     Raises:
         ManifestError: The first reading failed (later failures are logged, and the last good reading stays).
 
+    A change is read once the directory's listing (paths, sizes, modification times) has held still for one
+    `poll_interval`, so a file caught half-written is not read; an edit shows after two to three intervals.
+
     Error handling:
-        A reading that fails after the first is logged with the file and document at fault, and retried at the
-        next poll: a half-saved file must not delete every object it held.
+        A reading that fails after the first is logged with the file and document at fault, and read again when
+        the files change: a half-saved file must not delete every object it held.
     """
     source = ManifestSource(directory, offline_registry=offline_registry)
     async with send:
+        applied = await trio.to_thread.run_sync(_listing, directory)
         reading = await trio.to_thread.run_sync(ManifestDirectory.read, directory)
         await _send_all(send, source, source.changes(reading, observed_at=clock()))
         source._readings += 1  # counted once its events are sent: a reader of the counter sees them queued
         task_status.started(source)
+        seen = applied
         while True:
             await trio.sleep(poll_interval)
+            listing = await trio.to_thread.run_sync(_listing, directory)
+            source._polls += 1
+            # Read only a listing that held still for a whole poll interval: an editor that truncates, then
+            # writes, must not be read in between (an empty file would delete everything it defined).
+            stable, seen = listing == seen, listing
+            if listing == applied or not stable:
+                continue
+            applied = listing
             try:
                 reading = await trio.to_thread.run_sync(ManifestDirectory.read, directory)
             except ManifestError as exc:
                 source.failed(exc)
                 _log.warning("manifests %s: %s; keeping the last good reading", directory, exc)
                 continue
-            if reading.problems != source.reading.problems:  # said once, not at every poll
+            if reading.problems != source.reading.problems:  # said once, not at every reading
                 for problem in reading.problems:
                     _log.warning("manifests %s: %s", directory, problem)
             await _send_all(send, source, source.changes(reading, observed_at=clock()))
             source._readings += 1
+
+
+_Listing = tuple[tuple[str, int, int], ...]
+
+
+def _listing(directory: Path) -> _Listing:
+    """The manifest files of `directory` with their sizes and modification times (what a change changes)."""
+    entries = []
+    try:
+        paths = manifest_files(directory)
+    except ManifestError:
+        return ()
+    for path in paths:
+        try:
+            info = path.stat()
+        except FileNotFoundError:  # removed between the listing and the stat: the next poll sees it gone
+            continue
+        entries.append((path.as_posix(), info.st_size, info.st_mtime_ns))
+    return tuple(entries)
 
 
 async def _send_all(send: trio.MemorySendChannel[Event], source: ManifestSource, events: list[Event]) -> None:
