@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio.abc
 import attrs
 import grpc
 import purerpc
@@ -448,14 +449,18 @@ async def test_a_closed_journal_channel_ends_the_client_instead_of_reconnecting(
             )
 
 
-def test_the_registrar_connection_probes_a_silent_peer() -> None:
-    """TCP keepalive after 10 s idle, every 5 s, 3 probes; unacknowledged sends time out after 25 s."""
+async def test_the_registrar_connection_probes_a_silent_peer() -> None:
+    """On a real connection (after purerpc set its own options): TCP keepalive after 10 s idle, every 5 s,
+    3 probes; unacknowledged sends time out after 25 s."""
     import socket
 
-    from aether.registrar.client import _keep_alive
+    from aether.registrar.client import _open_grpc_socket
 
-    with socket.socket() as sock:
-        _keep_alive(sock)
+    async with (
+        _registrar(MemoryBackend()) as registrar,
+        _open_grpc_socket(registrar.address, tls=None) as opened,
+    ):
+        sock = opened._socket._stream.extra(anyio.abc.SocketAttribute.raw_socket)
         assert (
             sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0,
             sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),

@@ -398,7 +398,6 @@ async def _open_grpc_socket(
                 assert target.host is not None
                 assert target.port is not None
                 connection = await anyio.connect_tcp(target.host or "127.0.0.1", target.port)
-                _keep_alive(connection.extra(anyio.abc.SocketAttribute.raw_socket))
             if tls is not None:
                 connection = await anyio.streams.tls.TLSStream.wrap(
                     connection, server_side=False, ssl_context=tls, standard_compatible=False
@@ -408,6 +407,9 @@ async def _open_grpc_socket(
     config = GRPCConfiguration(client_side=True, max_message_length=DEFAULT_MAX_MESSAGE_LENGTH)
     # purerpc never closes the socket it is given: close it here.
     async with connection, GRPCProtoSocket(config, connection) as grpc_socket:
+        if target.path is None:
+            # After purerpc's socket wrapper, which sets its own keepalive (5 min idle) on every TCP socket.
+            _keep_alive(connection.extra(anyio.abc.SocketAttribute.raw_socket))
         yield grpc_socket
 
 
