@@ -50,6 +50,7 @@ from aether.registrar.backends.base import BackendFeed
 from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoints
 from aether.registrar.backends.etcd_layout import Partition, value_of
 from aether.registrar.convert import endpoint_to_proto, registration_to_proto
+from aether.registrar.gc_pacing import serve_gc_pacing
 from aether.testing.etcd import running_etcd
 from aether.xds.compat import apply_purerpc_fixes
 from aether.xds.listen import ListenAddress
@@ -117,6 +118,7 @@ def serve(port: int, preload: int) -> None:
         backend = MemoryBackend(snapshot=snapshot_of(endpoints, version=1))
         listen = ListenAddress.tcp(host="127.0.0.1", port=port)
         async with trio.open_nursery() as nursery:
+            await nursery.start(serve_gc_pacing)  # as `aether registrar` does
             bound = await nursery.start(functools.partial(serve_registrar, backend=backend, listen=listen))
             print(bound.port, flush=True)
 

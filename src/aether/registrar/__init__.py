@@ -34,6 +34,7 @@ from aether.registrar.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from aether.registrar.gc_pacing import serve_gc_pacing
 from aether.registrar.server import SERVICE_NAME, WRITE_WAIT, Registrar, RegistrarStatistics, serve_registrar
 from aether.registrar.snapshot import (
     ALL_SERVICES,
@@ -102,6 +103,7 @@ __all__ = [
     "empty_snapshot",
     "open_embedded_backend",
     "resync",
+    "serve_gc_pacing",
     "serve_registrar",
     "serve_registrar_client",
     "server_tls_context",
