@@ -32,7 +32,7 @@ import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.core.events.registry import Health
-from aether.core.gateway.view import gateway_view
+from aether.core.gateway.view import GatewayView, gateway_view
 from aether.demo.kubelet import DemoPod, Kubelet, demo_pods, run_tag
 from aether.demo.netns import connect_in, pod_ip
 from aether.demo.traffic import OUTBOUND_PORT, Traffic
@@ -169,6 +169,12 @@ class DemoMesh:
         ]
         return tuple(sorted(rows, key=lambda row: row.pod))
 
+    @staticmethod
+    def serving(service: str, view: GatewayView) -> tuple[str, ...]:
+        """The mesh services that answer calls to `service`: its GAMMA routes' backends, else itself."""
+        routing = view.mesh_routes.get(service)
+        return routing.backend_services if routing is not None and routing.backend_services else (service,)
+
     def route_status(self) -> tuple[str, ...]:
         """Return one line per route parent condition that is not True, and one per accepted route."""
         lines = []
@@ -184,6 +190,7 @@ class DemoMesh:
     def frame(self) -> Frame:
         """Return what the view shows now."""
         now = self.traffic.clock()
+        view = gateway_view(self.agent.journal.state)
         rows = []
         for service in self.services:
             recent = self.traffic.since(now - WINDOW, service=service)
@@ -194,9 +201,7 @@ class DemoMesh:
             rows.append(
                 ServiceRow(
                     service=service,
-                    endpoints=tuple(
-                        row for s in _family(service, self.services) for row in self.endpoints(s)
-                    ),
+                    endpoints=tuple(row for s in self.serving(service, view) for row in self.endpoints(s)),
                     ok=sum(1 for sample in recent if sample.ok),
                     failed=sum(1 for sample in recent if not sample.ok),
                     split=dict(sorted(split.items())),
@@ -219,11 +224,6 @@ class DemoMesh:
 def _health(health: Health) -> str:
     """An endpoint's health as the view shows it (an unspecified health counts as healthy, as in EDS)."""
     return "healthy" if health is Health.UNSPECIFIED else health.name.lower()
-
-
-def _family(service: str, called: tuple[str, ...]) -> tuple[str, ...]:
-    """The service and its variants that the caller does not call by name (catalog → catalog, catalog-v2)."""
-    return (service, *(f"{service}-v{n}" for n in range(2, 4) if f"{service}-v{n}" not in called))
 
 
 async def _serve_envoy(

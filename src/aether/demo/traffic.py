@@ -63,6 +63,8 @@ class Traffic:
         self.samples: collections.deque[Sample] = collections.deque(maxlen=keep)
         self.ok = 0
         self.failed = 0
+        """Failed requests since the first one succeeded."""
+        self.failed_before_up = 0
         self.first_ok_at: float | None = None
 
     def record(self, sample: Sample) -> None:
@@ -71,6 +73,8 @@ class Traffic:
             self.ok += 1
             if self.first_ok_at is None:
                 self.first_ok_at = sample.at
+        elif self.first_ok_at is None:
+            self.failed_before_up += 1  # nothing listens until Envoy has its first configuration
         else:
             self.failed += 1
 
