@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,10 +11,11 @@ import trio
 
 from aether.agent.admin import DEFAULT_ADMIN_SOCKET
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.kube import KubeClient, KubeError
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
+from aether.xds.listen import ListenAddress
 
 
 def add_parser(roles: Any) -> None:
@@ -25,16 +25,8 @@ def add_parser(roles: Any) -> None:
     )
     parser.add_argument("--node-name", required=True, help="this node's name (Envoy's node id must equal it)")
     parser.add_argument("--log-dir", type=Path, required=True, metavar="DIR", help="the node's event log")
-    parser.add_argument(
-        "--xds",
-        type=ListenAddress.parse,
-        default=ListenAddress.unix(DEFAULT_XDS_SOCKET),
-        metavar="ADDRESS",
-        help=f"where Envoy connects: unix:PATH or HOST:PORT (default unix:{DEFAULT_XDS_SOCKET})",
-    )
-    parser.add_argument("--admin-socket", type=Path, default=DEFAULT_ADMIN_SOCKET, metavar="PATH")
-    parser.add_argument(
-        "--svid-dir", type=Path, metavar="DIR", help="read SVIDs and the trust bundle from files"
+    add_serving_arguments(
+        parser, admin_socket=DEFAULT_ADMIN_SOCKET, svid_help="read SVIDs and the trust bundle from files"
     )
     parser.add_argument(
         "--registrar",
@@ -58,16 +50,13 @@ def add_parser(roles: Any) -> None:
         help="write the mesh-dns record file here (for aether mesh-dns)",
     )
     add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    add_verbose_argument(parser)
     parser.set_defaults(run=run_agent)
 
 
 def run_agent(arguments: argparse.Namespace) -> int:
     """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start)."""
-    logging.basicConfig(
-        level=logging.INFO if arguments.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(arguments)
     try:
         cluster = cluster_config(arguments, required=False)
     except KubeError as error:

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from aether.cli.common import add_verbose_argument, configure_logging
 from aether.demo.app import DemoOptions, run_demo
 from aether.demo.mesh import DemoError
 from aether.testing.envoy import EnvoyStartFailed
@@ -46,18 +47,15 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--netns",
         action="store_true",
-        help="real network namespaces for the pods (needs root; not available yet)",
+        help="a network namespace per pod, joined to the mesh by aether-cni (needs root, iproute2 and nftables)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    add_verbose_argument(parser)
     parser.set_defaults(run=run_demo_command)
 
 
 def run_demo_command(arguments: argparse.Namespace) -> int:
     """`aether demo`."""
-    logging.basicConfig(
-        level=logging.INFO if arguments.verbose else logging.ERROR,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(arguments, quiet=logging.ERROR)
     options = DemoOptions(
         log_dir=arguments.log_dir,
         check=arguments.check,

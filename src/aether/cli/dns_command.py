@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -12,6 +11,7 @@ from typing import Any
 
 import trio
 
+from aether.cli.common import add_verbose_argument, configure_logging
 from aether.dns import (
     HostPort,
     ListenAddressInvalid,
@@ -47,7 +47,7 @@ def add_parser(roles: Any) -> None:
         help=f"a resolver for names outside the mesh, repeatable (default: {RESOLV_CONF}'s nameservers)",
     )
     parser.add_argument("--mesh-domain", default=DEFAULT_MESH_DOMAIN, metavar="DOMAIN")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    add_verbose_argument(parser)
     parser.set_defaults(run=run_mesh_dns)
 
 
@@ -68,10 +68,7 @@ def resolve_listen(listen: HostPort | None, *, environ: Mapping[str, str]) -> Ho
 
 def run_mesh_dns(arguments: argparse.Namespace) -> int:
     """`aether mesh-dns`: runs until interrupted."""
-    logging.basicConfig(
-        level=logging.INFO if arguments.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(arguments)
     listen = resolve_listen(arguments.listen, environ=os.environ)
     if listen is None:
         print("aether: error: mesh-dns needs --listen HOST:PORT or $HOST_IP set", file=sys.stderr)

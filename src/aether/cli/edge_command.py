@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
 from aether.kube.manifests import ManifestError
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
 
 EXIT_UNREADABLE = 1
 """The manifests could not be read at start-up."""
@@ -32,16 +31,10 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--manifests", type=Path, required=True, metavar="DIR", help="a directory of YAML manifests"
     )
-    parser.add_argument(
-        "--xds",
-        type=ListenAddress.parse,
-        default=ListenAddress.unix(DEFAULT_XDS_SOCKET),
-        metavar="ADDRESS",
-        help=f"where Envoy connects: unix:PATH or HOST:PORT (default unix:{DEFAULT_XDS_SOCKET})",
-    )
-    parser.add_argument("--admin-socket", type=Path, default=DEFAULT_EDGE_ADMIN_SOCKET, metavar="PATH")
-    parser.add_argument(
-        "--svid-dir", type=Path, metavar="DIR", help="read the edge's SVID and the bundle from files"
+    add_serving_arguments(
+        parser,
+        admin_socket=DEFAULT_EDGE_ADMIN_SOCKET,
+        svid_help="read the edge's SVID and the bundle from files",
     )
     parser.add_argument(
         "--service",
@@ -56,7 +49,7 @@ def add_parser(roles: Any) -> None:
         default="spiffe",
         help="none: cleartext HTTP/2 to backends (default spiffe: mTLS with the edge's SVID)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    add_verbose_argument(parser)
     parser.set_defaults(run=run_edge)
 
 
@@ -70,10 +63,7 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 
 def run_edge(arguments: argparse.Namespace) -> int:
     """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up."""
-    logging.basicConfig(
-        level=logging.INFO if arguments.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(arguments)
     config = EdgeConfig(
         pod_name=arguments.pod_name,
         log_dir=arguments.log_dir,

@@ -1,0 +1,37 @@
+"""Options and set-up shared by the long-running roles (`agent`, `edge`, `registrar`, `mesh-dns`, `demo`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
+
+__all__ = ["add_serving_arguments", "add_verbose_argument", "configure_logging"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def add_verbose_argument(parser: Any) -> None:
+    """Add `-v/--verbose` (log at INFO; quiet by default)."""
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+
+
+def configure_logging(arguments: argparse.Namespace, *, quiet: int = logging.WARNING) -> None:
+    """Log to stderr at INFO with `--verbose`, else at `quiet` (structured one-line records)."""
+    logging.basicConfig(level=logging.INFO if arguments.verbose else quiet, format=LOG_FORMAT)
+
+
+def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) -> None:
+    """Add `--xds`, `--admin-socket` and `--svid-dir`: where a control plane serves its Envoy and what it reads."""
+    parser.add_argument(
+        "--xds",
+        type=ListenAddress.parse,
+        default=ListenAddress.unix(DEFAULT_XDS_SOCKET),
+        metavar="ADDRESS",
+        help=f"where Envoy connects: unix:PATH or HOST:PORT (default unix:{DEFAULT_XDS_SOCKET})",
+    )
+    parser.add_argument("--admin-socket", type=Path, default=admin_socket, metavar="PATH")
+    parser.add_argument("--svid-dir", type=Path, metavar="DIR", help=svid_help)
