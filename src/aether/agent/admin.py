@@ -12,9 +12,17 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
+
+from aether.core.state import summarize
+from aether.xds.status import status_document
+
+if TYPE_CHECKING:
+    from aether.agent.journal import Journal
+    from aether.xds.server import XdsServer
 
 DEFAULT_ADMIN_SOCKET = Path("/run/aether/admin.sock")
 MAX_REQUEST_BYTES = 8192
@@ -24,6 +32,26 @@ REQUEST_TIMEOUT = 5
 
 Documents = Mapping[str, Callable[[], dict[str, Any]]]
 """Path (e.g. `/status`) → function returning the JSON document served there."""
+
+
+class _Statistics(Protocol):
+    def statistics(self) -> Any: ...
+
+
+def plane_documents(journal: Journal, server: XdsServer, **parts: _Statistics) -> Documents:
+    """The documents of a control plane (agent or edge): `/status` (per Envoy stream and type), `/state` (a summary
+    of the folded state) and `/statistics` (the journal's, the xDS server's and each of `parts`'s counters)."""
+
+    def statistics() -> dict[str, Any]:
+        counters: dict[str, Any] = {"journal": journal.statistics(), "xds": server.statistics()}
+        counters.update((name, part.statistics()) for name, part in parts.items())
+        return {name: attrs.asdict(value) for name, value in counters.items()}
+
+    return {
+        "/status": lambda: status_document(server.status()),
+        "/state": lambda: attrs.asdict(summarize(journal.state)),
+        "/statistics": statistics,
+    }
 
 
 async def serve_admin(

@@ -10,14 +10,12 @@ The root of the agent's task tree (STYLE C1): every task below is started here, 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
 import trio
 
-from aether.agent.admin import DEFAULT_ADMIN_SOCKET, serve_admin
+from aether.agent.admin import DEFAULT_ADMIN_SOCKET, plane_documents, serve_admin
 from aether.agent.journal import Journal, open_journal
 from aether.agent.kube_source import MESH_QUERIES, known_objects, node_pod_query, serve_kube_source
 from aether.agent.mesh_records import serve_mesh_records
@@ -25,14 +23,13 @@ from aether.agent.pod_lookup import StatePodLookup
 from aether.agent.registration import Registrations, serve_registrations
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
 from aether.core.project.node import NodeProjector
-from aether.core.state import State, summarize
+from aether.core.state import State
 from aether.identity.files import serve_svid_files
 from aether.kube import KubeClient
 from aether.registrar.client import RegistrarClient, serve_registrar_client
 from aether.xds.cache import SnapshotCache
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer
-from aether.xds.status import status_document
 
 
 @attrs.frozen(kw_only=True)
@@ -79,18 +76,6 @@ class RunningAgent:
     """The sink registering the node's pods (None without a registrar)."""
     cni: CniServer | None = None
     """The CNI service (None without a CNI socket)."""
-
-
-def _documents(journal: Journal, server: XdsServer, projector: NodeProjector) -> dict[str, Callable[[], Any]]:
-    return {
-        "/status": lambda: status_document(server.status()),
-        "/state": lambda: attrs.asdict(summarize(journal.state)),
-        "/statistics": lambda: {
-            "journal": attrs.asdict(journal.statistics()),
-            "xds": attrs.asdict(server.statistics()),
-            "projector": attrs.asdict(projector.statistics()),
-        },
-    }
 
 
 async def serve_agent(
@@ -168,7 +153,7 @@ async def serve_agent(
                 )
             )
         bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
-        documents = _documents(journal, server, projector)
+        documents = plane_documents(journal, server, projector=projector)
         await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
         task_status.started(
             RunningAgent(

@@ -9,24 +9,21 @@ for now are a manifest directory (objects, and their pods standing in for the re
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
 import trio
 
-from aether.agent.admin import serve_admin
+from aether.agent.admin import plane_documents, serve_admin
 from aether.agent.journal import Journal, open_journal
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, project_edge
 from aether.core.project.names import ANY_ADDRESS
-from aether.core.state import State, summarize
+from aether.core.state import State
 from aether.identity.files import serve_svid_files
 from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.xds.cache import SnapshotCache
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer
-from aether.xds.status import status_document
 
 __all__ = ["DEFAULT_EDGE_ADMIN_SOCKET", "EdgeConfig", "RunningEdge", "serve_edge"]
 
@@ -69,20 +66,6 @@ class RunningEdge:
     """Where xDS is served (the real port when port 0 was asked)."""
 
 
-def _documents(
-    journal: Journal, server: XdsServer, manifests: ManifestSource
-) -> dict[str, Callable[[], Any]]:
-    return {
-        "/status": lambda: status_document(server.status()),
-        "/state": lambda: attrs.asdict(summarize(journal.state)),
-        "/statistics": lambda: {
-            "journal": attrs.asdict(journal.statistics()),
-            "xds": attrs.asdict(server.statistics()),
-            "manifests": attrs.asdict(manifests.statistics()),
-        },
-    }
-
-
 async def serve_edge(
     config: EdgeConfig, *, task_status: trio.TaskStatus[RunningEdge] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -113,7 +96,7 @@ async def serve_edge(
             )
         )
         bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
-        documents = _documents(journal, server, manifests)
+        documents = plane_documents(journal, server, manifests=manifests)
         await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
         task_status.started(
             RunningEdge(journal=journal, cache=cache, server=server, manifests=manifests, xds=bound)
