@@ -9,7 +9,6 @@ each edge HTTP listener keeps its virtual hosts plus the 404 catch-all the edge 
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from google.protobuf import json_format
 
 from aether.core.gateway import GatewayView
 from aether.core.project.names import http_cluster_name
-from aether.testing.envoy import find_envoy_binary
+from aether.testing.envoy import validate_config
 
 VALIDATE_TIMEOUT = 120
 """Seconds `envoy --mode validate` gets (a few hundred listeners take about a second)."""
@@ -115,15 +114,4 @@ def views_bootstrap(
 
 def validate_views(views: Iterable[tuple[str, GatewayView]], work_dir: Path) -> str:
     """Run `envoy --mode validate` on the views' bootstrap; return Envoy's output (assert it accepted)."""
-    path = work_dir / "gateway-validate.json"
-    path.write_text(json.dumps(views_bootstrap(views), indent=1))
-    result = subprocess.run(
-        [str(find_envoy_binary()), "--mode", "validate", "-c", str(path), "-l", "warning"],
-        capture_output=True,
-        text=True,
-        timeout=VALIDATE_TIMEOUT,
-        check=False,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"envoy rejected the routes:\n{output[-4000:]}"
-    return output
+    return validate_config(views_bootstrap(views), work_dir / "gateway-validate", what="the routes")

@@ -1,17 +1,9 @@
 """Projected node snapshots against real Envoy (1.40): `envoy --mode validate` accepts them, and they carry traffic.
 
-How a snapshot becomes a bootstrap, with the least rewriting of the projected messages:
-
-* clusters and listeners go into `static_resources` as projected;
-* an EDS cluster becomes STATIC with its projected ClusterLoadAssignment inline (so Envoy checks the endpoints too);
-* an HCM's `rds` is replaced by the projected RouteConfiguration inline, `validate_clusters` turned on (so Envoy
-  also checks that every cluster a route names exists);
-* secrets go into `static_resources.secrets`, and an SDS reference to one of them drops its `sds_config` to name
-  the static secret: Envoy 1.40's validation mode crashes (SIGSEGV) on SDS-over-ADS references in clusters, and
-  static secrets are better anyway: Envoy then parses the real certificates (minted by
-  `aether.testing.spiffe.TestCA`). A reference to a secret the snapshot lacks (the inbound of a pod whose SVID has
-  not arrived) keeps its SDS-over-ADS source, as on a real node, where that listener waits for it.
-* The bootstrap keeps an ADS config (to a dummy static cluster on a Unix socket) for the on-demand filter's ODCDS.
+A snapshot becomes a bootstrap through `aether.core.project.bootstrap.static_bootstrap` (what `aether render
+--format bootstrap` prints): EDS clusters become STATIC with their load assignment inline, RDS is inlined with
+`validate_clusters` on (so Envoy also checks every cluster a route names), secrets are static (Envoy parses the
+real certificates minted by `aether.testing.spiffe.TestCA`), and ADS stays only for what cannot be static.
 
 `network_namespace_filepath` is not opened by validation; the paths still point at files the test creates.
 """
@@ -22,7 +14,6 @@ import json
 import os
 import socket
 import struct
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +22,7 @@ import trio
 
 from aether.core.events import Event, Health, Protocol
 from aether.core.project import project_node
-from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
+from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
 from aether.testing import (
     AT,
     endpoints_snapshot_received,
@@ -45,10 +36,10 @@ from aether.testing import (
     svid_rotated,
     trust_bundle_rotated,
 )
-from aether.testing.envoy import find_envoy_binary, open_envoy
+from aether.testing.envoy import open_envoy, snapshot_bootstrap, validate_config
 from aether.testing.http import HttpReader
 from aether.testing.spiffe import TestCA
-from tests.core.project._helpers import NODE, as_dict, messages
+from tests.core.project._helpers import NODE
 
 VALIDATE_TIMEOUT = 60
 """Seconds `envoy --mode validate` gets (it takes well under one; the margin absorbs a loaded CI machine)."""
@@ -74,70 +65,9 @@ XDS_CLUSTER = {
 }
 
 
-def static_bootstrap(snapshot: Snapshot, *, admin_port: int = 0) -> dict[str, Any]:
-    """Return a bootstrap holding the snapshot's resources as static ones (see the module docstring)."""
-    routes = {name: as_dict(message) for name, message in messages(snapshot, ROUTE_TYPE).items()}
-    assignments = {name: as_dict(message) for name, message in messages(snapshot, ENDPOINT_TYPE).items()}
-    clusters = []
-    for message in messages(snapshot, CLUSTER_TYPE).values():
-        cluster = as_dict(message)
-        if cluster.get("type") == "EDS":
-            del cluster["eds_cluster_config"]
-            cluster["type"] = "STATIC"
-            cluster["load_assignment"] = assignments[cluster["name"]]
-        clusters.append(cluster)
-    document = {
-        "node": {"id": snapshot.node_id or "local", "cluster": "aether-validate"},
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
-        "dynamic_resources": {
-            "ads_config": {
-                "api_type": "DELTA_GRPC",
-                "transport_api_version": "V3",
-                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds_cluster"}}],
-            }
-        },
-        "static_resources": {
-            "clusters": [*clusters, XDS_CLUSTER],
-            "listeners": [as_dict(message) for message in messages(snapshot, LISTENER_TYPE).values()],
-            "secrets": [as_dict(message) for message in messages(snapshot, SECRET_TYPE).values()],
-        },
-    }
-    rewritten: dict[str, Any] = _rewritten(document, routes, frozenset(snapshot.of_type(SECRET_TYPE)))
-    return rewritten
-
-
-def _rewritten(value: Any, routes: dict[str, Any], secrets: frozenset[str]) -> Any:
-    if isinstance(value, list):
-        return [_rewritten(item, routes, secrets) for item in value]
-    if not isinstance(value, dict):
-        return value
-    static = "sds_config" in value and value.get("name") in secrets
-    result = {
-        key: _rewritten(item, routes, secrets)
-        for key, item in value.items()
-        if not (static and key == "sds_config")
-    }
-    if "rds" in result:
-        table = dict(routes[result.pop("rds")["route_config_name"]])
-        table["validate_clusters"] = True
-        result["route_config"] = table
-    return result
-
-
 def validate(snapshot: Snapshot, work_dir: Path) -> str:
-    """Run `envoy --mode validate` on the snapshot's bootstrap; return Envoy's output (assert it accepted)."""
-    path = work_dir / "bootstrap.json"
-    path.write_text(json.dumps(static_bootstrap(snapshot), indent=1))
-    result = subprocess.run(
-        [str(find_envoy_binary()), "--mode", "validate", "-c", str(path), "-l", "warning"],
-        capture_output=True,
-        text=True,
-        timeout=VALIDATE_TIMEOUT,
-        check=False,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"envoy rejected the projected snapshot:\n{output[-4000:]}"
-    return output
+    """Run `envoy --mode validate` on the snapshot's static bootstrap; return Envoy's output (assert it accepted)."""
+    return validate_config(snapshot_bootstrap(snapshot), work_dir / "validate", what="the projected snapshot")
 
 
 # --- realistic states ---
@@ -260,7 +190,9 @@ def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: st
     snapshot = project_node(state, node_name=node_name, now=AT)
     assert snapshot.consistent() == ()
     assert snapshot.not_found == frozenset({"ghost.nowhere.aether.internal:80"})
-    assert len(snapshot.of_type(LISTENER_TYPE)) == 16  # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4)
+    assert (
+        len(snapshot.of_type(LISTENER_TYPE)) == 16
+    )  # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4)
     assert "svc6.team6.aether.internal" not in snapshot.of_type(CLUSTER_TYPE)  # expired
     validate(snapshot, tmp_path)
 
@@ -388,7 +320,8 @@ async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(
         listeners = await trio.open_tcp_listeners(app_port, host=CALLEE_IP)
         await nursery.start(trio.serve_listeners, app.handle, listeners)
         async with open_envoy(
-            static_bootstrap(project_node(state, node_name=NODE, now=AT)), work_dir=tmp_path / "envoy"
+            snapshot_bootstrap(project_node(state, node_name=NODE, now=AT), admin_port=0),
+            work_dir=tmp_path / "envoy",
         ) as envoy:
             status, headers, body = await _request(CALLER_IP, 18081, "GET", "/ok", authority=db)
             assert status == 200

@@ -306,7 +306,9 @@ async def test_rewrites_header_modifiers_redirects_and_mirrors(tmp_path: Path) -
 
         moved = await client.request("/moved/a", host=host)
         assert moved.status == 301
-        assert moved.headers["location"].startswith("https://elsewhere.example")  # no port: see the test below
+        assert moved.headers["location"].startswith(
+            "https://elsewhere.example"
+        )  # no port: see the test below
         found = await client.request("/found/a", host=host)
         assert (found.status, found.headers["location"]) == (302, f"http://{host}/here")
 

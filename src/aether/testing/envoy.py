@@ -21,6 +21,8 @@ import attrs
 import trio
 from google.protobuf import json_format
 
+from aether.core.project.bootstrap import static_bootstrap as bootstrap_from_snapshot
+from aether.core.snapshot import Snapshot
 from aether.testing.http import http_get
 from aether.testing.xds_resources import LOOPBACK
 
@@ -33,7 +35,9 @@ __all__ = [
     "ads_bootstrap",
     "find_envoy_binary",
     "open_envoy",
+    "snapshot_bootstrap",
     "static_bootstrap",
+    "validate_config",
     "wait_for",
 ]
 
@@ -205,6 +209,37 @@ def ads_bootstrap(
         "static_resources": {"clusters": [xds_cluster]},
         "admin": _admin(admin_port),
     }
+
+
+VALIDATE_TIMEOUT = 120
+"""Seconds `envoy --mode validate` may take (a few thousand resources take a few seconds on a loaded machine)."""
+
+
+def validate_config(config: Mapping[str, Any], work_dir: Path, *, what: str) -> str:
+    """Run `envoy --mode validate` on bootstrap `config`; return Envoy's output, or fail naming `what` it rejected.
+
+    Raises:
+        AssertionError: Envoy rejected the bootstrap (the message ends with the tail of its output).
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / "validate.json"
+    path.write_text(json.dumps(config, indent=1))
+    result = subprocess.run(
+        [str(find_envoy_binary()), "--mode", "validate", "-c", str(path), "-l", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=VALIDATE_TIMEOUT,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"envoy rejected {what}:\n{output[-4000:]}"
+    return output
+
+
+def snapshot_bootstrap(snapshot: Snapshot, *, admin_port: int | None = None) -> dict[str, Any]:
+    """`aether.core.project.bootstrap.static_bootstrap(snapshot)` as JSON-ready dicts (admin on 127.0.0.1)."""
+    admin = None if admin_port is None else (LOOPBACK, admin_port)
+    return _to_json(bootstrap_from_snapshot(snapshot, admin=admin))
 
 
 def static_bootstrap(

@@ -152,3 +152,11 @@ def test_a_cluster_secret_the_snapshot_lacks_is_asked_for_on_a_plain_sds_stream(
         "resource_api_version": "V3",
     }
     assert XDS_CLUSTER in [item.name for item in bootstrap.static_resources.clusters]
+
+
+def test_a_snapshot_of_every_pod_gets_a_node_id_envoy_accepts() -> None:
+    """`project_node(node_name="")` (every pod, `aether render` without `--node`) has no node id; Envoy needs one."""
+    from aether.core.project.bootstrap import LOCAL_NODE_ID, static_bootstrap
+    from aether.core.state import EMPTY_STATE
+
+    assert static_bootstrap(project_node(EMPTY_STATE, node_name="", now=0)).node.id == LOCAL_NODE_ID

@@ -40,6 +40,8 @@ AGENT_XDS_SOCKET = "/run/aether/xds.sock"
 XDS_CLUSTER = "aether_xds"
 """The static cluster of the agent's xDS socket, added only when something still needs ADS."""
 NODE_CLUSTER = "aether"
+LOCAL_NODE_ID = "local"
+"""The node id of a snapshot projected for every pod (no node name): Envoy refuses SDS without a node id."""
 """The bootstrap's `node.cluster`: Envoy refuses dynamic secrets (SDS) without one, and nothing else reads it."""
 XDS_CONNECT_TIMEOUT_MS = 1_000
 """The agent is a local socket: a second only expires when no agent runs, and Envoy then retries."""
@@ -79,7 +81,7 @@ def static_bootstrap(snapshot: Snapshot, *, admin: tuple[str, int] | None = None
         for _, item in _items(snapshot, LISTENER_TYPE)
     ]
     bootstrap = bootstrap_pb2.Bootstrap()
-    bootstrap.node.id = snapshot.node_id
+    bootstrap.node.id = snapshot.node_id or LOCAL_NODE_ID
     bootstrap.node.cluster = NODE_CLUSTER
     bootstrap.static_resources.listeners.extend(listeners)
     bootstrap.static_resources.clusters.extend(clusters)
