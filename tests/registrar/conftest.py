@@ -17,7 +17,6 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
         yield server
 
 
-
 @pytest.fixture
 def free_grpc_aio() -> Iterator[None]:
     """After the test, collect what it left: grpc.aio's engine stays bound to the test's (closed) asyncio loop
