@@ -37,7 +37,7 @@ from aether.registrar.backends.etcd_layout import (
     value_of,
     version_of,
 )
-from aether.registrar.errors import InvalidRequestError
+from aether.registrar.errors import InvalidRequestError, StoreError
 from aether.testing import fold_events
 from aether.testing.etcd import EtcdServer, running_etcd
 from aether.xds.listen import ListenAddress, serve_grpc
@@ -413,3 +413,32 @@ async def test_a_load_after_a_compaction_starts_its_history_at_the_store_revisio
             snapshot = await backend.load()
     assert sorted(ip for _, _, ip in snapshot.endpoints) == ["10.0.0.1", "10.0.0.2"]
     assert (snapshot.history_size, snapshot.history_floor >= written) == (0, True)
+
+
+async def test_a_replaced_store_stops_the_backend(etcd_server: EtcdServer) -> None:
+    """The partition's epoch changed underneath (the store was wiped and recreated): watching again refuses to
+    continue, so the registrar stops instead of serving versions of two different stores."""
+    partition = _partition()
+    async with trio_asyncio.open_loop() as loop, _backend(etcd_server, partition, loop) as backend:
+        await backend.load()
+        await trio.to_thread.run_sync(etcd_server.etcdctl, "put", partition.epoch_key.decode(), "12345")
+        send, _receive = trio.open_memory_channel[BackendFeed](10)
+        with pytest.raises(StoreError, match=r"the store was replaced \(its epoch changed\); restart$"):
+            await backend.serve_updates(send)
+
+
+async def test_several_endpoints_fail_over_to_a_live_member(etcd_server: EtcdServer) -> None:
+    """`--etcd-endpoints` naming a dead address first: the channel reaches the live member."""
+    dead = trio.socket.socket()
+    await dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # a port nobody listens on
+    targets = parse_etcd_endpoints(f"http://127.0.0.1:{dead_port},{etcd_server.client_url}")
+    async with (
+        trio_asyncio.open_loop() as loop,
+        open_etcd_backend(targets, partition=_partition(), backoff=FAST, loop=loop) as backend,
+    ):
+        with trio.fail_after(20):
+            snapshot = await backend.load()
+    assert dict(snapshot.endpoints) == {}
+    assert backend.description.startswith(f"etcd 127.0.0.1:{dead_port},127.0.0.1:")
