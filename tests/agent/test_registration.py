@@ -100,3 +100,69 @@ def _stale(node: str) -> object:
     request = registration("127.0.10.7", service="shop/web")
     request.endpoint.kubernetes_metadata.node_name = node
     return request
+
+
+async def test_over_mtls_the_registrar_takes_the_agents_own_pods(tmp_path: Path) -> None:
+    """An agent with its node identity registers its pod with a registrar that authorizes by mTLS identity."""
+    from aether.registrar.authorization import agent_spiffe_id
+    from aether.registrar.tls import client_tls_context, server_tls_context
+    from aether.testing.spiffe import TestCA
+
+    trust_domain = "aether.internal"
+    ca = TestCA(trust_domain)
+    (tmp_path / "bundle.pem").write_bytes(ca.bundle_pem)
+
+    def files(name: str, spiffe_id: str) -> dict[str, Path]:
+        minted = ca.issue(spiffe_id)
+        (tmp_path / f"{name}.pem").write_bytes(minted.cert_chain_pem)
+        (tmp_path / f"{name}.key").write_bytes(minted.private_key_pem)
+        return {
+            "certificate": tmp_path / f"{name}.pem",
+            "key": tmp_path / f"{name}.key",
+            "bundle": tmp_path / "bundle.pem",
+        }
+
+    registrar_id = f"spiffe://{trust_domain}/ns/aether-system/sa/aether-registrar"
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(
+            functools.partial(
+                serve_registrar,
+                backend=MemoryBackend(),
+                listen=ListenAddress.tcp(host="127.0.0.1", port=0),
+                tls=server_tls_context(**files("registrar", registrar_id)),
+                trust_domain=trust_domain,
+            )
+        )
+        config = AgentConfig(
+            node_name=NODE,
+            log_dir=tmp_path / "log",
+            xds=ListenAddress.unix(tmp_path / "xds.sock"),
+            admin_socket=tmp_path / "admin.sock",
+            registrar=address,
+            registrar_tls=client_tls_context(
+                **files("agent", agent_spiffe_id(NODE, trust_domain=trust_domain))
+            ),
+        )
+        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+        async with agent.journal.sender() as send:
+            await send.send(
+                pod_added(
+                    make_pod(
+                        "web-1", namespace="shop", service_account="web", ips=("127.0.10.1",), node_name=NODE
+                    )
+                )
+            )
+        assert agent.registrations is not None
+        registrations = agent.registrations
+
+        async def registered() -> bool:
+            return registrations.statistics().in_sync and registrations.statistics().registered == 1
+
+        await wait_for(registered, timeout=CONVERGE)
+
+        async def synced_back() -> bool:  # the watch, over the same mTLS, brings the endpoint into the log
+            return "127.0.10.1" in {ip for _, ip in agent.journal.state.registry.endpoints_of("shop/web")}
+
+        await wait_for(synced_back, timeout=CONVERGE)
+        assert registrations.statistics().failures == 0
+        nursery.cancel_scope.cancel()

@@ -10,6 +10,7 @@ The root of the agent's task tree (STYLE C1): every task below is started here, 
 from __future__ import annotations
 
 import functools
+import ssl
 from pathlib import Path
 
 import attrs
@@ -48,6 +49,9 @@ class AgentConfig:
     """The registrar to watch (filtered to the node's dependency set) and to register the node's pods with;
     None: registry events come from elsewhere and nothing is registered."""
     cluster_name: str = "local"
+    registrar_tls: ssl.SSLContext | None = None
+    """mTLS to the registrar with this agent's node identity (`aether.registrar.tls.client_tls_context`): where the
+    registrar authorizes, it accepts only this node's endpoints from it. None: plaintext (a Unix socket, tests)."""
     cni_socket: Path | None = None
     """Serve the CNI service (`aether-cni` registers pods) on this Unix socket; None: pods come from elsewhere."""
     cni_pods: PodLookup | None = None
@@ -112,6 +116,7 @@ async def serve_agent(
                     node_name=config.node_name,
                     services=lambda: frozenset(projector.dependencies),
                     send=journal.sender(),
+                    tls=config.registrar_tls,
                 )
             )
             clients.append(client)
@@ -121,6 +126,7 @@ async def serve_agent(
                     target=config.registrar,
                     node_name=config.node_name,
                     cluster_name=config.cluster_name,
+                    tls=config.registrar_tls,
                 )
             )
             journal.subscribe(registrations.update)

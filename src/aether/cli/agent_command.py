@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from aether.cli.common import add_serving_arguments, add_verbose_argument, confi
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.kube import KubeClient, KubeError
+from aether.registrar.tls import client_tls_context
 from aether.xds.listen import ListenAddress
 
 
@@ -37,6 +39,13 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--cluster-name", default="local", help="this cluster's name (the registrar watch id)"
     )
+    for name, what in (("cert", "certificate chain"), ("key", "private key"), ("bundle", "trust bundle")):
+        parser.add_argument(
+            f"--registrar-{name}",
+            type=Path,
+            metavar="FILE",
+            help=f"mTLS to the registrar: this agent's node identity {what} (PEM; give all three)",
+        )
     parser.add_argument(
         "--cni-socket",
         type=Path,
@@ -54,12 +63,26 @@ def add_parser(roles: Any) -> None:
     parser.set_defaults(run=run_agent)
 
 
+def _registrar_tls(arguments: argparse.Namespace) -> ssl.SSLContext | None:
+    files = (arguments.registrar_cert, arguments.registrar_key, arguments.registrar_bundle)
+    if not any(files):
+        return None
+    if not all(files):
+        raise ValueError(
+            "--registrar-cert, --registrar-key and --registrar-bundle go together: give all three"
+        )
+    return client_tls_context(
+        certificate=arguments.registrar_cert, key=arguments.registrar_key, bundle=arguments.registrar_bundle
+    )
+
+
 def run_agent(arguments: argparse.Namespace) -> int:
     """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start)."""
     configure_logging(arguments)
     try:
         cluster = cluster_config(arguments, required=False)
-    except KubeError as error:
+        registrar_tls = _registrar_tls(arguments)
+    except (KubeError, OSError, ssl.SSLError, ValueError) as error:
         print(f"aether: error: {error}", file=sys.stderr)
         return 2
     config = AgentConfig(
@@ -73,6 +96,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         cni_socket=arguments.cni_socket,
         dns_records=arguments.dns_records,
         kube=None if cluster is None else KubeClient(cluster),
+        registrar_tls=registrar_tls,
     )
 
     async def main() -> None:
