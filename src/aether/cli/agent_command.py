@@ -12,7 +12,7 @@ import trio
 
 from aether.agent.admin import DEFAULT_ADMIN_SOCKET
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
-from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging
+from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.kube import KubeClient, KubeError
@@ -64,16 +64,8 @@ def add_parser(roles: Any) -> None:
 
 
 def _registrar_tls(arguments: argparse.Namespace) -> ssl.SSLContext | None:
-    files = (arguments.registrar_cert, arguments.registrar_key, arguments.registrar_bundle)
-    if not any(files):
-        return None
-    if not all(files):
-        raise ValueError(
-            "--registrar-cert, --registrar-key and --registrar-bundle go together: give all three"
-        )
-    return client_tls_context(
-        certificate=arguments.registrar_cert, key=arguments.registrar_key, bundle=arguments.registrar_bundle
-    )
+    files = tls_files(arguments, prefix="registrar")
+    return None if files is None else client_tls_context(**files)
 
 
 def run_agent(arguments: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
 
-__all__ = ["add_serving_arguments", "add_verbose_argument", "configure_logging"]
+__all__ = ["add_serving_arguments", "add_verbose_argument", "configure_logging", "tls_files"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -35,3 +35,23 @@ def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) ->
     )
     parser.add_argument("--admin-socket", type=Path, default=admin_socket, metavar="PATH")
     parser.add_argument("--svid-dir", type=Path, metavar="DIR", help=svid_help)
+
+
+def tls_files(arguments: argparse.Namespace, *, prefix: str) -> dict[str, Path] | None:
+    """The `--<prefix>-cert`, `--<prefix>-key` and `--<prefix>-bundle` files as the keyword arguments of
+    `aether.registrar.tls`'s context builders, or None when none is given.
+
+    Raises:
+        ValueError: Some but not all of the three are given.
+    """
+    attribute = prefix.replace("-", "_")
+    files = {
+        "certificate": getattr(arguments, f"{attribute}_cert"),
+        "key": getattr(arguments, f"{attribute}_key"),
+        "bundle": getattr(arguments, f"{attribute}_bundle"),
+    }
+    if not any(files.values()):
+        return None
+    if not all(files.values()):
+        raise ValueError(f"--{prefix}-cert, --{prefix}-key and --{prefix}-bundle go together: give all three")
+    return files

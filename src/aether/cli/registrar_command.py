@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import ssl
 import sys
 from collections.abc import AsyncIterator
@@ -14,8 +13,9 @@ from typing import Any
 import trio
 import trio_asyncio
 
+from aether.cli.common import add_verbose_argument, configure_logging, tls_files
+from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.kube.api import KubeClient
-from aether.kube.config import ClusterConfig
 from aether.kube.errors import ConfigError
 from aether.registrar import Backend, open_embedded_backend, serve_registrar
 from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoints
@@ -47,17 +47,7 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--cluster-name", default=DEFAULT_CLUSTER, help="the etcd partition's cluster (default: %(default)s)"
     )
-    parser.add_argument(
-        "--kube-api",
-        metavar="URL",
-        help="the Kubernetes API server (the kubernetes backend; default: in-cluster)",
-    )
-    parser.add_argument(
-        "--kubeconfig", type=Path, metavar="FILE", help="a kubeconfig (the kubernetes backend)"
-    )
-    parser.add_argument(
-        "--kube-context", metavar="NAME", help="the kubeconfig context (default: its current one)"
-    )
+    add_kube_arguments(parser, what="the kubernetes backend; default: in-cluster")
     parser.add_argument(
         "--tls-cert",
         type=Path,
@@ -73,7 +63,7 @@ def add_parser(roles: Any) -> None:
         metavar="NAME",
         help="accept a registration only from the agent of the endpoint's node (needs the --tls-* options)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO instead of WARNING")
+    add_verbose_argument(parser)
     parser.set_defaults(run=run_registrar)
 
 
@@ -91,21 +81,16 @@ def run_registrar(arguments: argparse.Namespace) -> int:
     if arguments.backend == "embedded" and arguments.data_dir is None:
         print("aether: error: --data-dir DIR is required with --backend embedded", file=sys.stderr)
         return 2
-    tls_files = (arguments.tls_cert, arguments.tls_key, arguments.tls_bundle)
-    if any(tls_files) and not all(tls_files):
-        print("aether: error: --tls-cert, --tls-key and --tls-bundle go together", file=sys.stderr)
+    try:
+        files = tls_files(arguments, prefix="tls")
+    except ValueError as error:
+        print(f"aether: error: {error}", file=sys.stderr)
         return 2
-    if arguments.trust_domain and not all(tls_files):
+    if arguments.trust_domain and files is None:
         print("aether: error: --trust-domain needs --tls-cert, --tls-key and --tls-bundle", file=sys.stderr)
         return 2
     try:
-        tls = (
-            server_tls_context(
-                certificate=arguments.tls_cert, key=arguments.tls_key, bundle=arguments.tls_bundle
-            )
-            if all(tls_files)
-            else None
-        )
+        tls = None if files is None else server_tls_context(**files)
     except (OSError, ssl.SSLError) as error:
         print(f"aether: error: TLS files: {error}", file=sys.stderr)
         return 2
@@ -114,10 +99,7 @@ def run_registrar(arguments: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"aether: error: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.INFO if arguments.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(arguments)
 
     async def main() -> None:
         async with _open_backend(arguments, kubernetes) as backend, trio.open_nursery() as nursery:
@@ -143,12 +125,8 @@ def run_registrar(arguments: argparse.Namespace) -> int:
 
 def _kubernetes_backend(arguments: argparse.Namespace) -> KubernetesBackend:
     """The kubernetes backend: `--kube-api`, else `--kubeconfig` (and `--kube-context`), else the pod's own config."""
-    if arguments.kube_api:
-        config = ClusterConfig.from_url(arguments.kube_api)
-    elif arguments.kubeconfig:
-        config = ClusterConfig.from_kubeconfig(arguments.kubeconfig, context=arguments.kube_context)
-    else:
-        config = ClusterConfig.from_in_cluster()
+    config = cluster_config(arguments, required=True)
+    assert config is not None  # required: the pod's own config when no option names one
     return KubernetesBackend(KubeClient(config))
 
 
