@@ -271,3 +271,11 @@ def test_a_projector_follows_time_and_mesh_changes_like_a_fresh_projection() -> 
     for step_state, now in steps:
         assert projector.project(step_state, now=now) == project_node(step_state, node_name=NODE, now=now)
         assert projector.project(step_state, now=now).consistent() == ()
+
+
+def test_the_projector_reports_the_dependency_set_of_its_last_projection() -> None:
+    """What the agent's registrar watch filters on: the services the node's snapshot was projected for, sorted."""
+    projector = NodeProjector(node_name=NODE)
+    assert projector.dependencies == ()
+    projector.project(MESH, now=AT)
+    assert projector.dependencies == ("default/web", "shop/api", "shop/cache", "shop/db")
