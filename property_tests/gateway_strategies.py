@@ -232,6 +232,45 @@ def routes(draw: st.DrawFn) -> KubeObject:
 
 
 @st.composite
+def l4_routes(draw: st.DrawFn) -> KubeObject:
+    """A GAMMA L4 route: a TCPRoute or TLSRoute (now and then a UDPRoute, refused) whose parents are Services,
+    sending to TCP services (`tcp`), HTTP ones, or none."""
+    kind = draw(st.sampled_from(["TCPRoute", "TCPRoute", "TLSRoute", "UDPRoute"]))
+    parents = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    {"group": "", "kind": "Service", "name": "web", "namespace": "default"},
+                    {**SERVICE_REF, "name": "web", "namespace": "default"},
+                    {**SERVICE_REF, "name": "api", "namespace": "default"},
+                    {**SERVICE_REF, "name": "api", "namespace": "default", "port": 81},
+                ]
+            ),
+            min_size=1,
+            max_size=2,
+            unique_by=lambda item: (item["name"], item.get("port", 0)),
+        )
+    )
+    backends = st.builds(
+        _backend, st.sampled_from(["tcp", "tcp", "v1", "missing"]), weight=st.sampled_from([None, 0, 2])
+    )
+    spec: dict[str, Any] = {
+        "parentRefs": parents,
+        "rules": [{"backendRefs": draw(st.lists(backends, max_size=3))}],
+    }
+    if kind == "TLSRoute":
+        spec["hostnames"] = draw(st.lists(_hostnames, min_size=1, max_size=2, unique=True))
+    meta = ObjectMeta(
+        kind=kind,
+        namespace="default",
+        name=draw(_route_names),
+        generation=draw(st.integers(1, 3)),
+        creation_timestamp=draw(_timestamps),
+    )
+    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+
+
+@st.composite
 def gateways(draw: st.DrawFn) -> KubeObject:
     """A Gateway of the edge's class (replacing the base one or beside it), sometimes invalid."""
     listeners = [
@@ -289,12 +328,16 @@ def grants(draw: st.DrawFn) -> KubeObject:
 
 
 def base_events() -> list[Event]:
-    """The edge's class and Gateway, the Services routes name, and one client pod on node-a calling web and api."""
+    """The edge's class and Gateway, the Services routes name (each with a ClusterIP), a TCP service's pod on
+    node-b, and one client pod on node-a (in a network namespace: GAMMA L4 chains land on its listeners) calling
+    web and api."""
 
-    def service(name: str, namespace: str = "default") -> Event:
+    def service(name: str, namespace: str = "default", *, at: int) -> Event:
         meta = ObjectMeta(kind="Service", namespace=namespace, name=name)
         return builders.kube_service_upserted(
-            KubeService(meta=meta, selector={"app": name}, ports=[ServicePort(port=80)])
+            KubeService(
+                meta=meta, selector={"app": name}, ports=[ServicePort(port=80)], cluster_ip=f"10.96.0.{at}"
+            )
         )
 
     client = builders.make_pod(
@@ -302,13 +345,23 @@ def base_events() -> list[Event]:
         service_account="client",
         node_name="node-a",
         ips=("10.0.0.5",),
+        netns="/var/run/netns/client-0",
         annotations={"config.aether.io/upstreams": "web, api"},
+    )
+    tcp = builders.make_pod(
+        "tcp-0",
+        service_account="tcp",
+        node_name="node-b",
+        ips=("10.0.1.5",),
+        labels={"app": "tcp", "aether.io/managed": "true"},
+        annotations={"endpoint.aether.io/protocol": "tcp"},
     )
     return [
         *edge_gateway_events(),
-        *(service(name) for name in SERVICES),
-        service("db", "other"),
+        *(service(name, at=at) for at, name in enumerate((*SERVICES, "tcp"), start=1)),
+        service("db", "other", at=100),
         builders.pod_added(client),
+        builders.pod_added(tcp),
     ]
 
 
@@ -325,6 +378,7 @@ def gateway_events() -> st.SearchStrategy[Event]:
         routes().map(builders.gateway_object_upserted),
         routes().map(builders.gateway_object_upserted),
         routes().map(lambda item: builders.gateway_object_deleted(item.meta)),
+        l4_routes().map(builders.gateway_object_upserted),
         gateways().map(builders.gateway_object_upserted),
         grants().map(builders.reference_grant_upserted),
         gateways().map(lambda item: builders.gateway_object_deleted(item.meta)),

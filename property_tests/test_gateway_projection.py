@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +19,7 @@ from aether.core.events import Event
 from aether.core.gateway import GatewayProjector, GatewayView, gateway_view
 from aether.core.project import NodeProjector, project_node
 from aether.core.project.names import http_cluster_name
+from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
 from aether.core.state import State
 from aether.testing import AT, fold_events
 from property_tests.gateway_strategies import base_events, gateway_events, tied_routes
@@ -169,6 +172,22 @@ def test_node_projector_with_routes_equals_a_full_projection(events: list[Event]
     snapshot = projector.project(state, now=AT)
     assert snapshot == project_node(state, node_name="node-a", now=AT)
     assert snapshot.consistent() == ()
+    assert _proxied_clusters(snapshot) <= set(snapshot.of_type(CLUSTER_TYPE))
+
+
+def _proxied_clusters(snapshot: Snapshot) -> set[str]:
+    """The clusters the listeners' `tcp_proxy` filters name (GAMMA L4 chains, pass-through)."""
+    names: set[str] = set()
+    for resource in snapshot.of_type(LISTENER_TYPE).values():
+        listener = listener_pb2.Listener.FromString(resource.body)
+        for chain in [*listener.filter_chains, listener.default_filter_chain]:
+            for item in chain.filters:
+                proxy = tcp_proxy_pb2.TcpProxy()
+                if item.typed_config.Unpack(proxy):
+                    names.add(proxy.cluster) if proxy.cluster else names.update(
+                        weighted.name for weighted in proxy.weighted_clusters.clusters
+                    )
+    return names
 
 
 _SAMPLE: list[tuple[str, GatewayView]] = []

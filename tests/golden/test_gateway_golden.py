@@ -33,8 +33,24 @@ def _message(message: Any) -> dict[str, Any]:
     return rendered
 
 
+def _mesh_l4(view: GatewayView) -> dict[str, Any]:
+    """GAMMA L4 routing per mesh service; the key is left out of cases without any (most of them)."""
+    if not view.mesh_l4:
+        return {}
+    return {
+        "mesh_l4": {
+            service: {
+                "destinations": [attrs.asdict(destination) for destination in routing.destinations],
+                "backend_services": list(routing.backend_services),
+            }
+            for service, routing in sorted(view.mesh_l4.items())
+        }
+    }
+
+
 def _routes(view: GatewayView) -> dict[str, Any]:
     return {
+        **_mesh_l4(view),
         "mesh": {
             service: {
                 "grpc": [_message(route) for route in routing.grpc_routes],

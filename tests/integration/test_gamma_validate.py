@@ -3,6 +3,7 @@ node whose pods call the routed services, loaded with `validate_clusters` on (ev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from aether.core.events import Event
@@ -15,9 +16,12 @@ from tests.golden.test_gateway_golden import CASES, TESTDATA
 from tests.integration.test_projection_validate import realistic_events, validate
 
 
-def _gamma_events(case: str) -> list[Event]:
+def gamma_events(
+    cases: Iterable[str], *, upstreams: str = "default/web, default/api, default/shop-sa", netns: str = ""
+) -> list[Event]:
+    """The golden `cases`' objects, and a pod of node-a calling `upstreams` (in local mode unless `netns`)."""
     documents = read_documents(
-        (TESTDATA / "base.yaml").read_text(), (TESTDATA / f"{case}.in.yaml").read_text()
+        (TESTDATA / "base.yaml").read_text(), *((TESTDATA / f"{case}.in.yaml").read_text() for case in cases)
     )
     # The golden inputs' pods are in local mode on node-a already; a caller of every routed service joins them.
     caller = make_pod(
@@ -26,7 +30,8 @@ def _gamma_events(case: str) -> list[Event]:
         service_account="caller",
         node_name=NODE,
         ips=("10.0.9.9",),
-        annotations={"config.aether.io/upstreams": "default/web, default/api, default/shop-sa"},
+        netns=netns,
+        annotations={"config.aether.io/upstreams": upstreams},
     )
     return [*manifest_events(documents), pod_added(caller)]
 
@@ -36,7 +41,7 @@ def test_gamma_cases_on_a_realistic_node_pass_envoy_validation(tmp_path: Path) -
     events = realistic_events(tmp_path, identities=True)
     for case in CASES:
         if case.startswith("gamma-"):
-            events += _gamma_events(case)
+            events += gamma_events([case])
     state = fold_events(*events)
     snapshot = project_node(state, node_name=NODE, now=AT)
     assert snapshot.consistent() == ()

@@ -16,6 +16,8 @@ CONTRACT = [
     "GatewayView",
     "L4Route",
     "ListenerStatus",
+    "MeshL4Destination",
+    "MeshL4Routing",
     "MeshRouting",
     "ObjectStatus",
     "ParentStatus",

@@ -20,6 +20,7 @@ from aether.core.gateway.status import (
     NO_MATCHING_LISTENER_HOSTNAME,
     NO_MATCHING_PARENT,
     NOT_ALLOWED_BY_LISTENERS,
+    UNSUPPORTED_VALUE,
 )
 
 
@@ -43,6 +44,10 @@ class ParentResult:
     listeners: tuple[Attached, ...] = ()
     service: str = ""
     """The mesh service of a Service parent."""
+    address: str = ""
+    """The ClusterIP of a Service parent of an L4 route (TCPRoute, TLSRoute)."""
+    ports: tuple[int, ...] = ()
+    """The Service ports an L4 route forwards on: the parentRef's port, or every TCP port of the Service."""
 
     @property
     def accepted(self) -> bool:
@@ -146,6 +151,35 @@ def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
             message=f"Service {ref.namespace}/{ref.name} not found",
         )
     return ParentResult(ref=ref, controller=MESH_CONTROLLER, service=service)
+
+
+def attach_l4_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
+    """Attach a GAMMA TCPRoute or TLSRoute: the mesh service behind the Service, and where its clients connect.
+
+    The node tells an L4 route's connections apart only by their original destination, so the Service needs a
+    ClusterIP (a headless one has none: its clients dial pod IPs) and a TCP port to forward on.
+    """
+    result = attach_to_service(ref, resolver)
+    kube = resolver.kube_service(ref.namespace, ref.name)
+    if not result.accepted or kube is None:
+        return result
+    where = f"Service {ref.namespace}/{ref.name}"
+    if not kube.cluster_ip or kube.cluster_ip == "None":
+        return attrs.evolve(
+            result,
+            reason=UNSUPPORTED_VALUE,
+            message=(
+                f"{where} has no ClusterIP (headless, or not allocated yet): L4 routes match connections by the "
+                "ClusterIP they were sent to; give the Service a ClusterIP"
+            ),
+        )
+    ports = sorted({port.port for port in kube.ports if port.protocol == "TCP"})
+    if ref.port:
+        ports = [ref.port] if ref.port in ports else []
+    if not ports:
+        wanted = f"TCP port {ref.port}" if ref.port else "TCP port"
+        return attrs.evolve(result, reason=NO_MATCHING_PARENT, message=f"{where} has no {wanted}")
+    return attrs.evolve(result, address=kube.cluster_ip, ports=tuple(ports))
 
 
 @attrs.frozen(kw_only=True)

@@ -125,6 +125,42 @@ class L4Route:
     backends: tuple[WeightedBackend, ...] = ()
     """The weighted backends; a weight-0 backend is kept with weight 0, an unresolved one with an empty cluster."""
 
+    @property
+    def usable_backends(self) -> tuple[tuple[str, int], ...]:
+        """The `(cluster, weight)` pairs a proxy splits over: resolved backends with a positive weight."""
+        return tuple(
+            (item.cluster, item.weight) for item in self.backends if item.cluster and item.weight > 0
+        )
+
+
+@attrs.frozen(kw_only=True)
+class MeshL4Destination:
+    """GAMMA L4: what one TCPRoute or TLSRoute forwards on one port of a Service parent's ClusterIP.
+
+    The node matches captured connections by their original destination (`address`:`port`) and, for a TLSRoute,
+    by SNI (`route.hostnames`); a route with no hostnames (TCPRoute, or a TLSRoute without any) takes the
+    connections no name matches.
+    """
+
+    address: str
+    """The parent Service's ClusterIP."""
+    port: int
+    """A port of the Service: the parentRef's `port`, or each of the Service's ports when it named none."""
+    route: L4Route
+    """The route's SNI names won on this destination (empty: the nameless connections) and its backends."""
+
+
+@attrs.frozen(kw_only=True)
+class MeshL4Routing:
+    """The GAMMA L4 routes of one mesh service (the one behind their parent Services), for the node's listeners."""
+
+    service: str
+    """The mesh service key `<ns>/<sa>` of the parent Services: the node routes for it when it is a dependency."""
+    destinations: tuple[MeshL4Destination, ...] = ()
+    """Sorted by address, port, then SNI names (nameless last): no two match the same connections."""
+    backend_services: tuple[str, ...] = ()
+    """The mesh services the routes forward to, sorted: their `tcp:` clusters must be in the caller's snapshot."""
+
 
 @attrs.frozen(kw_only=True)
 class EdgeListener:
@@ -171,5 +207,7 @@ class GatewayView:
     """The exact cluster names the edge's routes reference (a subset of the clusters of `backend_services`)."""
     mesh_backend_services: frozenset[str] = frozenset()
     """The mesh services that GAMMA routes point to (the node adds them to a dependency set it routes for)."""
+    mesh_l4: Mapping[str, MeshL4Routing] = attrs.field(factory=immutables.Map)
+    """GAMMA L4 routing (TCPRoute, TLSRoute) per mesh service `<ns>/<sa>` of the parent Services."""
     status: Mapping[str, ObjectStatus] = attrs.field(factory=immutables.Map)
     """The computed status of every Gateway API object, keyed by `<kind>/<ns>/<name>`."""

@@ -23,16 +23,15 @@ from aether.core.gateway.contract import (
     EdgeListener,
     L4Route,
     ObjectStatus,
-    WeightedBackend,
 )
 from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
+from aether.core.gateway.l4 import claim, weighted_backends
 from aether.core.gateway.listeners import ListenerState
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.gateways import Gateway
-from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, UDP_ROUTE, Route
+from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, Route
 from aether.core.gateway.precedence import ordered, shadow_note
 from aether.core.gateway.status import ACCEPTED, PROGRAMMED, condition
-from aether.core.project.names import service_fqdn, tcp_cluster_name
 
 _ListenerKey = tuple[str, str]
 """`(gateway key, listener name)`."""
@@ -63,12 +62,6 @@ def _route_host(route: Route, domain: str) -> str:
     """Return the route's own hostname that serves `domain`, the most specific; empty for a route without any."""
     candidates = [name for name in route.hostnames if covers(name, domain)]
     return min(candidates, key=_domain_order) if candidates else ""
-
-
-def _l4_cluster(kind: str, service: str, *, mesh_domain: str) -> str:
-    if kind == UDP_ROUTE:
-        return f"udp:{service_fqdn(service, mesh_domain=mesh_domain)}"
-    return tcp_cluster_name(service, mesh_domain=mesh_domain)
 
 
 class _HostIndex:
@@ -183,34 +176,19 @@ class _Builder:
         where = f"Gateway {state.gateway.meta.namespace}/{state.gateway.meta.name} listener {state.listener.name!r}"
         for item, attached in pairs:
             route = item.route
-            if route.kind == TLS_ROUTE:
-                free = tuple(host for host in attached.hosts if host not in claimed)
-                taken = [host for host in attached.hosts if host in claimed]
-                if taken:
-                    self.note(route.key, f"{where}: SNI {taken} already routed by an older TLSRoute")
-                if not free:
-                    continue
-                claimed.update(free)
-            else:
-                if ANY_HOST in claimed:
-                    self.note(route.key, f"{where}: the listener already routes to an older {route.kind}")
-                    continue
-                claimed.add(ANY_HOST)
-                free = ()
-            backends = []
-            for backend in item.backends[0]:
-                cluster = (
-                    _l4_cluster(route.kind, backend.service, mesh_domain=self.mesh_domain)
-                    if backend.service
-                    else ""
-                )
+            free, taken = claim(route.kind, attached.hosts, claimed)
+            if route.kind == TLS_ROUTE and taken:
+                self.note(route.key, f"{where}: SNI {list(taken)} already routed by an older TLSRoute")
+            elif taken:
+                self.note(route.key, f"{where}: the listener already routes to an older {route.kind}")
+            if free is None:
+                continue
+            backends = weighted_backends(item, mesh_domain=self.mesh_domain)
+            for backend in backends:
                 if backend.service:
                     self.services.add(backend.service)
-                    self.clusters.add(cluster)
-                backends.append(
-                    WeightedBackend(cluster=cluster, weight=backend.ref.weight, service=backend.service)
-                )
-            routes.append(L4Route(route=route.key, hostnames=free, backends=tuple(backends)))
+                    self.clusters.add(backend.cluster)
+            routes.append(L4Route(route=route.key, hostnames=free, backends=backends))
         return tuple(routes)
 
 

@@ -11,7 +11,7 @@ from aether.core.gateway.actions import Entry, translate
 from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting
 from aether.core.gateway.memo import Memo
-from aether.core.gateway.model.routes import GRPC_ROUTE
+from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
 from aether.core.gateway.precedence import ordered, shadow_note
 
 
@@ -63,7 +63,7 @@ def mesh_routing(resolved: Sequence[Resolved], *, memo: Memo) -> MeshResult:
     same objects as in the previous view keeps its `MeshRouting` object."""
     contributors: dict[str, list[Resolved]] = {}
     for item in resolved:
-        if not item.working:
+        if not item.working or item.route.kind not in (HTTP_ROUTE, GRPC_ROUTE):
             continue
         services = {
             result.service

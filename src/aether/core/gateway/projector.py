@@ -10,8 +10,14 @@ import attrs
 import immutables
 
 from aether.core.events.kube import KubeObject
-from aether.core.gateway import edge, mesh
-from aether.core.gateway.attach import ParentResult, Resolved, attach_to_gateway, attach_to_service
+from aether.core.gateway import edge, mesh, mesh_l4
+from aether.core.gateway.attach import (
+    ParentResult,
+    Resolved,
+    attach_l4_to_service,
+    attach_to_gateway,
+    attach_to_service,
+)
 from aether.core.gateway.contract import (
     EDGE_CONTROLLER,
     MESH_CONTROLLER,
@@ -35,6 +41,8 @@ from aether.core.gateway.model.routes import (
     GRPC_ROUTE,
     HTTP_ROUTE,
     ROUTE_KINDS,
+    TCP_ROUTE,
+    TLS_ROUTE,
     Route,
     RouteRejected,
     parse_route,
@@ -53,8 +61,9 @@ from aether.core.gateway.status import (
 from aether.core.order import sorted_items
 from aether.core.state.state import State
 
-MESH_ROUTE_KINDS = (HTTP_ROUTE, GRPC_ROUTE)
-"""GAMMA kinds this projection routes; mesh TCP/TLS/UDP routes are reported as not supported yet."""
+MESH_ROUTE_KINDS = (HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, TLS_ROUTE)
+"""GAMMA kinds this projection routes; a UDPRoute with a Service parent is refused (the node projects no UDP)."""
+MESH_L4_KINDS = (TCP_ROUTE, TLS_ROUTE)
 
 
 @attrs.frozen(kw_only=True)
@@ -99,8 +108,13 @@ class _Parents:
                     ref=ref,
                     controller=MESH_CONTROLLER,
                     reason=UNSUPPORTED_VALUE,
-                    message=f"{route_kind}s with a Service parent are not projected yet (only HTTPRoute and GRPCRoute)",
+                    message=(
+                        f"{route_kind}s with a Service parent are not projected: the node projects no UDP "
+                        "(HTTPRoute, GRPCRoute, TCPRoute and TLSRoute are)"
+                    ),
                 )
+            if route_kind in MESH_L4_KINDS:
+                return attach_l4_to_service(ref, self._resolver)
             return attach_to_service(ref, self._resolver)
         if not ref.is_gateway:
             return None
@@ -138,6 +152,10 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
         )
         for rule in route.rules
     )
+    if route.kind in MESH_L4_KINDS and any(
+        result.accepted and result.controller == MESH_CONTROLLER for result in results
+    ):
+        backends = tuple(tuple(resolver.tcp_backend(backend) for backend in rule) for rule in backends)
     mirrors = tuple(
         tuple(
             resolver.backend(mirror.backend, route_kind=route.kind, route_namespace=route.meta.namespace)
@@ -388,12 +406,17 @@ class GatewayProjector:
         self._resolved = resolved_now
 
         mesh_result = mesh.mesh_routing(resolved, memo=memo)
+        l4_result = mesh_l4.mesh_l4_routing(resolved, mesh_domain=mesh_domain)
         edge_result = edge.edge_listeners(resolved, states, memo=memo)
 
         statuses_now: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
         for item in resolved:
             key = item.route.key
-            shadowed = (*mesh_result.shadowed.get(key, ()), *edge_result.shadowed.get(key, ()))
+            shadowed = (
+                *mesh_result.shadowed.get(key, ()),
+                *l4_result.shadowed.get(key, ()),
+                *edge_result.shadowed.get(key, ()),
+            )
             held_status = self._statuses.get(key)
             if held_status is not None and held_status[0][0] is item and held_status[0][1] == shadowed:
                 status = held_status[1]
@@ -420,7 +443,8 @@ class GatewayProjector:
             edge_listeners=edge_result.listeners,
             backend_services=edge_result.backend_services,
             backend_clusters=edge_result.backend_clusters,
-            mesh_backend_services=mesh_result.backend_services,
+            mesh_backend_services=mesh_result.backend_services | l4_result.backend_services,
+            mesh_l4=immutables.Map(l4_result.routing),
             status=immutables.Map(statuses),
         )
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from aether.core.events.kube import KubeService
+from aether.core.events.registry import Protocol
 from aether.core.gateway.model.grants import ReferenceGrant
 from aether.core.gateway.model.refs import CORE_GROUP, GATEWAY_GROUP, BackendRef
 from aether.core.state.pods import PodRecord
@@ -21,6 +22,7 @@ from aether.core.state.pods import PodRecord
 BACKEND_NOT_FOUND = "BackendNotFound"
 REF_NOT_PERMITTED = "RefNotPermitted"
 INVALID_KIND = "InvalidKind"
+UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 
 
 @attrs.frozen(kw_only=True)
@@ -74,6 +76,38 @@ class Resolver:
             account = f"{namespace}/{accounts[0] if accounts else name}"
         self._accounts[key] = account
         return account
+
+    def kube_service(self, namespace: str, name: str) -> KubeService | None:
+        """Return the Kubernetes Service `namespace/name`, or None."""
+        return self._services.get(f"Service/{namespace}/{name}")
+
+    def tcp_backend(self, backend: Backend) -> Backend:
+        """Return `backend` as the backend of a GAMMA TCPRoute or TLSRoute: unresolved unless it speaks TCP.
+
+        Its connections go to the service's `tcp:` cluster, which only TCP endpoints serve. The state knows the
+        protocol of its own pods only (`endpoint.aether.io/protocol`): a service whose known pods are all HTTP
+        is refused (`UnsupportedProtocol`); one without a known pod (elsewhere in the cluster) is taken as TCP,
+        and the node gives it a `tcp:` cluster either way.
+        """
+        known = [
+            record
+            for record in self._pods.get(backend.ref.namespace, ())
+            if record.service == backend.service
+        ]
+        if (
+            not backend.service
+            or not known
+            or any(record.config.protocol == Protocol.TCP for record in known)
+        ):
+            return backend
+        return Backend(
+            ref=backend.ref,
+            reason=UNSUPPORTED_PROTOCOL,
+            message=(
+                f"backendRef {backend.ref.key}: mesh service {backend.service} does not speak TCP (no pod of it "
+                "has endpoint.aether.io/protocol: tcp), so no tcp: cluster serves it"
+            ),
+        )
 
     def permitted(
         self,

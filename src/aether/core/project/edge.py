@@ -22,7 +22,7 @@ import attrs
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
-from aether.core.gateway import EdgeListener, GatewayView, L4Route, gateway_view
+from aether.core.gateway import EdgeListener, GatewayView, gateway_view
 from aether.core.project._messages import milliseconds
 from aether.core.project.clusters import CONNECT_TIMEOUT_MS, service_cluster
 from aether.core.project.dependencies import ServiceDemand
@@ -188,11 +188,6 @@ def _listeners(
     return listeners, tables, unroutable
 
 
-def _backends(route: L4Route) -> tuple[tuple[str, int], ...]:
-    """A route's usable `(cluster, weight)` pairs: resolved, with a positive weight."""
-    return tuple((item.cluster, item.weight) for item in route.backends if item.cluster and item.weight > 0)
-
-
 def _l4_listener(
     port: int, group: Sequence[EdgeListener], *, bind: str, certificates: dict[str, tuple[bytes, bytes]]
 ) -> tuple[Any, bool] | None:
@@ -203,7 +198,7 @@ def _l4_listener(
         return None
     unroutable = [(UNROUTABLE_CLUSTER, 1)]
     if first.protocol == "TCP":
-        backends = _backends(routes[0]) or tuple(unroutable)
+        backends = routes[0].usable_backends or tuple(unroutable)
         return tcp_listener(port, bind=bind, backends=backends), backends[0][0] == UNROUTABLE_CLUSTER
     certificate = _first_certificate(first, certificates) if first.tls_mode == "Terminate" else ""
     if first.tls_mode == "Terminate" and not certificate:
@@ -217,7 +212,7 @@ def _l4_listener(
         if not names:
             continue
         claimed.update(name.lower() for name in names)
-        backends = _backends(route) or tuple(unroutable)
+        backends = route.usable_backends or tuple(unroutable)
         needs = needs or backends[0][0] == UNROUTABLE_CLUSTER
         chains.append((names, backends))
     return tls_listener(port, bind=bind, chains=chains, certificate=certificate), needs

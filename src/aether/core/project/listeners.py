@@ -7,8 +7,10 @@ in local mode (no namespace) on the pod's own IP, the first of `pod.ips`.
 * `capture_<pod>` (18001, transparent): `original_dst` recovers the destination the connection had, and
   `http_inspector` tells HTTP apart; HTTP goes into the mesh routes (`cap_http`), everything else through to
   its original destination (`passthrough_original_dst`).
+* GAMMA L4 (TCPRoute, TLSRoute with a Service parent): on both transparent listeners, a chain per routed
+  ClusterIP and port (and SNI name) proxies to the route's backends (`l4_chains`).
 * `l4_tcp_<pod>` (18082, transparent): TCP through to the original destination. The UDP half of the L4 port
-  (`udp_proxy`) is not projected yet: it needs UDP routes (UDPRoute), which the state does not fold yet.
+  (`udp_proxy`) is not projected: GAMMA UDPRoutes are refused for now, and nothing else needs it.
 * `inbound_<pod>` (18008): mTLS with the pod's own SVID, client certificates required and checked against the
   trust bundle; the caller's identity is recorded in `x-forwarded-client-cert` (SANITIZE_SET: URI and Subject)
   and the request delivered to the app through `app_<pod>_<port>`. SNI = a port selects that port's chain, ALPN
@@ -33,7 +35,9 @@ from envoy.extensions.filters.network.set_filter_state.v3 import set_filter_stat
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from google.protobuf import wrappers_pb2
 
+from aether.core.gateway.contract import MeshL4Destination
 from aether.core.project._messages import ads, milliseconds, pack, socket_address
+from aether.core.project.l4_chains import l4_chains, needs_sni
 from aether.core.project.names import (
     ANY_ADDRESS,
     CAPTURE_PORT,
@@ -155,8 +159,24 @@ def _passthrough_chain(name: str) -> Any:
     return listener_components_pb2.FilterChain(name=name, filters=[_tcp_proxy(name, PASSTHROUGH_CLUSTER)])
 
 
-def capture_listener(record: PodRecord, *, trust_domain: str) -> Any:
-    """Return `capture_<pod>`: captured HTTP into `cap_http`, anything else through to where it was going."""
+def _inspectors(l4: Sequence[MeshL4Destination], *, http: bool) -> list[Any]:
+    """The listener filters of a transparent listener: the original destination, TLS SNI when a GAMMA L4 chain
+    matches on it, the HTTP protocol on capture."""
+    filters = [_listener_filter("envoy.filters.listener.original_dst", original_dst_pb2.OriginalDst())]
+    if needs_sni(l4):
+        filters.append(
+            _listener_filter("envoy.filters.listener.tls_inspector", tls_inspector_pb2.TlsInspector())
+        )
+    if http:
+        filters.append(
+            _listener_filter("envoy.filters.listener.http_inspector", http_inspector_pb2.HttpInspector())
+        )
+    return filters
+
+
+def capture_listener(record: PodRecord, *, trust_domain: str, l4: Sequence[MeshL4Destination] = ()) -> Any:
+    """Return `capture_<pod>`: captured HTTP into `cap_http`, the GAMMA L4 destinations `l4` to their routes'
+    backends, anything else through to where it was going."""
     name = capture_listener_name(record.pod)
     token = pod_token(record.pod)
     return listener_pb2.Listener(
@@ -165,10 +185,7 @@ def capture_listener(record: PodRecord, *, trust_domain: str) -> Any:
         traffic_direction=base_pb2.OUTBOUND,
         # TPROXY-style capture keeps the original destination on the packet: the socket must accept any address.
         transparent=wrappers_pb2.BoolValue(value=True),
-        listener_filters=[
-            _listener_filter("envoy.filters.listener.original_dst", original_dst_pb2.OriginalDst()),
-            _listener_filter("envoy.filters.listener.http_inspector", http_inspector_pb2.HttpInspector()),
-        ],
+        listener_filters=_inspectors(l4, http=True),
         listener_filters_timeout=milliseconds(LISTENER_FILTERS_TIMEOUT_MS),
         continue_on_listener_filters_timeout=True,
         filter_chains=[
@@ -181,25 +198,30 @@ def capture_listener(record: PodRecord, *, trust_domain: str) -> Any:
                     _source_identity(record, trust_domain=trust_domain),
                     _mesh_http(f"capture_{token}", route=CAPTURE_ROUTE),
                 ],
-            )
+            ),
+            *l4_chains(f"capture_l4_{token}", l4),
         ],
         default_filter_chain=_passthrough_chain(f"capture_passthrough_{token}"),
     )
 
 
-def l4_tcp_listener(record: PodRecord) -> Any:
-    """Return `l4_tcp_<pod>`: TCP on the L4 port, through to its original destination."""
+def l4_tcp_listener(record: PodRecord, *, l4: Sequence[MeshL4Destination] = ()) -> Any:
+    """Return `l4_tcp_<pod>`: TCP on the L4 port, the GAMMA L4 destinations `l4` to their routes' backends,
+    anything else through to its original destination."""
     name = l4_tcp_listener_name(record.pod)
-    return listener_pb2.Listener(
+    listener = listener_pb2.Listener(
         name=name,
         address=_address(record, L4_PORT, host=ANY_ADDRESS),
         traffic_direction=base_pb2.OUTBOUND,
         transparent=wrappers_pb2.BoolValue(value=True),
-        listener_filters=[
-            _listener_filter("envoy.filters.listener.original_dst", original_dst_pb2.OriginalDst()),
-        ],
-        filter_chains=[_passthrough_chain(name)],
+        listener_filters=_inspectors(l4, http=False),
+        filter_chains=[_passthrough_chain(name), *l4_chains(name, l4)],
     )
+    if needs_sni(l4):
+        # Like capture: a client that speaks first waits no longer than this before passing through.
+        listener.listener_filters_timeout.CopyFrom(milliseconds(LISTENER_FILTERS_TIMEOUT_MS))
+        listener.continue_on_listener_filters_timeout = True
+    return listener
 
 
 def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:

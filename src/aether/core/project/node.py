@@ -23,7 +23,7 @@ import attrs
 
 # A module import: `aether.core.gateway` builds on `aether.core.project.names`, so either package may load first.
 import aether.core.gateway.view as gateway_views
-from aether.core.gateway.contract import GatewayView, MeshRouting
+from aether.core.gateway.contract import GatewayView, MeshL4Destination, MeshL4Routing, MeshRouting
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
@@ -60,6 +60,15 @@ def project_node(state: State, *, node_name: str, now: int) -> Snapshot:
         The snapshot at `state.seq`; its `not_found` holds the names requested on demand that no cluster serves.
     """
     return NodeProjector(node_name=node_name).project(state, now=now)
+
+
+@attrs.frozen(kw_only=True)
+class _L4InSet:
+    """The GAMMA L4 routing of a dependency set: what the pods' transparent listeners match, and the services
+    that must have a `tcp:` cluster."""
+
+    destinations: tuple[MeshL4Destination, ...]
+    backends: frozenset[str]
 
 
 @attrs.frozen(kw_only=True)
@@ -145,8 +154,10 @@ class NodeProjector:
         self._local, self._identities, self._identity = _Last(), _Last(), _Last()
         self._dependencies: tuple[str, ...] = ()
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
-        self._gateway, self._routed_demand = _Last(), _Last()
+        self._gateway, self._routed_demand, self._l4_in_set = _Last(), _Last(), _Last()
         self._routings: Mapping[str, MeshRouting] = {}
+        self._l4: Mapping[str, MeshL4Routing] = {}
+        self._l4_held: _L4InSet | None = None
         self._gateway_projector = gateway_views.GatewayProjector()
         self._service_context: ServiceContext | None = None
         self._pod_context: PodContext | None = None
@@ -187,8 +198,10 @@ class NodeProjector:
             (identities, state.identity.svids), lambda: upstream_identity(identities, state.identity.svids)
         )
         routings = self._mesh_routings(state)
-        demand = self._dependency_set(state, local, routings, now=now)
+        l4 = self._l4
+        demand = self._dependency_set(state, local, routings, l4, now=now)
         self._dependencies = demand.services
+        l4_in_set = self._l4_of(demand, l4)
         service_context = _interned(
             self._service_context,
             ServiceContext(
@@ -205,9 +218,9 @@ class NodeProjector:
 
         changes = _Changes()
         services_projected, vhosts_changed = self._project_services(
-            state, demand, service_context, routings, changes
+            state, demand, service_context, routings, l4_in_set.backends, changes
         )
-        pods_projected = self._project_pods(local, pod_context, changes)
+        pods_projected = self._project_pods(local, pod_context, l4_in_set.destinations, changes)
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
         self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
         if not self._passthrough:
@@ -259,10 +272,36 @@ class NodeProjector:
         }
         if len(current) != len(previous) or any(current[key] is not previous.get(key) for key in current):
             self._routings = current
+        if view.mesh_l4 is not self._l4 and view.mesh_l4 != self._l4:
+            self._l4 = view.mesh_l4
         return self._routings
 
+    def _l4_of(self, demand: Demand, l4: Mapping[str, MeshL4Routing]) -> _L4InSet:
+        """Return the GAMMA L4 destinations of the dependency set and their backends (the same object while
+        equal, so that pod and service units stay reused)."""
+
+        def compute() -> _L4InSet:
+            routings = [routing for service in demand.services if (routing := l4.get(service)) is not None]
+            return _interned(
+                self._l4_held,
+                _L4InSet(
+                    destinations=tuple(item for routing in routings for item in routing.destinations),
+                    backends=frozenset(name for routing in routings for name in routing.backend_services),
+                ),
+            )
+
+        held: _L4InSet = self._l4_in_set.get((demand.services, l4), compute)
+        self._l4_held = held
+        return held
+
     def _dependency_set(
-        self, state: State, local: LocalPods, routings: Mapping[str, MeshRouting], *, now: int
+        self,
+        state: State,
+        local: LocalPods,
+        routings: Mapping[str, MeshRouting],
+        l4: Mapping[str, MeshL4Routing],
+        *,
+        now: int,
     ) -> Demand:
         mesh = state.kube.mesh_config
         on_demand = state.feedback.on_demand
@@ -285,19 +324,20 @@ class NodeProjector:
         )
 
         def with_backends() -> Demand:
-            # The services GAMMA routes of the set send to need their clusters here too (one level: routing
-            # happens once, at the caller).
+            # The services GAMMA routes (HTTP and L4) of the set send to need their clusters here too (one level:
+            # routing happens once, at the caller).
             extra = {
                 backend
                 for service in demand.services
-                if (routing := routings.get(service)) is not None
+                for routing in (routings.get(service), l4.get(service))
+                if routing is not None
                 for backend in routing.backend_services
             }.difference(demand.services)
             if not extra:
                 return demand
             return dependencies.demand(sorted_unique((*declared, *extra)), index, live_from=live_from)
 
-        routed: Demand = self._routed_demand.get((demand, routings), with_backends)
+        routed: Demand = self._routed_demand.get((demand, routings, l4), with_backends)
         return routed
 
     def _node_locality(self, state: State, local: LocalPods) -> Locality | None:
@@ -320,6 +360,7 @@ class NodeProjector:
         demand: Demand,
         context: ServiceContext,
         routings: Mapping[str, MeshRouting],
+        tcp_backends: frozenset[str],
         changes: _Changes,
     ) -> tuple[int, bool]:
         """Bring the service units in line; return how many were computed and whether a virtual host changed."""
@@ -344,13 +385,22 @@ class NodeProjector:
                 candidates.update(
                     service for service in deps if routings.get(service) is not old_routings.get(service)
                 )
+            if tcp_backends is not previous[5]:
+                candidates.update(tcp_backends.symmetric_difference(previous[5]).intersection(deps))
             order: Iterable[str] = sorted(candidates)
         else:
             refs = list(map(registry.endpoints.get, deps))
             order = deps
             for service in sorted(set(self._services).difference(deps)):
                 changes.replace(self._services.pop(service)[1].resources, ())
-        self._services_inputs = (demand, context, registry.endpoints, registry.services, routings)
+        self._services_inputs = (
+            demand,
+            context,
+            registry.endpoints,
+            registry.services,
+            routings,
+            tcp_backends,
+        )
         self._endpoint_refs = refs
         projected, vhosts_changed = 0, False
         for service in order:
@@ -358,13 +408,20 @@ class NodeProjector:
             endpoints = registry.endpoints.get(service)
             in_catalog = service in registry.services
             routing = routings.get(service)
-            inputs = (endpoints, service_demand, in_catalog, context, routing)
+            tcp_backend = service in tcp_backends
+            inputs = (endpoints, service_demand, in_catalog, context, routing, tcp_backend)
             held = self._services.get(service)
             if held is not None and _same(held[0], inputs):
                 continue
             old = held[1] if held is not None else NOTHING
             new = project_service(
-                service, endpoints, service_demand, in_catalog=in_catalog, context=context, routing=routing
+                service,
+                endpoints,
+                service_demand,
+                in_catalog=in_catalog,
+                context=context,
+                routing=routing,
+                tcp_backend=tcp_backend,
             )
             vhosts = old.vhosts if old.vhosts == new.vhosts else new.vhosts
             vhosts_changed = vhosts_changed or vhosts is not old.vhosts
@@ -376,18 +433,24 @@ class NodeProjector:
             projected += 1
         return projected, vhosts_changed
 
-    def _project_pods(self, local: LocalPods, context: PodContext, changes: _Changes) -> int:
+    def _project_pods(
+        self,
+        local: LocalPods,
+        context: PodContext,
+        l4: tuple[MeshL4Destination, ...],
+        changes: _Changes,
+    ) -> int:
         present = {record.pod.key for record in local.records}
         for key in sorted(set(self._pods).difference(present)):
             changes.replace(self._pods.pop(key)[1], ())
         projected = 0
         for record in local.records:
             bound = record.pod.key in local.bound
-            inputs = (record, bound, context)
+            inputs = (record, bound, context, l4)
             held = self._pods.get(record.pod.key)
             if held is not None and _same(held[0], inputs):
                 continue
-            new = project_pod(record, bound=bound, context=context)
+            new = project_pod(record, bound=bound, context=context, l4=l4)
             self._pods[record.pod.key] = (inputs, changes.replace(held[1] if held else (), new))
             projected += 1
         return projected

@@ -9,8 +9,11 @@ purpose.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
+from aether.core.gateway.contract import MeshL4Destination
 from aether.core.project.clusters import app_cluster
 from aether.core.project.listeners import (
     capture_listener,
@@ -32,8 +35,13 @@ class PodContext:
     """True when the node holds no SVID at all: the inbound listener accepts plaintext."""
 
 
-def project_pod(record: PodRecord, *, bound: bool, context: PodContext) -> tuple[Resource, ...]:
-    """Return the listeners and app clusters of `record`'s pod; nothing when it has no place to bind (`bound`)."""
+def project_pod(
+    record: PodRecord, *, bound: bool, context: PodContext, l4: Sequence[MeshL4Destination] = ()
+) -> tuple[Resource, ...]:
+    """Return the listeners and app clusters of `record`'s pod; nothing when it has no place to bind (`bound`).
+
+    `l4` are the GAMMA L4 destinations of the node's dependency set, matched on the pod's capture and L4 ports.
+    """
     if not bound:
         return ()
     trust_domain = context.trust_domain
@@ -41,9 +49,9 @@ def project_pod(record: PodRecord, *, bound: bool, context: PodContext) -> tuple
     if record.pod.netns:
         captured = (
             Resource.from_message(
-                capture_listener(record, trust_domain=trust_domain), references=(CAPTURE_ROUTE,)
+                capture_listener(record, trust_domain=trust_domain, l4=l4), references=(CAPTURE_ROUTE,)
             ),
-            Resource.from_message(l4_tcp_listener(record)),
+            Resource.from_message(l4_tcp_listener(record, l4=l4)),
         )
     return (
         Resource.from_message(

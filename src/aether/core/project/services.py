@@ -8,7 +8,7 @@ Which clusters a service gets:
 * `<fqdn>:<port>` for each port its HTTP endpoints advertise besides their primary ports (the `ports` endpoint
   annotation), and for a primary port when that exact name was requested on demand (so the request that asked for
   it is answered with it);
-* `tcp:<fqdn>` when it has TCP endpoints.
+* `tcp:<fqdn>` when it has TCP endpoints, or a GAMMA L4 route of the node forwards to it.
 
 A service only requested on demand gets nothing while it is not in the registry catalog, and every requested name it
 cannot serve (not in the catalog, a port it does not advertise, `udp:`) is reported as not found.
@@ -77,7 +77,12 @@ def _serves(endpoint: Endpoint, port: int) -> bool:
 
 
 def _clusters(
-    service: str, endpoints: Sequence[Endpoint], requested: Sequence[str], *, mesh_domain: str
+    service: str,
+    endpoints: Sequence[Endpoint],
+    requested: Sequence[str],
+    *,
+    mesh_domain: str,
+    tcp_backend: bool = False,
 ) -> tuple[list[_Cluster], list[tuple[str, list[str], str]]]:
     """Return the service's clusters and its virtual hosts as `(name, domains, cluster)`."""
     http = tuple(item for item in endpoints if item.protocol != Protocol.TCP)
@@ -103,7 +108,7 @@ def _clusters(
             clusters.append(_Cluster(name=name, members=members, http=True, sni=str(port)))
             if port in extras:
                 vhosts.append((name, [name], name))
-    if tcp:
+    if tcp or tcp_backend:
         clusters.append(
             _Cluster(name=tcp_cluster_name(service, mesh_domain=mesh_domain), members=tcp, http=False)
         )
@@ -118,17 +123,21 @@ def project_service(
     in_catalog: bool,
     context: ServiceContext,
     routing: MeshRouting | None = None,
+    tcp_backend: bool = False,
 ) -> ServiceProjection:
     """Return the resources of `service` (see the module docstring for which).
 
     With `routing` (GAMMA routes whose parent resolves to the service), the routes of its own virtual host (the
     one named after its bare cluster) are the GAMMA routes, in precedence order; its per-port virtual hosts keep
-    the default routes.
+    the default routes. A `tcp_backend` (a GAMMA TCPRoute or TLSRoute of the node forwards to it) gets its `tcp:`
+    cluster even before its first TCP endpoint registers, so no `tcp_proxy` names a missing cluster.
     """
     if not demand.declared and not in_catalog:
         return ServiceProjection(not_found=demand.requested) if demand.requested else NOTHING
     members = sorted_values(endpoints) if endpoints is not None else []
-    clusters, vhosts = _clusters(service, members, demand.requested, mesh_domain=context.mesh_domain)
+    clusters, vhosts = _clusters(
+        service, members, demand.requested, mesh_domain=context.mesh_domain, tcp_backend=tcp_backend
+    )
     peer = spiffe_id(service, trust_domain=context.trust_domain)
     resources: list[Resource] = []
     for item in clusters:
