@@ -11,6 +11,7 @@ broken stream and re-lists when that revision was compacted away.
 from __future__ import annotations
 
 import contextlib
+import gc
 import ipaddress
 import logging
 import math
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 import attrs
 import trio
+import trio.lowlevel
 import trio_asyncio
 from aetcd import rpc
 from grpc.aio import EOF
@@ -516,8 +518,14 @@ async def open_etcd_backend(
     try:
         yield backend
     finally:
-        # grpc.aio frees its per-process engine (bound to this loop) only once no channel object is left:
-        # drop the backend's references, so a later loop (the next trio run) gets a fresh engine.
+        # grpc.aio frees its per-process engine (bound to this loop) only once no channel object is left, and
+        # until then its poller thread keeps scheduling callbacks on this loop. Close the channel, drop every
+        # reference and collect now, while the loop is still open: freed later, the engine would call into a
+        # closed loop ("Event loop is closed", raised inside whatever trio-asyncio loop is running then).
         backend._kv = backend._watch_stub = None
         with trio.CancelScope(shield=True), trio.move_on_after(REQUEST_TIMEOUT):
             await loop.run_aio_coroutine(channel.close())
+        del channel, backend
+        gc.collect()
+        with trio.CancelScope(shield=True):
+            await trio.lowlevel.checkpoint()  # let callbacks already queued on the loop run while it is open
