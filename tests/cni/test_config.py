@@ -129,6 +129,13 @@ def test_the_network_config_reads_our_keys_and_the_runtimes() -> None:
             "network config: 'agentSocket' must be an absolute path (got 'cni.sock')",
         ),
         (
+            b'{"cniVersion": "1.1.0", "agentSocket": "/run/' + b"a" * 120 + b'.sock"}',
+            InvalidNetworkConfig,
+            7,
+            f"network config: 'agentSocket': listen address 'unix:/run/{'a' * 120}.sock': the unix socket path "
+            "must be at most 107 bytes (got 130)",
+        ),
+        (
             b'{"cniVersion": "1.1.0", "agentTimeoutSeconds": true}',
             InvalidNetworkConfig,
             7,

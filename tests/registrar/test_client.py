@@ -454,11 +454,11 @@ async def test_the_registrar_connection_probes_a_silent_peer() -> None:
     3 probes; unacknowledged sends time out after 25 s."""
     import socket
 
-    from aether.registrar.client import _open_grpc_socket
+    from aether.xds.calls import open_grpc_socket
 
     async with (
         _registrar(MemoryBackend()) as registrar,
-        _open_grpc_socket(registrar.address, tls=None) as opened,
+        open_grpc_socket(registrar.address) as opened,
     ):
         sock = opened._socket._stream.extra(anyio.abc.SocketAttribute.raw_socket)
         assert (

@@ -23,17 +23,15 @@ from typing import Any
 
 import attrs
 import trio
-from purerpc.grpclib.events import ResponseEnded
-from purerpc.grpclib.exceptions import raise_status
 
 from aether.core.events.registry import Endpoint, EndpointKey
 from aether.core.project.registrations import local_endpoints
 from aether.core.state import State
 from aether.proto.registrar.v1 import registrar_pb2
 from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
-from aether.registrar.client import _TRANSIENT, _open_grpc_socket
 from aether.registrar.convert import registration_to_proto
 from aether.registrar.server import SERVICE_NAME
+from aether.xds.calls import CONNECTION_ERRORS, open_grpc_socket, unary_call
 from aether.xds.listen import ListenAddress
 
 __all__ = ["RegistrationStatistics", "Registrations", "serve_registrations"]
@@ -109,7 +107,7 @@ class Registrations:
         while True:
             try:
                 await self._session()
-            except _TRANSIENT as exc:
+            except CONNECTION_ERRORS as exc:
                 failures += 1
                 self._failures += 1
                 delay = self._backoff.delay(failures, rng=self._rng)
@@ -123,12 +121,20 @@ class Registrations:
 
     async def _session(self) -> None:
         """One connection: drop what the registrar holds for this node beyond the intents, then follow them."""
-        async with _open_grpc_socket(self._target, tls=self._tls) as grpc_socket:
+        async with open_grpc_socket(self._target, tls=self._tls) as grpc_socket:
             scheme = "http" if self._tls is None else "https"
 
             async def call(method: str, request: Any) -> Any:
                 self._calls += 1
-                return await _unary(grpc_socket, self._target, method, request, scheme=scheme)
+                return await unary_call(
+                    grpc_socket,
+                    service=SERVICE_NAME,
+                    method=method,
+                    request=request,
+                    response_type=_RESPONSES[method],
+                    scheme=scheme,
+                    authority=str(self._target),
+                )
 
             listing = await call("ListAllEndpoints", registrar_pb2.ListAllEndpointsRequest())
             self._registered = {}
@@ -161,26 +167,6 @@ class Registrations:
             if self._registered.get(key) != endpoint:
                 await call("RegisterEndpoint", registration_to_proto(endpoint))
                 self._registered[key] = endpoint
-
-
-async def _unary(grpc_socket: Any, target: ListenAddress, method: str, request: Any, *, scheme: str) -> Any:
-    """Make one unary call on `grpc_socket`; raise the call's status as a purerpc error when it is not OK."""
-    stream = await grpc_socket.start_request(
-        scheme, SERVICE_NAME, method, request.DESCRIPTOR.full_name, str(target)
-    )
-    stream.expect_message_type(_RESPONSES[method])
-    await stream.send_message(request)
-    await stream.close()
-    response = await stream.receive_message()
-    if response is None:
-        await stream.receive_message()
-    else:
-        while await stream.receive_message() is not None:
-            pass
-    event = stream.end_stream_event
-    if isinstance(event, ResponseEnded):
-        raise_status(event.status)
-    return response
 
 
 async def serve_registrations(

@@ -15,15 +15,13 @@ from typing import TypeVar
 import anyio
 import trio
 from google.protobuf.message import Message
-from purerpc.grpc_proto import GRPCProtoSocket
-from purerpc.grpclib.config import GRPCConfiguration
 from purerpc.grpclib.exceptions import GRPCError
 from purerpc.grpclib.status import StatusCode
-from purerpc.wrappers import extract_message_from_singleton_stream
 
 from aether.cni.api import METHODS, SERVICE_NAME
 from aether.cni.errors import AgentRefused, AgentUnavailable
-from aether.xds.compat import apply_purerpc_fixes
+from aether.xds.calls import open_grpc_socket, unary_call
+from aether.xds.listen import ListenAddress
 
 __all__ = ["ResponseT", "agent_errors", "call_agent"]
 
@@ -78,18 +76,8 @@ async def call_agent(
     request_type, expected = METHODS[method]
     assert isinstance(request, request_type), f"{method} takes {request_type.__name__}; this is a bug"
     assert response_type is expected, f"{method} returns {expected.__name__}; this is a bug"
-    apply_purerpc_fixes()
     with agent_errors(socket, method):
-        connection = await anyio.connect_unix(socket)
-        config = GRPCConfiguration(client_side=True)
-        # purerpc never closes the socket it is given: close it here.
-        async with connection, GRPCProtoSocket(config, connection) as grpc_socket:
-            stream = await grpc_socket.start_request(
-                "http", SERVICE_NAME, method, request_type.DESCRIPTOR.full_name, "localhost"
+        async with open_grpc_socket(ListenAddress.unix(socket)) as grpc_socket:
+            return await unary_call(
+                grpc_socket, service=SERVICE_NAME, method=method, request=request, response_type=response_type
             )
-            stream.expect_message_type(response_type)
-            await stream.send_message(request)
-            await stream.close()
-            response = await extract_message_from_singleton_stream(stream)
-            assert isinstance(response, response_type)
-            return response

@@ -34,6 +34,8 @@ from aether.cni.errors import (
     InvalidEnvironment,
     InvalidNetworkConfig,
 )
+from aether.xds.errors import InvalidListenAddressError
+from aether.xds.listen import ListenAddress
 
 __all__ = [
     "DEFAULT_AGENT_SOCKET",
@@ -247,6 +249,10 @@ def _socket(document: Mapping[str, Any]) -> Path:
     text = _typed(document, "agentSocket", str, str(DEFAULT_AGENT_SOCKET))
     if not text.startswith("/"):
         raise InvalidNetworkConfig(f"network config: 'agentSocket' must be an absolute path (got {text!r})")
+    try:
+        ListenAddress.unix(Path(text))  # what the call dials: a Unix socket path must fit `sun_path`
+    except InvalidListenAddressError as exc:
+        raise InvalidNetworkConfig(f"network config: 'agentSocket': {exc}") from None
     return Path(text)
 
 

@@ -6,26 +6,18 @@ to one. Broken streams reconnect with jittered exponential backoff and resume fr
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import random
-import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
-import anyio
-import anyio.abc
-import anyio.streams.tls
 import attrs
-import h2.exceptions
 import purerpc
 import trio
-from purerpc.grpc_proto import GRPCProtoSocket
-from purerpc.grpclib.config import GRPCConfiguration
 from purerpc.grpclib.events import ResponseEnded
-from purerpc.grpclib.exceptions import GRPCError, raise_status
+from purerpc.grpclib.exceptions import raise_status
 
 from aether.core.events.base import Event
 from aether.core.events.registry import (
@@ -44,8 +36,9 @@ from aether.registrar.convert import change_from_proto
 from aether.registrar.errors import InvalidRequestError, RegistrarError
 from aether.registrar.server import SERVICE_NAME
 from aether.registrar.snapshot import Change, ChangeKind
+from aether.xds.calls import CONNECT_TIMEOUT, CONNECTION_ERRORS, open_grpc_socket
 from aether.xds.compat import apply_purerpc_fixes
-from aether.xds.listen import DEFAULT_MAX_MESSAGE_LENGTH, ListenAddress
+from aether.xds.listen import ListenAddress
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -61,10 +54,6 @@ LOG = logging.getLogger("aether.registrar.client")
 
 SOURCE = "registrar"
 """The `source` of every event the client sends."""
-
-CONNECT_TIMEOUT = 5.0
-"""Seconds to establish the connection: loopback or in-cluster takes milliseconds, and a blackholed address must
-not hold the client for the kernel's two-minute SYN timeout."""
 
 
 class WatchProtocolError(RegistrarError):
@@ -101,12 +90,7 @@ class RegistrarClientStatistics:
 # What a broken connection or stream raises; the client logs it, backs off and reconnects (STYLE E10).
 # Not trio's BrokenResourceError: that is the journal's channel closing, which ends the client.
 _TRANSIENT: tuple[type[Exception], ...] = (
-    OSError,  # connect refused, reset, unreachable
-    GRPCError,  # any non-OK status (purerpc.RpcFailedError), protocol errors, PeerGoneError
-    anyio.BrokenResourceError,
-    anyio.EndOfStream,
-    anyio.ClosedResourceError,
-    h2.exceptions.ProtocolError,
+    *CONNECTION_ERRORS,
     InvalidRequestError,  # an event change_from_proto refused
     WatchProtocolError,
 )
@@ -221,7 +205,7 @@ class RegistrarClient:
         )
         if services is not None:
             request.filter.services.extend(sorted(services))
-        async with _open_grpc_socket(self._target, tls=self._tls) as grpc_socket:
+        async with open_grpc_socket(self._target, tls=self._tls) as grpc_socket:
             stream = await grpc_socket.start_request(
                 "http" if self._tls is None else "https",
                 SERVICE_NAME,
@@ -361,56 +345,6 @@ def _event_of(change: Change, *, observed_at: int) -> Event:
             )
         case _:
             raise WatchProtocolError(change, phase="as an incremental change")
-
-
-KEEPALIVE_IDLE = 10
-"""Seconds a TCP connection to the registrar may be idle before the kernel probes it."""
-KEEPALIVE_INTERVAL = 5
-"""Seconds between probes; after `KEEPALIVE_PROBES` unanswered ones the connection fails and the client reconnects."""
-KEEPALIVE_PROBES = 3
-# So a registrar whose host vanished (a crash, a partition) is noticed within about 25 s of silence, instead of
-# the kernel's two hours; a registrar process that dies is noticed at once anyway (its kernel resets the stream).
-# Not an HTTP/2 PING: purerpc drops PING acknowledgements (`GRPCConnection._ping_acknowledged`), so a hung but
-# connected registrar process is not detected this way.
-
-
-def _keep_alive(sock: socket.socket) -> None:
-    """Turn on TCP keepalive probes (and a matching bound on unacknowledged sends) for the registrar connection."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
-    timeout_ms = (KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES) * 1000
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
-
-
-@contextlib.asynccontextmanager
-async def _open_grpc_socket(
-    target: ListenAddress, *, tls: ssl.SSLContext | None
-) -> AsyncIterator[GRPCProtoSocket]:
-    """Dial `target` (TCP or Unix socket), with TLS when given `tls`, and run a client-side purerpc connection on it."""
-    connection: anyio.abc.ByteStream
-    try:
-        with trio.fail_after(CONNECT_TIMEOUT):
-            if target.path is not None:
-                connection = await anyio.connect_unix(target.path)
-            else:
-                assert target.host is not None
-                assert target.port is not None
-                connection = await anyio.connect_tcp(target.host or "127.0.0.1", target.port)
-            if tls is not None:
-                connection = await anyio.streams.tls.TLSStream.wrap(
-                    connection, server_side=False, ssl_context=tls, standard_compatible=False
-                )
-    except trio.TooSlowError:
-        raise TimeoutError(f"registrar {target}: not connected within {CONNECT_TIMEOUT} s") from None
-    config = GRPCConfiguration(client_side=True, max_message_length=DEFAULT_MAX_MESSAGE_LENGTH)
-    # purerpc never closes the socket it is given: close it here.
-    async with connection, GRPCProtoSocket(config, connection) as grpc_socket:
-        if target.path is None:
-            # After purerpc's socket wrapper, which sets its own keepalive (5 min idle) on every TCP socket.
-            _keep_alive(connection.extra(anyio.abc.SocketAttribute.raw_socket))
-        yield grpc_socket
 
 
 async def serve_registrar_client(
