@@ -44,7 +44,8 @@ from aether.registrar import open_embedded_backend, serve_registrar
 from aether.testing.envoy import Envoy, ads_bootstrap, find_envoy_binary, open_envoy
 from aether.testing.spiffe import TestCA, write_bundle
 from aether.xds.listen import ListenAddress
-from aether.xds.status import status_document
+from aether.xds.protocol import TypeStatusRow
+from aether.xds.status import rows_by_type
 
 __all__ = ["BUNDLED_MANIFESTS", "NODE", "DemoError", "DemoMesh", "open_demo_mesh", "prepare_manifests"]
 
@@ -127,23 +128,19 @@ class DemoMesh:
     def workloads(self) -> Workloads:
         return self.kubelet.workloads
 
+    def _xds_rows(self) -> dict[str, TypeStatusRow]:
+        """The rows of Envoy's newest stream, by xDS type (empty before Envoy connects)."""
+        streams = [stream for stream in self.agent.server.status() if stream.node_id == NODE]
+        return rows_by_type(streams[-1].types) if streams else {}
+
     def xds_state(self) -> dict[str, str]:
         """Return the sync state per xDS type of Envoy's stream (empty before Envoy connects)."""
-        document = status_document(self.agent.server.status())
-        streams = [stream for stream in document["streams"] if stream["nodeId"] == NODE]
-        if not streams:
-            return {}
-        return {row["type"]: row["status"] for row in streams[-1]["types"]}
+        return {kind: row.status.value for kind, row in self._xds_rows().items()}
 
     def acked_version(self, kind: str) -> str:
         """Return the version Envoy last acknowledged for xDS type `kind` (CDS, EDS, LDS, RDS, SDS); empty if none."""
-        document = status_document(self.agent.server.status())
-        for stream in reversed(document["streams"]):
-            if stream["nodeId"] == NODE:
-                for row in stream["types"]:
-                    if row["type"] == kind:
-                        return str(row["ackedVersion"])
-        return ""
+        row = self._xds_rows().get(kind)
+        return "" if row is None else row.acked_version
 
     def served(self) -> dict[str, object]:
         """Return the snapshot the agent serves now: its seq and the version per type (what a replay reproduces)."""

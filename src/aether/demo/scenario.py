@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -85,13 +85,11 @@ def _tolerance(share: float, samples: int) -> float:
     return 4 * math.sqrt(max(share * (1 - share), 0.01) / max(samples, 1))
 
 
-async def _until(predicate: Callable[[], bool | Awaitable[bool]], *, limit: float) -> bool:
+async def _until(predicate: Callable[[], bool], *, limit: float) -> bool:
+    """Poll `predicate` until it holds (True) or `limit` seconds pass (False)."""
     with trio.move_on_after(limit):
-        while True:
-            value = predicate()
-            if not isinstance(value, bool):
-                value = await value
-            if value:
+        while True:  # polled: the predicates read traffic samples and xDS state that signal no event
+            if predicate():
                 return True
             await trio.sleep(0.05)
     return False
@@ -227,8 +225,7 @@ async def run_scenario(mesh: DemoMesh, *, say: Callable[[str], None], timings: T
     # 5. Bring it back.
     say(f"bringing {victim} back")
     back_at = clock()
-    hidden.rename(pod_file)
-    await mesh.workloads.revive(victim)
+    hidden.rename(pod_file)  # the stand-in kubelet starts the pod's server again when the pod reappears
     returned = await _until(
         lambda: split_of(mesh.traffic.since(back_at, service=cart)).get(victim, 0) > 0, limit=STEP_TIMEOUT
     )

@@ -2,7 +2,7 @@
 
 The set follows the pods of the manifest folder (a pod that appears gets its server, one that leaves loses it),
 except the traffic source, which has no server. `kill(pod)` stops a server while its pod stays (a crashed
-replica); `revive(pod)` starts it again.
+replica) until the pod leaves and comes back.
 """
 
 from __future__ import annotations
@@ -61,12 +61,6 @@ class Workloads:
         upstream = self._running.pop(name, None)
         if upstream is not None:
             upstream.stop()
-
-    async def revive(self, name: str) -> None:
-        """Start `name`'s server again (if its pod is still known)."""
-        self._killed.discard(name)
-        if name in self._addresses and name not in self._running:
-            await self._start(name)
 
     def forget(self, name: str) -> None:
         """Stop `name`'s server and forget the pod (it left)."""
