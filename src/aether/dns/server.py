@@ -133,7 +133,7 @@ async def serve_mesh_dns(
         server = RunningMeshDns(address=HostPort(host=listen.host, port=port), resolver=resolver)
         async with trio.open_nursery() as nursery:
             await nursery.start(_serve_records, records_path, server, poll_interval)
-            nursery.start_soon(_serve_udp, udp_socket, raw_udp, server, upstreams, upstream_timeout)
+            nursery.start_soon(_serve_udp, raw_udp, server, upstreams, upstream_timeout)
             nursery.start_soon(
                 trio.serve_listeners,
                 lambda stream: _serve_tcp_connection(stream, server, upstreams, upstream_timeout),
@@ -243,7 +243,6 @@ UDP_BATCH = 64
 
 
 async def _serve_udp(
-    sock: trio.socket.SocketType,
     raw: socket.socket,
     server: RunningMeshDns,
     upstreams: tuple[HostPort, ...],
@@ -280,7 +279,7 @@ async def _serve_udp(
                         continue
                     server.forwards_in_flight += 1
                     forward_nursery.start_soon(
-                        _forward_udp, sock, query, client, server, upstreams, upstream_timeout
+                        _forward_udp, raw, query, client, server, upstreams, upstream_timeout
                     )
                 else:
                     _log_dropped(resolution, server=server, peer=client)
@@ -295,7 +294,7 @@ def _send_now(raw: socket.socket, response: bytes, client: tuple[object, ...]) -
 
 
 async def _forward_udp(
-    sock: trio.socket.SocketType,
+    raw: socket.socket,
     query: bytes,
     client: tuple[object, ...],
     server: RunningMeshDns,
@@ -306,7 +305,7 @@ async def _forward_udp(
         response = await _forward(query, server, upstreams, upstream_timeout, transport=Transport.UDP)
     finally:
         server.forwards_in_flight -= 1
-    await _sendto(sock, response, client)
+    _send_now(raw, response, client)
 
 
 async def _forward(
@@ -325,14 +324,6 @@ async def _forward(
         server.upstream_failures += 1
         return server.resolver.servfail(query)
     return server.resolver.fit_reply(query, reply, transport=transport)
-
-
-async def _sendto(sock: trio.socket.SocketType, response: bytes, client: tuple[object, ...]) -> None:
-    try:
-        await sock.sendto(response, client)
-    except OSError as exc:
-        # A client that vanished, or a full socket buffer: UDP clients retry, the server must not stop.
-        logger.info("udp answer to %s not sent: %s", client, exc)
 
 
 async def _serve_tcp_connection(
