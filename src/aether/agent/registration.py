@@ -79,13 +79,22 @@ class Registrations:
         self._backoff = backoff
         self._rng = random.Random() if rng is None else rng
         self._wanted: dict[EndpointKey, Endpoint] = {}
+        self._pods: object = None
+        """The `state.pods` the intents were last computed from (compared by identity)."""
         self._registered: dict[EndpointKey, Endpoint] = {}
         self._changed = trio.Event()
         self._calls = 0
         self._failures = 0
 
     def update(self, state: State, now: int = 0) -> None:
-        """Take the intents of `state` (a journal subscriber: `now` is unused)."""
+        """Take the intents of `state` (a journal subscriber: `now` is unused).
+
+        The intents depend on the pods alone: a batch that left `state.pods` the same object (ACKs, registry
+        changes, most of what the journal folds) costs one identity check.
+        """
+        if state.pods is self._pods:
+            return
+        self._pods = state.pods
         wanted = local_endpoints(state, node_name=self._node_name, cluster_name=self._cluster_name)
         if wanted != self._wanted:
             self._wanted = wanted
