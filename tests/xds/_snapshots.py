@@ -1,4 +1,4 @@
-"""Small snapshots for the stream machine tests: clusters with their load assignments, a listener and a route."""
+"""Small snapshots for the stream machine tests: clusters with their load assignments, and routes."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from aether.core.snapshot import Resource, Snapshot
+from aether.testing.xds_resources import make_route_configuration
 
 NODE = "node-a"
 
@@ -25,6 +26,11 @@ def assignment(name: str, *ports: int) -> Resource:
         address = group.lb_endpoints.add().endpoint.address.socket_address
         address.address, address.port_value = "127.0.0.1", port
     return Resource.from_message(message)
+
+
+def route(name: str, *, cluster_name: str) -> Resource:
+    """A route configuration `name` sending every path to `cluster_name`."""
+    return Resource.from_message(make_route_configuration(name, routes=[("/", cluster_name)]))
 
 
 def snapshot(*resources: Resource, seq: int = 1, not_found: tuple[str, ...] = ()) -> Snapshot:

@@ -1,8 +1,9 @@
-"""The ADS server over a real gRPC client (grpcio): malformed requests end only their own stream, with a clear status
-and one log line; feedback events reach the node's journal."""
+"""The ADS server over a real gRPC client (grpcio): malformed requests, junk bytes and clients that go away end only
+their own stream, with a clear status and one log line; feedback events reach the node's journal."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 from collections.abc import Iterator
@@ -15,13 +16,18 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from aether.agent import open_journal
 from aether.core.events import Event
-from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE
+from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE
+from aether.testing.envoy import wait_for
 from aether.xds.cache import SnapshotCache
 from aether.xds.listen import ListenAddress, serve_grpc
-from aether.xds.server import XdsServer
-from tests.xds._snapshots import NODE, assignment, cluster, snapshot
+from aether.xds.server import SERVICE_NAME, XdsServer
+from tests.xds._snapshots import NODE, assignment, cluster, route, snapshot
 
 _END = None
+JUNK = b"\xff" * 20
+"""Bytes that are no protobuf message: field 31, wire type 7, which does not exist."""
+CANCELLED_STREAMS = 40
+"""How many streams the cancel test opens and cancels: the server died within a few before the fix."""
 
 
 def _sotw(node: str = NODE, **fields: object) -> discovery_pb2.DiscoveryRequest:
@@ -50,6 +56,40 @@ def _failure(path: Path, *requests: object, delta: bool = False) -> tuple[grpc.S
     raise AssertionError("the stream ended without an error status")
 
 
+def _junk_failure(path: Path, *, delta: bool) -> tuple[grpc.StatusCode, str]:
+    """Send `JUNK` framed as one gRPC message on an ADS stream (then half-close); return the status it failed with."""
+    method = "DeltaAggregatedResources" if delta else "StreamAggregatedResources"
+    with grpc.insecure_channel(f"unix:{path}") as channel:
+        call = channel.stream_stream(
+            f"/{SERVICE_NAME}/{method}", request_serializer=bytes, response_deserializer=bytes
+        )
+        try:
+            for _ in call(iter([JUNK]), timeout=5):
+                pass
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details()
+    raise AssertionError("the stream ended without an error status")
+
+
+def _cancel_while_answered(path: Path, count: int, *, delta: bool) -> None:
+    """Open a stream for `NODE`, send `count` subscriptions at once, cancel it as the first response arrives."""
+    types = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE)
+    names: dict[str, list[str]] = {ENDPOINT_TYPE: ["a", "b"], ROUTE_TYPE: ["routes"]}
+    requests: list[object] = []
+    for index in range(count):
+        type_url = types[index % len(types)]
+        if delta:
+            requests.append(_delta(type_url=type_url, resource_names_subscribe=names.get(type_url, [])))
+        else:
+            requests.append(_sotw(type_url=type_url, resource_names=names.get(type_url, [])))
+    with grpc.insecure_channel(f"unix:{path}") as channel:
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+        method = stub.DeltaAggregatedResources if delta else stub.StreamAggregatedResources
+        call = method(iter(requests), timeout=5)
+        next(call)
+        call.cancel()
+
+
 def _open_stream(path: Path, outbox: queue.Queue[object], inbox: queue.Queue[object]) -> None:
     """A long-lived SotW stream: sends what appears in `outbox`, puts each response (or the error) in `inbox`."""
 
@@ -64,6 +104,22 @@ def _open_stream(path: Path, outbox: queue.Queue[object], inbox: queue.Queue[obj
                 inbox.put(response)
         except grpc.RpcError as exc:
             inbox.put(exc)
+
+
+async def _first_response(inbox: queue.Queue[object]) -> discovery_pb2.DiscoveryResponse:
+    """The next response a stream opened by `_open_stream` received."""
+    response = await trio.to_thread.run_sync(inbox.get, True, 5)
+    assert isinstance(response, discovery_pb2.DiscoveryResponse), response
+    return response
+
+
+async def _streams_open(server: XdsServer, count: int) -> None:
+    """Wait until exactly `count` streams are open (the clients are other threads: poll)."""
+
+    async def reached() -> bool:
+        return server.statistics().streams_open == count
+
+    await wait_for(reached, timeout=5)
 
 
 async def _serving(nursery: trio.Nursery, server: XdsServer, path: Path) -> None:
@@ -126,7 +182,7 @@ async def test_a_malformed_request_ends_its_stream_with_a_clear_status_and_other
             lambda: trio.to_thread.run_sync(_open_stream, path, outbox, inbox, abandon_on_cancel=True)
         )
         outbox.put(_sotw(type_url=CLUSTER_TYPE))
-        first = await trio.to_thread.run_sync(inbox.get, True, 5)
+        first = await _first_response(inbox)
         assert first.type_url == CLUSTER_TYPE
 
         with caplog.at_level(logging.WARNING, logger="aether.xds"):
@@ -140,7 +196,7 @@ async def test_a_malformed_request_ends_its_stream_with_a_clear_status_and_other
         cache.set_snapshot(
             snapshot(cluster("a"), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2)
         )
-        pushed = await trio.to_thread.run_sync(inbox.get, True, 5)
+        pushed = await _first_response(inbox)
         assert len(pushed.resources) == 2
         outbox.put(_END)
         nursery.cancel_scope.cancel()
@@ -162,7 +218,7 @@ async def test_acks_and_nacks_are_appended_to_the_nodes_log(tmp_path: Path) -> N
             lambda: trio.to_thread.run_sync(_open_stream, path, outbox, inbox, abandon_on_cancel=True)
         )
         outbox.put(_sotw(type_url=CLUSTER_TYPE))
-        response = await trio.to_thread.run_sync(inbox.get, True, 5)
+        response = await _first_response(inbox)
         outbox.put(
             _sotw(type_url=CLUSTER_TYPE, version_info=response.version_info, response_nonce=response.nonce)
         )
@@ -174,5 +230,79 @@ async def test_acks_and_nacks_are_appended_to_the_nodes_log(tmp_path: Path) -> N
             CLUSTER_TYPE,
             response.version_info,
         )
+        outbox.put(_END)
+        nursery.cancel_scope.cancel()
+
+
+ROUTES_V1 = snapshot(cluster("a"), assignment("a", 1), route("routes", cluster_name="a"))
+ROUTES_V2 = snapshot(cluster("a"), cluster("b"), assignment("a", 1), route("routes", cluster_name="b"), seq=2)
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
+async def test_junk_bytes_end_their_stream_with_invalid_argument_and_others_keep_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, delta: bool
+) -> None:
+    """A message that is no protobuf ends its stream with INVALID_ARGUMENT; a healthy stream still gets a route change."""
+    path = tmp_path / "xds.sock"
+    cache = SnapshotCache()
+    cache.set_snapshot(ROUTES_V1)
+    server = XdsServer(cache)
+    outbox: queue.Queue[object] = queue.Queue()
+    inbox: queue.Queue[object] = queue.Queue()
+    async with trio.open_nursery() as nursery:
+        await _serving(nursery, server, path)
+        nursery.start_soon(
+            lambda: trio.to_thread.run_sync(_open_stream, path, outbox, inbox, abandon_on_cancel=True)
+        )
+        outbox.put(_sotw(type_url=ROUTE_TYPE, resource_names=["routes"]))
+        first = await _first_response(inbox)
+
+        with caplog.at_level(logging.WARNING, logger="aether.xds"):
+            code, details = await trio.to_thread.run_sync(lambda: _junk_failure(path, delta=delta))
+        kind = "DeltaDiscoveryRequest" if delta else "DiscoveryRequest"
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert details == (
+            f"request of 20 bytes does not decode as envoy.service.discovery.v3.{kind}: Error parsing message"
+            f" with type 'envoy.service.discovery.v3.{kind}': Wire format was corrupt"
+        )
+        assert [record.getMessage() for record in caplog.records if record.name == "aether.xds"] == [
+            f"xds stream 2 closed: {details}"
+        ]
+
+        outbox.put(_sotw(type_url=ROUTE_TYPE, resource_names=["routes"], response_nonce=first.nonce))
+        cache.set_snapshot(ROUTES_V2)
+        pushed = await _first_response(inbox)
+        assert (pushed.type_url, pushed.version_info) == (ROUTE_TYPE, ROUTES_V2.version(ROUTE_TYPE))
+        assert pushed.version_info != first.version_info
+        outbox.put(_END)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
+async def test_clients_that_cancel_while_being_answered_end_only_their_own_streams(
+    tmp_path: Path, delta: bool
+) -> None:
+    """Envoys that go away mid-answer (3 to 6 requests, then a reset) leave the server serving, with no stream left."""
+    path = tmp_path / "xds.sock"
+    cache = SnapshotCache()
+    cache.set_snapshot(ROUTES_V1)
+    server = XdsServer(cache)
+    async with trio.open_nursery() as nursery:
+        await _serving(nursery, server, path)
+        for index in range(CANCELLED_STREAMS):
+            await trio.to_thread.run_sync(
+                functools.partial(_cancel_while_answered, path, 3 + index % 4, delta=delta)
+            )
+        await _streams_open(server, 0)
+        assert server.statistics().streams_total == CANCELLED_STREAMS
+
+        outbox: queue.Queue[object] = queue.Queue()
+        inbox: queue.Queue[object] = queue.Queue()
+        nursery.start_soon(
+            lambda: trio.to_thread.run_sync(_open_stream, path, outbox, inbox, abandon_on_cancel=True)
+        )
+        outbox.put(_sotw(type_url=ROUTE_TYPE, resource_names=["routes"]))
+        first = await _first_response(inbox)
+        assert first.version_info == ROUTES_V1.version(ROUTE_TYPE)
         outbox.put(_END)
         nursery.cancel_scope.cancel()

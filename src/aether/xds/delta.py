@@ -37,6 +37,7 @@ from aether.xds.protocol import (
     TypeStatus,
     TypeStatusRow,
     check_request,
+    decode_request,
     feedback_event,
 )
 
@@ -84,6 +85,16 @@ class DeltaStream:
         self._types: dict[str, _TypeState] = {}
         self._nonces = Nonces()
         self._snapshot: Snapshot | None = None
+
+    def receive_bytes(self, data: bytes, *, now: int) -> StreamOutput:
+        """Decode one request as received (a gRPC message's bytes) and handle it like `receive`.
+
+        Raises:
+            ProtocolError: the bytes are no `DeltaDiscoveryRequest`, or the request breaks the protocol.
+        """
+        return self.receive(
+            decode_request(discovery_pb2.DeltaDiscoveryRequest, data, node_id=self.node_id), now=now
+        )
 
     def receive(self, request: discovery_pb2.DeltaDiscoveryRequest, *, now: int) -> StreamOutput:
         """Handle one request from Envoy observed at `now` (ns since the epoch).

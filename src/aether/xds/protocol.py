@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
+from google.protobuf.message import DecodeError, Message
 
 from aether.core.events import Event, ResourceAcked, ResourceNacked
 from aether.core.snapshot import SHORT_NAMES
@@ -18,6 +19,8 @@ from aether.xds.errors import XdsError
 
 SOURCE = "xds"
 """The `source` of every event the stream machines emit."""
+
+_Request = TypeVar("_Request", bound=Message)
 
 
 def feedback_event(request: Any, *, node_id: str, version: str, now: int) -> ResourceAcked | ResourceNacked:
@@ -126,6 +129,24 @@ class Nonces:
     def was_issued(self, nonce: str) -> bool:
         """Return True if this stream sent `nonce`."""
         return nonce.isascii() and nonce.isdigit() and 1 <= int(nonce) <= self._issued
+
+
+def decode_request(message_type: type[_Request], data: bytes, *, node_id: str | None) -> _Request:
+    """Parse one request's bytes, as received in a gRPC message, into `message_type`.
+
+    Raises:
+        ProtocolError: the bytes are not a serialized `message_type` (INVALID_ARGUMENT).
+    """
+    request = message_type()
+    try:
+        request.ParseFromString(data)
+    except DecodeError as exc:
+        raise ProtocolError(
+            code=StatusCode.INVALID_ARGUMENT,
+            reason=f"request of {len(data)} bytes does not decode as {message_type.DESCRIPTOR.full_name}: {exc}",
+            node_id=node_id,
+        ) from exc
+    return request
 
 
 def check_request(

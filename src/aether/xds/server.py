@@ -2,11 +2,12 @@
 
 A handler reads requests, converts them with the stream machine, sends the responses, and hands the feedback events
 (ACK, NACK, on-demand requests) to the owner of the node's log. It makes no protocol decisions of its own.
+Each stream runs as one task with its own cancel scope and helper nursery: however a stream ends (the client closes,
+resets or goes away, sends junk or breaks the protocol), only that stream ends.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import time
@@ -26,8 +27,6 @@ from aether.xds.protocol import ProtocolError, StatusCode, StreamOutput, TypeSta
 from aether.xds.sotw import SotwStream
 
 SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
-_REQUESTS_ENDED = object()
-"""Put in a stream's channel when its request iterator ends (Envoy closed the stream or went away)."""
 LOG = logging.getLogger("aether.xds")
 
 _STATUS_ERRORS: dict[StatusCode, type[Exception]] = {
@@ -96,7 +95,7 @@ class XdsServer:
             self._sotw,
             purerpc.RPCSignature(
                 purerpc.Cardinality.STREAM_STREAM,
-                discovery_pb2.DiscoveryRequest,
+                _RawRequest,
                 discovery_pb2.DiscoveryResponse,
             ),
         )
@@ -105,7 +104,7 @@ class XdsServer:
             self._delta,
             purerpc.RPCSignature(
                 purerpc.Cardinality.STREAM_STREAM,
-                discovery_pb2.DeltaDiscoveryRequest,
+                _RawRequest,
                 discovery_pb2.DeltaDiscoveryResponse,
             ),
         )
@@ -142,59 +141,117 @@ class XdsServer:
             protocol_errors=self._errors,
         )
 
-    async def _sotw(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def _sotw(self, requests: AsyncIterator[_RawRequest]) -> AsyncIterator[Any]:
         async for response in self._stream(requests, SotwStream()):
             yield response
 
-    async def _delta(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def _delta(self, requests: AsyncIterator[_RawRequest]) -> AsyncIterator[Any]:
         async for response in self._stream(requests, DeltaStream()):
             yield response
 
     async def _stream(
-        self, requests: AsyncIterator[Any], machine: SotwStream | DeltaStream
+        self, requests: AsyncIterator[_RawRequest], machine: SotwStream | DeltaStream
     ) -> AsyncIterator[Any]:
+        """The purerpc handler of one stream: yield what the stream's task sends, until it ends.
+
+        An async generator cannot own a nursery across its yields, so the stream runs as one task in the server's
+        nursery (`_run_stream`), under a cancel scope of its own that this handler cancels when it ends.
+        """
         nursery = self._handler_nursery
         assert nursery is not None, "XdsServer.serve() must run before streams are served; this is a bug"
         stream_id = next(self._ids)
+        scope = trio.CancelScope()
+        send, receive = trio.open_memory_channel[Any](0)
+        nursery.start_soon(self._run_stream, stream_id, machine, requests, send, scope)
+        try:
+            async for item in receive:
+                if isinstance(item, _Refused):
+                    raise _STATUS_ERRORS[item.error.code](str(item.error)) from item.error
+                yield item
+        finally:
+            # Invariant: the scope is cancelled before the channel closes, so the stream's task is cancelled
+            # instead of finding its channel broken (purerpc closes this handler when the peer goes away).
+            scope.cancel()
+            receive.close()
+
+    async def _run_stream(
+        self,
+        stream_id: int,
+        machine: SotwStream | DeltaStream,
+        requests: AsyncIterator[_RawRequest],
+        responses: trio.MemorySendChannel[Any],
+        scope: trio.CancelScope,
+    ) -> None:
+        """Serve one stream: pump its requests through `machine`, send what it returns to the handler.
+
+        Error handling: every way a stream ends ends only this stream. The client half-closes or goes away
+        (`purerpc.RpcFailedError` from its requests, logged at debug), a request breaks the protocol or does not
+        decode (`ProtocolError`, logged at warning, sent to the handler as the stream's status), or the handler
+        ends (this task's scope is cancelled). Any other exception is a bug and propagates.
+        """
         self._machines[stream_id] = machine
         self._streams_total += 1
-        # Buffer 0: the pump waits until the handler takes each request, so requests keep their order and the
-        # watcher's "latest snapshot wins" holds (it re-reads the cache after each hand-off).
-        send, receive = trio.open_memory_channel[Any](0)
-        # Each helper task gets its own cancel scope (a scope is entered once); both end with the stream.
-        scopes = [trio.CancelScope()]
-        nursery.start_soon(self._pump, requests, send.clone(), scopes[0])
-        watching = False
         try:
-            async with receive, send:
-                async for item in receive:
-                    if item is _REQUESTS_ENDED:
-                        break
-                    output = self._step(machine, item)
-                    if not watching and machine.node_id is not None:
-                        watching = True
-                        scopes.append(trio.CancelScope())
-                        nursery.start_soon(self._watch, machine.node_id, send.clone(), scopes[-1])
-                    await self._emit(output.events)
-                    for response in output.responses:
-                        self._responses += 1
-                        yield response
-        except ProtocolError as exc:
-            self._errors += 1
-            LOG.warning("xds stream %d closed: %s", stream_id, exc)
-            raise _STATUS_ERRORS[exc.code](str(exc)) from exc
+            with scope:
+                async with responses:
+                    ending = await self._serve_requests(machine, requests, responses)
+                    node = machine.node_id
+                    if isinstance(ending, ProtocolError):
+                        self._errors += 1
+                        LOG.warning("xds stream %d closed: %s", stream_id, ending)
+                        await responses.send(_Refused(error=ending))
+                    elif ending is None:
+                        LOG.debug("xds stream %d of node %r: the client closed its requests", stream_id, node)
+                    else:
+                        LOG.debug("xds stream %d of node %r ended: %s", stream_id, node, ending)
         finally:
-            for scope in scopes:
-                scope.cancel()
             del self._machines[stream_id]
 
-    def _step(self, machine: SotwStream | DeltaStream, item: Any) -> StreamOutput:
+    async def _serve_requests(
+        self,
+        machine: SotwStream | DeltaStream,
+        requests: AsyncIterator[_RawRequest],
+        responses: trio.MemorySendChannel[Any],
+    ) -> ProtocolError | purerpc.RpcFailedError | None:
+        """Feed `machine` the stream's requests and its node's snapshots; return how the stream ended.
+
+        Returns:
+            The protocol error that ends it, the failure of its requests (the peer went away), or None when the
+            client closed its requests.
+        """
+        # Buffer 0: the pump waits until this loop takes each request, so requests keep their order and the
+        # watcher's "latest snapshot wins" holds (it re-reads the cache after each hand-off).
+        send, receive = trio.open_memory_channel[Any](0)
+        async with send, receive, trio.open_nursery() as helpers:
+            try:
+                helpers.start_soon(self._pump, requests, send.clone())
+                watching = False
+                async for item in receive:
+                    if isinstance(item, _RequestsEnded):
+                        return item.failure
+                    try:
+                        output = self._step(machine, item)
+                    except ProtocolError as exc:
+                        return exc
+                    if not watching and machine.node_id is not None:
+                        watching = True
+                        helpers.start_soon(self._watch, machine.node_id, send.clone())
+                    await self._emit(output.events)
+                    for response in output.responses:
+                        await responses.send(response)
+                        self._responses += 1
+                raise AssertionError("the request channel closed while its pump ran; this is a bug")
+            finally:
+                # Invariant: the helpers are cancelled before the channels close (so none finds one broken).
+                helpers.cancel_scope.cancel()
+
+    def _step(self, machine: SotwStream | DeltaStream, item: _RawRequest | Snapshot) -> StreamOutput:
         now = self._clock()
         if isinstance(item, Snapshot):
             if isinstance(machine, DeltaStream):
                 return machine.publish(item, now=now)
             return machine.publish(item)
-        return machine.receive(item, now=now)
+        return machine.receive_bytes(item.data, now=now)
 
     async def _emit(self, events: tuple[Event, ...]) -> None:
         if self._feedback is None:
@@ -202,27 +259,51 @@ class XdsServer:
         for event in events:
             await self._feedback.send(event)
 
-    async def _pump(
-        self, requests: AsyncIterator[Any], send: trio.MemorySendChannel[Any], scope: trio.CancelScope
-    ) -> None:
-        with scope:
-            async with send:
-                try:
-                    async for request in requests:
-                        await send.send(request)
-                except purerpc.RpcFailedError:
-                    pass  # the peer reset the stream or went away
-                # The handler holds other senders (the watcher's), so closing ours would not end its loop: say it.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await send.send(_REQUESTS_ENDED)
+    async def _pump(self, requests: AsyncIterator[_RawRequest], send: trio.MemorySendChannel[Any]) -> None:
+        async with send:
+            try:
+                async for request in requests:
+                    await send.send(request)
+            except purerpc.RpcFailedError as exc:
+                # The peer reset the stream or went away (`PeerGoneError`), or sent a message over the size limit
+                # (`MessageTooLargeError`, its status already sent by aether.xds.compat).
+                await send.send(_RequestsEnded(failure=exc))
+                return
+            # The loop holds other senders (the watcher's), so closing ours would not end it: say it.
+            await send.send(_RequestsEnded(failure=None))
 
-    async def _watch(self, node_id: str, send: trio.MemorySendChannel[Any], scope: trio.CancelScope) -> None:
-        with scope:
-            async with send:
-                seen = None
-                while True:
-                    seen = await self._cache.wait_newer(node_id, seen=seen)
-                    try:
-                        await send.send(seen)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        return
+    async def _watch(self, node_id: str, send: trio.MemorySendChannel[Any]) -> None:
+        async with send:
+            seen = None
+            while True:
+                seen = await self._cache.wait_newer(node_id, seen=seen)
+                await send.send(seen)
+
+
+class _RawRequest:
+    """The request type purerpc decodes into: it keeps the bytes, so the stream machine decodes them.
+
+    purerpc calls ``ParseFromString`` on a new instance for each message received, and would let a
+    `DecodeError` out of the handler's request iterator; the machine turns one into a `ProtocolError`.
+    """
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def ParseFromString(self, data: bytes) -> None:  # the name purerpc calls
+        self.data = data
+
+
+@attrs.frozen(kw_only=True)
+class _RequestsEnded:
+    """Put in a stream's request channel when its request iterator ends."""
+
+    failure: purerpc.RpcFailedError | None
+    """Why, when the peer went away; None when it closed its requests (half-close)."""
+
+
+@attrs.frozen(kw_only=True)
+class _Refused:
+    """Sent to a stream's handler instead of a response: end the stream with this error's status."""
+
+    error: ProtocolError

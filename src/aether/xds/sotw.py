@@ -36,6 +36,7 @@ from aether.xds.protocol import (
     TypeStatus,
     TypeStatusRow,
     check_request,
+    decode_request,
     feedback_event,
 )
 
@@ -65,6 +66,16 @@ class SotwStream:
         self._types: dict[str, _TypeState] = {}
         self._nonces = Nonces()
         self._snapshot: Snapshot | None = None
+
+    def receive_bytes(self, data: bytes, *, now: int) -> StreamOutput:
+        """Decode one request as received (a gRPC message's bytes) and handle it like `receive`.
+
+        Raises:
+            ProtocolError: the bytes are no `DiscoveryRequest`, or the request breaks the protocol.
+        """
+        return self.receive(
+            decode_request(discovery_pb2.DiscoveryRequest, data, node_id=self.node_id), now=now
+        )
 
     def receive(self, request: discovery_pb2.DiscoveryRequest, *, now: int) -> StreamOutput:
         """Handle one request from Envoy observed at `now` (ns since the epoch).
