@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from aether.core.events import Event, ResourceAcked, ResourceNacked
-from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE, Resource, Snapshot
+from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, Resource, Snapshot
 from aether.testing.envoy import ads_bootstrap, open_envoy, wait_for
 from aether.testing.http import http_get
 from aether.testing.upstream import open_http_upstream
@@ -221,6 +221,52 @@ async def test_envoy_keeps_serving_through_a_server_restart_and_resyncs_without_
             )
             await wait_for(lambda: _true(plane.status(LISTENER_TYPE) is TypeStatus.SYNCED), timeout=CONVERGE)
             assert await _serves(port, "/direct", b"v1")
+
+
+@pytest.mark.parametrize("mode", ["sotw", "delta"])
+async def test_a_reconnect_stating_current_versions_gets_a_response_for_every_type_which_envoy_accepts(
+    tmp_path: Path, mode: str
+) -> None:
+    """After a server restart Envoy reconnects stating what it holds, which is current: each type's first request is
+    still answered (Envoy resets its reconnect backoff only when a response arrives), and Envoy ACKs every answer."""
+    listen = ListenAddress.parse(f"unix:{tmp_path / 'xds.sock'}")
+    types = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE)
+    async with open_http_upstream(name="a") as upstream, control_plane(listen) as plane:
+        port = pick_free_port()
+        plane.cache.set_snapshot(snapshot(seq=1, backend_port=upstream.port, listener_port=port, direct="v1"))
+        async with open_envoy(
+            _bootstrap(listen, delta=mode == "delta"), work_dir=tmp_path / "envoy", wait_live=False
+        ) as envoy:
+            await wait_for(lambda: _serves(port, "/", b"hello from a"), timeout=CONVERGE)
+            await wait_for(
+                lambda: _true(all(plane.status(t) is TypeStatus.SYNCED for t in types)), timeout=CONVERGE
+            )
+            before = await envoy.stats()
+            mark, streams_before = len(plane.feedback), plane.server.statistics().streams_total
+            await plane.restart()
+            await wait_for(
+                lambda: _true(plane.server.statistics().streams_total > streams_before), timeout=CONVERGE
+            )
+
+            def answered() -> set[str]:
+                return {
+                    event.type_url
+                    for event in plane.feedback[mark:]
+                    if isinstance(event, ResourceAcked) and event.nonce
+                }
+
+            await wait_for(lambda: _true(answered() == set(types)), timeout=CONVERGE)
+            # Envoy's own view: the wildcard types' empty (Delta) or unchanged (SotW) answers were accepted.
+            after = await envoy.stats()
+            for name in ("cluster_manager.cds", "listener_manager.lds"):
+                assert after[f"{name}.update_success"] > before[f"{name}.update_success"], name
+            assert _counters(after, "update_rejected") == _counters(before, "update_rejected")
+            assert not [event for event in plane.feedback if isinstance(event, ResourceNacked)]
+            assert await _serves(port, "/direct", b"v1")
+
+
+def _counters(stats: dict[str, int], suffix: str) -> dict[str, int]:
+    return {name: value for name, value in stats.items() if name.endswith(suffix)}
 
 
 async def _true(value: bool) -> bool:

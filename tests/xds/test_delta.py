@@ -10,7 +10,7 @@ from google.rpc import status_pb2
 from aether.core.events import OnDemandClusterRequested, ResourceAcked, ResourceNacked
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE
 from aether.xds.delta import DeltaStream
-from aether.xds.protocol import ProtocolError, TypeStatus
+from aether.xds.protocol import ProtocolError, StreamOutput, TypeStatus
 from tests.xds._snapshots import NODE, assignment, cluster, snapshot
 
 NOW = 1_000
@@ -95,12 +95,39 @@ def test_unsubscribing_a_name_never_subscribed_is_a_protocol_error() -> None:
         stream.receive(request(ENDPOINT_TYPE, unsubscribe=("zzz",)), now=NOW)
 
 
-def test_a_reconnect_with_the_current_versions_gets_nothing() -> None:
-    """initial_resource_versions equal to the snapshot's digests: no churn."""
+@pytest.mark.parametrize(
+    ("type_url", "subscribe"), [(CLUSTER_TYPE, ()), (ENDPOINT_TYPE, ("a", "b"))], ids=["wildcard", "named"]
+)
+def test_a_reconnect_with_the_current_versions_gets_one_empty_response(
+    type_url: str, subscribe: tuple[str, ...]
+) -> None:
+    """initial_resource_versions equal to the snapshot's digests: no resource is re-sent, but the first request is
+    answered (Envoy resets its reconnect backoff only on a response), and its ACK leaves the type SYNCED."""
     stream = DeltaStream()
     stream.publish(SNAP, now=NOW)
-    held = {name: resource.digest for name, resource in SNAP.of_type(CLUSTER_TYPE).items()}
-    assert stream.receive(request(initial=held), now=NOW).responses == ()
+    held = {name: resource.digest for name, resource in SNAP.of_type(type_url).items()}
+    (response,) = stream.receive(request(type_url, subscribe=subscribe, initial=held), now=NOW).responses
+    assert (response.type_url, response.system_version_info, response.nonce) == (
+        type_url,
+        SNAP.version(type_url),
+        "1",
+    )
+    assert (list(response.resources), list(response.removed_resources)) == ([], [])
+    output = stream.receive(request(type_url, nonce=response.nonce), now=NOW)
+    assert output == StreamOutput(
+        events=(
+            ResourceAcked(
+                observed_at=NOW,
+                source="xds",
+                node_id=NODE,
+                type_url=type_url,
+                version=SNAP.version(type_url),
+                nonce="1",
+            ),
+        )
+    )
+    assert [row.status for row in stream.status()] == [TypeStatus.SYNCED]
+    assert stream.publish(snapshot(*SNAP.of_type(type_url).values(), seq=2), now=NOW).responses == ()
 
 
 def test_an_unknown_cluster_is_requested_on_demand_then_sent_when_it_appears() -> None:
@@ -113,7 +140,8 @@ def test_an_unknown_cluster_is_requested_on_demand_then_sent_when_it_appears() -
             observed_at=NOW, source="xds", node_id=NODE, cluster_name="web.shop.aether.internal"
         ),
     )
-    assert output.responses == ()
+    (first,) = output.responses
+    assert (list(first.resources), list(first.removed_resources)) == ([], [])
     assert stream.publish(snapshot(cluster("a"), seq=2), now=NOW).events == ()
     (response,) = stream.publish(snapshot(cluster("web.shop.aether.internal"), seq=3), now=NOW).responses
     assert list(sent(response)) == ["web.shop.aether.internal"]

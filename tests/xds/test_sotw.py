@@ -152,14 +152,22 @@ def test_a_stale_nonce_is_ignored() -> None:
     assert output.responses == output.events == ()
 
 
-def test_a_reconnect_stating_the_current_version_gets_no_response() -> None:
-    """A new stream whose first request states the version we would send causes no churn."""
+def test_a_reconnect_stating_the_current_version_is_answered() -> None:
+    """A new stream whose first request states the version we would send still gets it (Envoy resets its reconnect
+    backoff only on a response); the ACK leaves the type SYNCED and nothing more goes out."""
     stream = SotwStream()
     stream.publish(SNAP)
     output = stream.receive(request(version=SNAP.version(CLUSTER_TYPE)), now=NOW)
-    assert output.responses == ()
-    assert [type(event) for event in output.events] == [ResourceAcked]
+    (response,) = output.responses
+    assert (response.version_info, sorted(names_of(response))) == (
+        SNAP.version(CLUSTER_TYPE),
+        sorted(resource.packed.value for resource in SNAP.of_type(CLUSTER_TYPE).values()),
+    )
+    assert output.events == ()
+    acked = stream.receive(request(version=response.version_info, nonce=response.nonce), now=NOW)
+    assert (acked.responses, [type(event) for event in acked.events]) == ((), [ResourceAcked])
     assert stream.status()[0].status is TypeStatus.SYNCED
+    assert stream.publish(SNAP).responses == ()
 
 
 def test_named_subscriptions_get_only_their_names_and_changes_are_answered() -> None:

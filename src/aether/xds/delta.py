@@ -6,6 +6,8 @@ differs from `expected`; a rejected version is never sent again; resources that 
 `removed_resources`. Per-resource versions are the resource digests
 (https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#incremental-xds).
 
+The first request of each type is always answered, with an empty response if Envoy already holds everything.
+
 On-demand CDS: a cluster subscribed by name that the snapshot does not hold becomes an `OnDemandClusterRequested`
 event; it is sent when a later snapshot holds it, or answered as removed when the snapshot lists it as not found.
 """
@@ -68,6 +70,7 @@ class _TypeState:
     requested: set[str] = attrs.Factory(set)
     """Names already reported as requested on demand (one event per name and stream)."""
     sent_any: bool = False
+    """A response of this type went out on this stream (the first one goes out even when empty)."""
     error: str = ""
     diffed: tuple[object, object] | None = None
     """The (resources, not_found) objects `expected` was last brought in line with: if the snapshot still holds
@@ -259,9 +262,11 @@ class DeltaStream:
                 for name in state.names & self._snapshot.not_found
                 if state.expected.get(name) != _REMOVED and name not in held
             )
-        # The first wildcard response goes out even when empty: Envoy waits for it before it finishes initializing.
-        first_wildcard = state.wildcard and not state.sent_any and not state.acked
-        if not updates and not removed and not first_wildcard:
+        # The first request of a type on a stream is always answered, even with nothing to change (a reconnect whose
+        # initial_resource_versions are current): Envoy waits for a first response before it finishes initializing,
+        # and resets its reconnect backoff only when a response arrives (its GrpcStream::onReceiveMessage), so a
+        # silent resync would make every later reconnect wait longer. Envoy ACKs an empty response.
+        if not updates and not removed and state.sent_any:
             return NOTHING
         nonce = self._nonces.issue()
         response = discovery_pb2.DeltaDiscoveryResponse(

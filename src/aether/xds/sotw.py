@@ -5,8 +5,9 @@ The rules (https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#ack
 - a request whose nonce matches the last response of its type is an ACK, or a NACK when it carries error_detail;
 - a request with an older nonce is stale and ignored; one with a nonce this stream never sent is a protocol error;
 - a NACK is recorded and never answered by re-sending the rejected resources: only a newer snapshot is sent;
-- a request without a nonce (a new or reconnected subscription) stating the version we would send gets nothing:
-  Envoy already holds it, so a reconnect causes no churn;
+- a request without a nonce (a new or reconnected subscription) is always answered, even when it states the version
+  we would send: Envoy resets its reconnect backoff only when a response arrives, and skips resources it already
+  holds unchanged (so a reconnect costs bytes, not churn);
 - after clusters change, the next EDS request is answered even if the endpoints did not change (the CDS→EDS warming
   trap: a re-created cluster waits for its endpoints).
 """
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 from envoy.service.discovery.v3 import discovery_pb2
 
-from aether.core.events import ResourceAcked, ResourceNacked
+from aether.core.events import ResourceNacked
 from aether.core.snapshot import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
@@ -30,7 +31,6 @@ from aether.core.snapshot import (
 )
 from aether.xds.protocol import (
     NOTHING,
-    SOURCE,
     Nonces,
     StreamOutput,
     TypeStatus,
@@ -55,7 +55,7 @@ class _TypeState:
     always_respond: bool = False
     """Answer the next request even if nothing changed (EDS after a cluster change)."""
     answered: bool = False
-    """The subscription got a response (or was found current on reconnect): Envoy is not waiting for a first one."""
+    """The subscription got a response: Envoy is not waiting for a first one."""
 
 
 class SotwStream:
@@ -95,7 +95,8 @@ class SotwStream:
         state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
         names = _subscription(type_url, request.resource_names)
         if not nonce:
-            return self._subscribe(state, type_url, names, stated_version=request.version_info, now=now)
+            state.names = names
+            return self._respond(type_url, state)  # before any snapshot: answered by the first publish
         if nonce != state.sent_nonce:
             return NOTHING  # stale: an answer to a response we have since superseded
         event = feedback_event(request, node_id=self.node_id, version=state.sent_version, now=now)
@@ -149,25 +150,6 @@ class SotwStream:
                 )
             )
         return tuple(rows)
-
-    def _subscribe(
-        self, state: _TypeState, type_url: str, names: frozenset[str] | None, *, stated_version: str, now: int
-    ) -> StreamOutput:
-        state.names = names
-        if self._snapshot is None:
-            return NOTHING  # answered by the first publish
-        version = self._version(state)
-        if stated_version and stated_version == version and not state.always_respond:
-            # A reconnect: Envoy already holds exactly this. Record it as accepted, send nothing.
-            state.sent_version = state.acked_version = version
-            state.answered = True
-            state.sent_digests = {name: item.digest for name, item in self._selected(state).items()}
-            assert self.node_id is not None
-            event = ResourceAcked(
-                observed_at=now, source=SOURCE, node_id=self.node_id, type_url=type_url, version=version
-            )
-            return StreamOutput(events=(event,))
-        return self._respond(type_url, state)
 
     def _version(self, state: _TypeState) -> str:
         if self._snapshot is not None and state.names is None:
