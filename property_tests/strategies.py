@@ -1,4 +1,5 @@
-"""Hypothesis strategies for every value and event of the core (STYLE T4: every event type must have one here).
+"""Hypothesis strategies for every value and event of the core (STYLE T4: every event type must have one here), and
+for the inputs of the ADS stream machines (requests, their bytes, and snapshots).
 
 Names come from small alphabets so that a sequence keeps meeting the same subjects: the same pods are added and
 removed, endpoints arrive for services that are and are not in the catalog, registry versions mostly go up and
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
+from envoy.service.discovery.v3 import discovery_pb2
 from hypothesis import strategies as st
 
 from aether.core.events import (
@@ -69,8 +71,15 @@ from aether.core.reduce.annotations import (
     WEIGHT,
 )
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
+from aether.core.snapshot import TYPE_ORDER, Resource, Snapshot
 from aether.core.values import Redacted
 from aether.testing import AT
+from aether.testing.xds_resources import (
+    make_cluster,
+    make_listener,
+    make_load_assignment,
+    make_route_configuration,
+)
 
 T = TypeVar("T")
 
@@ -512,3 +521,131 @@ def records(*, max_size: int = MAX_EVENTS) -> st.SearchStrategy[tuple[Record, ..
     return event_sequences(max_size=max_size).map(
         lambda sequence: tuple(Record(seq=seq, event=event) for seq, event in enumerate(sequence, 1))
     )
+
+
+# --- xDS requests (the ADS stream machines' inputs) ---
+
+XDS_NODE = NODE_IDS[0]
+XDS_MAX_INPUTS = 24
+"""The longest input sequence of one fuzzed stream: enough to subscribe every type, see three snapshots and ACK or NACK
+each, while staying inside hypothesis's buffer (longer ones overrun it and are drawn again, slowly)."""
+XDS_NAMES = ("a", "b", "routes", "http")
+"""Resource names the xDS snapshots hold (clusters and assignments a and b, route `routes`, listener `http`)."""
+_XDS_TYPE_URLS = (*TYPE_ORDER, "type.googleapis.com/envoy.Nope", "")
+
+
+def _xds_snapshot(
+    seq: int, *, clusters: tuple[str, ...], timeout_ms: int, not_found: tuple[str, ...]
+) -> Snapshot:
+    resources = [
+        Resource.from_message(make_cluster(name, connect_timeout_ms=timeout_ms)) for name in clusters
+    ]
+    resources += [
+        Resource.from_message(make_load_assignment(name, [("127.0.0.1", 8000 + seq)])) for name in clusters
+    ]
+    resources.append(Resource.from_message(make_route_configuration("routes", routes=[("/", clusters[0])])))
+    resources.append(Resource.from_message(make_listener("http", port=18081, route_config_name="routes")))
+    return Snapshot.build(node_id=XDS_NODE, seq=seq, resources=resources, not_found=not_found)
+
+
+XDS_SNAPSHOTS = (
+    _xds_snapshot(1, clusters=("a",), timeout_ms=250, not_found=()),
+    _xds_snapshot(2, clusters=("a", "b"), timeout_ms=250, not_found=("ghost",)),
+    _xds_snapshot(3, clusters=("b",), timeout_ms=900, not_found=()),
+)
+"""The snapshots a fuzzed stream is published: clusters come, change and go, and one name is known not to exist."""
+
+XDS_LAST_NONCE = "<last>"
+"""A nonce the fuzz driver replaces with the nonce of the stream's last response of the request's type (so ACKs and
+NACKs answer something); with no such response yet it becomes the empty nonce."""
+_xds_names = _among((*XDS_NAMES, "*", "ghost"), ("", "é\x00"), one_in=25)
+_xds_nonces = _among(("", XDS_LAST_NONCE, XDS_LAST_NONCE), ("1", "0", "99", "x", "٣", " 1"), one_in=20)
+_xds_versions = st.sampled_from(
+    (
+        "",
+        *(snapshot.version(type_url) for snapshot in XDS_SNAPSHOTS for type_url in TYPE_ORDER),
+        *(
+            resource.digest
+            for snapshot in XDS_SNAPSHOTS
+            for items in snapshot.resources.values()
+            for resource in items.values()
+        ),
+        "stale",
+    )
+)
+
+
+@st.composite
+def _xds_common(draw: st.DrawFn, request: Any) -> Any:
+    """Fill what both request kinds share: node (mostly ours), type, nonce, and sometimes an error (a NACK)."""
+    # A node id may be left out after the first request; leaving it out of the first ends the stream.
+    node = draw(_among((XDS_NODE,), ("", NODE_IDS[1]), one_in=12))
+    if node:
+        request.node.id = node
+    request.type_url = draw(_among(TYPE_ORDER, _XDS_TYPE_URLS[len(TYPE_ORDER) :], one_in=60))
+    request.response_nonce = draw(_xds_nonces)
+    if draw(st.integers(0, 4)) == 4:
+        request.error_detail.code = 3
+        request.error_detail.message = draw(small_text)
+    return request
+
+
+@st.composite
+def sotw_requests(draw: st.DrawFn) -> discovery_pb2.DiscoveryRequest:
+    """SotW requests: subscriptions (wildcard, by name, changing names), ACKs and NACKs, with mistakes."""
+    request = draw(_xds_common(discovery_pb2.DiscoveryRequest()))
+    request.resource_names.extend(draw(st.lists(_xds_names, max_size=3)))
+    request.version_info = draw(_xds_versions)
+    return request
+
+
+@st.composite
+def delta_requests(draw: st.DrawFn) -> discovery_pb2.DeltaDiscoveryRequest:
+    """Delta requests: (un)subscriptions, reconnects stating held versions, ACKs and NACKs, with mistakes."""
+    request = draw(_xds_common(discovery_pb2.DeltaDiscoveryRequest()))
+    request.resource_names_subscribe.extend(draw(st.lists(_xds_names, max_size=3)))
+    # Unsubscribing a name never subscribed ends the stream: keep it rare enough that streams run on.
+    request.resource_names_unsubscribe.extend(
+        draw(mostly(st.just([]), st.lists(_xds_names, max_size=2), one_in=10))
+    )
+    # A reconnect states versions of what it subscribes (the wildcard types: of anything), old, current or made up.
+    subscribed = list(request.resource_names_subscribe)
+    held = st.sampled_from(subscribed) if subscribed and draw(st.booleans()) else _xds_names
+    for name, version in draw(st.dictionaries(held, _xds_versions, max_size=3)).items():
+        request.initial_resource_versions[name] = version
+    return request
+
+
+def _serialized_without_placeholder(request: Any) -> bytes:
+    if request.response_nonce == XDS_LAST_NONCE:
+        request.response_nonce = ""  # the driver cannot reach into bytes to put the last nonce there
+    serialized: bytes = request.SerializeToString()
+    return serialized
+
+
+@st.composite
+def _mangled(draw: st.DrawFn, serialized: bytes) -> bytes:
+    if serialized and draw(st.booleans()):
+        index = draw(st.integers(0, len(serialized) - 1))
+        return serialized[:index] + bytes([draw(st.integers(0, 255))]) + serialized[index + 1 :]
+    if serialized and draw(st.booleans()):
+        return serialized[: draw(st.integers(0, len(serialized) - 1))]
+    return draw(st.binary(max_size=40))
+
+
+def request_bytes(requests: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
+    """What a gRPC message may carry: mostly a request serialized whole; sometimes one with a byte changed, cut
+    short, or plain junk (which mostly ends the stream)."""
+    return requests.map(_serialized_without_placeholder).flatmap(
+        lambda serialized: mostly(st.just(serialized), _mangled(serialized), one_in=12)
+    )
+
+
+@st.composite
+def xds_stream_inputs(draw: st.DrawFn, requests: st.SearchStrategy[Any]) -> list[Any]:
+    """What one ADS stream receives, in order: requests (as messages or bytes) and snapshots of its node."""
+    snapshots = st.sampled_from(XDS_SNAPSHOTS)
+    items = st.one_of(requests, requests, requests, request_bytes(requests), snapshots, snapshots)
+    # Lists drawn directly average a handful of items; a drawn size spreads lengths over the whole range.
+    size = draw(st.integers(0, XDS_MAX_INPUTS))
+    return draw(st.lists(items, min_size=size, max_size=size))

@@ -157,6 +157,15 @@ def test_a_cluster_no_service_matches_is_answered_as_removed() -> None:
     assert output.events == ()
 
 
+def test_a_held_cluster_known_not_to_exist_is_removed_once() -> None:
+    """A reconnect stating a cluster that no service matches any more names it once in removed_resources."""
+    stream = DeltaStream()
+    stream.publish(snapshot(cluster("a"), not_found=("ghost",)), now=NOW)
+    output = stream.receive(request(subscribe=("ghost",), initial={"ghost": "old"}), now=NOW)
+    (response,) = output.responses
+    assert (list(response.resources), list(response.removed_resources)) == ([], ["ghost"])
+
+
 def test_a_changed_cluster_makes_its_endpoints_go_out_again() -> None:
     """The CDS→EDS trap in Delta: Envoy does not re-ask for known endpoints, so the server pushes them."""
     stream = DeltaStream()

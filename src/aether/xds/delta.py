@@ -250,18 +250,21 @@ class DeltaStream:
             ),
             key=lambda resource: resource.name,
         )
-        removed = sorted(
+        gone = {
             name
             for name, version in state.expected.items()
             if version != _REMOVED and name not in held and state.covers(name)
-        )
+        }
         if state.type_url == CLUSTER_TYPE:
             # Names asked for on demand that no service matches: answer "removed" rather than leave Envoy waiting.
-            removed += sorted(
+            gone.update(
                 name
                 for name in state.names & self._snapshot.not_found
                 if state.expected.get(name) != _REMOVED and name not in held
             )
+        # One set: a name Envoy said it held that is also known not to exist is removed once (Envoy NACKs a response
+        # naming a resource twice).
+        removed = sorted(gone)
         # The first request of a type on a stream is always answered, even with nothing to change (a reconnect whose
         # initial_resource_versions are current): Envoy waits for a first response before it finishes initializing,
         # and resets its reconnect backoff only when a response arrives (its GrpcStream::onReceiveMessage), so a

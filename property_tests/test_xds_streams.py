@@ -1,0 +1,103 @@
+"""Fuzzing the ADS stream machines: any sequence of requests (as messages or as bytes, junk included) and snapshots
+gives responses or a `ProtocolError`, never another exception, and what they answer stays well-formed."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from envoy.service.discovery.v3 import discovery_pb2
+from hypothesis import HealthCheck, event, given, settings
+
+from aether.core.events import OnDemandClusterRequested, ResourceAcked, ResourceNacked
+from aether.core.snapshot import TYPE_ORDER, Snapshot
+from aether.xds.delta import DeltaStream
+from aether.xds.protocol import ProtocolError, StatusCode, StreamOutput
+from aether.xds.sotw import SotwStream
+from property_tests.strategies import (
+    XDS_LAST_NONCE,
+    delta_requests,
+    sotw_requests,
+    xds_stream_inputs,
+)
+
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NOW = 1_000
+_REQUEST_TYPES = (discovery_pb2.DiscoveryRequest, discovery_pb2.DeltaDiscoveryRequest)
+
+
+def _feed(machine: SotwStream | DeltaStream, item: Any) -> StreamOutput:
+    """What the server does with one input (`aether.xds.server`): publish a snapshot, or decode and handle a request."""
+    if isinstance(item, Snapshot):
+        if isinstance(machine, DeltaStream):
+            return machine.publish(item, now=NOW)
+        return machine.publish(item)
+    if isinstance(item, bytes):
+        return machine.receive_bytes(item, now=NOW)
+    return machine.receive(item, now=NOW)
+
+
+def _run(machine: SotwStream | DeltaStream, inputs: list[Any], response_type: type[Any]) -> list[Any]:
+    """Feed `inputs` until the stream ends with a protocol error (as the server ends it); return the responses."""
+    responses: list[Any] = []
+    last_nonces: dict[str, str] = {}
+    refused: ProtocolError | None = None
+    for item in inputs:
+        if isinstance(item, _REQUEST_TYPES) and item.response_nonce == XDS_LAST_NONCE:
+            item = copy.deepcopy(item)
+            item.response_nonce = last_nonces.get(item.type_url, "")
+        try:
+            output = _feed(machine, item)
+        except ProtocolError as exc:
+            refused = exc
+            break
+        for response in output.responses:
+            assert type(response) is response_type
+            assert response.type_url in TYPE_ORDER
+        for feedback in output.events:
+            assert isinstance(feedback, ResourceAcked | ResourceNacked | OnDemandClusterRequested)
+            assert feedback.node_id == machine.node_id
+        responses.extend(output.responses)
+        last_nonces.update((response.type_url, response.nonce) for response in output.responses)
+        machine.status()
+    if refused is not None:
+        assert refused.code in StatusCode
+        assert str(refused), "a protocol error must say what was wrong"
+    event("refused" if refused else "served to the end")
+    event(f"responses: {min(len(responses), 3)}{'+' if len(responses) >= 3 else ''}")
+    nonces = [int(response.nonce) for response in responses]
+    assert nonces == list(range(1, len(nonces) + 1)), "each response carries the stream's next nonce"
+    return responses
+
+
+@PROPERTY
+@given(inputs=xds_stream_inputs(sotw_requests()))
+def test_a_sotw_stream_answers_any_input_or_refuses_it_with_a_protocol_error(inputs: list[Any]) -> None:
+    """Any SotW request sequence, bytes and snapshots: responses or ProtocolError, nothing else."""
+    _run(SotwStream(), inputs, discovery_pb2.DiscoveryResponse)
+
+
+@PROPERTY
+@given(inputs=xds_stream_inputs(delta_requests()))
+def test_a_delta_stream_answers_any_input_or_refuses_it_with_a_protocol_error(inputs: list[Any]) -> None:
+    """Any Delta request sequence, bytes and snapshots: responses or ProtocolError; no response names a resource
+    twice (Envoy NACKs that)."""
+    for response in _run(DeltaStream(), inputs, discovery_pb2.DeltaDiscoveryResponse):
+        names = [resource.name for resource in response.resources] + list(response.removed_resources)
+        assert len(names) == len(set(names)), names
+
+
+@pytest.mark.parametrize("machine", [SotwStream, DeltaStream])
+def test_junk_bytes_are_a_protocol_error_naming_the_request_type(
+    machine: type[SotwStream | DeltaStream],
+) -> None:
+    """Bytes that are no protobuf end the stream with INVALID_ARGUMENT, naming the type expected."""
+    kind = "DeltaDiscoveryRequest" if machine is DeltaStream else "DiscoveryRequest"
+    with pytest.raises(ProtocolError) as caught:
+        machine().receive_bytes(b"\xff" * 20, now=NOW)
+    assert caught.value.code is StatusCode.INVALID_ARGUMENT
+    assert str(caught.value) == (
+        f"request of 20 bytes does not decode as envoy.service.discovery.v3.{kind}: Error parsing message with"
+        f" type 'envoy.service.discovery.v3.{kind}': Wire format was corrupt"
+    )
