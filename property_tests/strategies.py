@@ -609,8 +609,11 @@ def delta_requests(draw: st.DrawFn) -> discovery_pb2.DeltaDiscoveryRequest:
         draw(mostly(st.just([]), st.lists(_xds_names, max_size=2), one_in=10))
     )
     # A reconnect states versions of what it subscribes (the wildcard types: of anything), old, current or made up.
-    subscribed = list(request.resource_names_subscribe)
-    held = st.sampled_from(subscribed) if subscribed and draw(st.booleans()) else _xds_names
+    subscribed: list[str] = list(request.resource_names_subscribe)
+    held: st.SearchStrategy[str] = _xds_names
+    stated_subscribed: bool = draw(st.booleans())
+    if subscribed and stated_subscribed:
+        held = st.sampled_from(subscribed)
     for name, version in draw(st.dictionaries(held, _xds_versions, max_size=3)).items():
         request.initial_resource_versions[name] = version
     return request
