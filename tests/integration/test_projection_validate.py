@@ -11,7 +11,6 @@ real certificates minted by `aether.testing.spiffe.TestCA`), and ADS stays only 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 from pathlib import Path
@@ -40,6 +39,7 @@ from aether.testing.envoy import open_envoy, snapshot_bootstrap, validate_config
 from aether.testing.http import HttpReader
 from aether.testing.spiffe import TestCA
 from tests.core.project._helpers import NODE
+from tests.needs import ROOT, needs
 
 VALIDATE_TIMEOUT = 60
 """Seconds `envoy --mode validate` gets (it takes well under one; the margin absorbs a loaded CI machine)."""
@@ -267,16 +267,8 @@ async def _stat(envoy: Any, name: str) -> int:
     return stats.get(name, 0)
 
 
-@pytest.fixture
-def loopback_pods() -> None:
-    """Skip unless Envoy may bind transparent listeners (IP_TRANSPARENT needs CAP_NET_ADMIN: root here)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the capture listeners are transparent")
-
-
-async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(
-    tmp_path: Path, loopback_pods: None
-) -> None:
+@needs(ROOT)  # Envoy binds transparent listeners (IP_TRANSPARENT needs CAP_NET_ADMIN)
+async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(tmp_path: Path) -> None:
     """Two local-mode pods on loopback addresses call each other through one Envoy running the projected config:
     each caller presents its own SVID (the callee sees it in XFCC), and retries follow the callee's outcome."""
     ca = TestCA(TRUST_DOMAIN)
