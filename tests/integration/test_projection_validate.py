@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import trio
 
+from aether.cli.render_command import OutputFormat, RenderRequest, render
 from aether.core.events import Event, Health, Protocol
 from aether.core.project import project_node
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
@@ -69,6 +70,8 @@ def validate(snapshot: Snapshot, work_dir: Path) -> str:
     """Run `envoy --mode validate` on the snapshot's static bootstrap; return Envoy's output (assert it accepted)."""
     return validate_config(snapshot_bootstrap(snapshot), work_dir / "validate", what="the projected snapshot")
 
+
+DEMO_MANIFESTS = Path(__file__).resolve().parents[2] / "examples" / "demo"
 
 # --- realistic states ---
 
@@ -347,3 +350,13 @@ async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(tmp_
                 b"aether: the Host header names no mesh service; expected <serviceAccount>.<namespace>.aether.internal[:<port>]\n",
             )
         nursery.cancel_scope.cancel()
+
+
+def test_a_captured_render_of_the_demo_manifests_passes_envoy_validation(tmp_path: Path) -> None:
+    """`aether render --node demo` of the demo's manifests renders every pod as the CNI joins it (capture and L4
+    listeners in its namespace), and Envoy accepts the bootstrap."""
+    request = RenderRequest(manifests=DEMO_MANIFESTS, node="demo", output_format=OutputFormat.BOOTSTRAP)
+    bootstrap = json.loads(render(request))
+    listeners = {item["name"] for item in bootstrap["static_resources"]["listeners"]}
+    assert {"capture_cart-1.shop", "l4_tcp_cart-1.shop", "inbound_cart-1.shop"} <= listeners
+    validate_config(bootstrap, tmp_path, what="the captured render of examples/demo")
