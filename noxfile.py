@@ -83,6 +83,7 @@ def bench(session: nox.Session) -> None:
     for script in sorted(
         (
             "bench_append.py",
+            "bench_cli.py",
             "bench_cni.py",
             "bench_demo.py",
             "bench_dns.py",

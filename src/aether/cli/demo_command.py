@@ -8,19 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import trio
-
+from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
-from aether.demo.app import DemoOptions, run_demo
-from aether.demo.mesh import DemoError
-from aether.testing.envoy import EnvoyStartFailed
 
 
 def add_parser(roles: Any) -> None:
     """Add `aether demo` to the root parser's subparsers `roles`."""
     parser = roles.add_parser(
         "demo",
-        help="run a whole mesh on this machine and walk through a scenario",
+        help=summary("demo"),
         description=(
             "Start a registrar, a node agent, a real Envoy and sample workloads on loopback addresses, route "
             "traffic between them from the YAML in the run's manifests/ folder (edit it while the demo runs), "
@@ -55,6 +51,12 @@ def add_parser(roles: Any) -> None:
 
 def run_demo_command(arguments: argparse.Namespace) -> int:
     """`aether demo`."""
+    import trio
+
+    from aether.demo.app import DemoOptions, run_demo
+    from aether.demo.mesh import DemoError
+    from aether.testing.envoy import EnvoyStartFailed
+
     configure_logging(arguments, quiet=logging.ERROR)
     options = DemoOptions(
         log_dir=arguments.log_dir,

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from aether.cli.commands import summary
 from aether.core.errors import CodecError
 from aether.core.events import kind_of
 from aether.core.project.node import project_node
@@ -45,7 +46,7 @@ MAX_UNDECODABLE_SHOWN = 20
 
 def add_parser(roles: Any) -> None:
     """Add `aether log` and its subcommands to the root parser's subparsers `roles`."""
-    parser = roles.add_parser("log", help="replay, inspect, verify or recover an event log")
+    parser = roles.add_parser("log", help=summary("log"))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     replay = commands.add_parser("replay", help="fold a log offline and print the state and its digest")

@@ -18,6 +18,7 @@ import attrs
 import yaml
 from google.protobuf import json_format
 
+from aether.cli.commands import summary
 from aether.core.gateway import gateway_view
 from aether.core.order import sorted_items
 from aether.core.project import project_node
@@ -236,7 +237,7 @@ def _address(text: str) -> tuple[str, int]:
 
 def add_parser(roles: Any) -> None:
     """Add `aether render` to the root parser's subparsers `roles`."""
-    parser = roles.add_parser("render", help="project Kubernetes manifests offline into Envoy config")
+    parser = roles.add_parser("render", help=summary("render"))
     parser.add_argument(
         "--manifests", type=Path, required=True, metavar="DIR", help="a directory of YAML manifests"
     )
