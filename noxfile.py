@@ -2,17 +2,61 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 PROTO_TOOLS = ["grpcio-tools==1.85.1", "mypy-protobuf==5.1.0"]
+APT_PACKAGES = Path(__file__).parent / ".ci" / "apt-packages"
+"""The Debian packages whose tools the tests run (nft, ip, dig, dnsperf, unbound), one per line."""
+
+
+def debian_packages() -> list[str]:
+    """The packages `.ci/apt-packages` lists (comments and blank lines left out)."""
+    lines = (line.split("#", 1)[0].strip() for line in APT_PACKAGES.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def missing_debian_packages(packages: list[str]) -> list[str]:
+    """The packages of `packages` that dpkg does not have installed."""
+    missing = []
+    for package in packages:
+        query = subprocess.run(
+            ["dpkg-query", "--show", "--showformat=${db:Status-Status}", package],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if query.returncode != 0 or query.stdout.strip() != "installed":
+            missing.append(package)
+    return missing
+
+
+def install_debian_packages(session: nox.Session) -> None:
+    """As root on Debian, install what `.ci/apt-packages` lists and dpkg lacks (apt-get update once, then install);
+    elsewhere do nothing: the tests that need a missing tool skip and say which."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:
+        session.log("not root on Debian: not installing .ci/apt-packages (tests needing those tools skip)")
+        return
+    missing = missing_debian_packages(debian_packages())
+    if not missing:
+        return
+    session.log(f"installing the Debian packages the tests need: {' '.join(missing)}")
+    environment = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run("apt-get", "update", "-qq", external=True, env=environment)
+    session.run("apt-get", "install", "-y", "-qq", *missing, external=True, env=environment)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the unit, integration and property tests."""
+    """Run the unit, integration and property tests (as root on Debian, installing .ci/apt-packages first)."""
+    install_debian_packages(session)
     session.install(".[test]")
     session.run("pytest", *session.posargs)
 
@@ -39,6 +83,7 @@ def bench(session: nox.Session) -> None:
     for script in sorted(
         (
             "bench_append.py",
+            "bench_cli.py",
             "bench_cni.py",
             "bench_demo.py",
             "bench_dns.py",

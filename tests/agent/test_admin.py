@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from aether.agent.admin import fetch_admin, serve_admin
-from aether.xds.status import render_status
+from aether.agent.admin import serve_admin
+from aether.agent.admin_client import NACKED, STATUS_COLUMNS, fetch_admin, render_status
+from aether.core.snapshot import SHORT_NAMES, TYPE_ORDER
+from aether.xds.protocol import TypeStatus
 
 DOCUMENT = {
     "streams": [
@@ -42,9 +44,9 @@ async def test_the_admin_socket_serves_documents_and_refuses_unknown_paths(tmp_p
             )
         )
         assert stat.S_IMODE(path.stat().st_mode) == 0o660
-        assert await fetch_admin(path, "/status") == DOCUMENT
+        assert await trio.to_thread.run_sync(fetch_admin, path, "/status") == DOCUMENT
         with pytest.raises(ValueError, match=r"^admin '/nope' answered b'HTTP/1.0 404 Not Found'"):
-            await fetch_admin(path, "/nope")
+            await trio.to_thread.run_sync(fetch_admin, path, "/nope")
         nursery.cancel_scope.cancel()
     assert not path.exists()
 
@@ -56,3 +58,11 @@ def test_status_renders_one_row_per_stream_and_the_nack_errors() -> None:
         "node-a  1       DELTA  SYNCED  -    NACKED  -    -",
         "node-a stream 1 LDS NACKED: bad port",
     ]
+
+
+def test_the_clients_columns_and_nack_status_are_the_servers() -> None:
+    """The light client spells the type columns and NACKED itself; they are the snapshot's and the server's."""
+    assert (
+        tuple(SHORT_NAMES[type_url] for type_url in TYPE_ORDER),
+        TypeStatus.NACKED.value,
+    ) == (STATUS_COLUMNS, NACKED)

@@ -205,3 +205,46 @@ def test_replay_after_recovery_of_a_copy_leaves_the_original_untouched(tmp_path:
     for command in ("replay", "inspect", "verify"):
         assert main(["log", command, str(copy)]) == 0
     assert _files(copy) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay"],
+        ["replay", "--format", "snapshot"],
+        ["replay", "--explain", "catalog.shop.aether.internal"],
+        ["inspect"],
+        ["verify"],
+        ["recover"],
+    ],
+)
+def test_a_run_directory_is_read_through_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """`aether demo --log-dir DIR` leaves the log at DIR/log: every log command given DIR reads DIR/log."""
+    shutil.copytree(SAMPLE, tmp_path / "run" / "log")
+    command, *options = argv
+    through_run = _run(capsys, "log", command, str(tmp_path / "run"), *options)
+    direct = _run(capsys, "log", command, str(tmp_path / "run" / "log"), *options)
+    assert through_run == direct
+    assert through_run[1], through_run
+
+
+@pytest.mark.parametrize(
+    ("given", "log"),
+    [("run", "run/agent-log"), ("run/agent-log/segments", "run/agent-log")],
+    ids=["log-one-level-down", "log-one-level-up"],
+)
+def test_a_directory_one_level_off_the_log_is_refused_naming_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, log: str
+) -> None:
+    """No log in DIR (nor in DIR/log), but one beside it: the one error line says where the log is."""
+    shutil.copytree(SAMPLE, tmp_path / "run" / "agent-log")
+    before = _files(tmp_path)
+    for command in ("replay", "inspect", "verify", "recover"):
+        status, out, err = _run(capsys, "log", command, str(tmp_path / given))
+        assert (status, out) == (1, "")
+        assert err.startswith(f"aether: error: {tmp_path / given}: not an aether event log ("), err
+        assert err.endswith(f"; the log is at {tmp_path / log}\n"), err
+        assert err.count("\n") == 1
+    assert _files(tmp_path) == before

@@ -29,6 +29,7 @@ from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cni import entered_netns, run_plugin
 from aether.cni.server import PodLookup, PodMetadata
 from aether.xds.listen import ListenAddress
+from tests.needs import ROOT, needs
 
 NODE_NAME = "node-a"
 POD_IP = "10.88.0.2"
@@ -37,10 +38,8 @@ NODE_IP_2 = "10.88.0.3"
 MANAGED = {"aether.io/managed": "true"}
 PLUGIN = Path(sys.executable).parent / "aether-cni"
 
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("nft") is None or shutil.which("ip") is None,
-    reason="needs root, nft (Debian nftables) and ip (iproute2): real network namespaces are programmed",
-)
+needs_netns = needs(ROOT, "nft", "ip")
+"""Real network namespaces are made and programmed."""
 
 _names = itertools.count()
 

@@ -19,6 +19,7 @@ import pytest
 
 from aether.core.project.node import project_node
 from aether.replay import explain_resource, replay_log
+from tests.needs import ROOT, needs
 
 AETHER = [sys.executable, "-m", "aether.cli"]
 POD_ADDRESSES = ("127.0.10.1", "127.0.10.11", "127.0.10.12")
@@ -175,7 +176,7 @@ def test_envoy_missing_or_failing_is_reported_and_nothing_is_left(
     _wait_gone(tmp_path / "run")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="--netns creates network namespaces: needs root")
+@needs(ROOT, "nft", "ip")
 def test_with_netns_every_pod_joins_through_the_cni_and_no_namespace_is_left(tmp_path: Path) -> None:
     report_file = tmp_path / "report.json"
     result = subprocess.run(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import trio
 
 from aether.dns import HostPort, RunningMeshDns, serve_mesh_dns
+from tests.needs import needs
 
 from .conftest import MESH_DOMAIN, write_records
 
@@ -203,7 +203,7 @@ async def test_malformed_packets_are_dropped_or_formerr_and_the_server_keeps_ser
     assert any("answered FORMERR" in record.getMessage() for record in caplog.records)
 
 
-@pytest.mark.skipif(shutil.which("dig") is None, reason="dig is not installed (Debian: dnsutils)")
+@needs("dig")
 async def test_dig_resolves_mesh_names_and_falls_back_to_tcp(server: RunningMeshDns) -> None:
     """dig gets the A record, NXDOMAIN for an unknown name, and retries a truncated answer over TCP."""
 

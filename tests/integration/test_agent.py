@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from aether.agent.admin import fetch_admin
+from aether.agent.admin_client import fetch_admin
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli import main
 from aether.testing import (
@@ -72,7 +72,7 @@ async def test_the_agent_serves_its_projection_to_envoy_and_reports_sync_state(
             assert {"outbound_http_web-1.shop", "inbound_web-1.shop"} == set(names)
 
             async def synced() -> bool:
-                document = await fetch_admin(config.admin_socket, "/status")
+                document = await trio.to_thread.run_sync(fetch_admin, config.admin_socket, "/status")
                 rows = [row for stream in document["streams"] for row in stream["types"]]
                 return bool(rows) and all(row["status"] == "SYNCED" for row in rows)
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
@@ -36,6 +34,7 @@ from aether.testing.envoy import Envoy, ads_bootstrap, open_envoy, wait_for
 from aether.testing.http import HttpReader
 from aether.testing.spiffe import TestCA, write_bundle, write_svid
 from aether.xds.listen import ListenAddress
+from tests.needs import ROOT, needs
 
 TRUST_DOMAIN = "aether.internal"
 NAMESPACE = "shop"
@@ -53,9 +52,8 @@ CONVERGE = 10
 REQUEST_TIMEOUT = 5
 """Seconds one request through both proxies gets (retries included)."""
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: the projected capture listeners are transparent (IP_TRANSPARENT)"
-)
+pytestmark = needs(ROOT)
+"""The projected capture listeners are transparent (IP_TRANSPARENT)."""
 
 
 # --- the applications ---

@@ -11,7 +11,6 @@ real certificates minted by `aether.testing.spiffe.TestCA`), and ADS stays only 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import trio
 
+from aether.cli.render_command import OutputFormat, RenderRequest, render
 from aether.core.events import Event, Health, Protocol
 from aether.core.project import project_node
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
@@ -40,6 +40,7 @@ from aether.testing.envoy import open_envoy, snapshot_bootstrap, validate_config
 from aether.testing.http import HttpReader
 from aether.testing.spiffe import TestCA
 from tests.core.project._helpers import NODE
+from tests.needs import ROOT, needs
 
 VALIDATE_TIMEOUT = 60
 """Seconds `envoy --mode validate` gets (it takes well under one; the margin absorbs a loaded CI machine)."""
@@ -69,6 +70,8 @@ def validate(snapshot: Snapshot, work_dir: Path) -> str:
     """Run `envoy --mode validate` on the snapshot's static bootstrap; return Envoy's output (assert it accepted)."""
     return validate_config(snapshot_bootstrap(snapshot), work_dir / "validate", what="the projected snapshot")
 
+
+DEMO_MANIFESTS = Path(__file__).resolve().parents[2] / "examples" / "demo"
 
 # --- realistic states ---
 
@@ -267,16 +270,8 @@ async def _stat(envoy: Any, name: str) -> int:
     return stats.get(name, 0)
 
 
-@pytest.fixture
-def loopback_pods() -> None:
-    """Skip unless Envoy may bind transparent listeners (IP_TRANSPARENT needs CAP_NET_ADMIN: root here)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the capture listeners are transparent")
-
-
-async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(
-    tmp_path: Path, loopback_pods: None
-) -> None:
+@needs(ROOT)  # Envoy binds transparent listeners (IP_TRANSPARENT needs CAP_NET_ADMIN)
+async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(tmp_path: Path) -> None:
     """Two local-mode pods on loopback addresses call each other through one Envoy running the projected config:
     each caller presents its own SVID (the callee sees it in XFCC), and retries follow the callee's outcome."""
     ca = TestCA(TRUST_DOMAIN)
@@ -355,3 +350,13 @@ async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(
                 b"aether: the Host header names no mesh service; expected <serviceAccount>.<namespace>.aether.internal[:<port>]\n",
             )
         nursery.cancel_scope.cancel()
+
+
+def test_a_captured_render_of_the_demo_manifests_passes_envoy_validation(tmp_path: Path) -> None:
+    """`aether render --node demo` of the demo's manifests renders every pod as the CNI joins it (capture and L4
+    listeners in its namespace), and Envoy accepts the bootstrap."""
+    request = RenderRequest(manifests=DEMO_MANIFESTS, node="demo", output_format=OutputFormat.BOOTSTRAP)
+    bootstrap = json.loads(render(request))
+    listeners = {item["name"] for item in bootstrap["static_resources"]["listeners"]}
+    assert {"capture_cart-1.shop", "l4_tcp_cart-1.shop", "inbound_cart-1.shop"} <= listeners
+    validate_config(bootstrap, tmp_path, what="the captured render of examples/demo")

@@ -1,4 +1,5 @@
-"""The agent's admin endpoint: read-only JSON documents over HTTP/1.0 on a Unix socket (`aether status` reads it).
+"""The agent's admin endpoint: read-only JSON documents over HTTP/1.0 on a Unix socket (`aether status` reads it,
+through `aether.agent.admin_client`).
 
 Only the agent's own user (and group) can connect: the socket is mode 0660 and never on TCP.
 """
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from aether.agent.journal import Journal
     from aether.xds.server import XdsServer
 
-DEFAULT_ADMIN_SOCKET = Path("/run/aether/admin.sock")
 MAX_REQUEST_BYTES = 8192
 """A request line plus headers; anything longer is not a client of ours."""
 REQUEST_TIMEOUT = 5
@@ -100,25 +100,3 @@ async def _answer(stream: trio.SocketStream, *, documents: Documents) -> None:
         )
         with contextlib.suppress(trio.BrokenResourceError):
             await stream.send_all(head + body)
-
-
-async def fetch_admin(path: Path, target: str) -> dict[str, Any]:
-    """GET `target` from the admin socket at `path` and return its JSON document.
-
-    Raises:
-        OSError: nothing listens at `path`.
-        ValueError: the answer is not a 200 with a JSON body.
-    """
-    stream = await trio.open_unix_socket(str(path))
-    async with stream:
-        await stream.send_all(f"GET {target} HTTP/1.0\r\n\r\n".encode())
-        answer = b""
-        while chunk := await stream.receive_some(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    if not head.startswith(b"HTTP/1.0 200"):
-        raise ValueError(
-            f"admin {target!r} answered {head.splitlines()[0] if head else b''!r}: {body[:200]!r}"
-        )
-    document: dict[str, Any] = json.loads(body)
-    return document

@@ -16,7 +16,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.agent.admin import DEFAULT_ADMIN_SOCKET, plane_documents, serve_admin
+from aether.agent.admin import plane_documents, serve_admin
+from aether.agent.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.agent.journal import Journal, open_journal
 from aether.agent.kube_source import MESH_QUERIES, known_objects, node_pod_query, serve_kube_source
 from aether.agent.mesh_records import serve_mesh_records

@@ -10,8 +10,9 @@ from typing import Any
 
 import trio
 
-from aether.agent.admin import DEFAULT_ADMIN_SOCKET
+from aether.agent.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cli.commands import summary
 from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
@@ -22,9 +23,7 @@ from aether.xds.listen import ListenAddress
 
 def add_parser(roles: Any) -> None:
     """Add `aether agent` to the root parser's subparsers `roles`."""
-    parser = roles.add_parser(
-        "agent", help="run the node agent: event log, projection, xDS server, admin socket"
-    )
+    parser = roles.add_parser("agent", help=summary("agent"))
     parser.add_argument("--node-name", required=True, help="this node's name (Envoy's node id must equal it)")
     parser.add_argument("--log-dir", type=Path, required=True, metavar="DIR", help="the node's event log")
     add_serving_arguments(

@@ -7,8 +7,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
-
 __all__ = ["add_serving_arguments", "add_verbose_argument", "configure_logging", "tls_files"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -26,6 +24,9 @@ def configure_logging(arguments: argparse.Namespace, *, quiet: int = logging.WAR
 
 def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) -> None:
     """Add `--xds`, `--admin-socket` and `--svid-dir`: where a control plane serves its Envoy and what it reads."""
+    # Only the roles that serve Envoy build this parser: `aether --help` does not import the xDS server.
+    from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
+
     parser.add_argument(
         "--xds",
         type=ListenAddress.parse,

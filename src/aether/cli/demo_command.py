@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import trio
-
+from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
-from aether.demo.app import DemoOptions, run_demo
-from aether.demo.mesh import DemoError
-from aether.testing.envoy import EnvoyStartFailed
 
 
 def add_parser(roles: Any) -> None:
     """Add `aether demo` to the root parser's subparsers `roles`."""
     parser = roles.add_parser(
         "demo",
-        help="run a whole mesh on this machine and walk through a scenario",
+        help=summary("demo"),
         description=(
             "Start a registrar, a node agent, a real Envoy and sample workloads on loopback addresses, route "
             "traffic between them from the YAML in the run's manifests/ folder (edit it while the demo runs), "
@@ -53,8 +52,41 @@ def add_parser(roles: Any) -> None:
     parser.set_defaults(run=run_demo_command)
 
 
+NETNS_TOOLS = {"nft": "nftables", "ip": "iproute2"}
+"""What `--netns` runs (the CNI plugin's capture rules, the namespaces and veth pairs), and its Debian package."""
+
+
+def netns_problem(
+    *, euid: int | None = None, which: Callable[[str], str | None] = shutil.which
+) -> str | None:
+    """Why `aether demo --netns` cannot run on this machine (naming the fix), or None when it can.
+
+    `euid` defaults to the process's; `which` finds a tool on PATH.
+    """
+    if (os.geteuid() if euid is None else euid) != 0:
+        return "--netns creates network namespaces and needs root: run the demo as root, or without --netns"
+    missing = [tool for tool in NETNS_TOOLS if which(tool) is None]
+    if missing:
+        packages = " ".join(NETNS_TOOLS[tool] for tool in missing)
+        return (
+            f"--netns needs {' and '.join(missing)}, not found on PATH: install them (Debian: apt-get install"
+            f" {packages}), or run the demo without --netns"
+        )
+    return None
+
+
 def run_demo_command(arguments: argparse.Namespace) -> int:
-    """`aether demo`."""
+    """`aether demo`: exits 1, before starting anything, when `--netns` cannot run here."""
+    problem = netns_problem() if arguments.netns else None
+    if problem is not None:
+        print(f"aether: error: {problem}", file=sys.stderr)
+        return 1
+    import trio
+
+    from aether.demo.app import DemoOptions, run_demo
+    from aether.demo.mesh import DemoError
+    from aether.testing.envoy import EnvoyStartFailed
+
     configure_logging(arguments, quiet=logging.ERROR)
     options = DemoOptions(
         log_dir=arguments.log_dir,

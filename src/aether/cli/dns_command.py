@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
 from aether.dns import (
     HostPort,
@@ -28,9 +29,7 @@ RESOLV_CONF = Path("/etc/resolv.conf")
 
 def add_parser(roles: Any) -> None:
     """Add `aether mesh-dns` to the root parser's subparsers `roles`."""
-    parser = roles.add_parser(
-        "mesh-dns", help="serve <svc>.<ns>.<mesh domain> A records from the agent's record file"
-    )
+    parser = roles.add_parser("mesh-dns", help=summary("mesh-dns"))
     parser.add_argument("--records", type=Path, required=True, metavar="FILE", help="the agent's record file")
     parser.add_argument(
         "--listen",

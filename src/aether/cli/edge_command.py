@@ -9,6 +9,7 @@ from typing import Any
 
 import trio
 
+from aether.cli.commands import summary
 from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
@@ -21,9 +22,7 @@ EXIT_UNREADABLE = 1
 
 def add_parser(roles: Any) -> None:
     """Add `aether edge` to the root parser's subparsers `roles`."""
-    parser = roles.add_parser(
-        "edge", help="run the edge: Gateway API routes served to the edge Envoy over xDS"
-    )
+    parser = roles.add_parser("edge", help=summary("edge"))
     parser.add_argument(
         "--pod-name", required=True, help="the edge pod's name (Envoy's node id must equal it)"
     )

@@ -1,6 +1,7 @@
 """`aether log …`: replay, inspect, verify and recover a captured event log, offline.
 
-Every command but `recover` only reads; for one log, each prints the same bytes on every run.
+Every command but `recover` only reads; for one log, each prints the same bytes on every run. Each takes the log's
+directory or a run directory holding it as `log/` (what `aether demo --log-dir DIR` leaves).
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ from typing import Any
 
 import attrs
 
+from aether.cli.commands import summary
 from aether.core.errors import CodecError
 from aether.core.events import kind_of
 from aether.core.project.node import project_node
 from aether.core.state import decode_state, state_document, summarize
-from aether.log import list_checkpoints, read_checkpoint, recover_log, scan_log, verify_log
+from aether.log import (
+    find_log_directory,
+    list_checkpoints,
+    read_checkpoint,
+    recover_log,
+    scan_log,
+    verify_log,
+)
 from aether.log.errors import CheckpointError
 from aether.replay import (
     UndecodableRecordError,
@@ -30,17 +39,18 @@ from aether.replay import (
 
 EXIT_NOT_FOUND = 1
 """--explain named a resource that no projection of the log ever held."""
+DIRECTORY_HELP = "the event log, or a run directory holding it as DIR/log"
 MAX_UNDECODABLE_SHOWN = 20
 """verify lists at most this many undecodable records (then a count): enough to see a pattern, not a flood."""
 
 
 def add_parser(roles: Any) -> None:
     """Add `aether log` and its subcommands to the root parser's subparsers `roles`."""
-    parser = roles.add_parser("log", help="replay, inspect, verify or recover an event log")
+    parser = roles.add_parser("log", help=summary("log"))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     replay = commands.add_parser("replay", help="fold a log offline and print the state and its digest")
-    replay.add_argument("directory", type=Path, metavar="DIR")
+    replay.add_argument("directory", type=Path, metavar="DIR", help=DIRECTORY_HELP)
     replay.add_argument("--until", type=int, metavar="SEQ", help="fold up to this sequence number")
     replay.add_argument(
         "--format",
@@ -67,7 +77,7 @@ def add_parser(roles: Any) -> None:
     replay.set_defaults(run=run_replay)
 
     inspect = commands.add_parser("inspect", help="list records: sequence, time, kind, subject, source")
-    inspect.add_argument("directory", type=Path, metavar="DIR")
+    inspect.add_argument("directory", type=Path, metavar="DIR", help=DIRECTORY_HELP)
     inspect.add_argument("--from", dest="from_seq", type=int, default=1, metavar="SEQ")
     inspect.add_argument("--until", type=int, metavar="SEQ")
     inspect.set_defaults(run=run_inspect)
@@ -75,13 +85,13 @@ def add_parser(roles: Any) -> None:
     verify = commands.add_parser(
         "verify", help="check every frame, record and checkpoint; exit 1 on any problem"
     )
-    verify.add_argument("directory", type=Path, metavar="DIR")
+    verify.add_argument("directory", type=Path, metavar="DIR", help=DIRECTORY_HELP)
     verify.set_defaults(run=run_verify)
 
     recover = commands.add_parser(
         "recover", help="cut a torn tail as the agent does at start-up (modifies DIR)"
     )
-    recover.add_argument("directory", type=Path, metavar="DIR")
+    recover.add_argument("directory", type=Path, metavar="DIR", help=DIRECTORY_HELP)
     recover.set_defaults(run=run_recover)
 
 
@@ -94,11 +104,10 @@ def format_time(nanoseconds: int) -> str:
 
 def run_replay(arguments: argparse.Namespace) -> int:
     """`aether log replay DIR`."""
+    directory = find_log_directory(arguments.directory)
     if arguments.explain:
-        return _explain(arguments)
-    result = replay_log(
-        arguments.directory, until=arguments.until, use_checkpoints=not arguments.no_checkpoint
-    )
+        return _explain(arguments, directory)
+    result = replay_log(directory, until=arguments.until, use_checkpoints=not arguments.no_checkpoint)
     for skipped in result.skipped_checkpoints:
         print(f"aether: warning: checkpoint {skipped.path} not used: {skipped.reason}", file=sys.stderr)
     if arguments.format == "snapshot":
@@ -112,7 +121,7 @@ def run_replay(arguments: argparse.Namespace) -> int:
     summary = summarize(result.state)
     if arguments.format == "json":
         document = {
-            "log": str(arguments.directory),
+            "log": str(directory),
             "checkpointSeq": result.checkpoint_seq,
             "recordsFolded": result.records_folded,
             "summary": {key: value for key, value in attrs.asdict(summary).items()},
@@ -121,7 +130,7 @@ def run_replay(arguments: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False))
         return 0
     start = "seq 1" if result.checkpoint_seq is None else f"checkpoint at seq {result.checkpoint_seq}"
-    print(f"log               {arguments.directory}")
+    print(f"log               {directory}")
     print(f"folded            {result.records_folded} records from {start}")
     for line in summary.lines():
         print(line)
@@ -135,9 +144,9 @@ def run_replay(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _explain(arguments: argparse.Namespace) -> int:
+def _explain(arguments: argparse.Namespace, directory: Path) -> int:
     found = explain_resource(
-        arguments.directory, resource=arguments.explain, node_name=arguments.node, until=arguments.until
+        directory, resource=arguments.explain, node_name=arguments.node, until=arguments.until
     )
     if not found:
         print(
@@ -156,8 +165,9 @@ def _explain(arguments: argparse.Namespace) -> int:
 
 def run_inspect(arguments: argparse.Namespace) -> int:
     """`aether log inspect DIR`."""
+    directory = find_log_directory(arguments.directory)
     print(f"{'SEQ':>8}  {'TIME':<30}  {'KIND':<28}  {'SOURCE':<10}  SUBJECT")
-    for item in scan_log(arguments.directory, from_seq=arguments.from_seq, to_seq=arguments.until):
+    for item in scan_log(directory, from_seq=arguments.from_seq, to_seq=arguments.until):
         event = decode_record(item)
         time = format_time(event.observed_at)
         print(f"{item.seq:>8}  {time:<30}  {kind_of(event):<28}  {event.source:<10}  {event.subject}")
@@ -166,11 +176,12 @@ def run_inspect(arguments: argparse.Namespace) -> int:
 
 def run_verify(arguments: argparse.Namespace) -> int:
     """`aether log verify DIR`: frames and checkpoints (aether.log), then every payload through the codecs."""
-    report = verify_log(arguments.directory)
+    directory = find_log_directory(arguments.directory)
+    report = verify_log(directory)
     problems = [str(finding) for finding in report.findings]
     if not report.findings:
         undecodable = 0
-        for item in scan_log(arguments.directory):
+        for item in scan_log(directory):
             try:
                 decode_record(item)
             except UndecodableRecordError as exc:
@@ -179,7 +190,7 @@ def run_verify(arguments: argparse.Namespace) -> int:
                     problems.append(str(exc))
         if undecodable > MAX_UNDECODABLE_SHOWN:
             problems.append(f"... and {undecodable - MAX_UNDECODABLE_SHOWN} more undecodable records")
-        for file in list_checkpoints(arguments.directory):
+        for file in list_checkpoints(directory):
             try:
                 state = decode_state(read_checkpoint(file.path).payload)
             except (CheckpointError, CodecError) as exc:
@@ -204,7 +215,8 @@ def run_verify(arguments: argparse.Namespace) -> int:
 
 def run_recover(arguments: argparse.Namespace) -> int:
     """`aether log recover DIR`."""
-    report = recover_log(arguments.directory)
+    directory = find_log_directory(arguments.directory)
+    report = recover_log(directory)
     if report.cut is None:
         print(f"{report.directory}: clean; last seq {report.last_seq}")
     else:

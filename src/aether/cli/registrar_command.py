@@ -13,6 +13,7 @@ from typing import Any
 import trio
 import trio_asyncio
 
+from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.kube.api import KubeClient
@@ -34,7 +35,7 @@ BACKENDS = ("embedded", "etcd", "kubernetes")
 
 def add_parser(roles: Any) -> None:
     """Add `aether registrar` to the root parser's subparsers `roles`."""
-    parser = roles.add_parser("registrar", help="serve the endpoint registry to agents (RegistrarService)")
+    parser = roles.add_parser("registrar", help=summary("registrar"))
     parser.add_argument("--backend", choices=BACKENDS, default="embedded")
     parser.add_argument("--data-dir", type=Path, metavar="DIR", help="the embedded backend's directory")
     parser.add_argument(

@@ -18,6 +18,7 @@ import attrs
 import yaml
 from google.protobuf import json_format
 
+from aether.cli.commands import summary
 from aether.core.gateway import gateway_view
 from aether.core.order import sorted_items
 from aether.core.project import project_node
@@ -27,7 +28,7 @@ from aether.core.project.names import ANY_ADDRESS
 from aether.core.snapshot import SHORT_NAMES, TYPE_ORDER, Snapshot
 from aether.core.state import State
 from aether.kube.manifests import ManifestDirectory, ManifestError
-from aether.kube.offline import fold_offline
+from aether.kube.offline import addressless_pods, cni_joined, fold_offline
 
 __all__ = [
     "EDGE_NODE_ID",
@@ -37,6 +38,7 @@ __all__ = [
     "RenderRequest",
     "add_parser",
     "bootstrap_document",
+    "check_pod_addresses",
     "render",
     "render_snapshot",
     "render_state",
@@ -99,15 +101,34 @@ class RenderRequest:
     """The bootstrap's admin address; None leaves the admin API off."""
     status: bool = False
     """Print the computed status as YAML instead of the config."""
+    capture: bool = True
+    """Render every pod as the CNI joins it in a cluster (its own network namespace: capture listeners on 18001
+    and 18082); False: local mode, pods in the node's namespace (no capture)."""
 
 
-def render_state(reading: ManifestDirectory) -> State:
-    """Return the state the manifests of `reading` fold to (the pods registered as endpoints)."""
+def render_state(reading: ManifestDirectory, *, capture: bool = True) -> State:
+    """Return the state the manifests of `reading` fold to (the pods registered as endpoints), each pod in a
+    network namespace of its own as the CNI would join it unless not `capture` (`aether.kube.offline.cni_joined`)."""
+    events = reading.events(source=RENDER_SOURCE, observed_at=RENDER_TIME)
     return fold_offline(
-        reading.events(source=RENDER_SOURCE, observed_at=RENDER_TIME),
-        source=RENDER_SOURCE,
-        observed_at=RENDER_TIME,
+        cni_joined(events) if capture else events, source=RENDER_SOURCE, observed_at=RENDER_TIME
     )
+
+
+def check_pod_addresses(reading: ManifestDirectory) -> None:
+    """Check that every pod of `reading` that joins the mesh has an IP (offline, nothing assigns one; a render
+    would silently leave the pod out).
+
+    Raises:
+        ManifestError: The first such pod, naming its document and the fix.
+    """
+    for pod in addressless_pods(reading.events(source=RENDER_SOURCE, observed_at=RENDER_TIME)):
+        where = reading.objects[f"Pod/{pod.key}"]
+        raise ManifestError(
+            where.path,
+            index=where.index,
+            reason=f"pod {pod.key} has no IP: set status.podIP in its manifest (a render has no cluster to assign one)",
+        )
 
 
 def render_snapshot(state: State, request: RenderRequest) -> Snapshot:
@@ -191,12 +212,14 @@ def render(request: RenderRequest) -> str:
     """Return what `aether render` prints for `request`.
 
     Raises:
-        ManifestError: The manifests cannot be read (a file or document that does not parse).
+        ManifestError: The manifests cannot be read (a file or document that does not parse), or (but for
+            `--status`) a pod that joins the mesh has no IP.
     """
     reading = ManifestDirectory.read(request.manifests)
-    state = render_state(reading)
-    if request.status:
+    state = render_state(reading, capture=request.capture)
+    if request.status:  # the status lists such a pod's rejection: it is the view to find out why
         return yaml.safe_dump(status_document(state, reading), sort_keys=False, allow_unicode=True)
+    check_pod_addresses(reading)
     snapshot = render_snapshot(state, request)
     if request.output_format == OutputFormat.BOOTSTRAP:
         document = bootstrap_document(snapshot, admin=request.admin)
@@ -214,7 +237,7 @@ def _address(text: str) -> tuple[str, int]:
 
 def add_parser(roles: Any) -> None:
     """Add `aether render` to the root parser's subparsers `roles`."""
-    parser = roles.add_parser("render", help="project Kubernetes manifests offline into Envoy config")
+    parser = roles.add_parser("render", help=summary("render"))
     parser.add_argument(
         "--manifests", type=Path, required=True, metavar="DIR", help="a directory of YAML manifests"
     )
@@ -239,11 +262,18 @@ def add_parser(roles: Any) -> None:
     )
     parser.add_argument("--bind", default=ANY_ADDRESS, metavar="ADDRESS", help="the edge's listener address")
     parser.add_argument("--admin", type=_address, metavar="HOST:PORT", help="the bootstrap's admin address")
+    parser.add_argument(
+        "--no-capture",
+        dest="capture",
+        action="store_false",
+        help="local mode: pods share the node's network namespace, no capture listeners (default: each pod in "
+        "its own namespace, captured, as the CNI joins it in a cluster)",
+    )
     parser.set_defaults(run=run_render)
 
 
 def run_render(arguments: argparse.Namespace) -> int:
-    """`aether render`: print the projection; exit 1 only when the manifests cannot be read."""
+    """`aether render`: print the projection; exit 1 when the manifests cannot be read or a meshed pod has no IP."""
     request = RenderRequest(
         manifests=arguments.manifests,
         node=arguments.node,
@@ -253,6 +283,7 @@ def run_render(arguments: argparse.Namespace) -> int:
         bind=arguments.bind,
         admin=arguments.admin,
         status=arguments.status,
+        capture=arguments.capture,
     )
     try:
         text = render(request)

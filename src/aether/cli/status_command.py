@@ -6,17 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import trio
-
-from aether.agent.admin import DEFAULT_ADMIN_SOCKET, fetch_admin
-from aether.xds.status import render_status
+from aether.agent.admin_client import DEFAULT_ADMIN_SOCKET, fetch_admin, render_status
+from aether.cli.commands import summary
 
 
 def add_parser(roles: Any) -> None:
     """Add `aether status` to the root parser's subparsers `roles`."""
-    parser = roles.add_parser(
-        "status", help="show each connected Envoy's xDS sync state, like istioctl proxy-status"
-    )
+    parser = roles.add_parser("status", help=summary("status"))
     parser.add_argument(
         "--admin", type=Path, default=DEFAULT_ADMIN_SOCKET, metavar="PATH", help="the agent's admin socket"
     )
@@ -26,7 +22,7 @@ def add_parser(roles: Any) -> None:
 def run_status(arguments: argparse.Namespace) -> int:
     """`aether status`."""
     try:
-        document = trio.run(fetch_admin, arguments.admin, "/status")
+        document = fetch_admin(arguments.admin, "/status")
     except OSError as exc:
         print(
             f"aether: error: cannot reach the agent's admin socket {str(arguments.admin)!r}: {exc.strerror or exc}"

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
-from aether.proto.cni.v1 import cni_pb2
+if TYPE_CHECKING:
+    from aether.proto.cni.v1 import cni_pb2
 
 __all__ = [
     "BUILTIN_EXCLUDED_RANGES",
@@ -117,6 +119,9 @@ class CaptureSettings:
 
     def to_proto(self) -> cni_pb2.CaptureSettings:
         """Return the settings as the CNI service sends them."""
+        # Here, not at the top: `aether-cni VERSION` imports this module without the protos.
+        from aether.proto.cni.v1 import cni_pb2
+
         return cni_pb2.CaptureSettings(
             exclude_outbound_ports=list(self.exclude_ports),
             exclude_outbound_ip_ranges=list(self.exclude_ranges),

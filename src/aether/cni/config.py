@@ -34,8 +34,6 @@ from aether.cni.errors import (
     InvalidEnvironment,
     InvalidNetworkConfig,
 )
-from aether.xds.errors import InvalidListenAddressError
-from aether.xds.listen import ListenAddress
 
 __all__ = [
     "DEFAULT_AGENT_SOCKET",
@@ -47,6 +45,7 @@ __all__ = [
     "Invocation",
     "NetworkConfig",
     "PodArgs",
+    "version_result",
 ]
 
 SUPPORTED_VERSIONS = ("0.4.0", "1.0.0", "1.1.0")
@@ -226,6 +225,13 @@ class NetworkConfig:
         return version if version in SUPPORTED_VERSIONS else LATEST_VERSION
 
 
+def version_result(stdin: bytes) -> str:
+    """Return the answer to VERSION: the config's `cniVersion` (when we speak it) and every version we support."""
+    return json.dumps(
+        {"cniVersion": NetworkConfig.version_of(stdin), "supportedVersions": list(SUPPORTED_VERSIONS)}
+    )
+
+
 def _decode(content: bytes) -> dict[str, Any]:
     if not content.strip():
         raise DecodeFailure("network config: stdin is empty; the runtime must pass the config as JSON")
@@ -249,6 +255,10 @@ def _socket(document: Mapping[str, Any]) -> Path:
     text = _typed(document, "agentSocket", str, str(DEFAULT_AGENT_SOCKET))
     if not text.startswith("/"):
         raise InvalidNetworkConfig(f"network config: 'agentSocket' must be an absolute path (got {text!r})")
+    # Here, not at the top: `aether-cni VERSION` reads this module without loading the gRPC stack.
+    from aether.xds.errors import InvalidListenAddressError
+    from aether.xds.listen import ListenAddress
+
     try:
         ListenAddress.unix(Path(text))  # what the call dials: a Unix socket path must fit `sun_path`
     except InvalidListenAddressError as exc:

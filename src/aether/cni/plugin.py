@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 
 from aether.cni.capture import CapturePlan, CaptureSettings
 from aether.cni.client import ResponseT, agent_errors, call_agent
-from aether.cni.config import SUPPORTED_VERSIONS, Command, Invocation, NetworkConfig, PodArgs
+from aether.cni.config import Command, Invocation, NetworkConfig, PodArgs, version_result
 from aether.cni.errors import (
     AgentRefused,
     AgentUnavailable,
@@ -64,8 +64,7 @@ def run_plugin(environ: Mapping[str, str], stdin: bytes) -> tuple[str, int]:
     try:
         invocation = Invocation.from_environ(environ)
         if invocation.command is Command.VERSION:
-            version = NetworkConfig.version_of(stdin)
-            return json.dumps({"cniVersion": version, "supportedVersions": list(SUPPORTED_VERSIONS)}), 0
+            return version_result(stdin), 0
         config = NetworkConfig.from_json(stdin)
         return trio.run(_run, invocation, config), 0
     except CniError as exc:

@@ -32,6 +32,7 @@ from aether.log.errors import (
     TornTailError,
 )
 from aether.log.frame import MAX_PAYLOAD
+from aether.log.layout import RUN_LOG_NAME, find_log_directory
 from aether.log.reader import read_last_seq, scan_log
 from aether.log.recovery import RecoveryReport, TailCut, recover_log
 from aether.log.retention import CHECKPOINTS_KEPT, DEFAULT_RETENTION_MARGIN
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_RECORDS",
     "MAX_PAYLOAD",
+    "RUN_LOG_NAME",
     "BadMagicError",
     "Checkpoint",
     "CheckpointError",
@@ -80,6 +82,7 @@ __all__ = [
     "TailCut",
     "TornTailError",
     "VerifyReport",
+    "find_log_directory",
     "list_checkpoints",
     "open_event_log",
     "read_checkpoint",

@@ -52,15 +52,18 @@ class LogError(Exception):
 class NotALogError(LogError):
     """The directory is not an aether event log."""
 
-    def __init__(self, directory: Path, *, found: str) -> None:
-        super().__init__(directory, found)
+    def __init__(self, directory: Path, *, found: str, log_nearby: Path | None = None) -> None:
+        super().__init__(directory, found, log_nearby)
         self.directory = directory
         """The directory that was opened."""
         self.found = found
         """What was found instead of a log, in words."""
+        self.log_nearby = log_nearby
+        """A log one level off (a subdirectory, or the parent) that was probably meant; None when there is none."""
 
     def __str__(self) -> str:
-        return f"{self.directory}: not an aether event log ({self.found})"
+        nearby = "" if self.log_nearby is None else f"; the log is at {self.log_nearby}"
+        return f"{self.directory}: not an aether event log ({self.found}){nearby}"
 
 
 class LogDamageError(LogError):

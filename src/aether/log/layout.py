@@ -20,9 +20,11 @@ __all__ = [
     "FILE_MODE",
     "MARKER_CONTENT",
     "MARKER_NAME",
+    "RUN_LOG_NAME",
     "SegmentFile",
     "check_log_directory",
     "create_log_directory",
+    "find_log_directory",
     "fsync_directory",
     "list_segment_files",
     "segment_path",
@@ -49,6 +51,9 @@ TEMPORARY_SUFFIX = ".tmp"
 """Suffix of a file being written before it is renamed into place."""
 
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.seg$")
+
+RUN_LOG_NAME = "log"
+"""The log's subdirectory in a run directory (``aether demo --log-dir DIR`` writes its log to ``DIR/log``)."""
 
 # How many unexpected entries a NotALogError names before it stops listing.
 _ENTRIES_SHOWN = 5
@@ -147,6 +152,45 @@ def check_log_directory(directory: Path) -> None:
         raise NotALogError(
             directory, found=f"{MARKER_NAME} contains {content!r}, expected {MARKER_CONTENT!r}"
         )
+
+
+def find_log_directory(directory: Path) -> Path:
+    """Return the log ``directory`` names: itself when it is a log, else its ``log/`` subdirectory when that is one
+    (a run directory, as ``aether demo --log-dir DIR`` leaves it).
+
+    Args:
+        directory: A log, or a directory that holds one as ``log/``.
+
+    Raises:
+        NotALogError: If neither is a log; when a log lies one level off (another subdirectory, or the parent:
+            ``segments/`` given for its log), the error names it.
+    """
+    try:
+        check_log_directory(directory)
+    except NotALogError as error:
+        if _is_log(directory / RUN_LOG_NAME):
+            return directory / RUN_LOG_NAME
+        nearby = next((candidate for candidate in _one_level_off(directory) if _is_log(candidate)), None)
+        if nearby is None:
+            raise
+        raise NotALogError(directory, found=error.found, log_nearby=nearby) from None
+    return directory
+
+
+def _one_level_off(directory: Path) -> list[Path]:
+    try:
+        children = sorted(entry for entry in os.listdir(directory) if entry != RUN_LOG_NAME)
+    except OSError:  # missing, not a directory, unreadable: only the parent may still be a log
+        children = []
+    return [*(directory / child for child in children), directory.parent]
+
+
+def _is_log(directory: Path) -> bool:
+    try:
+        check_log_directory(directory)
+    except (NotALogError, OSError):
+        return False
+    return True
 
 
 def create_log_directory(directory: Path) -> bool:

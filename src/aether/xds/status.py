@@ -1,15 +1,13 @@
-"""Rendering stream status like `istioctl proxy-status`: one row per connected Envoy stream, one column per type."""
+"""Stream status like `istioctl proxy-status`, as the document the admin socket serves (one entry per connected Envoy
+stream, one row per type); `aether.agent.admin_client.render_status` renders it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from aether.core.snapshot import SHORT_NAMES, TYPE_ORDER
-from aether.xds.protocol import TypeStatus, TypeStatusRow
+from aether.xds.protocol import TypeStatusRow
 from aether.xds.server import StreamStatus
-
-_COLUMNS = [SHORT_NAMES[type_url] for type_url in TYPE_ORDER]
 
 
 def status_document(streams: Sequence[StreamStatus]) -> dict[str, Any]:
@@ -34,29 +32,6 @@ def status_document(streams: Sequence[StreamStatus]) -> dict[str, Any]:
             for stream in streams
         ]
     }
-
-
-def render_status(document: dict[str, Any]) -> list[str]:
-    """Return the table lines of a status document: node, stream, mode, then each type's status; NACK errors last."""
-    header = ["NODE", "STREAM", "MODE", *_COLUMNS]
-    rows = [header]
-    errors: list[str] = []
-    for stream in document["streams"]:
-        by_type = {item["type"]: item for item in stream["types"]}
-        cells = [stream["nodeId"], str(stream["streamId"]), stream["mode"].upper()]
-        for column in _COLUMNS:
-            item = by_type.get(column)
-            cells.append("-" if item is None else item["status"])
-            if item is not None and item["status"] == TypeStatus.NACKED.value:
-                errors.append(
-                    f"{stream['nodeId']} stream {stream['streamId']} {column} NACKED: {item['error']}"
-                )
-        rows.append(cells)
-    widths = [max(len(row[index]) for row in rows) for index in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    return lines + errors
 
 
 def rows_by_type(rows: Sequence[TypeStatusRow]) -> dict[str, TypeStatusRow]:
