@@ -549,7 +549,11 @@ def test_upstream_framing_is_quadratic() -> None:
 
 
 async def test_large_message_round_trip_keeps_the_event_loop_responsive(echo: Echo) -> None:
-    """A 30 MiB message goes to the server and back while the event loop never stalls for half a second."""
+    """A 30 MiB message goes to the server and back while the event loop never stalls for seconds.
+
+    The bound is loose on purpose (a loaded 2-core machine stalls ~0.3 s at most with the fix; purerpc's own
+    framing stalls the loop for ~20 s on the same message), so the machine's load does not decide the outcome.
+    """
     payload = bytes(range(256)) * (30 * 2**20 // 256)
     gaps: list[float] = []
 
@@ -573,7 +577,7 @@ async def test_large_message_round_trip_keeps_the_event_loop_responsive(echo: Ec
             call.close()
         nursery.cancel_scope.cancel()
     assert echoed == payload
-    assert max(gaps) < 0.5
+    assert max(gaps) < 5.0
 
 
 # --- Fix d: the message size limit fails one stream, cleanly -------------------------------------
