@@ -141,3 +141,43 @@ def test_the_edge_command_exits_1_when_its_manifests_cannot_be_read(
     arguments += ["--xds", f"unix:{tmp_path / 'xds.sock'}", "--admin-socket", str(tmp_path / "admin.sock")]
     assert main(arguments) == 1
     assert capsys.readouterr().err.startswith("aether edge: error: manifest bad.yaml document 0: not YAML (")
+
+
+async def test_a_restarted_edge_appends_nothing_for_unchanged_manifests_and_deletes_what_went_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Each start replays the log and compares the manifests with it: an unchanged directory appends no event,
+    and a route file deleted while the edge was down is deleted from the log at the next start."""
+    manifests = write_manifests(tmp_path / "manifests", ROUTES, port=free_port())
+    config = EdgeConfig(
+        pod_name=POD,
+        log_dir=tmp_path / "log",
+        manifests=manifests,
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        bind=EDGE_ADDRESS,
+        cleartext=True,
+        manifest_poll_interval=60,
+    )
+
+    async def start() -> tuple[int, int, list[str]]:
+        """Run the edge until its first reading is in the log; return the events sent, the seq and the routes."""
+        async with trio.open_nursery() as nursery:
+            edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+            sent = edge.manifests.statistics().events_sent
+            replayed = edge.journal.replay.state.seq
+
+            async def folded() -> bool:
+                return edge.journal.state.seq == replayed + sent
+
+            await wait_for(folded, timeout=CONVERGE)
+            routes = [key for key in edge.journal.state.kube.gateway_objects if key.startswith("HTTPRoute/")]
+            nursery.cancel_scope.cancel()
+        return sent, edge.journal.state.seq, routes
+
+    sent, seq, routes = await start()
+    assert (sent > 0, routes) == (True, ["HTTPRoute/default/web"])
+    assert await start() == (0, seq, routes)
+    (manifests / "routes.yaml").unlink()
+    assert await start() == (1, seq + 1, [])
+    assert await start() == (0, seq + 1, [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, KubeClientStatistics, ObjectList, WatchEvent
+from aether.kube.baseline import Baseline, LoggedObject, event_object, logged_objects
 from aether.kube.config import SERVICE_ACCOUNT_DIR, ClusterConfig
 from aether.kube.convert import DEFAULT_NAMESPACE, ObjectError, deletion_events, object_events, object_meta
 from aether.kube.directory import ManifestSource, ManifestSourceStatistics, serve_manifest_directory
@@ -83,6 +84,7 @@ __all__ = [
     "ApiConnectionError",
     "ApiProtocolError",
     "ApiStatusError",
+    "Baseline",
     "ClusterConfig",
     "ConfigError",
     "Deleted",
@@ -92,6 +94,7 @@ __all__ = [
     "KubeClientStatistics",
     "KubeError",
     "LabelSelector",
+    "LoggedObject",
     "ManifestDirectory",
     "ManifestError",
     "ManifestObject",
@@ -113,7 +116,9 @@ __all__ = [
     "WatchInterrupted",
     "WatchQuery",
     "deletion_events",
+    "event_object",
     "fold_offline",
+    "logged_objects",
     "manifest_files",
     "object_events",
     "object_key",

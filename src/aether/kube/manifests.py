@@ -63,6 +63,9 @@ class ManifestProblem:
     index: int
     """The document's index in the file, from 0."""
     message: str
+    key: str = ""
+    """The `<kind>/<namespace>/<name>` of the object the document defines, when its metadata reads (a source keeps
+    that object as the log holds it); empty otherwise."""
 
     def __str__(self) -> str:
         return f"{self.path} document {self.index}: {self.message}"
@@ -149,6 +152,14 @@ def _checked(body: Any) -> tuple[str, str]:
     return key, text
 
 
+def _key_of(body: Any) -> str:
+    """The key of `body` when its metadata reads, else empty."""
+    try:
+        return object_meta(body).key
+    except ObjectError:
+        return ""
+
+
 @attrs.frozen(kw_only=True)
 class ManifestDirectory:
     """One reading of a manifest directory: its objects by key, and the documents it skipped."""
@@ -184,12 +195,14 @@ class ManifestDirectory:
                     try:
                         key, text = _checked(body)
                     except ObjectError as exc:
-                        problems.append(ManifestProblem(path=name, index=index, message=str(exc)))
+                        problems.append(
+                            ManifestProblem(path=name, index=index, message=str(exc), key=_key_of(body))
+                        )
                         continue
                     known = objects.get(key)
                     if known is not None:
                         message = f"{key} is already defined in {known.path} document {known.index}; skipped"
-                        problems.append(ManifestProblem(path=name, index=index, message=message))
+                        problems.append(ManifestProblem(path=name, index=index, message=message, key=key))
                         continue
                     objects[key] = ManifestObject(key=key, path=name, index=index, body=body, text=text)
         return cls(objects={key: objects[key] for key in sorted(objects)}, problems=tuple(problems))
