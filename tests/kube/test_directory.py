@@ -226,4 +226,6 @@ def test_an_object_whose_document_broke_while_down_stays_as_the_log_holds_it(tmp
     source = ManifestSource(tmp_path, offline_registry=False, logged=logged)
     assert _changes(source, 2) == []
     (problem,) = source.problems
-    assert problem.startswith("svc.yaml document 0: not a kubernetes object: spec.ports[].port")
+    assert problem.startswith(
+        "svc.yaml document 0: Service/shop/web: not a kubernetes object: spec.ports[].port"
+    )

@@ -153,9 +153,19 @@ def _checked(body: Any) -> tuple[str, str]:
 
 
 def _key_of(body: Any) -> str:
-    """The key of `body` when its metadata reads, else empty."""
+    """The key of `body` when its kind, name and namespace read (whatever else is wrong with it), else empty."""
+    if not isinstance(body, Mapping):
+        return ""
+    metadata = body.get("metadata")
+    names = (
+        {field: metadata.get(field) for field in ("name", "namespace")}
+        if isinstance(metadata, Mapping)
+        else {}
+    )
     try:
-        return object_meta(body).key
+        return object_meta(
+            {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": names}
+        ).key
     except ObjectError:
         return ""
 
@@ -195,9 +205,9 @@ class ManifestDirectory:
                     try:
                         key, text = _checked(body)
                     except ObjectError as exc:
-                        problems.append(
-                            ManifestProblem(path=name, index=index, message=str(exc), key=_key_of(body))
-                        )
+                        named = _key_of(body)
+                        message = f"{named}: {exc}" if named else str(exc)
+                        problems.append(ManifestProblem(path=name, index=index, message=message, key=named))
                         continue
                     known = objects.get(key)
                     if known is not None:
