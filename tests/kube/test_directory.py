@@ -15,6 +15,7 @@ from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.kube.manifests import ManifestDirectory, ManifestError
 from aether.kube.offline import fold_offline
 from aether.testing.envoy import wait_for
+from tests.kube.test_yaml_documents import alias_bomb
 
 POD = """\
 apiVersion: v1
@@ -228,4 +229,19 @@ def test_an_object_whose_document_broke_while_down_stays_as_the_log_holds_it(tmp
     (problem,) = source.problems
     assert problem.startswith(
         "svc.yaml document 0: Service/shop/web: not a kubernetes object: spec.ports[].port"
+    )
+
+
+def test_an_alias_bomb_is_a_skipped_document_and_the_source_keeps_serving(tmp_path: Path) -> None:
+    """A 1 KB alias bomb dropped into the directory is refused as one document: the objects stay, and the
+    problem says why."""
+    (tmp_path / "route.yaml").write_text(ROUTE)
+    source = ManifestSource(tmp_path, offline_registry=False)
+    _changes(source, 1)
+    (tmp_path / "bomb.yaml").write_text(alias_bomb())
+    assert _changes(source, 2) == []
+    assert list(source.reading.objects) == ["HTTPRoute/shop/r"]
+    (problem,) = source.problems
+    assert problem.startswith(
+        "bomb.yaml document 0: refused: line 1: aliases expand the document from 38 to "
     )

@@ -59,6 +59,7 @@ from aether.kube.watch import (
     serve_reflector,
     serve_reflectors,
 )
+from aether.kube.yaml_documents import MAX_ALIAS_EXPANSION, RefusedDocument, load_documents
 
 __all__ = [
     "BUILTIN_RESOURCES",
@@ -70,6 +71,7 @@ __all__ = [
     "GRPC_ROUTES",
     "HTTP_ROUTES",
     "MANIFEST_SUFFIXES",
+    "MAX_ALIAS_EXPANSION",
     "NAMESPACES",
     "NODES",
     "OFFLINE_REGISTRY_VERSION",
@@ -105,6 +107,7 @@ __all__ = [
     "ObjectList",
     "Reflector",
     "ReflectorStatistics",
+    "RefusedDocument",
     "ResourceExpiredError",
     "ResourceType",
     "Resumed",
@@ -118,6 +121,7 @@ __all__ = [
     "deletion_events",
     "event_object",
     "fold_offline",
+    "load_documents",
     "logged_objects",
     "manifest_files",
     "object_events",

@@ -23,6 +23,7 @@ from aether.core.events import Event
 from aether.core.reduce.kube import canonical_json
 from aether.kube.convert import ObjectError, deletion_events, object_events, object_meta
 from aether.kube.errors import KubeError
+from aether.kube.yaml_documents import RefusedDocument, load_documents
 
 __all__ = [
     "MANIFEST_SUFFIXES",
@@ -35,9 +36,6 @@ __all__ = [
 
 MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")
 """The files a manifest directory reads (JSON is YAML, so one parser serves both)."""
-
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader when PyYAML was built with it (about ten times faster), the pure one otherwise."""
 
 
 class ManifestError(KubeError, OSError):
@@ -112,7 +110,7 @@ def manifest_files(directory: Path) -> tuple[Path, ...]:
 def _documents(text: str, name: str) -> Iterator[tuple[int, Any]]:
     parsed = 0
     try:
-        for document in yaml.load_all(text, Loader=_Loader):
+        for document in load_documents(text):
             yield parsed, document
             parsed += 1
     except yaml.YAMLError as exc:  # `parsed` documents went fine: the error is in the next one
@@ -201,6 +199,10 @@ class ManifestDirectory:
         problems: list[ManifestProblem] = []
         for name in sorted(files):
             for index, document in _documents(files[name], name):
+                if isinstance(document, RefusedDocument):  # an alias bomb, say: skipped, the rest still reads
+                    message = f"refused: {document.reason}"
+                    problems.append(ManifestProblem(path=name, index=index, message=message))
+                    continue
                 for body in _objects(document):
                     try:
                         key, text = _checked(body)
