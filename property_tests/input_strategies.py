@@ -142,18 +142,19 @@ ip_texts = st.one_of(
 def registrations(draw: st.DrawFn) -> registrar_pb2.RegisterEndpointRequest:
     """A RegisterEndpoint request: fields of every range the wire allows."""
     uint32 = st.integers(0, 2**32 - 1)
+    ports = st.one_of(st.integers(1, 65535), uint32)  # mostly valid, so that the other checks run
     endpoint = registry_pb2.ServiceEndpoint(
         ip=draw(ip_texts),
-        port=draw(uint32),
-        ports=draw(st.lists(uint32, max_size=3)),
+        port=draw(ports),
+        ports=draw(st.lists(ports, max_size=3)),
         weight=draw(uint32),
         metadata=draw(st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)),
-        health=draw(st.integers(0, 5)),  # type: ignore[arg-type]
-        health_check_mode=draw(st.integers(0, 4)),  # type: ignore[arg-type]
+        health=draw(st.integers(0, 4)),  # type: ignore[arg-type]
+        health_check_mode=draw(st.integers(0, 3)),  # type: ignore[arg-type]
     )
     request = registrar_pb2.RegisterEndpointRequest(
-        service_name=draw(st.sampled_from(("shop/web", "Shop/web", "shop", "", "shop/web/x"))),
-        protocol=draw(st.integers(0, 4)),  # type: ignore[arg-type]
+        service_name=draw(st.sampled_from(("shop/web", "shop/web", "Shop/web", "shop", "", "shop/web/x"))),
+        protocol=draw(st.sampled_from((1, 2, 1, 0, 4))),  # type: ignore[arg-type]
     )
     if draw(st.integers(0, 9)):
         request.endpoint.CopyFrom(endpoint)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError, Message
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aether.cni.config import Invocation, NetworkConfig
@@ -17,6 +17,7 @@ from aether.core.events import EndpointAdded, encode_event
 from aether.core.validation import ip_problem
 from aether.kube.manifests import ManifestDirectory, ManifestError
 from aether.proto.registrar.v1 import registrar_pb2
+from aether.proto.registry.v1 import registry_pb2
 from aether.registrar.convert import registration_from_proto, unregistration_from_proto
 from aether.registrar.errors import InvalidRequestError
 from property_tests.input_strategies import (
@@ -43,6 +44,9 @@ def outcome(function: Callable[[], T], refusal: type[E]) -> T | E:
 
 @FUZZ
 @given(texts=st.lists(manifest_texts, min_size=1, max_size=3))
+@example(
+    texts=["apiVersion: v1\nkind: Service\nmetadata: {name: a, generation: 1000000000000000000000000000}\n"]
+)
 def test_any_manifest_text_reads_or_is_refused_and_every_event_it_gives_encodes(texts: list[str]) -> None:
     """Bytes, YAML punctuation, anchors, deep nesting and integers of any size: `ManifestError`, or a reading
     whose events the log can hold."""
@@ -58,6 +62,7 @@ def test_any_manifest_text_reads_or_is_refused_and_every_event_it_gives_encodes(
 
 @FUZZ
 @given(stdin=cni_stdins, environ=cni_environments)
+@example(stdin=b"[" * 100_000, environ={"CNI_COMMAND": "ADD", "CNI_NETNS": "/" + "n" * 300})
 def test_any_cni_invocation_reads_or_is_refused_with_the_specs_error_object(
     stdin: bytes, environ: dict[str, str]
 ) -> None:
@@ -75,8 +80,16 @@ def test_any_cni_invocation_reads_or_is_refused_with_the_specs_error_object(
         json.dumps(config.prev_result)
 
 
+ZONED = registrar_pb2.RegisterEndpointRequest(
+    service_name="shop/web",
+    protocol=registry_pb2.Service.PROTOCOL_HTTP,
+    endpoint=registry_pb2.ServiceEndpoint(ip="fe80::1%eth0", port=8080),
+)
+
+
 @FUZZ
 @given(request=registrations())
+@example(request=ZONED)
 def test_a_registration_is_refused_with_the_field_or_gives_an_endpoint_the_log_can_hold(
     request: registrar_pb2.RegisterEndpointRequest,
 ) -> None:
@@ -94,6 +107,7 @@ def test_a_registration_is_refused_with_the_field_or_gives_an_endpoint_the_log_c
 
 @FUZZ
 @given(payload=st.binary(max_size=64), ips=st.lists(ip_texts, max_size=3))
+@example(payload=ZONED.SerializeToString(), ips=["fe80::1%1"])
 def test_any_request_bytes_parse_or_fail_to_parse_and_unregistrations_validate(
     payload: bytes, ips: list[str]
 ) -> None:
