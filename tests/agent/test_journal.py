@@ -7,6 +7,7 @@ from pathlib import Path
 import trio
 
 from aether.agent import open_journal
+from aether.core.events import KubeService, KubeServiceUpserted, ObjectMeta, ServicePort
 from aether.core.state import State
 from aether.testing import fold_events, make_pod, pod_added, pod_removed
 
@@ -52,3 +53,30 @@ async def test_the_journal_knows_when_its_last_record_was_observed_across_restar
         assert journal.last_observed_at == 9
     async with open_journal(tmp_path / "log") as reopened:
         assert reopened.last_observed_at == 9
+
+
+async def test_an_event_the_log_cannot_hold_is_refused_and_the_journal_goes_on(tmp_path: Path) -> None:
+    """A Service port of -1 cannot be encoded: the journal refuses that event (counted, never appended) and
+    appends the events around it; the log replays them intact."""
+    bad = KubeServiceUpserted(
+        observed_at=1,
+        source="directory",
+        service=KubeService(
+            meta=ObjectMeta(kind="Service", namespace="shop", name="web"), ports=(ServicePort(port=-1),)
+        ),
+    )
+    events = [pod_added(make_pod("web-1")), bad, pod_added(make_pod("web-2"))]
+    folded = trio.Event()
+    async with open_journal(tmp_path / "log") as journal:
+        journal.subscribe(lambda state, now: folded.set() if state.seq == 2 else None)
+        async with journal.sender() as send:
+            for event in events:
+                await send.send(event)
+        with trio.fail_after(5):
+            await folded.wait()
+        statistics = journal.statistics()
+        assert (statistics.appended, statistics.refused) == (2, 1)
+        live = journal.state
+    assert live == fold_events(events[0], events[2])
+    async with open_journal(tmp_path / "log") as reopened:
+        assert reopened.state == live

@@ -27,6 +27,7 @@ from aether.kube.api import KubeClient
 from aether.kube.config import ClusterConfig
 from aether.kube.resources import HTTP_ROUTES, PODS, REFERENCE_GRANTS, SERVICES
 from aether.registrar.backoff import Backoff
+from aether.testing.envoy import wait_for
 from aether.testing.kubeapi import KubeApi, open_kube_api
 
 FAST = Backoff(base=0.01, cap=0.05)
@@ -144,6 +145,36 @@ async def test_deletions_while_down_are_caught_at_start_up(tmp_path: Path) -> No
             known = known_objects(journal.state, queries=MESH_QUERIES)
             async with running_source(api, journal, known=known):
                 await until(journal, lambda s: sorted(s.kube.services.keys()) == ["Service/shop/web"])
+
+
+async def test_a_restart_with_nothing_changed_appends_nothing(tmp_path: Path) -> None:
+    """Restarted over its replayed log, the first lists of an unchanged API send no event (no re-upsert of the
+    Services, routes and the node's pods); a Service changed meanwhile sends only its upsert."""
+    queries = (*MESH_QUERIES, node_pod_query("node-1"))
+    async with open_kube_api() as api:
+        api.store.create(SERVICES, service("web"))
+        api.store.create(SERVICES, service("db"))
+        api.store.create(HTTP_ROUTES, route("web-route"))
+        api.store.create(PODS, pod("web-1", node="node-1"))
+        async with open_journal(tmp_path / "log") as journal, running_source(api, journal, queries=queries):
+            await until(journal, lambda s: len(kube_keys(s)) == 3 and "shop/web-1" in s.pods)
+        for changed in (False, True):
+            if changed:
+                api.store.update(SERVICES, {**service("db"), "spec": {"ports": [{"port": 81}]}})
+            async with open_journal(tmp_path / "log") as journal:
+                seq = journal.state.seq
+                known = known_objects(journal.state, queries=queries)
+                async with running_source(api, journal, queries=queries, known=known) as statistics:
+
+                    async def listed() -> bool:
+                        return statistics().resyncs == len(queries)
+
+                    await wait_for(listed, timeout=10)  # nothing may be appended: poll the source's counters
+                    assert statistics().events == (1 if changed else 0)
+                    await until(journal, lambda s, seq=seq: s.seq == seq + statistics().events)
+                    assert journal.state.kube.services["Service/shop/db"].ports[0].port == (
+                        81 if changed else 80
+                    )
 
 
 async def test_a_compaction_while_cut_off_deletes_the_vanished(tmp_path: Path) -> None:

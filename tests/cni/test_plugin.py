@@ -91,3 +91,66 @@ async def test_a_container_that_is_not_a_kubernetes_pod_is_passed_through() -> N
     assert await run_cni_process(env, config) == PluginRun(
         status=0, output={"cniVersion": "1.1.0", "ips": []}
     )
+
+
+def _config(**prev: object) -> bytes:
+    return json.dumps(
+        {"cniVersion": "1.0.0", "name": "net", "prevResult": {"cniVersion": "1.0.0", **prev}}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("env", "stdin", "expected"),
+    [
+        pytest.param(
+            ADD,
+            b"[" * 100_000,
+            {
+                "cniVersion": "1.1.0",
+                "code": 6,
+                "msg": "network config: stdin nests arrays or objects too deeply to decode",
+                "details": "100000 bytes starting b'[[[[[[[[[[[[[[[[[[[['",
+            },
+            id="nesting",
+        ),
+        pytest.param(
+            ADD,
+            b'{"cniVersion": "1.0.0", "agentTimeoutSeconds": ' + b"7" * 5001 + b"}",
+            {
+                "cniVersion": "1.1.0",
+                "code": 6,
+                "msg": "network config: a number on stdin has 5001 digits, more than 100",
+                "details": "77777777777777777777... (5001 digits)",
+            },
+            id="long-integer",
+        ),
+        pytest.param(
+            ADD,
+            _config(ips={"address": "10.0.0.5/24"}),
+            {
+                "cniVersion": "1.0.0",
+                "code": 7,
+                "msg": "network config: 'prevResult.ips' must be a list (got dict)",
+                "details": "{'address': '10.0.0.5/24'}",
+            },
+            id="ips-not-a-list",
+        ),
+        pytest.param(
+            ADD | {"CNI_NETNS": "/run/netns/" + "n" * 300},
+            _config(ips=[]),
+            {
+                "cniVersion": "1.0.0",
+                "code": 4,
+                "msg": "CNI_NETNS must be a path whose components have at most 255 bytes (one has 300)",
+                "details": f"311 bytes starting {'/run/netns/' + 'n' * 29!r}",
+            },
+            id="netns-name-too-long",
+        ),
+    ],
+)
+async def test_input_past_any_bound_is_answered_with_a_precise_error_object(
+    env: dict[str, str], stdin: bytes, expected: dict[str, object]
+) -> None:
+    """Deep nesting, a 5,001-digit integer, a prevResult whose ips are not a list of addresses and a CNI_NETNS
+    component past NAME_MAX: the spec's error object with the right code, never "this is a bug"."""
+    assert await run_cni_process(env, stdin) == PluginRun(status=1, output=expected)

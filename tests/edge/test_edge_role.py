@@ -141,3 +141,98 @@ def test_the_edge_command_exits_1_when_its_manifests_cannot_be_read(
     arguments += ["--xds", f"unix:{tmp_path / 'xds.sock'}", "--admin-socket", str(tmp_path / "admin.sock")]
     assert main(arguments) == 1
     assert capsys.readouterr().err.startswith("aether edge: error: manifest bad.yaml document 0: not YAML (")
+
+
+async def test_a_restarted_edge_appends_nothing_for_unchanged_manifests_and_deletes_what_went_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Each start replays the log and compares the manifests with it: an unchanged directory appends no event,
+    and a route file deleted while the edge was down is deleted from the log at the next start."""
+    manifests = write_manifests(tmp_path / "manifests", ROUTES, port=free_port())
+    config = EdgeConfig(
+        pod_name=POD,
+        log_dir=tmp_path / "log",
+        manifests=manifests,
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        bind=EDGE_ADDRESS,
+        cleartext=True,
+        manifest_poll_interval=60,
+    )
+
+    async def start() -> tuple[int, int, list[str]]:
+        """Run the edge until its first reading is in the log; return the events sent, the seq and the routes."""
+        async with trio.open_nursery() as nursery:
+            edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+            sent = edge.manifests.statistics().events_sent
+            replayed = edge.journal.replay.state.seq
+
+            async def folded() -> bool:
+                return edge.journal.state.seq == replayed + sent
+
+            await wait_for(folded, timeout=CONVERGE)
+            routes = [key for key in edge.journal.state.kube.gateway_objects if key.startswith("HTTPRoute/")]
+            nursery.cancel_scope.cancel()
+        return sent, edge.journal.state.seq, routes
+
+    sent, seq, routes = await start()
+    assert (sent > 0, routes) == (True, ["HTTPRoute/default/web"])
+    assert await start() == (0, seq, routes)
+    (manifests / "routes.yaml").unlink()
+    assert await start() == (1, seq + 1, [])
+    assert await start() == (0, seq + 1, [])
+
+
+OUT_OF_RANGE = """\
+apiVersion: v1
+kind: Service
+metadata: {name: huge-generation, namespace: default, generation: 1000000000000000000000000000}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: negative-port, namespace: default}
+spec: {ports: [{port: -1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: wide-port, namespace: default}
+spec: {ports: [{port: 18446744073709551616}]}
+"""
+
+
+async def test_integers_the_log_cannot_hold_are_refused_by_document_and_the_edge_starts(
+    tmp_path: Path,
+) -> None:
+    """A generation past int64 and Service ports past uint32 are refused where the manifest is read, each naming
+    its object and field; the edge starts and serves the rest (nothing reaches the journal's encoder)."""
+    manifests = write_manifests(tmp_path / "manifests", ROUTES, port=free_port())
+    (manifests / "wide.yaml").write_text(OUT_OF_RANGE)
+    config = EdgeConfig(
+        pod_name=POD,
+        log_dir=tmp_path / "log",
+        manifests=manifests,
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        bind=EDGE_ADDRESS,
+        cleartext=True,
+        manifest_poll_interval=60,
+    )
+    async with trio.open_nursery() as nursery:
+        edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+        assert edge.manifests.problems == (
+            "wide.yaml document 0: Service/default/huge-generation: not a kubernetes object: metadata.generation "
+            "must be an integer from 0 to 9223372036854775807 (got 1000000000000000000000000000)",
+            "wide.yaml document 1: Service/default/negative-port: not a kubernetes object: spec.ports[].port "
+            "must be an integer from 0 to 4294967295 (got -1)",
+            "wide.yaml document 2: Service/default/wide-port: not a kubernetes object: spec.ports[].port "
+            "must be an integer from 0 to 4294967295 (got 18446744073709551616)",
+        )
+        sent = edge.manifests.statistics().events_sent
+
+        async def folded() -> bool:
+            return edge.journal.state.seq == sent
+
+        await wait_for(folded, timeout=CONVERGE)
+        assert edge.journal.statistics().refused == 0
+        assert "Service/default/alpha" in edge.journal.state.kube.services
+        nursery.cancel_scope.cancel()

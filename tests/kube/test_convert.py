@@ -260,6 +260,45 @@ def test_a_deleted_pod_is_removed_with_its_uid() -> None:
             "not a kubernetes object: spec.ports must be a list (got {'port': 80})",
         ),
         (
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "generation": 10**27}},
+            "not a kubernetes object: metadata.generation must be an integer from 0 to 9223372036854775807 "
+            "(got 1000000000000000000000000000)",
+        ),
+        (
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "generation": -1}},
+            "not a kubernetes object: metadata.generation must be an integer from 0 to 9223372036854775807 "
+            "(got -1)",
+        ),
+        (
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "s"},
+                "spec": {"ports": [{"port": -1}]},
+            },
+            "not a kubernetes object: spec.ports[].port must be an integer from 0 to 4294967295 (got -1)",
+        ),
+        (
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "s"},
+                "spec": {"ports": [{"port": 2**64}]},
+            },
+            "not a kubernetes object: spec.ports[].port must be an integer from 0 to 4294967295 "
+            "(got 18446744073709551616)",
+        ),
+        (
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "s"},
+                "spec": {"ports": [{"port": 80, "targetPort": 10**5000}]},
+            },
+            "not a kubernetes object: spec.ports[].targetPort must be an integer from 0 to 4294967295 "
+            "(got an integer of 16610 bits)",
+        ),
+        (
             {**ROUTE, "spec": "parentRefs"},
             "not a kubernetes object: spec must be a mapping (got 'parentRefs')",
         ),

@@ -9,10 +9,13 @@ import pytest
 import trio
 import trio.testing
 
+from aether.agent.journal import open_journal
 from aether.core.events import Event
 from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.kube.manifests import ManifestDirectory, ManifestError
+from aether.kube.offline import fold_offline
 from aether.testing.envoy import wait_for
+from tests.kube.test_yaml_documents import alias_bomb
 
 POD = """\
 apiVersion: v1
@@ -157,3 +160,88 @@ def test_a_document_that_is_not_an_object_keeps_what_it_defined_before(tmp_path:
     assert list(source.reading.objects) == ["Pod/shop/web-1"]
     (problem,) = source.problems
     assert problem.startswith("pod.yaml document 0: ")
+
+
+async def _run_once(directory: Path, log: Path) -> ManifestSource:
+    """Start the source over the journal of `log` (replayed), wait until the journal holds what it sent, stop."""
+    async with open_journal(log) as journal, trio.open_nursery() as nursery:
+        before = journal.statistics().appended
+        source: ManifestSource = await nursery.start(
+            functools.partial(
+                serve_manifest_directory,
+                directory,
+                send=journal.sender(),
+                poll_interval=60,
+                logged=journal.state,
+                clock=lambda: 7,
+            )
+        )
+
+        async def folded() -> bool:
+            return journal.statistics().appended - before == source.statistics().events_sent
+
+        await wait_for(folded, timeout=20)
+        nursery.cancel_scope.cancel()
+    return source
+
+
+async def test_a_restart_over_the_replayed_log_appends_only_what_changed_while_down(tmp_path: Path) -> None:
+    """Restarted with the replayed state as its baseline, an unchanged directory sends nothing (no re-upserts,
+    no second registry snapshot); a file deleted while the source was down gets its deletion at the restart."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "a.yaml").write_text(f"{POD}---\n{SERVICE}")
+    (manifests / "route.yaml").write_text(ROUTE)
+    first = await _run_once(manifests, tmp_path / "log")
+    assert (
+        first.statistics().events_sent == 5
+    )  # pod, service, route, the registry snapshot and its completion
+    assert (await _run_once(manifests, tmp_path / "log")).statistics().events_sent == 0
+    (manifests / "route.yaml").unlink()
+    async with open_journal(tmp_path / "log") as journal:
+        source = ManifestSource(manifests, logged=journal.state)
+        assert _kinds(source.changes(ManifestDirectory.read(manifests), observed_at=8)) == [
+            "GatewayObjectDeleted HTTPRoute/shop/r"
+        ]
+    await _run_once(manifests, tmp_path / "log")
+    async with open_journal(tmp_path / "log") as journal:
+        assert list(journal.state.kube.gateway_objects) == []
+        assert (
+            ManifestSource(manifests, logged=journal.state).changes(
+                ManifestDirectory.read(manifests), observed_at=9
+            )
+            == []
+        )
+
+
+def test_an_object_whose_document_broke_while_down_stays_as_the_log_holds_it(tmp_path: Path) -> None:
+    """At start-up, a document that no longer converts (a field of the wrong type) keeps its object: the log's
+    copy is not deleted by a typo."""
+    (tmp_path / "svc.yaml").write_text(SERVICE)
+    logged = fold_offline(
+        ManifestDirectory.read(tmp_path).events(source="directory", observed_at=1),
+        source="directory",
+        observed_at=1,
+    )
+    (tmp_path / "svc.yaml").write_text(SERVICE.replace("{port: 80}", "{port: eighty}"))
+    source = ManifestSource(tmp_path, offline_registry=False, logged=logged)
+    assert _changes(source, 2) == []
+    (problem,) = source.problems
+    assert problem.startswith(
+        "svc.yaml document 0: Service/shop/web: not a kubernetes object: spec.ports[].port"
+    )
+
+
+def test_an_alias_bomb_is_a_skipped_document_and_the_source_keeps_serving(tmp_path: Path) -> None:
+    """A 1 KB alias bomb dropped into the directory is refused as one document: the objects stay, and the
+    problem says why."""
+    (tmp_path / "route.yaml").write_text(ROUTE)
+    source = ManifestSource(tmp_path, offline_registry=False)
+    _changes(source, 1)
+    (tmp_path / "bomb.yaml").write_text(alias_bomb())
+    assert _changes(source, 2) == []
+    assert list(source.reading.objects) == ["HTTPRoute/shop/r"]
+    (problem,) = source.problems
+    assert problem.startswith(
+        "bomb.yaml document 0: refused: line 1: aliases expand the document from 38 to "
+    )

@@ -111,7 +111,7 @@ def test_documents_that_are_not_objects_are_problems_and_the_rest_still_reads(tm
     assert [str(problem) for problem in reading.problems] == [
         "one.yaml document 0: not a kubernetes object: object must be a mapping with apiVersion, kind and "
         "metadata (got 'just a string')",
-        "one.yaml document 2: not a kubernetes object: metadata.generation must be an integer (got 'x')",
+        "one.yaml document 2: Pod/shop/web-1: not a kubernetes object: metadata.generation must be an integer (got 'x')",
         "two.yaml document 0: Service/shop/web is already defined in one.yaml document 1; skipped",
     ]
     assert reading.problems[0] == ManifestProblem(

@@ -15,7 +15,7 @@ import trio
 
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.proto.registry.v1 import registry_pb2
-from aether.registrar import MemoryBackend, Registrar, open_embedded_backend, serve_registrar
+from aether.registrar import SERVICE_NAME, MemoryBackend, Registrar, open_embedded_backend, serve_registrar
 from aether.xds.listen import ListenAddress, serve_grpc
 from tests.registrar._grpc import (
     ADDED,
@@ -241,6 +241,18 @@ BAD_REQUESTS = [
         "ips: must name at least one ip (got [])",
         id="no-ips",
     ),
+    pytest.param(
+        "RegisterEndpoint",
+        registration("fe80::1%eth0"),
+        "endpoint.ip: must be an ipv6 address without a zone ('%...') (got 'fe80::1%eth0')",
+        id="ipv6-with-zone",
+    ),
+    pytest.param(
+        "UnregisterEndpoint",
+        pb.UnregisterEndpointRequest(service_name=WEB, ips=["fe80::1%1"]),
+        "ips: must be an ipv6 address without a zone ('%...') (got 'fe80::1%1')",
+        id="unregister-ipv6-with-zone",
+    ),
 ]
 
 
@@ -256,6 +268,33 @@ async def test_an_invalid_request_fails_with_invalid_argument_naming_the_field(
         assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
         listed = await rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
         assert listed.version == "0"
+
+
+def _call_raw(socket: Path, name: str, payload: bytes) -> grpc.RpcError:
+    """Send `payload` as the request bytes of unary method `name`; return the error the registrar answers."""
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        call = channel.unary_unary(f"/{SERVICE_NAME}/{name}")  # no serializer: the bytes go as they are
+        with pytest.raises(grpc.RpcError) as caught:
+            call(payload, timeout=5)
+    return caught.value
+
+
+@pytest.mark.parametrize("name", ["RegisterEndpoint", "UnregisterEndpoint", "ListAllEndpoints"])
+async def test_request_bytes_that_are_no_message_fail_with_invalid_argument(
+    tmp_path: Path, name: str
+) -> None:
+    """Junk bytes as a request: INVALID_ARGUMENT naming the method and the message type (not CANCELLED with a
+    traceback's repr), and the registrar goes on serving."""
+    socket = tmp_path / "registrar.sock"
+    async with _registrar(tmp_path / "store", socket):
+        error = await trio.to_thread.run_sync(_call_raw, socket, name, b"\xff\xff\xff\xff junk")
+        assert (error.code(), error.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{name}: the request (9 bytes) is not a valid aether.registrar.v1.{name}Request message",
+        )
+        await register(socket, "10.0.0.1")
+        listed = await rpc(socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+        assert listed.version == "1"
 
 
 async def test_an_invalid_watch_fails_with_invalid_argument(tmp_path: Path) -> None:

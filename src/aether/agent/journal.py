@@ -8,12 +8,14 @@ Start-up replays the newest checkpoint plus the tail, so the node serves what it
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import attrs
 import trio
 
+from aether.core.errors import CodecError
 from aether.core.events import Event, encode_event
 from aether.core.reduce import fold_event
 from aether.core.state import State, encode_state
@@ -22,6 +24,8 @@ from aether.replay import Replay, collector_paused, replay_log
 
 MAX_BATCH = 1024
 """Events folded per batch at most: large enough to amortize an fsync, small enough to publish promptly."""
+
+_log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 10_000
 """Records between checkpoints: start-up then folds at most this many after the checkpoint (well under a second)."""
@@ -35,6 +39,8 @@ class JournalStatistics:
     appended: int
     batches: int
     checkpoints: int
+    refused: int = 0
+    """Events that could not be encoded (a value their wire type cannot hold): logged, never appended."""
 
 
 class Journal:
@@ -48,7 +54,7 @@ class Journal:
         self._send = send
         self._last_observed_at = replay.last_observed_at
         self._subscribers: list[Callable[[State, int], None]] = []
-        self._appended = self._batches = self._checkpoints = 0
+        self._appended = self._batches = self._checkpoints = self._refused = 0
         self._since_checkpoint = replay.records_folded
 
     @property
@@ -73,7 +79,11 @@ class Journal:
     def statistics(self) -> JournalStatistics:
         """Return the journal's counters."""
         return JournalStatistics(
-            seq=self._state.seq, appended=self._appended, batches=self._batches, checkpoints=self._checkpoints
+            seq=self._state.seq,
+            appended=self._appended,
+            batches=self._batches,
+            checkpoints=self._checkpoints,
+            refused=self._refused,
         )
 
     async def _serve(self, receive: trio.MemoryReceiveChannel[Event]) -> None:
@@ -87,8 +97,32 @@ class Journal:
                         break
                 await self._apply(batch)
 
+    def _encoded(self, batch: list[Event]) -> tuple[list[Event], list[bytes]]:
+        """Return the events of `batch` that encode, with their bytes; log and count the others.
+
+        A backstop: sources range-check what they observe, but an event the log cannot hold must never stop the
+        journal (every later event would be lost) nor reach the log half-written.
+        """
+        events: list[Event] = []
+        payloads: list[bytes] = []
+        for event in batch:
+            try:
+                payload = encode_event(event)
+            except CodecError as error:
+                self._refused += 1
+                _log.error(
+                    "event refused, not appended: %s (source %r, %s)", error, event.source, event.subject
+                )
+                continue
+            events.append(event)
+            payloads.append(payload)
+        return events, payloads
+
     async def _apply(self, batch: list[Event]) -> None:
-        seqs = await self._log.append_many([encode_event(event) for event in batch])
+        batch, payloads = self._encoded(batch)
+        if not batch:
+            return
+        seqs = await self._log.append_many(payloads)
         state = self._state
         with collector_paused():
             for seq, event in zip(seqs, batch, strict=True):

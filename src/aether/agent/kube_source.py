@@ -1,10 +1,10 @@
 """The agent's Kubernetes source: watches of Services, Gateway API objects, ReferenceGrants (and this node's pods)
 turned into log events with `aether.kube.convert`, and sent to the journal.
 
-Each watch is a reflector; one owner task keeps the last object seen per key, so an upsert is told apart from a
-first sighting, and a re-list (after a 410, or at start-up) becomes deletions of what vanished plus upserts.
-At start-up the keys come from the journal's replayed state: objects deleted while the agent was down are
-deleted from the log by the first list.
+Each watch is a reflector; one owner task keeps what the log holds per key (`aether.kube.baseline`), so an upsert
+is told apart from a first sighting, an object that did not change appends nothing, and a re-list (after a 410,
+or at start-up) becomes deletions of what vanished plus upserts of what changed. At start-up the baseline is the
+journal's replayed state: objects deleted while the agent was down are deleted from the log by the first list.
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 import trio
 
-from aether.core.events import Event, ObjectMeta
+from aether.core.events import Event, Pod
 from aether.core.state import State
 from aether.kube.api import KubeClient
+from aether.kube.baseline import Baseline, logged_objects
 from aether.kube.convert import ObjectError, deletion_events, object_events, object_meta
 from aether.kube.endpoints import MANAGED_SELECTOR
 from aether.kube.resources import (
@@ -34,7 +35,6 @@ from aether.kube.resources import (
     TLS_ROUTES,
     UDP_ROUTES,
     JsonObject,
-    ResourceType,
 )
 from aether.kube.watch import (
     Deleted,
@@ -106,10 +106,10 @@ class KubeSourceStatistics:
 
 
 class _KubeSource:
-    """The owner task's state: the objects last seen, by query and `<kind>/<namespace>/<name>`."""
+    """The owner task's state: what the log holds of the watched objects (`aether.kube.baseline`)."""
 
-    def __init__(self, *, known: Mapping[str, JsonObject], clock: Callable[[], int]) -> None:
-        self._known: dict[str, JsonObject] = dict(known)
+    def __init__(self, *, known: Baseline, clock: Callable[[], int]) -> None:
+        self._known = known
         self._clock = clock
         self._interrupted: set[str] = set()
         self._counts = {"events": 0, "resyncs": 0, "rejected": 0}
@@ -118,34 +118,28 @@ class _KubeSource:
         return KubeSourceStatistics(interrupted=tuple(sorted(self._interrupted)), **self._counts)
 
     def fold(self, query: WatchQuery, update: Update) -> list[Event]:
-        """Return the events of one reflector update, and remember what it says."""
+        """Return the events of one reflector update that change what the log holds, and remember them."""
         now = self._clock()
         match update:
             case Synced(objects=objects):
                 self._counts["resyncs"] += 1
                 listed = {key: obj for obj in objects if (key := self._key(obj)) is not None}
-                events: list[Event] = []
-                for key in sorted(
-                    k for k in self._known if _kind_of(k) == query.resource.kind and k not in listed
-                ):
-                    events += self._converted(deletion_events, self._known.pop(key), at=now)
+                events = self._known.vanished(
+                    listed, source=SOURCE, observed_at=now, kind=query.resource.kind
+                )
                 for key, obj in sorted(listed.items()):
                     events += self._converted(object_events, obj, at=now, known=key in self._known)
-                    self._known[key] = obj
-                return self._sent(events)
+                return self._sent(self._known.changed(events))
             case Upserted(object=obj):
                 key = self._key(obj)
                 if key is None:
                     return []
                 events = self._converted(object_events, obj, at=now, known=key in self._known)
-                self._known[key] = obj
-                return self._sent(events)
+                return self._sent(self._known.changed(events))
             case Deleted(object=obj):
-                key = self._key(obj)
-                if key is None:
+                if self._key(obj) is None:
                     return []
-                self._known.pop(key, None)
-                return self._sent(self._converted(deletion_events, obj, at=now))
+                return self._sent(self._known.changed(self._converted(deletion_events, obj, at=now)))
             case WatchInterrupted():
                 self._interrupted.add(str(query))
                 return []
@@ -180,28 +174,15 @@ class _KubeSource:
         return events
 
 
-def _kind_of(key: str) -> str:
-    return key.partition("/")[0]
+def known_objects(state: State, *, queries: Iterable[WatchQuery]) -> Baseline:
+    """Return what `state` holds of the kinds `queries` watch: the baseline the source diffs its lists against.
 
-
-def known_objects(state: State, *, queries: Iterable[WatchQuery]) -> dict[str, JsonObject]:
-    """Return the Kubernetes objects `state` holds of the kinds `queries` watch, as minimal objects by key.
-
-    Seeds the source after a restart: the first list then deletes what vanished while the agent was down.
-    Pods are left out: this node's pods also come from the CNI, and only the CNI may remove those.
+    Seeds the source after a restart: the first list sends only what changed while the agent was down, and
+    deletes what vanished. Pods the log holds are compared with but not deleted by the first list: this node's pods
+    also come from the CNI, and only the CNI may remove those.
     """
-    kinds = {query.resource.kind: query.resource for query in queries if query.resource.kind != "Pod"}
-    metas: list[ObjectMeta] = [service.meta for service in state.kube.services.values()]
-    metas += [obj.meta for obj in state.kube.gateway_objects.values()]
-    metas += [obj.meta for obj in state.kube.reference_grants.values()]
-    return {meta.key: _minimal(meta, kinds[meta.kind]) for meta in metas if meta.kind in kinds}
-
-
-def _minimal(meta: ObjectMeta, resource: ResourceType) -> JsonObject:
-    metadata: JsonObject = {"name": meta.name, "uid": meta.uid}
-    if meta.namespace:
-        metadata["namespace"] = meta.namespace
-    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}
+    objects = logged_objects(state, kinds={query.resource.kind for query in queries})
+    return Baseline(objects, kept=[key for key, item in objects.items() if isinstance(item, Pod)])
 
 
 async def serve_kube_source(
@@ -209,7 +190,7 @@ async def serve_kube_source(
     send: trio.abc.SendChannel[Event],
     *,
     queries: Sequence[WatchQuery] = MESH_QUERIES,
-    known: Mapping[str, JsonObject] | None = None,
+    known: Baseline | None = None,
     backoff: Backoff = DEFAULT_BACKOFF,
     rng: random.Random | None = None,
     clock: Callable[[], int] = time.time_ns,
@@ -231,7 +212,7 @@ async def serve_kube_source(
     Error handling: the reflectors retry failures with backoff and re-list on 410; an object that does not
     convert is logged and skipped (counted in `rejected`), and the rest goes on.
     """
-    source = _KubeSource(known=known or {}, clock=clock)
+    source = _KubeSource(known=known or Baseline(), clock=clock)
     reflectors = [Reflector(client, query, backoff=backoff, rng=rng) for query in queries]
     updates_send, updates_receive = trio.open_memory_channel[tuple[WatchQuery, Update]](0)
     async with send, updates_receive, trio.open_nursery() as nursery:

@@ -124,13 +124,37 @@ class Invocation:
                 )
         netns = environ.get("CNI_NETNS", "")
         if netns and not netns.startswith("/"):
-            raise InvalidEnvironment(f"CNI_NETNS must be an absolute path (got {netns!r})")
+            raise InvalidEnvironment(f"CNI_NETNS must be an absolute path (got {netns!r:.80})")
+        if netns:
+            _check_path_length(netns, name="CNI_NETNS")
         return cls(
             command=command,
             container_id=environ["CNI_CONTAINERID"],
             netns=Path(netns) if netns else None,
             ifname=environ["CNI_IFNAME"],
             pod=_pod_args(environ.get("CNI_ARGS", "")),
+        )
+
+
+NAME_MAX = 255
+"""Bytes of one path component on Linux (`NAME_MAX`): a longer one makes every system call fail (ENAMETOOLONG)."""
+PATH_MAX = 4096
+"""Bytes of a whole path on Linux (`PATH_MAX`)."""
+
+
+def _check_path_length(path: str, *, name: str) -> None:
+    """Raise `InvalidEnvironment` when `path` cannot name a file: a component or the whole path is too long."""
+    encoded = path.encode(errors="surrogateescape")
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        raise InvalidEnvironment(
+            f"{name} must be a path whose components have at most {NAME_MAX} bytes (one has {longest})",
+            details=f"{len(encoded)} bytes starting {path[:40]!r}",
+        )
+    if len(encoded) >= PATH_MAX:
+        raise InvalidEnvironment(
+            f"{name} must be a path of under {PATH_MAX} bytes (got {len(encoded)})",
+            details=f"got {path!r:.80}",
         )
 
 
@@ -168,8 +192,11 @@ class NetworkConfig:
     def pod_ips(self) -> tuple[str, ...]:
         """The IPv4 addresses of `prevResult` (without prefix length), in its order."""
         ips: list[str] = []
-        for entry in (self.prev_result or {}).get("ips", []):
-            address = str(entry.get("address", "")).partition("/")[0] if isinstance(entry, dict) else ""
+        for entry in (self.prev_result or {}).get("ips", []):  # a list: checked by `from_json`
+            address = entry.get("address") if isinstance(entry, dict) else None
+            if not isinstance(address, str):
+                continue
+            address = address.partition("/")[0]
             try:
                 if ipaddress.ip_address(address).version == 4:
                     ips.append(address)
@@ -197,9 +224,7 @@ class NetworkConfig:
                 f"network config: cniVersion {version!r} is not supported",
                 details=f"supported: {', '.join(SUPPORTED_VERSIONS)}",
             )
-        prev = document.get("prevResult")
-        if prev is not None and not isinstance(prev, dict):
-            raise InvalidNetworkConfig(f"network config: 'prevResult' must be an object (got {prev!r:.80})")
+        prev = _prev_result(document)
         return cls(
             cni_version=version,
             name=_typed(document, "name", str, ""),
@@ -219,10 +244,11 @@ class NetworkConfig:
     def version_of(cls, content: bytes) -> str:
         """Return the `cniVersion` of `content` when it is one we speak, else `LATEST_VERSION` (for errors)."""
         try:
-            version = json.loads(content).get("cniVersion")
-        except (ValueError, AttributeError):
+            document = _loads(content)
+        except DecodeFailure:
             return LATEST_VERSION
-        return version if version in SUPPORTED_VERSIONS else LATEST_VERSION
+        version = document.get("cniVersion") if isinstance(document, dict) else None
+        return version if isinstance(version, str) and version in SUPPORTED_VERSIONS else LATEST_VERSION
 
 
 def version_result(stdin: bytes) -> str:
@@ -232,16 +258,70 @@ def version_result(stdin: bytes) -> str:
     )
 
 
-def _decode(content: bytes) -> dict[str, Any]:
+MAX_NUMBER_DIGITS = 100
+"""Digits a JSON number of the config may have: no key holds more than a few (a port, a timeout); Python refuses
+to convert integers past 4300 digits, and converting long ones costs quadratic time."""
+
+
+class _NumberTooLong(ValueError):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.length = len(text)
+
+
+def _bounded_number(text: str) -> int:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise _NumberTooLong(text)
+    return int(text)
+
+
+def _loads(content: bytes) -> Any:
+    """Decode `content` as JSON, with numbers and nesting bounded.
+
+    Raises:
+        DecodeFailure: `content` is empty, not UTF-8 JSON, nests too deeply or holds a number too long.
+    """
     if not content.strip():
         raise DecodeFailure("network config: stdin is empty; the runtime must pass the config as JSON")
     try:
-        document = json.loads(content)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(content, parse_int=_bounded_number)
+    except _NumberTooLong as exc:
+        raise DecodeFailure(
+            f"network config: a number on stdin has {exc.length} digits, more than {MAX_NUMBER_DIGITS}",
+            details=f"{str(exc)[:20]}... ({exc.length} digits)",
+        ) from None
+    except RecursionError:
+        # Python's JSON decoder recurses per nesting level: a stack of '[' ends it before any limit of ours.
+        raise DecodeFailure(
+            "network config: stdin nests arrays or objects too deeply to decode",
+            details=f"{len(content)} bytes starting {content[:20]!r}",
+        ) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise DecodeFailure("network config: stdin is not JSON", details=str(exc)) from exc
+
+
+def _decode(content: bytes) -> dict[str, Any]:
+    document = _loads(content)
     if not isinstance(document, dict):
         raise DecodeFailure(f"network config: must be a JSON object (got {type(document).__name__})")
     return document
+
+
+def _prev_result(document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The previous plugin's result: an object whose `ips`, when present, is a list (`NetworkConfig.pod_ips`
+    reads the entries that are objects with an IPv4 `address`, and skips the rest)."""
+    prev = document.get("prevResult")
+    if prev is None:
+        return None
+    if not isinstance(prev, dict):
+        raise InvalidNetworkConfig(f"network config: 'prevResult' must be an object (got {prev!r:.80})")
+    ips = prev.get("ips", [])
+    if not isinstance(ips, list):
+        raise InvalidNetworkConfig(
+            f"network config: 'prevResult.ips' must be a list (got {type(ips).__name__})",
+            details=f"{ips!r:.80}",
+        )
+    return prev
 
 
 def _typed(document: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:

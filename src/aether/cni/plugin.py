@@ -141,9 +141,19 @@ def _passthrough(config: NetworkConfig) -> str:
     return json.dumps({**(config.prev_result or {}), "cniVersion": config.cni_version}, sort_keys=True)
 
 
+def _netns_exists(netns: Path) -> bool:
+    """Whether `netns` exists; a path the kernel refuses to look up (EACCES, ELOOP...) is an invalid environment."""
+    try:
+        return netns.exists()
+    except OSError as exc:
+        raise InvalidEnvironment(
+            f"CNI_NETNS {str(netns)!r:.80}: cannot be looked up", details=str(exc)
+        ) from exc
+
+
 def _existing_netns(invocation: Invocation) -> Path:
     netns = invocation.netns
-    if netns is None or not netns.exists():
+    if netns is None or not _netns_exists(netns):
         raise InvalidEnvironment(f"CNI_NETNS {str(netns)!r}: no such network namespace")
     return netns
 
@@ -205,7 +215,7 @@ async def _delete(invocation: Invocation, config: NetworkConfig) -> None:
     if pod is None:
         return
     netns = invocation.netns
-    if netns is not None and netns.exists():  # a namespace already gone took its rules with it
+    if netns is not None and _netns_exists(netns):  # a namespace already gone took its rules with it
         await _in_netns(remove_capture, netns)
     request = cni_pb2.RemovePodRequest(
         name=pod.name, namespace=pod.namespace, container_id=invocation.container_id

@@ -308,6 +308,7 @@ async def open_demo_mesh(
                 manifests,
                 send=agent.journal.sender(),
                 poll_interval=POLL_INTERVAL,
+                logged=agent.journal.state,
                 offline_registry=False,  # the registrar holds the endpoints: the kubelet's pods register
             )
         )

@@ -93,6 +93,7 @@ async def serve_edge(
                 config.manifests,
                 send=journal.sender(),
                 poll_interval=config.manifest_poll_interval,
+                logged=journal.state,  # the replayed state: a restart appends only what changed meanwhile
             )
         )
         bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, KubeClientStatistics, ObjectList, WatchEvent
+from aether.kube.baseline import Baseline, LoggedObject, event_object, logged_objects
 from aether.kube.config import SERVICE_ACCOUNT_DIR, ClusterConfig
 from aether.kube.convert import DEFAULT_NAMESPACE, ObjectError, deletion_events, object_events, object_meta
 from aether.kube.directory import ManifestSource, ManifestSourceStatistics, serve_manifest_directory
@@ -58,6 +59,7 @@ from aether.kube.watch import (
     serve_reflector,
     serve_reflectors,
 )
+from aether.kube.yaml_documents import MAX_ALIAS_EXPANSION, RefusedDocument, load_documents
 
 __all__ = [
     "BUILTIN_RESOURCES",
@@ -69,6 +71,7 @@ __all__ = [
     "GRPC_ROUTES",
     "HTTP_ROUTES",
     "MANIFEST_SUFFIXES",
+    "MAX_ALIAS_EXPANSION",
     "NAMESPACES",
     "NODES",
     "OFFLINE_REGISTRY_VERSION",
@@ -83,6 +86,7 @@ __all__ = [
     "ApiConnectionError",
     "ApiProtocolError",
     "ApiStatusError",
+    "Baseline",
     "ClusterConfig",
     "ConfigError",
     "Deleted",
@@ -92,6 +96,7 @@ __all__ = [
     "KubeClientStatistics",
     "KubeError",
     "LabelSelector",
+    "LoggedObject",
     "ManifestDirectory",
     "ManifestError",
     "ManifestObject",
@@ -102,6 +107,7 @@ __all__ = [
     "ObjectList",
     "Reflector",
     "ReflectorStatistics",
+    "RefusedDocument",
     "ResourceExpiredError",
     "ResourceType",
     "Resumed",
@@ -113,7 +119,10 @@ __all__ = [
     "WatchInterrupted",
     "WatchQuery",
     "deletion_events",
+    "event_object",
     "fold_offline",
+    "load_documents",
+    "logged_objects",
     "manifest_files",
     "object_events",
     "object_key",

@@ -21,6 +21,7 @@ import yaml
 
 from aether.core.values import Redacted
 from aether.kube.errors import ConfigError
+from aether.kube.yaml_documents import RefusedDocument, load_documents
 
 __all__ = ["SERVICE_ACCOUNT_DIR", "ClusterConfig"]
 
@@ -130,9 +131,12 @@ class ClusterConfig:
         """
         source = str(path)
         try:
-            document = yaml.safe_load(path.read_text())
+            documents = list(load_documents(path.read_text()))
         except (OSError, yaml.YAMLError) as error:
             raise ConfigError(source, problem=f"cannot read the kubeconfig: {error}") from error
+        document = documents[0] if len(documents) == 1 else None
+        if isinstance(document, RefusedDocument):
+            raise ConfigError(source, problem=f"cannot read the kubeconfig: {document.reason}")
         if not isinstance(document, dict):
             raise ConfigError(source, problem="a kubeconfig is a mapping with clusters, users and contexts")
         name = context or document.get("current-context") or ""

@@ -66,6 +66,8 @@ class ObjectError(KubeError, ValueError):
 
 
 def _short(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 256:  # repr of a huge integer is slow, or refused
+        return f"an integer of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
@@ -89,11 +91,25 @@ def _string(value: object, field: str, *, required: bool = False) -> str:
     return value
 
 
-def _integer(value: object, field: str) -> int:
+MAX_GENERATION = 2**63 - 1
+"""`metadata.generation` is an int64 in the API and in the log; a count that large is not a generation."""
+MAX_SERVICE_PORT = 2**32 - 1
+"""A Service port is a uint32 in the log: beyond that no event can carry it (1..65535 is the reducer's rule, so a
+port 0 or 70000 still reaches the log as an upsert it rejects, and the rejection explains it)."""
+
+
+def _integer(value: object, field: str, *, high: int) -> int:
+    """Return integer `value` (0 when absent), which must lie in 0..`high`: what the log's field can carry.
+
+    An event holding more could not be written: the object is refused here, naming the field, so it never
+    reaches the log.
+    """
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise ObjectError(field, rule="an integer", value=value)
+    if not 0 <= value <= high:
+        raise ObjectError(field, rule=f"an integer from 0 to {high}", value=value)
     return value
 
 
@@ -133,7 +149,7 @@ def object_meta(obj: Mapping[str, Any]) -> ObjectMeta:
         namespace=namespace,
         name=name,
         uid=_string(metadata.get("uid"), "metadata.uid"),
-        generation=_integer(metadata.get("generation"), "metadata.generation"),
+        generation=_integer(metadata.get("generation"), "metadata.generation", high=MAX_GENERATION),
         resource_version=_string(metadata.get("resourceVersion"), "metadata.resourceVersion"),
         creation_timestamp=_string(metadata.get("creationTimestamp"), "metadata.creationTimestamp"),
     )
@@ -168,9 +184,11 @@ def _pod(obj: Mapping[str, Any], meta: ObjectMeta) -> Pod:
 def _service_port(item: object) -> ServicePort:
     port = _mapping(item, "spec.ports[]")
     target = port.get("targetPort")
+    if isinstance(target, int) and not isinstance(target, bool):
+        target = _integer(target, "spec.ports[].targetPort", high=MAX_SERVICE_PORT)
     return ServicePort(
         name=_string(port.get("name"), "spec.ports[].name"),
-        port=_integer(port.get("port"), "spec.ports[].port"),
+        port=_integer(port.get("port"), "spec.ports[].port", high=MAX_SERVICE_PORT),
         target_port="" if target is None else str(target),
         protocol=_string(port.get("protocol"), "spec.ports[].protocol") or "TCP",
         app_protocol=_string(port.get("appProtocol"), "spec.ports[].appProtocol"),

@@ -1,7 +1,7 @@
 """A source of events from a manifest directory: the objects of its YAML files, and their pods as the registry.
 
-It reads the directory, sends the events that take the last reading to this one (`ManifestDirectory.changes_since`),
-and, with `offline_registry`, when the pods changed, the registry snapshot they stand for (`aether.kube.offline`):
+It reads the directory and sends the events that take what the log holds to this reading (`aether.kube.baseline`:
+at start-up, the objects of the replayed state; unchanged objects send nothing, vanished ones their deletion), and, with `offline_registry`, when the pods changed, the registry snapshot they stand for (`aether.kube.offline`):
 a stand-in for the registrar where there is none. The edge role and `aether demo` use it; in a cluster the watches
 replace it. Hidden files are not read, so renaming `web-1.yaml` to `.web-1.yaml` deletes what it defined.
 
@@ -21,7 +21,11 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.core.events import Event
+from aether.core.events import Event, Record
+from aether.core.reduce import fold_all
+from aether.core.state import EMPTY_STATE, State
+from aether.kube.baseline import Baseline, event_object, logged_objects
+from aether.kube.convert import object_events
 from aether.kube.manifests import ManifestDirectory, ManifestError, manifest_files
 from aether.kube.offline import fold_offline, registry_events
 
@@ -51,12 +55,24 @@ class ManifestSourceStatistics:
 
 
 class ManifestSource:
-    """A running manifest directory source (handed to the parent by `serve_manifest_directory`)."""
+    """A running manifest directory source (handed to the parent by `serve_manifest_directory`).
 
-    def __init__(self, directory: Path, *, offline_registry: bool = True) -> None:
+    Args:
+        directory: The manifest directory.
+        offline_registry: Send the registry snapshot the pods stand for.
+        logged: The replayed state of the log the events go to: the first reading is compared with what it holds
+            (unchanged objects send nothing, objects deleted meanwhile are deleted).
+    """
+
+    def __init__(
+        self, directory: Path, *, offline_registry: bool = True, logged: State = EMPTY_STATE
+    ) -> None:
         self.directory = directory
         self._offline_registry = offline_registry
         self._reading = ManifestDirectory()
+        self._baseline = Baseline(logged_objects(logged))
+        self._logged: State | None = logged
+        """The replayed state, until the first reading's registry snapshot was compared with its registry."""
         self._registry: tuple[Event, ...] = ()
         self._readings = self._failed = self._sent = self._polls = 0
         self.error: str | None = None
@@ -89,22 +105,43 @@ class ManifestSource:
         self.error = str(error)
 
     def changes(self, reading: ManifestDirectory, *, observed_at: int) -> list[Event]:
-        """Take `reading` (keeping what its skipped documents defined before); return the events from the reading
-        in force to it, then (`offline_registry`) the registry snapshot if the pods changed."""
+        """Take `reading` (keeping what its skipped documents defined before); return the events from what the log
+        holds to it (deletions, then upserts, in key order), then (`offline_registry`) the registry snapshot if the
+        pods changed."""
         reading = _keep_last_good(self._reading, reading)
         self.error = None
-        events = list(reading.changes_since(self._reading, source=SOURCE, observed_at=observed_at))
+        upserts = [
+            event
+            for key, item in reading.objects.items()
+            for event in object_events(
+                item.body, source=SOURCE, observed_at=observed_at, known=key in self._baseline
+            )
+        ]
+        # An object of a skipped document stays: a typo while editing never deletes what was being edited.
+        present = {problem.key for problem in reading.problems if problem.key}
+        present.update(found[0] for event in upserts if (found := event_object(event)) is not None)
+        events = self._baseline.vanished(present, source=SOURCE, observed_at=observed_at)
+        events += self._baseline.changed(upserts)
         if self._offline_registry:
             state = fold_offline(
                 reading.events(source=SOURCE, observed_at=observed_at), source=SOURCE, observed_at=observed_at
             )
             registry = registry_events(state, source=SOURCE, observed_at=observed_at)
+            if self._logged is not None and _holds_registry(self._logged, registry):
+                self._registry = registry
             # Compared without the observation time: the same pods at another time are the same registry.
             if [_timeless(event) for event in registry] != [_timeless(event) for event in self._registry]:
                 events.extend(registry)
                 self._registry = registry
+        self._logged = None
         self._reading = reading
         return events
+
+
+def _holds_registry(logged: State, registry: tuple[Event, ...]) -> bool:
+    """True when the registry of `logged` is the one `registry` (a snapshot) makes."""
+    records = (Record(seq=logged.seq + seq, event=event) for seq, event in enumerate(registry, 1))
+    return fold_all(logged, records).registry == logged.registry
 
 
 def _keep_last_good(previous: ManifestDirectory, reading: ManifestDirectory) -> ManifestDirectory:
@@ -133,6 +170,7 @@ async def serve_manifest_directory(
     send: trio.MemorySendChannel[Event],
     poll_interval: float = POLL_INTERVAL,
     offline_registry: bool = True,
+    logged: State = EMPTY_STATE,
     clock: Callable[[], int] = time.time_ns,
     task_status: trio.TaskStatus[ManifestSource] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -141,7 +179,9 @@ async def serve_manifest_directory(
     With `offline_registry`, the pods also stand in for the registrar (where there is none, as for an edge fed
     from a directory); without it, endpoints come from a registrar.
 
-    The first reading's events are sent before `task_status.started`; the first reading must succeed.
+    `logged` is the replayed state of the log `send` feeds (`journal.state`): the first reading sends only what
+    changed since, and deletes what vanished while the source was down. The first reading's events are sent before
+    `task_status.started`; the first reading must succeed.
 
     Raises:
         ManifestError: The first reading failed (later failures are logged, and the last good reading stays).
@@ -153,7 +193,7 @@ async def serve_manifest_directory(
         A reading that fails after the first is logged with the file and document at fault, and read again when
         the files change: a half-saved file must not delete every object it held.
     """
-    source = ManifestSource(directory, offline_registry=offline_registry)
+    source = ManifestSource(directory, offline_registry=offline_registry, logged=logged)
     async with send:
         applied = await trio.to_thread.run_sync(_listing, directory)
         reading = await trio.to_thread.run_sync(ManifestDirectory.read, directory)

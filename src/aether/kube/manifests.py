@@ -23,6 +23,7 @@ from aether.core.events import Event
 from aether.core.reduce.kube import canonical_json
 from aether.kube.convert import ObjectError, deletion_events, object_events, object_meta
 from aether.kube.errors import KubeError
+from aether.kube.yaml_documents import RefusedDocument, load_documents
 
 __all__ = [
     "MANIFEST_SUFFIXES",
@@ -35,9 +36,6 @@ __all__ = [
 
 MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")
 """The files a manifest directory reads (JSON is YAML, so one parser serves both)."""
-
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader when PyYAML was built with it (about ten times faster), the pure one otherwise."""
 
 
 class ManifestError(KubeError, OSError):
@@ -63,6 +61,9 @@ class ManifestProblem:
     index: int
     """The document's index in the file, from 0."""
     message: str
+    key: str = ""
+    """The `<kind>/<namespace>/<name>` of the object the document defines, when its metadata reads (a source keeps
+    that object as the log holds it); empty otherwise."""
 
     def __str__(self) -> str:
         return f"{self.path} document {self.index}: {self.message}"
@@ -109,7 +110,7 @@ def manifest_files(directory: Path) -> tuple[Path, ...]:
 def _documents(text: str, name: str) -> Iterator[tuple[int, Any]]:
     parsed = 0
     try:
-        for document in yaml.load_all(text, Loader=_Loader):
+        for document in load_documents(text):
             yield parsed, document
             parsed += 1
     except yaml.YAMLError as exc:  # `parsed` documents went fine: the error is in the next one
@@ -149,6 +150,24 @@ def _checked(body: Any) -> tuple[str, str]:
     return key, text
 
 
+def _key_of(body: Any) -> str:
+    """The key of `body` when its kind, name and namespace read (whatever else is wrong with it), else empty."""
+    if not isinstance(body, Mapping):
+        return ""
+    metadata = body.get("metadata")
+    names = (
+        {field: metadata.get(field) for field in ("name", "namespace")}
+        if isinstance(metadata, Mapping)
+        else {}
+    )
+    try:
+        return object_meta(
+            {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": names}
+        ).key
+    except ObjectError:
+        return ""
+
+
 @attrs.frozen(kw_only=True)
 class ManifestDirectory:
     """One reading of a manifest directory: its objects by key, and the documents it skipped."""
@@ -180,16 +199,22 @@ class ManifestDirectory:
         problems: list[ManifestProblem] = []
         for name in sorted(files):
             for index, document in _documents(files[name], name):
+                if isinstance(document, RefusedDocument):  # an alias bomb, say: skipped, the rest still reads
+                    message = f"refused: {document.reason}"
+                    problems.append(ManifestProblem(path=name, index=index, message=message))
+                    continue
                 for body in _objects(document):
                     try:
                         key, text = _checked(body)
                     except ObjectError as exc:
-                        problems.append(ManifestProblem(path=name, index=index, message=str(exc)))
+                        named = _key_of(body)
+                        message = f"{named}: {exc}" if named else str(exc)
+                        problems.append(ManifestProblem(path=name, index=index, message=message, key=named))
                         continue
                     known = objects.get(key)
                     if known is not None:
                         message = f"{key} is already defined in {known.path} document {known.index}; skipped"
-                        problems.append(ManifestProblem(path=name, index=index, message=message))
+                        problems.append(ManifestProblem(path=name, index=index, message=message, key=key))
                         continue
                     objects[key] = ManifestObject(key=key, path=name, index=index, body=body, text=text)
         return cls(objects={key: objects[key] for key in sorted(objects)}, problems=tuple(problems))

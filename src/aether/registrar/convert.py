@@ -67,7 +67,7 @@ def check_service_key(key: str, *, field: str = "service_name") -> str:
 
 
 def check_ip(ip: str, *, field: str) -> str:
-    """Return `ip` if it is an IPv4 or IPv6 address in canonical form (as `ipaddress` prints it).
+    """Return `ip` if it is an IPv4 or IPv6 address in canonical form (as `ipaddress` prints it), with no zone.
 
     Raises:
         InvalidRequestError: It is not.
@@ -76,6 +76,9 @@ def check_ip(ip: str, *, field: str) -> str:
         parsed = ipaddress.ip_address(ip)
     except ValueError:
         raise InvalidRequestError(field, rule="must be an ipv4 or ipv6 address", value=ip) from None
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.scope_id is not None:
+        # A zone (`%eth0`) names an interface of the host that wrote it: no other node can reach it.
+        raise InvalidRequestError(field, rule="must be an ipv6 address without a zone ('%...')", value=ip)
     if str(parsed) != ip:
         raise InvalidRequestError(field, rule=f"must be in canonical form {str(parsed)!r}", value=ip)
     return ip

@@ -10,11 +10,13 @@ import contextlib
 import functools
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Generic, TypeVar
 
 import attrs
 import purerpc
 import trio
+from google.protobuf.message import DecodeError, Message
 
 from aether.proto.registrar.v1 import registrar_pb2
 from aether.registrar.authorization import authorize, spiffe_id_of_certificate
@@ -351,14 +353,18 @@ class Registrar:
             "RegisterEndpoint",
             self._register,
             purerpc.RPCSignature(
-                unary, registrar_pb2.RegisterEndpointRequest, registrar_pb2.RegisterEndpointResponse
+                unary,
+                _request_type(registrar_pb2.RegisterEndpointRequest, method="RegisterEndpoint"),
+                registrar_pb2.RegisterEndpointResponse,
             ),
         )
         service.add_method(
             "UnregisterEndpoint",
             self._unregister,
             purerpc.RPCSignature(
-                unary, registrar_pb2.UnregisterEndpointRequest, registrar_pb2.UnregisterEndpointResponse
+                unary,
+                _request_type(registrar_pb2.UnregisterEndpointRequest, method="UnregisterEndpoint"),
+                registrar_pb2.UnregisterEndpointResponse,
             ),
         )
         service.add_method(
@@ -366,7 +372,7 @@ class Registrar:
             self._watch,
             purerpc.RPCSignature(
                 purerpc.Cardinality.UNARY_STREAM,
-                registrar_pb2.WatchEndpointsRequest,
+                _request_type(registrar_pb2.WatchEndpointsRequest, method="WatchEndpoints"),
                 registrar_pb2.WatchEndpointsResponse,
             ),
         )
@@ -374,33 +380,35 @@ class Registrar:
             "ListAllEndpoints",
             self._list_all,
             purerpc.RPCSignature(
-                unary, registrar_pb2.ListAllEndpointsRequest, registrar_pb2.ListAllEndpointsResponse
+                unary,
+                _request_type(registrar_pb2.ListAllEndpointsRequest, method="ListAllEndpoints"),
+                registrar_pb2.ListAllEndpointsResponse,
             ),
         )
         return service
 
     async def _register(
-        self, request: registrar_pb2.RegisterEndpointRequest
+        self, request: _Request[registrar_pb2.RegisterEndpointRequest]
     ) -> registrar_pb2.RegisterEndpointResponse:
         with _invalid_argument("RegisterEndpoint"):
-            mutation = registration_from_proto(request)
+            mutation = registration_from_proto(request.message)
         await self._submit(mutation, method="RegisterEndpoint")
         return registrar_pb2.RegisterEndpointResponse()
 
     async def _unregister(
-        self, request: registrar_pb2.UnregisterEndpointRequest
+        self, request: _Request[registrar_pb2.UnregisterEndpointRequest]
     ) -> registrar_pb2.UnregisterEndpointResponse:
         with _invalid_argument("UnregisterEndpoint"):
-            mutation = unregistration_from_proto(request)
+            mutation = unregistration_from_proto(request.message)
         await self._submit(mutation, method="UnregisterEndpoint")
         return registrar_pb2.UnregisterEndpointResponse()
 
     async def _list_all(
-        self, request: registrar_pb2.ListAllEndpointsRequest
+        self, received: _Request[registrar_pb2.ListAllEndpointsRequest]
     ) -> registrar_pb2.ListAllEndpointsResponse:
         await trio.lowlevel.checkpoint()
         with _invalid_argument("ListAllEndpoints"):
-            wanted = list_protocol_from_proto(request.protocol)
+            wanted = list_protocol_from_proto(received.message.protocol)
         snapshot = self.snapshot
         response = registrar_pb2.ListAllEndpointsResponse(version=str(snapshot.version))
         for endpoint in snapshot.sorted_endpoints():
@@ -409,8 +417,9 @@ class Registrar:
         return response
 
     async def _watch(
-        self, request: registrar_pb2.WatchEndpointsRequest
+        self, received: _Request[registrar_pb2.WatchEndpointsRequest]
     ) -> AsyncIterator[registrar_pb2.WatchEndpointsResponse]:
+        request = received.message
         with _invalid_argument("WatchEndpoints"):
             service_filter = filter_from_proto(request)
             last_version = version_from_proto(request.last_version)
@@ -436,6 +445,33 @@ class Registrar:
                 await bell.wait()
         finally:
             self._broadcaster.unsubscribe(watcher)
+
+
+_Message = TypeVar("_Message", bound=Message)
+
+
+class _Request(Generic[_Message]):
+    """A request as purerpc parses it (it calls `ParseFromString` on what the signature's request type makes):
+    `message`, or INVALID_ARGUMENT naming the method for bytes that are no such message. Without it purerpc ends
+    the call CANCELLED with the repr of a traceback as the message."""
+
+    def __init__(self, message_type: type[_Message], *, method: str) -> None:
+        self.message = message_type()
+        self._method = method
+
+    def ParseFromString(self, data: bytes) -> int:  # the protobuf method purerpc calls
+        try:
+            return self.message.ParseFromString(data)
+        except DecodeError as exc:
+            name = self.message.DESCRIPTOR.full_name
+            LOG.info("%s refused: %d request bytes are not a %s", self._method, len(data), name)
+            raise purerpc.InvalidArgumentError(
+                f"{self._method}: the request ({len(data)} bytes) is not a valid {name} message"
+            ) from exc
+
+
+def _request_type(message_type: type[_Message], *, method: str) -> Callable[[], _Request[_Message]]:
+    return functools.partial(_Request, message_type, method=method)
 
 
 def _caller() -> str | None:
