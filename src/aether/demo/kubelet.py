@@ -141,12 +141,20 @@ class Kubelet:
             return
         network = PodNetwork(pod=pod.name, index=pod.index, run=self._netns_run)
         await trio.to_thread.run_sync(network.remove)  # what a killed earlier run of this directory left
-        await trio.to_thread.run_sync(network.create)
-        self._networks[pod.name] = network
         add = functools.partial(
             network.cni, "ADD", namespace=pod.namespace, uid=pod.uid, agent_socket=self._cni_socket
         )
-        await trio.to_thread.run_sync(add)
+        self._networks[pod.name] = network
+        added = False
+        try:
+            await trio.to_thread.run_sync(network.create)
+            await trio.to_thread.run_sync(add)
+            added = True
+        finally:
+            if not added:
+                # Failed or cancelled: the pod is not in `_pods` yet, so `stop_all` would not see it, and its
+                # namespace would outlive the demo holding the pod's /30 (see `check_networks`).
+                await self._stop(pod)
 
     async def _stop(self, pod: DemoPod) -> None:
         self.workloads.forget(pod.name)
