@@ -118,9 +118,12 @@ class Kubelet:
             if name not in self._pods:
                 await self._start(pod)
                 self._pods[name] = pod
-        await self.workloads.sync(
-            {name: pod.ip for name, pod in self._pods.items() if not pod.traffic_source}
-        )
+        await self.workloads.sync(self._servers())
+
+    def _servers(self, *, also: DemoPod | None = None) -> dict[str, str]:
+        """The servers to run (pod name to IP): the started pods' and `also`'s, but no traffic source's."""
+        pods = [*self._pods.values(), *([] if also is None else [also])]
+        return {pod.name: pod.ip for pod in pods if not pod.traffic_source}
 
     async def stop_all(self) -> None:
         """Stop every pod (`--netns`: CNI DEL and namespace removal); never raises."""
@@ -148,6 +151,9 @@ class Kubelet:
         added = False
         try:
             await trio.to_thread.run_sync(network.create)
+            # The app listens before the ADD registers the pod's endpoint, as a readiness probe would have it: a
+            # request routed to the pod in between would find no app (a 503, retried, that can overflow retries).
+            await self.workloads.sync(self._servers(also=pod))
             await trio.to_thread.run_sync(add)
             added = True
         finally:
