@@ -36,6 +36,7 @@ from aether.core.events import (
     KubeServiceUpserted,
     MeshConfig,
     MeshConfigUpdated,
+    NodeCaptureConfigured,
     ObjectMeta,
     OnDemandClusterRequested,
     Pod,
@@ -454,6 +455,9 @@ EVENT_STRATEGIES: Mapping[type[Event], st.SearchStrategy[Any]] = {
     ),
     OnDemandClusterRequested: _event(
         OnDemandClusterRequested, node_id=st.sampled_from(NODE_IDS), cluster_name=cluster_names
+    ),
+    NodeCaptureConfigured: _event(
+        NodeCaptureConfigured, node_name=st.sampled_from(("node-a", "node-b", "")), captured=st.booleans()
     ),
 }
 """One strategy per event type of the catalog (a property test fails when a type of `EVENT_TYPES` is missing)."""

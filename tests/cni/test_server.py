@@ -9,14 +9,16 @@ import attrs
 import pytest
 import trio
 
-from aether.agent.app import RunningAgent, serve_agent
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cni import call_agent
 from aether.cni.errors import AgentUnavailable
 from aether.cni.server import PodMetadata, PodNotKnown
-from aether.core.events.pods import Pod
+from aether.core.events.pods import NodeCaptureConfigured, Pod
 from aether.core.project.names import capture_listener_name
 from aether.core.snapshot import LISTENER_TYPE
+from aether.core.state import State
 from aether.proto.cni.v1 import cni_pb2
+from aether.replay import decoded_records
 from aether.testing.builders import resource_acked, resource_nacked
 from tests.cni.conftest import ANNOTATIONS, MANAGED, NODE_NAME, POD_IP, agent_config, dict_lookup
 
@@ -186,3 +188,37 @@ async def test_a_pod_the_lookup_does_not_know_yet_is_retried(short_dir: Path, nu
         f"agent at '{socket}': AddPod is unavailable; retry",
         "pod 'default/web-1' is not known to the agent yet (the pod watch has not listed the node's pods yet); retry",
     )
+
+
+async def test_an_agent_with_a_cni_service_records_once_that_its_node_is_captured(short_dir: Path) -> None:
+    """The first start with a CNI service appends `NodeCaptureConfigured` before anything else; a restart with the
+    same configuration appends nothing; a start without the service withdraws the fact."""
+    config = agent_config(short_dir, lookup=dict_lookup({}), ack_wait=0.2)
+    starts: tuple[tuple[AgentConfig, frozenset[str]], ...] = (
+        (config, frozenset({NODE_NAME})),
+        (config, frozenset({NODE_NAME})),
+        (attrs.evolve(config, cni_socket=None), frozenset()),
+    )
+    for start, expected in starts:
+        folded = trio.Event()
+
+        def follow(
+            state: State, now: int, *, want: frozenset[str] = expected, done: trio.Event = folded
+        ) -> None:
+            if state.captured_nodes == want:
+                done.set()
+
+        async with trio.open_nursery() as nursery:
+            running: RunningAgent = await nursery.start(serve_agent, start)
+            running.journal.subscribe(follow)
+            with trio.fail_after(5):
+                await folded.wait()
+            nursery.cancel_scope.cancel()
+    events = [record.event for record in decoded_records(short_dir / "log")]
+    assert [
+        (event.node_name, event.captured) for event in events if isinstance(event, NodeCaptureConfigured)
+    ] == [
+        (NODE_NAME, True),
+        (NODE_NAME, False),
+    ]
+    assert isinstance(events[0], NodeCaptureConfigured)

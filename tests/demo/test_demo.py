@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from aether.core.events import kind_of
 from aether.core.project.node import project_node
-from aether.replay import explain_resource, replay_log
+from aether.demo.kubelet import run_tag
+from aether.replay import decoded_records, explain_resource, replay_log
 from tests.needs import ROOT, needs
 
 AETHER = [sys.executable, "-m", "aether.cli"]
@@ -205,4 +207,11 @@ def test_with_netns_every_pod_joins_through_the_cni_and_no_namespace_is_left(tmp
     )
     assert "capture_cart-1.shop" in snapshot.of_type("type.googleapis.com/envoy.config.listener.v3.Listener")
     leftovers = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    assert "aether-demo-" not in leftovers
+    # This run's own namespaces only: another demo may be running on the machine.
+    assert f"aether-demo-{run_tag(tmp_path / 'run')}-" not in leftovers
+    nacks = [
+        record
+        for record in decoded_records(tmp_path / "run" / "log")
+        if kind_of(record.event) == "resource_nacked"
+    ]
+    assert nacks == []  # a healthy scenario makes Envoy reject nothing

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import ssl
+import time
 from pathlib import Path
 
 import attrs
@@ -24,6 +25,7 @@ from aether.agent.mesh_records import serve_mesh_records
 from aether.agent.pod_lookup import StatePodLookup
 from aether.agent.registration import Registrations, serve_registrations
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
+from aether.core.events import NodeCaptureConfigured
 from aether.core.project.node import NodeProjector
 from aether.core.state import State
 from aether.identity.files import serve_svid_files
@@ -83,6 +85,21 @@ class RunningAgent:
     """The CNI service (None without a CNI socket)."""
 
 
+async def _record_capture(journal: Journal, *, node_name: str, captured: bool) -> None:
+    """Append `NodeCaptureConfigured` when the log's state disagrees with this start's configuration.
+
+    Sent before any source starts, so it folds before anything they observe: a pod the pod watch reports ahead
+    of its CNI ADD is never projected outside its network namespace.
+    """
+    if (node_name in journal.state.captured_nodes) == captured:
+        return
+    event = NodeCaptureConfigured(
+        observed_at=time.time_ns(), source="agent", node_name=node_name, captured=captured
+    )
+    async with journal.sender() as send:
+        await send.send(event)
+
+
 async def serve_agent(
     config: AgentConfig, *, task_status: trio.TaskStatus[RunningAgent] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -91,6 +108,7 @@ async def serve_agent(
     Start-up replays the log first, so the first snapshot served is the one served before a restart.
     """
     async with open_journal(config.log_dir) as journal, trio.open_nursery() as nursery:
+        await _record_capture(journal, node_name=config.node_name, captured=config.cni_socket is not None)
         cache = SnapshotCache()
         projector = NodeProjector(node_name=config.node_name)
         clients: list[RegistrarClient] = []

@@ -79,8 +79,9 @@ class Registrations:
         self._backoff = backoff
         self._rng = random.Random() if rng is None else rng
         self._wanted: dict[EndpointKey, Endpoint] = {}
-        self._pods: object = None
-        """The `state.pods` the intents were last computed from (compared by identity)."""
+        self._inputs: tuple[object, object] | None = None
+        """The `state.pods` and `state.captured_nodes` the intents were last computed from (compared by
+        identity)."""
         self._registered: dict[EndpointKey, Endpoint] = {}
         self._changed = trio.Event()
         self._calls = 0
@@ -89,12 +90,13 @@ class Registrations:
     def update(self, state: State, now: int = 0) -> None:
         """Take the intents of `state` (a journal subscriber: `now` is unused).
 
-        The intents depend on the pods alone: a batch that left `state.pods` the same object (ACKs, registry
-        changes, most of what the journal folds) costs one identity check.
+        The intents depend on the pods and the node's capture alone: a batch that left both the same objects
+        (ACKs, registry changes, most of what the journal folds) costs two identity checks.
         """
-        if state.pods is self._pods:
+        inputs = self._inputs
+        if inputs is not None and state.pods is inputs[0] and state.captured_nodes is inputs[1]:
             return
-        self._pods = state.pods
+        self._inputs = (state.pods, state.captured_nodes)
         wanted = local_endpoints(state, node_name=self._node_name, cluster_name=self._cluster_name)
         if wanted != self._wanted:
             self._wanted = wanted

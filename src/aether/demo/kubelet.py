@@ -118,9 +118,12 @@ class Kubelet:
             if name not in self._pods:
                 await self._start(pod)
                 self._pods[name] = pod
-        await self.workloads.sync(
-            {name: pod.ip for name, pod in self._pods.items() if not pod.traffic_source}
-        )
+        await self.workloads.sync(self._servers())
+
+    def _servers(self, *, also: DemoPod | None = None) -> dict[str, str]:
+        """The servers to run (pod name to IP): the started pods' and `also`'s, but no traffic source's."""
+        pods = [*self._pods.values(), *([] if also is None else [also])]
+        return {pod.name: pod.ip for pod in pods if not pod.traffic_source}
 
     async def stop_all(self) -> None:
         """Stop every pod (`--netns`: CNI DEL and namespace removal); never raises."""
@@ -141,12 +144,23 @@ class Kubelet:
             return
         network = PodNetwork(pod=pod.name, index=pod.index, run=self._netns_run)
         await trio.to_thread.run_sync(network.remove)  # what a killed earlier run of this directory left
-        await trio.to_thread.run_sync(network.create)
-        self._networks[pod.name] = network
         add = functools.partial(
             network.cni, "ADD", namespace=pod.namespace, uid=pod.uid, agent_socket=self._cni_socket
         )
-        await trio.to_thread.run_sync(add)
+        self._networks[pod.name] = network
+        added = False
+        try:
+            await trio.to_thread.run_sync(network.create)
+            # The app listens before the ADD registers the pod's endpoint, as a readiness probe would have it: a
+            # request routed to the pod in between would find no app (a 503, retried, that can overflow retries).
+            await self.workloads.sync(self._servers(also=pod))
+            await trio.to_thread.run_sync(add)
+            added = True
+        finally:
+            if not added:
+                # Failed or cancelled: the pod is not in `_pods` yet, so `stop_all` would not see it, and its
+                # namespace would outlive the demo holding the pod's /30 (see `check_networks`).
+                await self._stop(pod)
 
     async def _stop(self, pod: DemoPod) -> None:
         self.workloads.forget(pod.name)

@@ -34,7 +34,7 @@ from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.core.events.registry import Health
 from aether.core.gateway.view import GatewayView, gateway_view
 from aether.demo.kubelet import DemoPod, Kubelet, demo_pods, run_tag
-from aether.demo.netns import connect_in, pod_ip
+from aether.demo.netns import PodNetwork, address_holders, connect_in, namespace_prefix_of, pod_ip
 from aether.demo.traffic import OUTBOUND_PORT, Traffic
 from aether.demo.view import EndpointRow, Frame, ServiceRow
 from aether.demo.workloads import APP_PORT, TRAFFIC_SOURCE_LABEL, Workloads
@@ -98,6 +98,24 @@ def check_addresses(reading: ManifestDirectory, *, address_base: str) -> None:
                         f"running? Stop it, or move the demo's pods with --address-base (e.g. --address-base "
                         f"{_next_base(address_base)})"
                     ) from None
+
+
+def check_networks(reading: ManifestDirectory, *, run: str) -> None:
+    """`--netns`: raise `DemoError` naming the first pod whose /30 another link holds, and how to free it.
+
+    This run's own links (a killed earlier run of the same directory) do not count: the kubelet replaces them.
+    """
+    for name, pod in sorted(demo_pods(reading, node=NODE).items()):
+        own = PodNetwork(pod=name, index=pod.index, run=run)
+        others = [link for link in address_holders(pod.index) if link != own.host_link]
+        if others:
+            prefix = namespace_prefix_of(others[0])
+            namespaces = f" and its namespaces (`ip netns list | grep {prefix}`)" if prefix else ""
+            raise DemoError(
+                f"pod {name}: its network ({pod.ip}/30) is already routed through link {others[0]!r}, so the "
+                f"pod would be unreachable (another `aether demo --netns` is running, or one was killed before "
+                f"it cleaned up): stop that demo, or remove the link (`ip link del {others[0]}`){namespaces}"
+            )
 
 
 def _next_base(base: str) -> str:
@@ -271,7 +289,9 @@ async def open_demo_mesh(
     manifests = work_dir / "manifests"
     prepare_manifests(manifests, address_base=address_base, netns=netns)
     reading = ManifestDirectory.read(manifests)
-    if not netns:
+    if netns:
+        await trio.to_thread.run_sync(functools.partial(check_networks, reading, run=run_tag(work_dir)))
+    else:
         check_addresses(reading, address_base=address_base)
     sources = [pod for _, pod in sorted(demo_pods(reading, node=NODE).items()) if pod.traffic_source]
     if not sources:

@@ -12,6 +12,7 @@ worker thread switched into the pod's namespace (`aether.cni.netns.entered_netns
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -22,7 +23,15 @@ import trio
 from aether.cni.netns import entered_netns
 from aether.cni.plugin import run_plugin
 
-__all__ = ["NETNS_DIRECTORY", "PodNetwork", "connect_in", "listen_in", "pod_ip"]
+__all__ = [
+    "NETNS_DIRECTORY",
+    "PodNetwork",
+    "address_holders",
+    "connect_in",
+    "listen_in",
+    "namespace_prefix_of",
+    "pod_ip",
+]
 
 NETNS_DIRECTORY = Path("/run/netns")
 PREFIX = "aether-demo"
@@ -35,6 +44,32 @@ def pod_ip(index: int) -> str:
 
 def _host_ip(index: int) -> str:
     return f"10.210.{index}.1"
+
+
+def address_holders(index: int) -> tuple[str, ...]:
+    """Return the host's links that hold the host side of the `index`-th pod's /30, sorted (blocking).
+
+    Another link than the pod's own means another network answers for the pod's IP: the host routes to the first
+    of them, so the pod's traffic would go to a namespace nobody serves (one that a killed demo left behind, or
+    another demo's).
+    """
+    result = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, timeout=10)
+    if result.returncode != 0:
+        raise OSError(f"ip -j -4 addr show: {result.stderr.strip() or result.returncode}")
+    host = _host_ip(index)
+    return tuple(
+        sorted(
+            str(link["ifname"])
+            for link in json.loads(result.stdout or "[]")
+            if any(info.get("local") == host for info in link.get("addr_info", ()))
+        )
+    )
+
+
+def namespace_prefix_of(link: str) -> str:
+    """The name prefix of the namespaces of the demo run whose host link `link` is; empty if it is no demo's."""
+    match = re.fullmatch(r"ad([0-9a-f]{5})h\d+", link)
+    return f"{PREFIX}-{match.group(1)}" if match else ""
 
 
 def _ip(*arguments: str) -> None:
@@ -62,7 +97,8 @@ class PodNetwork:
 
     @property
     def host_link(self) -> str:
-        return f"ad{self.run[:5]}h{self.index}"[:15]  # an interface name has at most 15 characters
+        # An interface name has at most 15 characters; `namespace_prefix_of` reads the run's tag back.
+        return f"ad{self.run[:5]}h{self.index}"[:15]
 
     @property
     def ip(self) -> str:

@@ -28,6 +28,7 @@ from aether.core.events import (
     KubeServiceUpserted,
     MeshConfig,
     MeshConfigUpdated,
+    NodeCaptureConfigured,
     ObjectMeta,
     OnDemandClusterRequested,
     Pod,
@@ -292,6 +293,13 @@ def pod_removed(
     return PodRemoved(observed_at=at, source=source, namespace=namespace, name=name, uid=uid)
 
 
+def node_capture_configured(
+    node_name: str = "node-a", *, captured: bool = True, at: int = AT, source: str = "agent"
+) -> NodeCaptureConfigured:
+    """Return the event of `node_name`'s agent starting with its CNI service (`captured`) or without it."""
+    return NodeCaptureConfigured(observed_at=at, source=source, node_name=node_name, captured=captured)
+
+
 # --- registry events ---
 
 
@@ -518,6 +526,7 @@ def one_event_of_each_type() -> tuple[Event, ...]:
         pod_added(make_pod(annotations={"endpoint.aether.io/port": "8080"})),
         pod_updated(make_pod(labels={**MANAGED_LABELS, "app": "web"})),
         pod_removed(),
+        node_capture_configured(),
         endpoints_snapshot_received(endpoint, make_endpoint("10.0.0.2", protocol=Protocol.TCP)),
         endpoint_added(endpoint, version="2"),
         endpoint_updated(endpoint, version="3"),

@@ -43,6 +43,7 @@ def test_kind_names_are_the_snake_case_class_names() -> None:
         "PodAdded": "pod_added",
         "PodUpdated": "pod_updated",
         "PodRemoved": "pod_removed",
+        "NodeCaptureConfigured": "node_capture_configured",
         "EndpointsSnapshotReceived": "endpoints_snapshot_received",
         "EndpointAdded": "endpoint_added",
         "EndpointUpdated": "endpoint_updated",

@@ -14,7 +14,7 @@ from aether.core.project.dependencies import (
     request_index,
 )
 from aether.core.state import OnDemandRequest
-from aether.testing import AT, fold_events, make_pod, pod_added
+from aether.testing import AT, fold_events, make_pod, node_capture_configured, pod_added
 from tests.core.project._helpers import SECOND
 
 
@@ -139,3 +139,36 @@ def test_a_pod_that_cannot_bind_gets_no_listeners_and_a_pod_without_ips_has_no_p
     assert [name for name in names if name.endswith("a.default")] != []
     record = state.pods["default/a"]
     assert bind_place(attrs.evolve(record, pod=attrs.evolve(record.pod, netns="", ips=()))) is None
+
+
+def test_a_pod_of_a_captured_node_binds_only_in_its_namespace() -> None:
+    """On a captured node, a pod known before its CNI ADD (no namespace yet) is joining: no place, no listeners,
+    no registration; the ADD's namespace gives it all three. A node not captured keeps local mode."""
+    from aether.core.project import project_node
+    from aether.core.project.registrations import local_endpoints
+    from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE
+
+    watched = fold_events(
+        node_capture_configured("node-a"),
+        pod_added(make_pod("web-1", ips=("10.0.0.1",)), source="kubernetes"),
+        pod_added(make_pod("web-2", node_name="node-b", ips=("10.0.0.2",)), source="kubernetes"),
+    )
+    local = local_pods(watched.pods, node_name="", captured_nodes=watched.captured_nodes)
+    assert (local.bound, local.joining) == (frozenset({"default/web-2"}), frozenset({"default/web-1"}))
+    snapshot = project_node(watched, node_name="node-a", now=0)
+    assert sorted(snapshot.of_type(LISTENER_TYPE)) == []
+    assert "app_web-1.default_8080" not in snapshot.of_type(CLUSTER_TYPE)
+    assert list(local_endpoints(watched, node_name="node-a", cluster_name="")) == []
+
+    joined = fold_events(
+        pod_added(make_pod("web-1", ips=("10.0.0.1",), netns="/run/netns/web-1")), state=watched
+    )
+    assert sorted(project_node(joined, node_name="node-a", now=0).of_type(LISTENER_TYPE)) == [
+        "capture_web-1.default",
+        "inbound_web-1.default",
+        "l4_tcp_web-1.default",
+        "outbound_http_web-1.default",
+    ]
+    assert [e.pod_name for e in local_endpoints(joined, node_name="node-a", cluster_name="").values()] == [
+        "web-1"
+    ]

@@ -11,6 +11,7 @@ from aether.testing import (
     domain_of,
     fold_events,
     make_pod,
+    node_capture_configured,
     pod_added,
     pod_removed,
     pod_updated,
@@ -278,3 +279,14 @@ def test_a_managed_pod_with_a_malformed_ip_is_rejected() -> None:
     assert state.diagnostics.rejections["pod/default/web-1"].message == (
         "pod 'default/web-1': ip must be an IP address (got '10.0.0.999')"
     )
+
+
+def test_a_node_capture_fact_is_recorded_and_withdrawn() -> None:
+    """`NodeCaptureConfigured` adds the node to `captured_nodes` (once) and removes it when no longer captured."""
+    captured = fold_events(node_capture_configured("node-a"), node_capture_configured("node-a"))
+    assert captured.captured_nodes == frozenset({"node-a"})
+    again = fold_events(node_capture_configured("node-a"), state=captured)
+    assert again.captured_nodes is captured.captured_nodes  # unchanged: the same set, for identity checks
+    released = fold_events(node_capture_configured("node-a", captured=False), state=captured)
+    assert released.captured_nodes == frozenset()
+    assert released.diagnostics == Diagnostics()

@@ -28,7 +28,7 @@ from aether.core.events.kube import (
     TlsSecretDeleted,
     TlsSecretUpserted,
 )
-from aether.core.events.pods import Pod, PodAdded, PodRemoved, PodUpdated
+from aether.core.events.pods import NodeCaptureConfigured, Pod, PodAdded, PodRemoved, PodUpdated
 from aether.core.events.registry import (
     Endpoint,
     EndpointAdded,
@@ -66,6 +66,7 @@ __all__ = [
     "KubeServiceUpserted",
     "MeshConfig",
     "MeshConfigUpdated",
+    "NodeCaptureConfigured",
     "ObjectMeta",
     "OnDemandClusterRequested",
     "Pod",

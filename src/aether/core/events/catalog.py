@@ -19,7 +19,7 @@ from aether.core.events.kube import (
     TlsSecretDeleted,
     TlsSecretUpserted,
 )
-from aether.core.events.pods import PodAdded, PodRemoved, PodUpdated
+from aether.core.events.pods import NodeCaptureConfigured, PodAdded, PodRemoved, PodUpdated
 from aether.core.events.registry import (
     EndpointAdded,
     EndpointRemoved,
@@ -35,6 +35,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     PodAdded,
     PodUpdated,
     PodRemoved,
+    NodeCaptureConfigured,
     EndpointsSnapshotReceived,
     EndpointAdded,
     EndpointUpdated,

@@ -1,4 +1,5 @@
-"""Pod events: what the CNI server and the Kubernetes pod watch observe about pods on this node."""
+"""Pod events: what the CNI server and the Kubernetes pod watch observe about pods on this node, and how the node's
+pods join the mesh (`NodeCaptureConfigured`)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,23 @@ class PodRemoved(Event):
     @property
     def subject(self) -> str:
         return f"pod/{self.namespace}/{self.name}"
+
+
+@attrs.frozen(kw_only=True)
+class NodeCaptureConfigured(Event):
+    """The agent of `node_name` started with its CNI service (`captured`) or without it.
+
+    Captured: the node's pods join the mesh through CNI ADD, each in its own network namespace, which the ADD
+    reports; their listeners bind only there, so a pod known before its ADD (from the pod watch or a manifest)
+    gets no listeners and no registration until the ADD supplies its namespace. Not captured (the default of a
+    node no event names): a pod without a namespace binds on its own IP (local mode).
+
+    The agent appends it at start-up when its log's state says otherwise, before any source runs.
+    """
+
+    node_name: str
+    captured: bool
+
+    @property
+    def subject(self) -> str:
+        return f"node/{self.node_name}"

@@ -31,31 +31,48 @@ class LocalPods:
     """Keys of the pods that get listeners: those with a place to bind (a network namespace, or an IP in local
     mode) that no pod sorted before them already took. Two listeners on one address would make Envoy reject the
     whole listener update, so the first pod keeps the place and the others wait until it is free."""
+    joining: frozenset[str] = frozenset()
+    """Keys of the pods of a captured node whose network namespace is not known yet (no CNI ADD so far): they
+    have no place to bind, and are not registered either, until the ADD reports the namespace."""
 
 
-def bind_place(record: PodRecord) -> tuple[str, str] | None:
-    """Return where `record`'s listeners bind: `(netns, "")` inside its namespace, `("", ip)` in local mode."""
+def bind_place(record: PodRecord, *, captured: bool = False) -> tuple[str, str] | None:
+    """Return where `record`'s listeners bind: `(netns, "")` inside its namespace, `("", ip)` in local mode.
+
+    A pod of a captured node binds in its namespace or nowhere: its IP belongs to that namespace, so a listener
+    on it in the node's namespace cannot bind (Envoy would reject the listener update) and would capture nothing.
+    """
     pod = record.pod
     if pod.netns:
         return (pod.netns, "")
-    if pod.ips:
+    if pod.ips and not captured:
         return ("", pod.ips[0])
     return None
 
 
-def local_pods(pods: Mapping[str, PodRecord], *, node_name: str) -> LocalPods:
-    """Return the pods of `node_name` (every pod when `node_name` is empty, the single-node local mode)."""
+def local_pods(
+    pods: Mapping[str, PodRecord], *, node_name: str, captured_nodes: frozenset[str] = frozenset()
+) -> LocalPods:
+    """Return the pods of `node_name` (every pod when `node_name` is empty, the single-node local mode).
+
+    `captured_nodes` are the nodes whose pods join through CNI ADD (`State.captured_nodes`); a pod counts as
+    captured when its own node is one of them.
+    """
     records = tuple(
         record for _, record in sorted_items(pods) if not node_name or record.pod.node_name == node_name
     )
     taken: set[tuple[str, str]] = set()
     bound: list[str] = []
+    joining: list[str] = []
     for record in records:
-        place = bind_place(record)
-        if place is not None and place not in taken:
+        captured = record.pod.node_name in captured_nodes
+        place = bind_place(record, captured=captured)
+        if place is None and captured:
+            joining.append(record.pod.key)
+        elif place is not None and place not in taken:
             taken.add(place)
             bound.append(record.pod.key)
-    return LocalPods(records=records, bound=frozenset(bound))
+    return LocalPods(records=records, bound=frozenset(bound), joining=frozenset(joining))
 
 
 def declared_services(records: Iterable[PodRecord]) -> tuple[str, ...]:

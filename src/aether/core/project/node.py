@@ -186,7 +186,10 @@ class NodeProjector:
         """Return the node's snapshot of `state` at `now`: equal to `project_node(state, node_name=..., now=now)`."""
         mesh = state.kube.mesh_config
         local: LocalPods = self._local.get(
-            (state.pods,), lambda: dependencies.local_pods(state.pods, node_name=self._node_name)
+            (state.pods, state.captured_nodes),
+            lambda: dependencies.local_pods(
+                state.pods, node_name=self._node_name, captured_nodes=state.captured_nodes
+            ),
         )
         identities: tuple[str, ...] = self._identities.get(
             (local, mesh.trust_domain),

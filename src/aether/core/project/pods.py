@@ -4,7 +4,8 @@ Every pod gets the explicit outbound listener (18081) and the mesh inbound (1800
 and the L4 port 18082) exist only for a pod with a network namespace: capture is programmed there by the CNI
 plugin, which is also what reports the namespace. A pod known without one (local mode, a pod the CNI never saw)
 has nothing diverting its traffic, and a transparent listener on a host address would need privileges for no
-purpose.
+purpose. On a captured node (`State.captured_nodes`) a pod without a namespace gets nothing at all until its CNI
+ADD (see `aether.core.project.dependencies.bind_place`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ node it runs on). What it registers is a pure function of the folded state, like
 is one endpoint of its mesh service, at its first IP (the address the mesh binds), with the port, extra ports,
 weight, protocol and health-check mode its annotations set. A sink diffs this set against what it registered
 and calls the registrar; a replay of the log gives the same intents.
+
+A pod of a captured node registers only once CNI ADD has reported its network namespace (see
+`LocalPods.joining`): registered earlier, callers would dial an inbound listener that does not exist yet, and
+their outlier detection would eject the endpoint for its connection failures.
 """
 
 from __future__ import annotations
@@ -42,7 +46,10 @@ def local_endpoints(state: State, *, node_name: str, cluster_name: str) -> dict[
     the same pod whose listeners bind that address.
     """
     endpoints: dict[EndpointKey, Endpoint] = {}
-    for record in local_pods(state.pods, node_name=node_name).records:
+    local = local_pods(state.pods, node_name=node_name, captured_nodes=state.captured_nodes)
+    for record in local.records:
+        if record.pod.key in local.joining:
+            continue
         endpoint = pod_endpoint(record, cluster_name=cluster_name)
         if endpoint is not None and endpoint.key not in endpoints:
             endpoints[endpoint.key] = endpoint

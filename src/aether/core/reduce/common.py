@@ -14,6 +14,7 @@ def _next_state(state: State, seq: int, changes: dict[str, Any]) -> State:
     # about 3x cheaper. A misspelt key in `changes` makes State() raise TypeError: a bug shows at once.
     fields: dict[str, Any] = {
         "pods": state.pods,
+        "captured_nodes": state.captured_nodes,
         "registry": state.registry,
         "kube": state.kube,
         "identity": state.identity,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from aether.core.events.pods import Pod, PodAdded, PodRemoved, PodUpdated
+from aether.core.events.pods import NodeCaptureConfigured, Pod, PodAdded, PodRemoved, PodUpdated
 from aether.core.reduce.annotations import address_problem, parse_pod_config, pod_problem, unmanaged_reason
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
@@ -72,3 +72,11 @@ def pod_removed(state: State, event: PodRemoved, seq: int) -> State:
         message = f"pod {key!r} removed with uid {event.uid!r} but the known pod has uid {record.pod.uid!r}"
         return rejected(state, event, seq, reason=RejectionReason.STALE_POD, message=message)
     return applied(state, event, seq, pods=state.pods.delete(key))
+
+
+def node_capture_configured(state: State, event: NodeCaptureConfigured, seq: int) -> State:
+    """Record whether the node's pods are captured (an unchanged fact keeps the same set)."""
+    nodes = state.captured_nodes
+    if (event.node_name in nodes) != event.captured:
+        nodes = nodes | {event.node_name} if event.captured else nodes - {event.node_name}
+    return applied(state, event, seq, captured_nodes=nodes)

@@ -42,6 +42,7 @@ def state_to_proto(state: State) -> log_pb2.State:
     """Return `state` as an `aether.log.v1.State` message, every list in a defined order."""
     message = log_pb2.State(seq=state.seq, rejected_total=state.diagnostics.rejected_total)
     _write(sorted_values(state.pods), message.pods)
+    message.captured_nodes.extend(sorted(state.captured_nodes))
     registry = state.registry
     message.registry.SetInParent()
     message.registry.version = registry.version
@@ -86,6 +87,7 @@ def state_from_proto(message: log_pb2.State) -> State:
     return State(
         seq=message.seq,
         pods=immutables.Map((record.pod.key, record) for record in pods),
+        captured_nodes=frozenset(message.captured_nodes),
         registry=registry,
         kube=KubeState(
             services=immutables.Map((service.meta.key, service) for service in services),

@@ -24,6 +24,9 @@ class State:
     """The sequence number of the last record folded (0: none)."""
     pods: immutables.Map[str, PodRecord] = immutables.Map()
     """This node's managed pods, keyed by `<namespace>/<name>`."""
+    captured_nodes: frozenset[str] = frozenset()
+    """The nodes whose pods are captured (`NodeCaptureConfigured`): their pods bind only in their own network
+    namespace, so one not joined through CNI ADD yet gets no listeners and no registration."""
     registry: RegistryState = RegistryState()
     kube: KubeState = KubeState()
     identity: IdentityState = IdentityState()

@@ -530,6 +530,30 @@ class PodRemoved(_message.Message):
 Global___PodRemoved: _TypeAlias = PodRemoved  # noqa: Y015
 
 @_typing.final
+class NodeCaptureConfigured(_message.Message):
+    """Whether the node's pods are captured (joined through CNI ADD, each in its own network namespace)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    CAPTURED_FIELD_NUMBER: _builtins.int
+    node_name: _builtins.str
+    captured: _builtins.bool
+    def __init__(
+        self,
+        *,
+        node_name: _builtins.str = ...,
+        captured: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured", b"captured", "node_name", b"node_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeCaptureConfigured: _TypeAlias = NodeCaptureConfigured  # noqa: Y015
+
+@_typing.final
 class EndpointsSnapshotReceived(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1044,6 +1068,7 @@ class Event(_message.Message):
     POD_ADDED_FIELD_NUMBER: _builtins.int
     POD_UPDATED_FIELD_NUMBER: _builtins.int
     POD_REMOVED_FIELD_NUMBER: _builtins.int
+    NODE_CAPTURE_CONFIGURED_FIELD_NUMBER: _builtins.int
     ENDPOINTS_SNAPSHOT_RECEIVED_FIELD_NUMBER: _builtins.int
     ENDPOINT_ADDED_FIELD_NUMBER: _builtins.int
     ENDPOINT_UPDATED_FIELD_NUMBER: _builtins.int
@@ -1077,6 +1102,8 @@ class Event(_message.Message):
     def pod_updated(self) -> Global___PodUpdated: ...
     @_builtins.property
     def pod_removed(self) -> Global___PodRemoved: ...
+    @_builtins.property
+    def node_capture_configured(self) -> Global___NodeCaptureConfigured: ...
     @_builtins.property
     def endpoints_snapshot_received(self) -> Global___EndpointsSnapshotReceived: ...
     @_builtins.property
@@ -1131,6 +1158,7 @@ class Event(_message.Message):
         pod_added: Global___PodAdded | None = ...,
         pod_updated: Global___PodUpdated | None = ...,
         pod_removed: Global___PodRemoved | None = ...,
+        node_capture_configured: Global___NodeCaptureConfigured | None = ...,
         endpoints_snapshot_received: Global___EndpointsSnapshotReceived | None = ...,
         endpoint_added: Global___EndpointAdded | None = ...,
         endpoint_updated: Global___EndpointUpdated | None = ...,
@@ -1155,11 +1183,11 @@ class Event(_message.Message):
         resource_nacked: Global___ResourceNacked | None = ...,
         on_demand_cluster_requested: Global___OnDemandClusterRequested | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "node_capture_configured", b"node_capture_configured", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "node_capture_configured", b"node_capture_configured", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "tls_secret_upserted", "tls_secret_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "node_capture_configured", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "tls_secret_upserted", "tls_secret_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1365,6 +1393,7 @@ class State(_message.Message):
     REJECTIONS_FIELD_NUMBER: _builtins.int
     REJECTED_TOTAL_FIELD_NUMBER: _builtins.int
     TLS_SECRETS_FIELD_NUMBER: _builtins.int
+    CAPTURED_NODES_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     rejected_total: _builtins.int
     @_builtins.property
@@ -1391,6 +1420,10 @@ class State(_message.Message):
     def rejections(self) -> _containers.RepeatedCompositeFieldContainer[Global___Rejection]: ...
     @_builtins.property
     def tls_secrets(self) -> _containers.RepeatedCompositeFieldContainer[Global___TlsSecret]: ...
+    @_builtins.property
+    def captured_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The nodes whose pods are captured (`NodeCaptureConfigured`), sorted."""
+
     def __init__(
         self,
         *,
@@ -1408,10 +1441,11 @@ class State(_message.Message):
         rejections: _abc.Iterable[Global___Rejection] | None = ...,
         rejected_total: _builtins.int = ...,
         tls_secrets: _abc.Iterable[Global___TlsSecret] | None = ...,
+        captured_nodes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["mesh_config", b"mesh_config", "registry", b"registry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "tls_secrets", b"tls_secrets", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured_nodes", b"captured_nodes", "gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "tls_secrets", b"tls_secrets", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
