@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from aether.core.events import Event
 from aether.core.gateway import GatewayProjector, GatewayView, gateway_view
+from aether.core.mesh_names import http_cluster_name
 from aether.core.project import NodeProjector, project_node
-from aether.core.project.names import http_cluster_name
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
 from aether.core.state import State
 from aether.testing import AT, fold_events

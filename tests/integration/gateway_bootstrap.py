@@ -17,7 +17,7 @@ from envoy.config.route.v3 import route_components_pb2
 from google.protobuf import json_format
 
 from aether.core.gateway import GatewayView
-from aether.core.project.names import http_cluster_name
+from aether.core.mesh_names import http_cluster_name
 from aether.testing.envoy import validate_config
 
 VALIDATE_TIMEOUT = 120

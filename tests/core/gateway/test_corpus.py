@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from aether.core.gateway import GatewayView, gateway_view
-from aether.core.project.names import http_cluster_name
+from aether.core.mesh_names import http_cluster_name
 from aether.testing import fold_events
 from tests.golden.gateway_manifests import manifest_events, read_documents
 from tests.golden.test_gateway_golden import CASES, TESTDATA, project_case

@@ -22,17 +22,12 @@ import attrs
 
 from aether.core.events.registry import Endpoint, Protocol
 from aether.core.gateway.contract import MeshRouting
+from aether.core.mesh_names import http_cluster_name, parse_cluster_name, service_fqdn, tcp_cluster_name
 from aether.core.order import sorted_values
 from aether.core.project.clusters import service_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.endpoints import Locality, load_assignment
-from aether.core.project.names import (
-    http_cluster_name,
-    parse_cluster_name,
-    service_fqdn,
-    spiffe_id,
-    tcp_cluster_name,
-)
+from aether.core.project.names import spiffe_id
 from aether.core.project.routes import routed_vhost, service_vhost, vhost_entry
 from aether.core.project.tls import UpstreamIdentity
 from aether.core.snapshot import Resource
