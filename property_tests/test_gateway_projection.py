@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from aether.core.events import Event
 from aether.core.gateway import GatewayProjector, GatewayView, gateway_view
+from aether.core.mesh_names import http_cluster_name
 from aether.core.project import NodeProjector, project_node
-from aether.core.project.names import http_cluster_name
+from aether.core.project.gateway_routes import envoy_route_list, envoy_virtual_host
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
 from aether.core.state import State
 from aether.testing import AT, fold_events
@@ -45,18 +46,18 @@ def _clusters(route: Any) -> set[str] | None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=EVENTS)
 def test_every_route_names_an_emitted_cluster_or_answers_itself(events: list[Event]) -> None:
-    """Whatever the objects, the view is built, and no route names a cluster nobody emits."""
+    """Whatever the objects, the view is built, and no route (as Envoy gets it) names a cluster nobody emits."""
     view = gateway_view(_state(events))
     for listener in view.edge_listeners:
         for vhost in listener.virtual_hosts:
-            for route in vhost.routes:
+            for route in envoy_virtual_host(vhost).routes:
                 names = _clusters(route)
                 assert names is None or (names and names <= view.backend_clusters)
     for routing in view.mesh_routes.values():
         emitted = {
             http_cluster_name(item, mesh_domain="aether.internal") for item in routing.backend_services
         }
-        for route in routing.all_routes:
+        for route in envoy_route_list(routing.all_routes, mesh=True):
             names = _clusters(route)
             assert names is None or (names and names <= emitted)
 

@@ -1,4 +1,5 @@
-"""The core is pure: no module under `src/aether/core` imports I/O, clocks, randomness or logging (L1)."""
+"""The core is pure: no module under `src/aether/core` imports I/O, clocks, randomness or logging (L1); and it is
+layered: the Gateway API view builds no Envoy message and knows nothing of the projections (STYLE P9)."""
 
 from __future__ import annotations
 
@@ -62,8 +63,19 @@ DENIED = (
 """Modules that do I/O or read hidden inputs: named explicitly, so a widened allowlist cannot let them in."""
 
 
+ENVOY_FREE = ("envoy", "xds", "udpa", "validate", "google.protobuf", "aether.proto", "aether.core.project")
+"""What the Gateway API view (`aether.core.gateway`) and the mesh names below it never import: the view is typed
+values, and the projection (`aether.core.project`) alone spells them as Envoy messages."""
+ENVOY_FREE_MODULES = ("gateway", "mesh_names.py")
+"""The core's packages and modules held to `ENVOY_FREE`, relative to `src/aether/core`."""
+
+
 def _core_modules() -> list[Path]:
     return sorted(CORE.rglob("*.py"))
+
+
+def _envoy_free_modules() -> list[Path]:
+    return [path for path in _core_modules() if path.relative_to(CORE).parts[0] in ENVOY_FREE_MODULES]
 
 
 def _package_of(path: Path) -> str:
@@ -129,6 +141,22 @@ def test_core_modules_never_import_an_io_module(denied: str) -> None:
         if _within(module, (denied,))
     ]
     assert offending == [], f"the core must not import {denied!r}: " + "; ".join(offending)
+
+
+def test_the_gateway_view_imports_no_envoy_message_and_no_projection() -> None:
+    """No module of `aether.core.gateway` (nor `aether.core.mesh_names`) imports Envoy's or protobuf's messages, or
+    `aether.core.project`: the projection imports the view, never the reverse."""
+    modules = _envoy_free_modules()
+    assert {"gateway/ir.py", "gateway/view.py", "gateway/model/routes.py", "mesh_names.py"} <= {
+        str(path.relative_to(CORE)) for path in modules
+    }
+    offending = [
+        f"{_where(path, line)} imports {module!r}"
+        for path in modules
+        for line, module in _imports(path)
+        if _within(module, ENVOY_FREE)
+    ]
+    assert offending == [], "the gateway view must stay Envoy-free: " + "; ".join(offending)
 
 
 def test_the_allowlist_and_the_denylist_do_not_overlap() -> None:

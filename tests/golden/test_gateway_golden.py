@@ -1,6 +1,7 @@
 """Golden tests of the Gateway API view: `testdata/gateway/<case>.in.yaml` (Kubernetes objects, after the shared
 `base.yaml`) gives `<case>.routes.out.yaml` (GAMMA routes per mesh service, edge listeners with their virtual hosts
-and L4 routes, the clusters they name) and `<case>.status.out.yaml` (every object's computed status).
+and L4 routes, the clusters they name; routes as `aether.core.project.gateway_routes` spells them for Envoy) and
+`<case>.status.out.yaml` (every object's computed status).
 
 `pytest tests/golden --update-golden` rewrites the outputs and deletes orphans; review the diff like code.
 """
@@ -17,6 +18,7 @@ import yaml
 from google.protobuf import json_format
 
 from aether.core.gateway import GatewayView, gateway_view
+from aether.core.project.gateway_routes import envoy_route_list, envoy_virtual_host
 from aether.testing import fold_events
 from tests.golden.gateway_manifests import manifest_events, read_documents
 
@@ -53,8 +55,8 @@ def _routes(view: GatewayView) -> dict[str, Any]:
         **_mesh_l4(view),
         "mesh": {
             service: {
-                "grpc": [_message(route) for route in routing.grpc_routes],
-                "http": [_message(route) for route in routing.http_routes],
+                "grpc": [_message(route) for route in envoy_route_list(routing.grpc_routes, mesh=True)],
+                "http": [_message(route) for route in envoy_route_list(routing.http_routes, mesh=True)],
                 "backend_services": list(routing.backend_services),
                 "routes": list(routing.routes),
             }
@@ -69,7 +71,7 @@ def _routes(view: GatewayView) -> dict[str, Any]:
                 "hostname": listener.hostname,
                 "tls_mode": listener.tls_mode,
                 "certificates": list(listener.certificates),
-                "virtual_hosts": [_message(vhost) for vhost in listener.virtual_hosts],
+                "virtual_hosts": [_message(envoy_virtual_host(vhost)) for vhost in listener.virtual_hosts],
                 "l4_routes": [attrs.asdict(route) for route in listener.l4_routes],
             }
             for listener in view.edge_listeners

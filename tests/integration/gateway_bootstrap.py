@@ -17,7 +17,8 @@ from envoy.config.route.v3 import route_components_pb2
 from google.protobuf import json_format
 
 from aether.core.gateway import GatewayView
-from aether.core.project.names import http_cluster_name
+from aether.core.mesh_names import http_cluster_name
+from aether.core.project.gateway_routes import envoy_route_list, envoy_virtual_host
 from aether.testing.envoy import validate_config
 
 VALIDATE_TIMEOUT = 120
@@ -74,7 +75,7 @@ def views_bootstrap(
         for service, routing in sorted(view.mesh_routes.items()):
             port += 1
             vhost = route_components_pb2.VirtualHost(
-                name=service, domains=["*"], routes=list(routing.all_routes)
+                name=service, domains=["*"], routes=envoy_route_list(routing.all_routes, mesh=True)
             )
             listeners.append(_listener(f"{label}/mesh/{service}", port, [_dict(vhost)]))
             clusters.update(
@@ -84,7 +85,7 @@ def views_bootstrap(
             if listener.protocol not in ("HTTP", "HTTPS"):
                 continue
             port += 1
-            vhosts = [_dict(vhost) for vhost in listener.virtual_hosts]
+            vhosts = [_dict(envoy_virtual_host(vhost)) for vhost in listener.virtual_hosts]
             if not any("*" in vhost.get("domains", []) for vhost in vhosts):
                 vhosts.append(
                     {

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import attrs
 import pytest
-from envoy.config.route.v3 import route_components_pb2
 
-from aether.core.gateway import MeshRouting
+from aether.core.gateway import MeshRouting, ir
 from tests.golden.test_gateway_golden import CASES, project_case
 from tests.integration.gateway_bootstrap import validate_views
 
@@ -23,9 +22,10 @@ def test_every_golden_case_passes_envoy_validation(tmp_path: Path) -> None:
 def test_validation_catches_a_route_to_a_missing_cluster(tmp_path: Path) -> None:
     """A route naming a cluster nobody emits is refused: the check above is not vacuous."""
     view = project_case("gamma-route-replaces-the-service-routes")
-    broken = route_components_pb2.Route(
-        match=route_components_pb2.RouteMatch(prefix="/"),
-        route=route_components_pb2.RouteAction(cluster="nobody.default.aether.internal"),
+    broken = ir.HTTPRoute(
+        name="broken",
+        match=ir.RouteMatch(path=ir.StringMatch(kind=ir.PREFIX, value="/")),
+        action=ir.Forward(destinations=(ir.Destination(cluster="nobody.default.aether.internal", weight=1),)),
     )
     routing = view.mesh_routes["default/web"]
     view = attrs.evolve(

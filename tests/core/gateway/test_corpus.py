@@ -7,26 +7,18 @@ itself), every object of ours has a status, and no domain repeats on a port.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from aether.core.gateway import GatewayView, gateway_view
-from aether.core.project.names import http_cluster_name
+from aether.core.gateway import GatewayView, gateway_view, ir
+from aether.core.mesh_names import http_cluster_name
 from aether.testing import fold_events
 from tests.golden.gateway_manifests import manifest_events, read_documents
 from tests.golden.test_gateway_golden import CASES, TESTDATA, project_case
 
 
-def _clusters(route: Any) -> set[str]:
-    if not route.HasField("route"):
-        assert route.HasField("direct_response") or route.HasField("redirect")
-        return set()
-    action = route.route
-    names = {action.cluster} if action.cluster else set()
-    names.update(item.name for item in action.weighted_clusters.clusters)
-    names.update(item.cluster for item in action.request_mirror_policies)
-    assert names, "a forwarding route names at least one cluster"
+def _clusters(route: ir.HTTPRoute) -> set[str]:
+    names = set(route.clusters)
+    assert names or not isinstance(route.action, ir.Forward), "a forwarding route names at least one cluster"
     return names
 
 

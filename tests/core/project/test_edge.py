@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
-from aether.core.gateway import EdgeListener, GatewayView, L4Route, WeightedBackend
+from aether.core.gateway import EdgeListener, GatewayView, L4Route, WeightedBackend, ir
 from aether.core.project.edge import (
     UNROUTABLE_CLUSTER,
     EdgeOptions,
@@ -18,6 +17,7 @@ from aether.core.project.edge import (
     project_edge,
 )
 from aether.core.project.edge_listeners import NOT_FOUND_VHOST, READINESS_PATH, route_table
+from aether.core.project.gateway_routes import envoy_virtual_host
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
 from aether.core.state import State
 from aether.testing import (
@@ -40,12 +40,13 @@ EDGE_ID = "spiffe://aether.internal/ns/aether-system/sa/aether-edge"
 WEB = "web.default.aether.internal"
 
 
-def _vhost(name: str, *domains: str, cluster: str = WEB) -> Any:
-    return rc.VirtualHost(
-        name=name,
-        domains=list(domains),
-        routes=[rc.Route(match=rc.RouteMatch(prefix="/"), route=rc.RouteAction(cluster=cluster))],
+def _vhost(name: str, *domains: str, cluster: str = WEB) -> ir.VirtualHost:
+    route = ir.HTTPRoute(
+        name=f"{name}/route",
+        match=ir.RouteMatch(path=ir.StringMatch(kind=ir.PREFIX, value="/")),
+        action=ir.Forward(destinations=(ir.Destination(cluster=cluster, weight=1),)),
     )
+    return ir.VirtualHost(name=name, domains=domains, routes=(route,))
 
 
 def _state() -> State:
@@ -331,10 +332,10 @@ def test_a_route_table_never_holds_a_domain_or_a_virtual_host_name_twice() -> No
     table = route_table(
         "t",
         [
-            _vhost("a", "x.example", "y.example"),
-            _vhost("b", "X.example", "z.example"),
-            _vhost("c", "y.example"),
-            _vhost("a", "w.example"),
+            envoy_virtual_host(_vhost("a", "x.example", "y.example")),
+            envoy_virtual_host(_vhost("b", "X.example", "z.example")),
+            envoy_virtual_host(_vhost("c", "y.example")),
+            envoy_virtual_host(_vhost("a", "w.example")),
         ],
     )
     assert [(vhost.name, list(vhost.domains)) for vhost in table.virtual_hosts] == [

@@ -1,5 +1,6 @@
 """The Gateway API core: typed models of the Gateway API objects, their resolution, precedence and status, and
-their translation to Envoy routes, for GAMMA (east-west, per mesh service) and the edge (north-south, per listener).
+their translation to typed, Envoy-free routes (`aether.core.gateway.ir`, which `aether.core.project` spells as
+Envoy messages), for GAMMA (east-west, per mesh service) and the edge (north-south, per listener).
 """
 
 from aether.core.gateway.view import (

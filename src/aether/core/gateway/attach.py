@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from aether.core.gateway.actions import Entry
 from aether.core.gateway.contract import EDGE_CONTROLLER, MESH_CONTROLLER
+from aether.core.gateway.entries import Entry
 from aether.core.gateway.hostnames import intersect
 from aether.core.gateway.listeners import ListenerState
 from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL, AllowedRoutes

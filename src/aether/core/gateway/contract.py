@@ -5,10 +5,11 @@ and the status sink. Names here are stable: other packages build on them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 import immutables
+
+from aether.core.gateway.ir import HTTPRoute, VirtualHost
 
 MESH_CONTROLLER = "gateway.aether.io/mesh"
 """The controllerName of GAMMA route status (routes whose parentRef is a Service)."""
@@ -83,22 +84,22 @@ class ObjectStatus:
 class MeshRouting:
     """The GAMMA routes of one mesh service: they replace its default routes in `out_http` and `cap_http`.
 
-    Both tuples hold Envoy `route_components_pb2.Route` messages, each already in precedence order. HTTPRoutes and
+    Both tuples hold the routes (`aether.core.gateway.ir`), each already in precedence order. HTTPRoutes and
     GRPCRoutes are never merged: the gRPC routes (which match only gRPC requests, by content type) come first in
     the virtual host, then the HTTP routes. A request no route matches gets Envoy's 404, as GAMMA specifies.
     """
 
     service: str
     """The mesh service key `<ns>/<sa>` whose virtual host the routes replace."""
-    http_routes: tuple[Any, ...] = ()
-    grpc_routes: tuple[Any, ...] = ()
+    http_routes: tuple[HTTPRoute, ...] = ()
+    grpc_routes: tuple[HTTPRoute, ...] = ()
     routes: tuple[str, ...] = ()
     """The keys (`<kind>/<ns>/<name>`) of the route objects that contributed, sorted."""
     backend_services: tuple[str, ...] = ()
     """The mesh services the routes send or mirror to, sorted: their clusters must be in the caller's snapshot."""
 
     @property
-    def all_routes(self) -> tuple[Any, ...]:
+    def all_routes(self) -> tuple[HTTPRoute, ...]:
         """The virtual host's routes in the order Envoy evaluates them: gRPC first, then HTTP."""
         return (*self.grpc_routes, *self.http_routes)
 
@@ -179,8 +180,8 @@ class EdgeListener:
     """`Terminate` or `Passthrough` for HTTPS/TLS listeners; empty otherwise."""
     certificates: tuple[str, ...] = ()
     """The certificateRefs that resolved, as Secret keys `<ns>/<name>`, in listener order."""
-    virtual_hosts: tuple[Any, ...] = ()
-    """Envoy `route_components_pb2.VirtualHost` messages (HTTP/HTTPS listeners), most specific domain first.
+    virtual_hosts: tuple[VirtualHost, ...] = ()
+    """The virtual hosts (HTTP/HTTPS listeners), most specific domain first.
 
     No domain appears twice on one listener port (across every listener on that port): a domain goes to the listener
     with the most specific hostname, then the oldest Gateway. Domains carry no port: the edge's route table should set

@@ -9,14 +9,11 @@ it, so Envoy never sees a domain twice on a port.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import attrs
-from envoy.config.route.v3 import route_components_pb2 as rc
 
-from aether.core.gateway.actions import Entry, translate
+from aether.core.gateway import ir
 from aether.core.gateway.attach import Attached, Resolved
 from aether.core.gateway.contract import (
     EDGE_CONTROLLER,
@@ -24,6 +21,7 @@ from aether.core.gateway.contract import (
     L4Route,
     ObjectStatus,
 )
+from aether.core.gateway.entries import Entry, translate
 from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
 from aether.core.gateway.l4 import claim, weighted_backends
 from aether.core.gateway.listeners import ListenerState
@@ -88,7 +86,7 @@ class _HostIndex:
 class _Domain:
     """One virtual host of a listener and what building it found."""
 
-    vhost: Any
+    vhost: ir.VirtualHost
     notes: tuple[tuple[str, str], ...]
     services: frozenset[str]
     clusters: frozenset[str]
@@ -108,7 +106,7 @@ class _Builder:
 
     def virtual_hosts(
         self, state: ListenerState, pairs: Sequence[tuple[Resolved, Attached]]
-    ) -> tuple[Any, ...]:
+    ) -> tuple[ir.VirtualHost, ...]:
         claimed = self.claimed.setdefault(state.listener.port, set())
         domains = sorted({host for _, attached in pairs for host in attached.hosts}, key=_domain_order)
         gateway, listener = state.gateway.meta, state.listener.name
@@ -148,22 +146,20 @@ class _Builder:
         entries: dict[str, list[Entry]] = {HTTP_ROUTE: [], GRPC_ROUTE: []}
         for item, host in contributors:
             entries[item.route.kind].extend(item.entries(host=host))
-        routes: list[Any] = []
+        routes: list[ir.HTTPRoute] = []
         notes: list[tuple[str, str]] = []
         services: set[str] = set()
         for kind in (GRPC_ROUTE, HTTP_ROUTE):
             kept, lost = ordered(entries[kind])
             notes.extend((loser.route.key, shadow_note(scope, loser, winner)) for loser, winner in lost)
-            translated, targets = translate(
-                kept, routes_of=functools.partial(self.memo.entry_routes, mesh=False)
-            )
+            translated, targets = translate(kept, routes_of=self.memo.entry_routes)
             routes.extend(translated)
             services.update(targets)
         return _Domain(
-            vhost=rc.VirtualHost(name=name, domains=[domain], routes=routes),
+            vhost=ir.VirtualHost(name=name, domains=(domain,), routes=tuple(routes)),
             notes=tuple(notes),
             services=frozenset(services),
-            clusters=frozenset(_clusters_of(routes)),
+            clusters=frozenset(cluster for route in routes for cluster in route.clusters),
         )
 
     def l4_routes(
@@ -190,19 +186,6 @@ class _Builder:
                     self.clusters.add(backend.cluster)
             routes.append(L4Route(route=route.key, hostnames=free, backends=backends))
         return tuple(routes)
-
-
-def _clusters_of(routes: Sequence[Any]) -> set[str]:
-    names: set[str] = set()
-    for route in routes:
-        if not route.HasField("route"):
-            continue
-        action = route.route
-        if action.cluster:
-            names.add(action.cluster)
-        names.update(item.name for item in action.weighted_clusters.clusters)
-        names.update(item.cluster for item in action.request_mirror_policies)
-    return names
 
 
 def edge_listeners(

@@ -14,13 +14,13 @@ from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import WeightedBackend
 from aether.core.gateway.hostnames import ANY_HOST
 from aether.core.gateway.model.routes import TLS_ROUTE, UDP_ROUTE
-from aether.core.project.names import service_fqdn, tcp_cluster_name
+from aether.core.mesh_names import tcp_cluster_name, udp_cluster_name
 
 
 def l4_cluster(kind: str, service: str, *, mesh_domain: str) -> str:
     """Return the cluster an L4 route of `kind` reaches mesh `service` through: `udp:<fqdn>` or `tcp:<fqdn>`."""
     if kind == UDP_ROUTE:
-        return f"udp:{service_fqdn(service, mesh_domain=mesh_domain)}"
+        return udp_cluster_name(service, mesh_domain=mesh_domain)
     return tcp_cluster_name(service, mesh_domain=mesh_domain)
 
 

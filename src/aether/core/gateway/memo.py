@@ -1,6 +1,6 @@
 """What a `GatewayProjector` remembers between views: results keyed on the identity of the inputs they came from.
 
-A hit is always what recomputing would give: an entry's Envoy routes are reused only for the very same parsed
+A hit is always what recomputing would give: an entry's routes are reused only for the very same parsed
 route (its object is kept as long as its Kubernetes object is the same object) with equal resolved backends; a
 virtual host or a mesh service's routing only when the same resolved routes, through the same hostnames, contribute.
 Units a view did not use, and translations of routes that no longer exist, are forgotten at its end, so memory
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aether.core.gateway.actions import Entry, envoy_routes
+from aether.core.gateway import ir
+from aether.core.gateway.entries import Entry, entry_routes
 
-_RouteKey = tuple[str, int, int, bool]
-"""`(route key, rule index, match index, mesh)`."""
+_RouteKey = tuple[str, int, int]
+"""`(route key, rule index, match index)`."""
 
 
 class Memo:
@@ -22,7 +23,9 @@ class Memo:
 
     def __init__(self, *, mesh_domain: str) -> None:
         self.mesh_domain = mesh_domain
-        self._routes: dict[_RouteKey, tuple[Any, Any, Any, list[Any]]] = {}
+        self._routes: dict[
+            _RouteKey, tuple[object, tuple[object, ...], tuple[object, ...], tuple[ir.HTTPRoute, ...]]
+        ] = {}
         self._units: dict[object, tuple[tuple[object, ...], Any]] = {}
         self._used_units: set[object] = set()
         self.translated = 0
@@ -30,9 +33,9 @@ class Memo:
         self.built = 0
         """Units (virtual hosts, mesh routings) built since the counters were last reset."""
 
-    def entry_routes(self, entry: Entry, *, mesh: bool) -> list[Any]:
-        """Return `envoy_routes(entry)`, computed once per parsed route and resolved backends."""
-        key = (entry.route.key, entry.rule.index, entry.match_index, mesh)
+    def entry_routes(self, entry: Entry) -> tuple[ir.HTTPRoute, ...]:
+        """Return `entry_routes(entry)`, computed once per parsed route and resolved backends."""
+        key = (entry.route.key, entry.rule.index, entry.match_index)
         held = self._routes.get(key)
         if (
             held is not None
@@ -41,7 +44,7 @@ class Memo:
             and held[2] == entry.mirrors
         ):
             return held[3]
-        routes = envoy_routes(entry, mesh_domain=self.mesh_domain, mesh=mesh)
+        routes = entry_routes(entry, mesh_domain=self.mesh_domain)
         self.translated += 1
         self._routes[key] = (entry.route, entry.backends, entry.mirrors, routes)
         return routes

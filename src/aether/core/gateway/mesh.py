@@ -1,15 +1,14 @@
-"""GAMMA: the routes whose parent is a Service, per mesh service, in precedence order, as Envoy routes."""
+"""GAMMA: the routes whose parent is a Service, per mesh service, in precedence order, as the view's routes."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import attrs
 
-from aether.core.gateway.actions import Entry, translate
 from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting
+from aether.core.gateway.entries import Entry, translate
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
 from aether.core.gateway.precedence import ordered, shadow_note
@@ -45,7 +44,7 @@ def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Ser
         notes.extend(
             (loser.route.key, shadow_note(f"mesh service {service}", loser, winner)) for loser, winner in lost
         )
-        routes, services = translate(kept, routes_of=functools.partial(memo.entry_routes, mesh=True))
+        routes, services = translate(kept, routes_of=memo.entry_routes)
         translated.append(tuple(routes))
         targets.update(services)
     routing = MeshRouting(

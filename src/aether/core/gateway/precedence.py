@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aether.core.gateway.actions import Entry
+from aether.core.gateway.entries import Entry
 from aether.core.gateway.hostnames import specificity
 from aether.core.gateway.model.matches import EXACT, PATH_PREFIX, REGULAR_EXPRESSION, GRPCMatch, HTTPMatch
 

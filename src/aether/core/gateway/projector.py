@@ -1,5 +1,6 @@
 """The Gateway API projector: parse every object, check the edge's Gateways, attach routes to their parents, order
-what attached by precedence, translate it to Envoy routes, and compute every object's status; incrementally.
+what attached by precedence, translate it to the view's routes (`aether.core.gateway.ir`), and compute every
+object's status; incrementally.
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ class GatewayStatistics:
     resolved: int
     """Routes the last view resolved (their parents and backends; the others were reused)."""
     translated: int
-    """Route matches the last view translated to Envoy routes."""
+    """Route matches the last view translated to routes."""
     built: int
     """Virtual hosts and mesh routings the last view built."""
 

@@ -1,7 +1,8 @@
 """Projections from state to Envoy resources: the node snapshot (listeners, clusters, endpoints, routes, secrets).
 
 `project_node(state, node_name=..., now=...)` is the pure projection; `NodeProjector` gives the same snapshots while
-re-projecting only what each new state changed. Every contract name lives in `aether.core.project.names`.
+re-projecting only what each new state changed. Every contract name lives in `aether.core.project.names`
+(those of mesh services and their clusters in `aether.core.mesh_names`).
 """
 
 from aether.core.project.dependencies import Demand, LocalPods, ServiceDemand

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 import attrs
 import immutables
 
+from aether.core.mesh_names import ClusterName, parse_cluster_name
 from aether.core.order import sorted_items, sorted_unique
-from aether.core.project.names import ClusterName, parse_cluster_name
 from aether.core.state.feedback import OnDemandRequest
 from aether.core.state.pods import PodRecord
 

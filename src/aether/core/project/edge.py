@@ -23,6 +23,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from aether.core.gateway import EdgeListener, GatewayView, gateway_view
+from aether.core.mesh_names import parse_cluster_name
 from aether.core.project._messages import milliseconds
 from aether.core.project.clusters import CONNECT_TIMEOUT_MS, service_cluster
 from aether.core.project.dependencies import ServiceDemand
@@ -36,7 +37,8 @@ from aether.core.project.edge_listeners import (
     tcp_listener,
     tls_listener,
 )
-from aether.core.project.names import ANY_ADDRESS, parse_cluster_name, spiffe_id
+from aether.core.project.gateway_routes import envoy_virtual_host
+from aether.core.project.names import ANY_ADDRESS, spiffe_id
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import ServiceContext, project_service
 from aether.core.project.tls import PLAINTEXT, UpstreamIdentity
@@ -156,7 +158,8 @@ def _listeners(
         first = group[0]
         if first.protocol == "HTTP":
             table = route_table(
-                route_table_name(port), (vhost for item in group for vhost in item.virtual_hosts)
+                route_table_name(port),
+                (envoy_virtual_host(vhost) for item in group for vhost in item.virtual_hosts),
             )
             listeners.append((http_listener(port, bind=bind), (table.name,)))
             tables.append(table)
@@ -166,7 +169,7 @@ def _listeners(
                 certificate = _first_certificate(item, certificates)
                 if certificate:
                     held = chains.setdefault(item.hostname, (certificate, []))
-                    held[1].extend(item.virtual_hosts)
+                    held[1].extend(envoy_virtual_host(vhost) for vhost in item.virtual_hosts)
             if chains:
                 port_tables = [
                     route_table(route_table_name(port, hostname or "*"), vhosts)

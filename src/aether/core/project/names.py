@@ -1,17 +1,16 @@
 """Every name, port and header of the node projection's contract (DESIGN.md section 4), in one place.
 
 What users and Envoy see is spelled here and nowhere else: listener, cluster, route and secret names, the data-plane
-ports, the SPIFFE IDs, the retry-outcome header and the filter-state key that carries a caller's identity.
+ports, the SPIFFE IDs, the retry-outcome header and the filter-state key that carries a caller's identity. The names of
+mesh services and their clusters, which the Gateway API view spells too, are in `aether.core.mesh_names`.
 """
 
 from __future__ import annotations
 
 import re
 
-import attrs
-
 from aether.core.events.pods import Pod
-from aether.core.validation import dns_label_problem, dns_subdomain_problem, port_problem
+from aether.core.mesh_names import split_service
 
 # --- ports ---
 
@@ -96,69 +95,6 @@ def inbound_listener_name(pod: Pod) -> str:
 def app_cluster_name(pod: Pod, port: int) -> str:
     """`app_<pod>_<port>`: the static cluster that delivers inbound traffic to the app's `port`."""
     return f"app_{pod_token(pod)}_{port}"
-
-
-# --- mesh services ---
-
-
-def split_service(service: str) -> tuple[str, str]:
-    """Return `(namespace, service_account)` of a mesh service key `<namespace>/<serviceAccount>`."""
-    namespace, _, account = service.partition("/")
-    return namespace, account
-
-
-def service_fqdn(service: str, *, mesh_domain: str) -> str:
-    """Return the mesh FQDN `<sa>.<ns>.<meshDomain>` of a service key."""
-    namespace, account = split_service(service)
-    return f"{account}.{namespace}.{mesh_domain}"
-
-
-def http_cluster_name(service: str, *, mesh_domain: str, port: int | None = None) -> str:
-    """Return `<sa>.<ns>.<meshDomain>` (the service's own ports) or `<sa>.<ns>.<meshDomain>:<port>`."""
-    fqdn = service_fqdn(service, mesh_domain=mesh_domain)
-    return fqdn if port is None else f"{fqdn}:{port}"
-
-
-def tcp_cluster_name(service: str, *, mesh_domain: str) -> str:
-    """Return `tcp:<sa>.<ns>.<meshDomain>`, the cluster of a TCP service."""
-    return f"tcp:{service_fqdn(service, mesh_domain=mesh_domain)}"
-
-
-@attrs.frozen(kw_only=True)
-class ClusterName:
-    """A mesh cluster name taken apart: `[tcp:|udp:]<sa>.<ns>.<meshDomain>[:<port>]`."""
-
-    service: str
-    """The service key `<namespace>/<serviceAccount>`."""
-    protocol: str
-    """`http`, `tcp` or `udp` (the prefix; none means http)."""
-    port: int | None
-    """The port suffix, or None."""
-
-
-def parse_cluster_name(name: str, *, mesh_domain: str) -> ClusterName | None:
-    """Return the parts of a mesh cluster name, or None when `name` names no mesh service under `mesh_domain`.
-
-    The account is everything left of the last label before the domain (a service account may hold dots, a
-    namespace cannot): the same split `aether.core.reduce.xds` checks requests with.
-    """
-    protocol = "http"
-    for prefix in ("tcp", "udp"):
-        if name.startswith(f"{prefix}:"):
-            protocol, name = prefix, name[len(prefix) + 1 :]
-    host, colon, port_text = name.partition(":")
-    rest = host.removesuffix(f".{mesh_domain}")
-    account, dot, namespace = rest.rpartition(".")
-    if rest == host or not dot:
-        return None
-    if dns_subdomain_problem(account, what="account") or dns_label_problem(namespace, what="namespace"):
-        return None
-    port: int | None = None
-    if colon:
-        if not (port_text.isascii() and port_text.isdigit()) or port_problem(int(port_text), what="port"):
-            return None
-        port = int(port_text)
-    return ClusterName(service=f"{namespace}/{account}", protocol=protocol, port=port)
 
 
 def mesh_authority_regex(mesh_domain: str) -> str:

@@ -21,9 +21,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-# A module import: `aether.core.gateway` builds on `aether.core.project.names`, so either package may load first.
-import aether.core.gateway.view as gateway_views
-from aether.core.gateway.contract import GatewayView, MeshL4Destination, MeshL4Routing, MeshRouting
+from aether.core.gateway import GatewayProjector, GatewayView, MeshL4Destination, MeshL4Routing, MeshRouting
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
@@ -158,7 +156,7 @@ class NodeProjector:
         self._routings: Mapping[str, MeshRouting] = {}
         self._l4: Mapping[str, MeshL4Routing] = {}
         self._l4_held: _L4InSet | None = None
-        self._gateway_projector = gateway_views.GatewayProjector()
+        self._gateway_projector = GatewayProjector()
         self._service_context: ServiceContext | None = None
         self._pod_context: PodContext | None = None
         self._services: dict[str, tuple[tuple[Any, ...], ServiceProjection]] = {}

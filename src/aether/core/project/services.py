@@ -22,17 +22,13 @@ import attrs
 
 from aether.core.events.registry import Endpoint, Protocol
 from aether.core.gateway.contract import MeshRouting
+from aether.core.mesh_names import http_cluster_name, parse_cluster_name, service_fqdn, tcp_cluster_name
 from aether.core.order import sorted_values
 from aether.core.project.clusters import service_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.endpoints import Locality, load_assignment
-from aether.core.project.names import (
-    http_cluster_name,
-    parse_cluster_name,
-    service_fqdn,
-    spiffe_id,
-    tcp_cluster_name,
-)
+from aether.core.project.gateway_routes import envoy_route_list
+from aether.core.project.names import spiffe_id
 from aether.core.project.routes import routed_vhost, service_vhost, vhost_entry
 from aether.core.project.tls import UpstreamIdentity
 from aether.core.snapshot import Resource
@@ -158,7 +154,7 @@ def project_service(
         resources=tuple(resources),
         vhosts=b"".join(
             vhost_entry(
-                routed_vhost(name, domains=domains, routes=routing.all_routes)
+                routed_vhost(name, domains=domains, routes=envoy_route_list(routing.all_routes, mesh=True))
                 if routing is not None and index == 0
                 else service_vhost(name, domains=domains, cluster=cluster)
             )

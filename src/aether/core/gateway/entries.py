@@ -1,0 +1,211 @@
+"""What a matched rule does, as the view's routes: forward (weighted, mirrored, rewritten, with timeouts and
+retries), redirect, or answer 500.
+
+The unit is an `Entry`: one match of one rule of one route, its backends resolved (what precedence orders). A
+rule's backends that did not resolve keep their share of the traffic and answer it 500 (the API's rule): that share
+is a route of its own placed just before the forwarding one, the same match taking `unresolved weight / total
+weight` of the requests and answering 500; what it does not take falls through to the forwarding route over the
+resolved backends. Every route thus names a cluster of a resolved backend or answers directly, whatever resolves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from aether.core.gateway import ir
+from aether.core.gateway.model.filters import HeaderModifier, PathModifier
+from aether.core.gateway.model.matches import PATH_PREFIX, GRPCMatch, HTTPMatch
+from aether.core.gateway.model.routes import Route, Rule
+from aether.core.gateway.resolve import Backend
+from aether.core.gateway.route_matches import route_match, trimmed_prefix
+from aether.core.mesh_names import http_cluster_name
+
+UNRESOLVED_STATUS = 500
+_MILLION = 1_000_000
+_SCHEME_PORTS = {"http": 80, "https": 443}
+_ALL = (100, 100)
+"""A mirror's default fraction: every request."""
+
+
+@attrs.frozen(kw_only=True)
+class Entry:
+    """One match of one rule of one route, with its backends resolved: the unit precedence orders."""
+
+    route: Route
+    rule: Rule
+    match_index: int
+    backends: tuple[Backend, ...] = ()
+    mirrors: tuple[Backend, ...] = ()
+    """The resolved backend of each of the rule's mirrors, in order."""
+    host: str = ""
+    """The route hostname this entry matched a domain with (edge precedence); empty for mesh entries."""
+
+    @property
+    def match(self) -> HTTPMatch | GRPCMatch:
+        """The entry's match."""
+        return self.rule.matches[self.match_index]
+
+    @property
+    def name(self) -> str:
+        """The route name: `<kind>/<ns>/<name>/rule/<i>/match/<j>` (what an operator greps a dump for)."""
+        return f"{self.route.key}/rule/{self.rule.index}/match/{self.match_index}"
+
+
+def _changes(modifier: HeaderModifier | None) -> ir.HeaderChanges | None:
+    if modifier is None:
+        return None
+    return ir.HeaderChanges(set=modifier.set, add=modifier.add, remove=modifier.remove)
+
+
+def _path_rewrite(modifier: PathModifier, match: HTTPMatch | GRPCMatch) -> ir.PathRewrite | None:
+    """Return the path part of a redirect or forward; None when the path stays.
+
+    ReplacePrefixMatch swaps whole path elements: prefix `/foo` with `/bar` turns `/foo/x` into `/bar/x`; with
+    `/` into `/x`; prefix `/` with `/bar` turns `/x` into `/bar/x`.
+    """
+    if modifier.type == "ReplaceFullPath":
+        return ir.PathRewrite(kind=ir.REPLACE_FULL_PATH, value=modifier.value)
+    # Invariant: the model accepts ReplacePrefixMatch only on a PathPrefix match.
+    assert isinstance(match, HTTPMatch)
+    assert match.path.type == PATH_PREFIX
+    prefix, replacement = trimmed_prefix(match.path.value), trimmed_prefix(modifier.value)
+    if prefix and replacement:
+        return ir.PathRewrite(kind=ir.REPLACE_PREFIX, value=replacement)
+    if prefix:
+        return ir.PathRewrite(kind=ir.REPLACE_REGEX, pattern=f"^{re.escape(prefix)}/*", value="/")
+    if replacement:
+        return ir.PathRewrite(kind=ir.REPLACE_REGEX, pattern="^/", value=f"{replacement}/")
+    return None
+
+
+def _redirect(entry: Entry) -> ir.Redirect:
+    redirect = entry.rule.filters.redirect
+    assert redirect is not None
+    # The API: no port given means the scheme's well-known port when the scheme changes, else the request's own
+    # port; and Location SHOULD NOT name a scheme's well-known port. So a well-known port is expressed by naming
+    # none: with a hostname the Location then has no port; without one the request's port stays unless it was its
+    # own scheme's default.
+    port = redirect.port or _SCHEME_PORTS.get(redirect.scheme, 0)
+    return ir.Redirect(
+        status_code=redirect.status_code,
+        scheme=redirect.scheme,
+        hostname=redirect.hostname,
+        port=port if port and port != _SCHEME_PORTS.get(redirect.scheme) else 0,
+        path=_path_rewrite(redirect.path, entry.match) if redirect.path is not None else None,
+    )
+
+
+def _forward(entry: Entry, destinations: Sequence[ir.Destination], *, mesh_domain: str) -> ir.Forward:
+    rule = entry.rule
+    request, backend = rule.request_timeout_ms, rule.backend_timeout_ms
+    rewrite = rule.filters.rewrite
+    retry = rule.retry
+    return ir.Forward(
+        destinations=tuple(destinations),
+        timeout_ms=request if request is not None else backend or None,
+        per_try_timeout_ms=backend or 0,
+        retry=(
+            None
+            if retry is None
+            else ir.Retry(codes=retry.codes, attempts=retry.attempts, backoff_ms=retry.backoff_ms or 0)
+        ),
+        host_rewrite=rewrite.hostname if rewrite is not None else "",
+        path_rewrite=(
+            _path_rewrite(rewrite.path, entry.match)
+            if rewrite is not None and rewrite.path is not None
+            else None
+        ),
+        mirrors=tuple(
+            ir.Mirror(
+                cluster=http_cluster_name(backend_ref.service, mesh_domain=mesh_domain),
+                per_million=(
+                    None
+                    if (mirror.numerator, mirror.denominator) == _ALL
+                    else mirror.numerator * _MILLION // mirror.denominator
+                ),
+            )
+            for mirror, backend_ref in zip(rule.filters.mirrors, entry.mirrors, strict=True)
+            if backend_ref.service
+        ),
+    )
+
+
+def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
+    """Return the routes of one entry, in the order they must be tried.
+
+    Args:
+        entry: The match and its rule, backends resolved.
+        mesh_domain: The mesh domain (cluster names).
+    """
+    rule = entry.rule
+    filters = rule.filters
+    match = route_match(entry.match)
+
+    def route(action: ir.Action, *, tested: ir.RouteMatch = match) -> ir.HTTPRoute:
+        return ir.HTTPRoute(
+            name=entry.name,
+            match=tested,
+            action=action,
+            method=entry.match.method if isinstance(entry.match, HTTPMatch) else "POST",
+            request_headers=_changes(filters.request_headers),
+            response_headers=_changes(filters.response_headers),
+        )
+
+    if filters.unsupported:
+        return (
+            route(
+                ir.DirectResponse(
+                    status=UNRESOLVED_STATUS,
+                    body=f"aether: filter {', '.join(filters.unsupported)} is not supported\n",
+                )
+            ),
+        )
+    if filters.redirect is not None:
+        return (route(_redirect(entry)),)
+    total = sum(item.ref.weight for item in entry.backends)
+    resolved = [
+        ir.Destination(
+            cluster=http_cluster_name(item.service, mesh_domain=mesh_domain), weight=item.ref.weight
+        )
+        for item in entry.backends
+        if item.service and item.ref.weight > 0
+    ]
+    unresolved = sum(item.ref.weight for item in entry.backends if not item.service)
+    if not resolved:
+        why = (
+            "no backend"
+            if not entry.backends
+            else "no backend resolved"
+            if unresolved
+            else "every backend has weight 0"
+        )
+        body = f"aether: {entry.route.key} rule {rule.index}: {why}\n"
+        return (route(ir.DirectResponse(status=UNRESOLVED_STATUS, body=body)),)
+    forward = route(_forward(entry, resolved, mesh_domain=mesh_domain))
+    if not unresolved:
+        return (forward,)
+    share = route(
+        ir.DirectResponse(
+            status=UNRESOLVED_STATUS,
+            body=f"aether: {entry.route.key} rule {rule.index}: backend not resolved\n",
+        ),
+        tested=attrs.evolve(match, per_million=unresolved * _MILLION // total),
+    )
+    return (share, forward)
+
+
+def translate(
+    entries: Iterable[Entry], *, routes_of: Callable[[Entry], tuple[ir.HTTPRoute, ...]]
+) -> tuple[list[ir.HTTPRoute], set[str]]:
+    """Return the routes of `entries` (already in precedence order), each from `routes_of`, and the mesh services
+    they send to."""
+    routes: list[ir.HTTPRoute] = []
+    services: set[str] = set()
+    for entry in entries:
+        routes.extend(routes_of(entry))
+        if entry.rule.filters.redirect is None and not entry.rule.filters.unsupported:
+            services.update(item.service for item in (*entry.backends, *entry.mirrors) if item.service)
+    return routes, services

@@ -1,0 +1,77 @@
+"""The mesh's names for its services and their clusters (DESIGN.md section 4), below every view and projection.
+
+A mesh service is `<namespace>/<serviceAccount>`; its FQDN is `<sa>.<ns>.<meshDomain>` and its clusters are named
+after it: `<fqdn>`, `<fqdn>:<port>`, `tcp:<fqdn>`, `udp:<fqdn>`. The Gateway API view names the clusters its
+routes reach, the projections build them: both spell them here.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from aether.core.validation import dns_label_problem, dns_subdomain_problem, port_problem
+
+
+def split_service(service: str) -> tuple[str, str]:
+    """Return `(namespace, service_account)` of a mesh service key `<namespace>/<serviceAccount>`."""
+    namespace, _, account = service.partition("/")
+    return namespace, account
+
+
+def service_fqdn(service: str, *, mesh_domain: str) -> str:
+    """Return the mesh FQDN `<sa>.<ns>.<meshDomain>` of a service key."""
+    namespace, account = split_service(service)
+    return f"{account}.{namespace}.{mesh_domain}"
+
+
+def http_cluster_name(service: str, *, mesh_domain: str, port: int | None = None) -> str:
+    """Return `<sa>.<ns>.<meshDomain>` (the service's own ports) or `<sa>.<ns>.<meshDomain>:<port>`."""
+    fqdn = service_fqdn(service, mesh_domain=mesh_domain)
+    return fqdn if port is None else f"{fqdn}:{port}"
+
+
+def tcp_cluster_name(service: str, *, mesh_domain: str) -> str:
+    """Return `tcp:<sa>.<ns>.<meshDomain>`, the cluster of a TCP service."""
+    return f"tcp:{service_fqdn(service, mesh_domain=mesh_domain)}"
+
+
+def udp_cluster_name(service: str, *, mesh_domain: str) -> str:
+    """Return `udp:<sa>.<ns>.<meshDomain>`, the cluster of a UDP service."""
+    return f"udp:{service_fqdn(service, mesh_domain=mesh_domain)}"
+
+
+@attrs.frozen(kw_only=True)
+class ClusterName:
+    """A mesh cluster name taken apart: `[tcp:|udp:]<sa>.<ns>.<meshDomain>[:<port>]`."""
+
+    service: str
+    """The service key `<namespace>/<serviceAccount>`."""
+    protocol: str
+    """`http`, `tcp` or `udp` (the prefix; none means http)."""
+    port: int | None
+    """The port suffix, or None."""
+
+
+def parse_cluster_name(name: str, *, mesh_domain: str) -> ClusterName | None:
+    """Return the parts of a mesh cluster name, or None when `name` names no mesh service under `mesh_domain`.
+
+    The account is everything left of the last label before the domain (a service account may hold dots, a
+    namespace cannot): the same split `aether.core.reduce.xds` checks requests with.
+    """
+    protocol = "http"
+    for prefix in ("tcp", "udp"):
+        if name.startswith(f"{prefix}:"):
+            protocol, name = prefix, name[len(prefix) + 1 :]
+    host, colon, port_text = name.partition(":")
+    rest = host.removesuffix(f".{mesh_domain}")
+    account, dot, namespace = rest.rpartition(".")
+    if rest == host or not dot:
+        return None
+    if dns_subdomain_problem(account, what="account") or dns_label_problem(namespace, what="namespace"):
+        return None
+    port: int | None = None
+    if colon:
+        if not (port_text.isascii() and port_text.isdigit()) or port_problem(int(port_text), what="port"):
+            return None
+        port = int(port_text)
+    return ClusterName(service=f"{namespace}/{account}", protocol=protocol, port=port)
