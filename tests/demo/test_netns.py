@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +14,9 @@ from aether.demo.mesh import DemoError, check_networks
 from aether.demo.netns import PodNetwork, address_holders, pod_ip
 from aether.kube.manifests import ManifestDirectory
 from aether.testing.spiffe import TestCA
+from tests.needs import ROOT, needs
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates network namespaces: needs root")
+pytestmark = needs(ROOT, "nft", "ip")
 
 INDEX = 97
 """The test pod's /30 (10.210.97.0/30): no bundled pod's, so a demo running meanwhile is not disturbed."""
