@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from aether.core.project.node import project_node
-from aether.replay import explain_resource, replay_log
+from aether.plane.replay import explain_resource, replay_log
 
 AETHER = [sys.executable, "-m", "aether.cli"]
 POD_ADDRESSES = ("127.0.10.1", "127.0.10.11", "127.0.10.12")

@@ -36,12 +36,12 @@ def _child_of(pid: int) -> int:
 
 
 def _guarded(owner: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "aether.testing.envoy_guard", str(owner), "sleep", "60"])
+    return subprocess.Popen([sys.executable, "-m", "aether.envoy.guard", str(owner), "sleep", "60"])
 
 
 OWNER = """
 import os, subprocess, sys, time
-subprocess.Popen([sys.executable, "-m", "aether.testing.envoy_guard", str(os.getpid()), "sleep", "60"])
+subprocess.Popen([sys.executable, "-m", "aether.envoy.guard", str(os.getpid()), "sleep", "60"])
 time.sleep(60)
 """
 

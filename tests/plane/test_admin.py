@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from aether.agent.admin import fetch_admin, serve_admin
+from aether.plane.admin import fetch_admin, serve_admin
 from aether.xds.status import render_status
 
 DOCUMENT = {

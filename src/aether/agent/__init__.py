@@ -1,5 +1,8 @@
-"""The node agent's parts: the journal that owns the node's log and state."""
+"""The node agent (`aether agent`): the node's control plane plus its CNI service, registrar watch and
+registrations, Kubernetes source and mesh-dns record file."""
 
-from aether.agent.journal import Journal, JournalStatistics, open_journal
+from __future__ import annotations
 
-__all__ = ["Journal", "JournalStatistics", "open_journal"]
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+
+__all__ = ["AgentConfig", "RunningAgent", "serve_agent"]

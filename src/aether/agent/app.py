@@ -16,8 +16,6 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.agent.admin import DEFAULT_ADMIN_SOCKET, plane_documents, serve_admin
-from aether.agent.journal import Journal, open_journal
 from aether.agent.kube_source import MESH_QUERIES, known_objects, node_pod_query, serve_kube_source
 from aether.agent.mesh_records import serve_mesh_records
 from aether.agent.pod_lookup import StatePodLookup
@@ -27,9 +25,12 @@ from aether.core.project.node import NodeProjector
 from aether.core.state import State
 from aether.identity.files import serve_svid_files
 from aether.kube import KubeClient
+from aether.plane.admin import DEFAULT_ADMIN_SOCKET, plane_documents, serve_admin
+from aether.plane.journal import Journal, open_journal
+from aether.plane.plane import DEFAULT_XDS_SOCKET
 from aether.registrar.client import RegistrarClient, serve_registrar_client
+from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer
 
 
@@ -50,7 +51,7 @@ class AgentConfig:
     None: registry events come from elsewhere and nothing is registered."""
     cluster_name: str = "local"
     registrar_tls: ssl.SSLContext | None = None
-    """mTLS to the registrar with this agent's node identity (`aether.registrar.tls.client_tls_context`): where the
+    """mTLS to the registrar with this agent's node identity (`aether.rpc.tls.client_tls_context`): where the
     registrar authorizes, it accepts only this node's endpoints from it. None: plaintext (a Unix socket, tests)."""
     cni_socket: Path | None = None
     """Serve the CNI service (`aether-cni` registers pods) on this Unix socket; None: pods come from elsewhere."""

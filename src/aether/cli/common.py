@@ -7,7 +7,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
+from aether.plane.plane import DEFAULT_XDS_SOCKET
+from aether.rpc.listen import ListenAddress
 
 __all__ = ["add_serving_arguments", "add_verbose_argument", "configure_logging", "tls_files"]
 
@@ -39,7 +40,7 @@ def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) ->
 
 def tls_files(arguments: argparse.Namespace, *, prefix: str) -> dict[str, Path] | None:
     """The `--<prefix>-cert`, `--<prefix>-key` and `--<prefix>-bundle` files as the keyword arguments of
-    `aether.registrar.tls`'s context builders, or None when none is given.
+    `aether.rpc.tls`'s context builders, or None when none is given.
 
     Raises:
         ValueError: Some but not all of the three are given.

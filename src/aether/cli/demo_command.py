@@ -13,7 +13,7 @@ import trio
 from aether.cli.common import add_verbose_argument, configure_logging
 from aether.demo.app import DemoOptions, run_demo
 from aether.demo.mesh import DemoError
-from aether.testing.envoy import EnvoyStartFailed
+from aether.envoy.process import EnvoyStartFailed
 
 
 def add_parser(roles: Any) -> None:

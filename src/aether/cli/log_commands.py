@@ -20,7 +20,7 @@ from aether.core.project.node import project_node
 from aether.core.state import decode_state, state_document, summarize
 from aether.log import list_checkpoints, read_checkpoint, recover_log, scan_log, verify_log
 from aether.log.errors import CheckpointError
-from aether.replay import (
+from aether.plane.replay import (
     UndecodableRecordError,
     checkpoint_problems,
     decode_record,

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from aether.agent.admin import DEFAULT_ADMIN_SOCKET, fetch_admin
+from aether.plane.admin import DEFAULT_ADMIN_SOCKET, fetch_admin
 from aether.xds.status import render_status
 
 

@@ -34,8 +34,8 @@ from aether.cni.errors import (
     InvalidEnvironment,
     InvalidNetworkConfig,
 )
-from aether.xds.errors import InvalidListenAddressError
-from aether.xds.listen import ListenAddress
+from aether.rpc.errors import InvalidListenAddressError
+from aether.rpc.listen import ListenAddress
 
 __all__ = [
     "DEFAULT_AGENT_SOCKET",

@@ -14,15 +14,16 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.agent.admin import plane_documents, serve_admin
-from aether.agent.journal import Journal, open_journal
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, project_edge
 from aether.core.project.names import ANY_ADDRESS
 from aether.core.state import State
 from aether.identity.files import serve_svid_files
 from aether.kube.directory import ManifestSource, serve_manifest_directory
+from aether.plane.admin import plane_documents, serve_admin
+from aether.plane.journal import Journal, open_journal
+from aether.plane.plane import DEFAULT_XDS_SOCKET
+from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer
 
 __all__ = ["DEFAULT_EDGE_ADMIN_SOCKET", "EdgeConfig", "RunningEdge", "serve_edge"]

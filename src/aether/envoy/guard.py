@@ -1,4 +1,4 @@
-"""`python -m aether.testing.envoy_guard PARENT_PID ENVOY_ARGS...`: run Envoy, and stop it when its owner dies.
+"""`python -m aether.envoy.guard PARENT_PID ENVOY_ARGS...`: run Envoy, and stop it when its owner dies.
 
 A process killed with -9 runs no cleanup, so an Envoy it started would outlive it, holding its ports. The kernel's
 parent-death signal (`prctl(PR_SET_PDEATHSIG)`) cannot help under trio: it fires when the *thread* that forked

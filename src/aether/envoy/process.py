@@ -1,6 +1,6 @@
-"""Run a real Envoy in tests: bootstrap builders, `open_envoy`, its admin API, and a small HTTP/1.1 client.
+"""Run a real Envoy: find its binary, `open_envoy` (start it, wait until ready, stop it), and read its admin API.
 
-Everything talks to Envoy on loopback; nothing here needs a network or an HTTP library.
+The demo runs its Envoys with this, and so do the tests. The admin API is reached on loopback only.
 """
 
 from __future__ import annotations
@@ -12,40 +12,24 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
-from google.protobuf import json_format
 
-from aether.core.project.bootstrap import static_bootstrap as bootstrap_from_snapshot
-from aether.core.snapshot import Snapshot
-from aether.testing.http import http_get
-from aether.testing.xds_resources import LOOPBACK
+from aether.envoy.http import http_get
 
 __all__ = [
-    "DEFAULT_NODE_CLUSTER",
-    "XDS_CLUSTER",
+    "ENVOY_VARIABLE",
     "AdminRequestFailed",
     "Envoy",
     "EnvoyStartFailed",
-    "ads_bootstrap",
     "find_envoy_binary",
     "open_envoy",
-    "snapshot_bootstrap",
-    "static_bootstrap",
-    "validate_config",
-    "wait_for",
 ]
-
-XDS_CLUSTER = "xds_cluster"
-"""The name of the bootstrap cluster that points Envoy at the control plane."""
-
-DEFAULT_NODE_CLUSTER = "aether-test"
-"""The `node.cluster` every test bootstrap reports."""
 
 _STARTUP_TIMEOUT = 10.0
 # Envoy 1.40 answers its admin API about 0.1 s after exec on a 2-core box; 10 s covers a loaded CI runner.
@@ -65,9 +49,6 @@ _ADMIN_TIMEOUT = 10.0
 _LOG_FLUSH_MS = 20
 # Envoy buffers its log file and flushes every 10 s by default, so `log_text()` would miss the interesting part;
 # 20 ms keeps the log current for assertion messages at the cost of a few idle wakeups.
-
-_XDS_KEEPALIVE = {"interval": "2s", "timeout": "1s"}
-# HTTP/2 PINGs on the xDS connection, so Envoy notices a vanished control plane within about 3 s.
 
 
 class EnvoyStartFailed(RuntimeError):
@@ -140,134 +121,6 @@ def find_envoy_binary() -> Path:
     if on_path is not None:
         return Path(on_path)
     raise FileNotFoundError(f"envoy binary: not in the envoy package, beside {sys.executable!r}, or on PATH")
-
-
-def ads_bootstrap(
-    *,
-    node_id: str,
-    xds_unix_socket: Path | None = None,
-    xds_tcp: tuple[str, int] | None = None,
-    delta: bool = False,
-    admin_port: int = 0,
-) -> dict[str, Any]:
-    """Build a bootstrap that takes CDS and LDS (and so EDS and RDS) from one ADS stream.
-
-    Args:
-        node_id: The `node.id` Envoy sends on the first request of the stream.
-        xds_unix_socket: The control plane's Unix socket.
-        xds_tcp: The control plane's `(host, port)`; give exactly one of this and `xds_unix_socket`.
-        delta: True for incremental xDS (`DELTA_GRPC`), False for state of the world (`GRPC`).
-        admin_port: The admin port on 127.0.0.1; 0 lets Envoy pick one (see `Envoy.admin_address`).
-
-    Returns:
-        The bootstrap as JSON-ready dicts.
-
-    Raises:
-        ValueError: If neither or both control-plane addresses are given.
-    """
-    if (xds_unix_socket is None) == (xds_tcp is None):
-        raise ValueError(
-            f"ads bootstrap: give exactly one of xds_unix_socket and xds_tcp (got {xds_unix_socket!r} and {xds_tcp!r})"
-        )
-    if xds_unix_socket is not None:
-        address: dict[str, Any] = {"pipe": {"path": str(xds_unix_socket)}}
-    else:
-        assert xds_tcp is not None
-        address = {"socket_address": {"address": xds_tcp[0], "port_value": xds_tcp[1]}}
-    ads_source = {"ads": {}, "resource_api_version": "V3"}
-    xds_cluster = {
-        "name": XDS_CLUSTER,
-        "type": "STATIC",
-        "connect_timeout": "1s",
-        # https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#aggregated-discovery-service:
-        # gRPC needs HTTP/2 to the control plane.
-        "typed_extension_protocol_options": {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {
-                    "http2_protocol_options": {"connection_keepalive": dict(_XDS_KEEPALIVE)}
-                },
-            }
-        },
-        "load_assignment": {
-            "cluster_name": XDS_CLUSTER,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}],
-        },
-    }
-    return {
-        "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
-        "dynamic_resources": {
-            "ads_config": {
-                "api_type": "DELTA_GRPC" if delta else "GRPC",
-                "transport_api_version": "V3",
-                "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
-            },
-            "cds_config": dict(ads_source),
-            "lds_config": dict(ads_source),
-        },
-        "static_resources": {"clusters": [xds_cluster]},
-        "admin": _admin(admin_port),
-    }
-
-
-VALIDATE_TIMEOUT = 120
-"""Seconds `envoy --mode validate` may take (a few thousand resources take a few seconds on a loaded machine)."""
-
-
-def validate_config(config: Mapping[str, Any], work_dir: Path, *, what: str) -> str:
-    """Run `envoy --mode validate` on bootstrap `config`; return Envoy's output, or fail naming `what` it rejected.
-
-    Raises:
-        AssertionError: Envoy rejected the bootstrap (the message ends with the tail of its output).
-    """
-    work_dir.mkdir(parents=True, exist_ok=True)
-    path = work_dir / "validate.json"
-    path.write_text(json.dumps(config, indent=1))
-    result = subprocess.run(
-        [str(find_envoy_binary()), "--mode", "validate", "-c", str(path), "-l", "warning"],
-        capture_output=True,
-        text=True,
-        timeout=VALIDATE_TIMEOUT,
-        check=False,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"envoy rejected {what}:\n{output[-4000:]}"
-    return output
-
-
-def snapshot_bootstrap(snapshot: Snapshot, *, admin_port: int | None = None) -> dict[str, Any]:
-    """`aether.core.project.bootstrap.static_bootstrap(snapshot)` as JSON-ready dicts (admin on 127.0.0.1)."""
-    admin = None if admin_port is None else (LOOPBACK, admin_port)
-    return _to_json(bootstrap_from_snapshot(snapshot, admin=admin))
-
-
-def static_bootstrap(
-    *,
-    listeners: Sequence[Any] = (),
-    clusters: Sequence[Any] = (),
-    admin_port: int = 0,
-    node_id: str = "aether-static",
-) -> dict[str, Any]:
-    """Build a bootstrap whose listeners and clusters are all static.
-
-    Args:
-        listeners: `envoy.config.listener.v3.Listener` messages.
-        clusters: `envoy.config.cluster.v3.Cluster` messages.
-        admin_port: The admin port on 127.0.0.1; 0 lets Envoy pick one.
-        node_id: The `node.id`, which only shows up in Envoy's logs and admin output here.
-
-    Returns:
-        The bootstrap as JSON-ready dicts.
-    """
-    return {
-        "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
-        "static_resources": {
-            "listeners": [_to_json(listener) for listener in listeners],
-            "clusters": [_to_json(cluster) for cluster in clusters],
-        },
-        "admin": _admin(admin_port),
-    }
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -388,7 +241,7 @@ async def open_envoy(
             until the admin API answers, for tests that start Envoy before its control plane.
         extra_args: More command-line arguments, such as `--component-log-level config:debug`.
         envoy_binary: The executable; `find_envoy_binary()` by default.
-        guarded: Run Envoy under `aether.testing.envoy_guard`, which stops it when this process dies, even by
+        guarded: Run Envoy under `aether.envoy.guard`, which stops it when this process dies, even by
             SIGKILL (for long-running programs such as `aether demo`; it costs an interpreter start).
 
     Yields:
@@ -421,7 +274,7 @@ async def open_envoy(
         *extra_args,
     ]
     if guarded:
-        command = [sys.executable, "-m", "aether.testing.envoy_guard", str(os.getpid()), *command]
+        command = [sys.executable, "-m", "aether.envoy.guard", str(os.getpid()), *command]
     stderr = await trio.to_thread.run_sync(_open_for_writing, work_dir / "envoy.stderr")
     try:
         process = await trio.lowlevel.open_process(
@@ -438,29 +291,6 @@ async def open_envoy(
         yield Envoy(process=process, admin_address=admin_address, work_dir=work_dir)
     finally:
         await _stop(process)
-
-
-async def wait_for(
-    predicate: Callable[[], Awaitable[bool]],
-    *,
-    # A polling helper's deadline is part of the call it makes, so it stays at the call site (STYLE C5).
-    timeout: float,  # noqa: ASYNC109
-    interval: float = 0.02,
-) -> None:
-    """Poll `predicate` until it returns True.
-
-    Args:
-        predicate: An async check, such as "the config dump shows cluster v2".
-        timeout: Seconds to keep polling.
-        interval: Seconds between polls.
-
-    Raises:
-        trio.TooSlowError: If `predicate` is still False after `timeout` seconds.
-    """
-    with trio.fail_after(timeout):
-        # Envoy is another process: there is no trio.Event to wait on, so poll (ASYNC110 does not apply).
-        while not await predicate():  # noqa: ASYNC110
-            await trio.sleep(interval)
 
 
 async def _admin_get(admin_address: tuple[str, int], path: str) -> tuple[int, bytes]:
@@ -547,12 +377,3 @@ def _prepare_work_dir(work_dir: Path, bootstrap_text: str) -> Path:
 
 def _open_for_writing(path: Path) -> io.BufferedWriter:
     return path.open("wb")
-
-
-def _admin(port: int) -> dict[str, Any]:
-    return {"address": {"socket_address": {"address": LOOPBACK, "port_value": port}}}
-
-
-def _to_json(message: Any) -> dict[str, Any]:
-    as_dict: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return as_dict

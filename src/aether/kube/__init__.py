@@ -1,4 +1,4 @@
-"""Kubernetes: resource types, the API client and list/watch reflector, selectors, and the object converters."""
+"""Kubernetes: resource types, the API client and list/watch reflector, and the object converters."""
 
 from __future__ import annotations
 
@@ -44,7 +44,6 @@ from aether.kube.resources import (
     object_key,
     resource_version_of,
 )
-from aether.kube.selectors import FieldSelector, LabelSelector, SelectorError
 from aether.kube.watch import (
     Deleted,
     Reflector,
@@ -86,12 +85,10 @@ __all__ = [
     "ClusterConfig",
     "ConfigError",
     "Deleted",
-    "FieldSelector",
     "JsonObject",
     "KubeClient",
     "KubeClientStatistics",
     "KubeError",
-    "LabelSelector",
     "ManifestDirectory",
     "ManifestError",
     "ManifestObject",
@@ -105,7 +102,6 @@ __all__ = [
     "ResourceExpiredError",
     "ResourceType",
     "Resumed",
-    "SelectorError",
     "Synced",
     "Update",
     "Upserted",

@@ -1,6 +1,6 @@
-"""The agent's admin endpoint: read-only JSON documents over HTTP/1.0 on a Unix socket (`aether status` reads it).
+"""A control plane's admin endpoint (agent, edge): read-only JSON documents over HTTP/1.0 on a Unix socket (`aether status` reads it).
 
-Only the agent's own user (and group) can connect: the socket is mode 0660 and never on TCP.
+Only the plane's own user (and group) can connect: the socket is mode 0660 and never on TCP.
 """
 
 from __future__ import annotations
@@ -20,8 +20,17 @@ import trio
 from aether.core.state import summarize
 from aether.xds.status import status_document
 
+__all__ = [
+    "DEFAULT_ADMIN_SOCKET",
+    "Documents",
+    "HasStatistics",
+    "fetch_admin",
+    "plane_documents",
+    "serve_admin",
+]
+
 if TYPE_CHECKING:
-    from aether.agent.journal import Journal
+    from aether.plane.journal import Journal
     from aether.xds.server import XdsServer
 
 DEFAULT_ADMIN_SOCKET = Path("/run/aether/admin.sock")
@@ -34,11 +43,13 @@ Documents = Mapping[str, Callable[[], dict[str, Any]]]
 """Path (e.g. `/status`) → function returning the JSON document served there."""
 
 
-class _Statistics(Protocol):
+class HasStatistics(Protocol):
+    """A part of a control plane that reports counters (STYLE C11)."""
+
     def statistics(self) -> Any: ...
 
 
-def plane_documents(journal: Journal, server: XdsServer, **parts: _Statistics) -> Documents:
+def plane_documents(journal: Journal, server: XdsServer, **parts: HasStatistics) -> Documents:
     """The documents of a control plane (agent or edge): `/status` (per Envoy stream and type), `/state` (a summary
     of the folded state) and `/statistics` (the journal's, the xDS server's and each of `parts`'s counters)."""
 

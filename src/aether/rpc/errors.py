@@ -1,4 +1,4 @@
-"""Exceptions raised by the xDS adapter: serving gRPC, and the purerpc compatibility layer.
+"""Exceptions raised by the gRPC plumbing: listen addresses, serving gRPC, and the purerpc compatibility layer.
 
 Every exception keeps structured fields and builds its message in ``__str__``.
 """
@@ -14,16 +14,16 @@ __all__ = [
     "MessageTooLargeError",
     "PeerGoneError",
     "PurerpcVersionError",
-    "XdsError",
+    "RpcError",
 ]
 
 
-class XdsError(Exception):
-    """Root of every exception the xDS adapter raises.
+class RpcError(Exception):
+    """Root of every exception the gRPC plumbing (`aether.rpc`) raises.
 
     The tree::
 
-        XdsError
+        RpcError
         ├── InvalidListenAddressError  (also ValueError) a listen address that does not parse
         ├── InvalidServeOptionError    (also ValueError) an argument of serve_grpc out of its range
         ├── ListenError                (also OSError) the listening socket cannot be set up
@@ -36,8 +36,8 @@ class XdsError(Exception):
     """
 
 
-class InvalidListenAddressError(XdsError, ValueError):
-    """A listen address that does not parse (see `aether.xds.listen.ListenAddress.parse`)."""
+class InvalidListenAddressError(RpcError, ValueError):
+    """A listen address that does not parse (see `aether.rpc.listen.ListenAddress.parse`)."""
 
     def __init__(self, text: str, *, reason: str) -> None:
         super().__init__(text, reason)
@@ -50,8 +50,8 @@ class InvalidListenAddressError(XdsError, ValueError):
         return f"listen address {self.text!r}: {self.reason}"
 
 
-class InvalidServeOptionError(XdsError, ValueError):
-    """An argument of `aether.xds.listen.serve_grpc` outside what it accepts."""
+class InvalidServeOptionError(RpcError, ValueError):
+    """An argument of `aether.rpc.listen.serve_grpc` outside what it accepts."""
 
     def __init__(self, option: str, *, rule: str, value: object) -> None:
         super().__init__(option, rule, value)
@@ -66,7 +66,7 @@ class InvalidServeOptionError(XdsError, ValueError):
         return f"{self.option}: {self.rule} (got {self.value!r})"
 
 
-class ListenError(XdsError, OSError):
+class ListenError(RpcError, OSError):
     """The listening socket cannot be set up: the address is in use, not ours to take, or the bind failed.
 
     Chained (``from``) to the ``OSError`` when one caused it.
@@ -83,8 +83,8 @@ class ListenError(XdsError, OSError):
         return f"cannot listen on {self.address!r}: {self.reason}"
 
 
-class PurerpcVersionError(XdsError, RuntimeError):
-    """The installed purerpc is not the version `aether.xds.compat` patches; patching it blindly could break it."""
+class PurerpcVersionError(RpcError, RuntimeError):
+    """The installed purerpc is not the version `aether.rpc.compat` patches; patching it blindly could break it."""
 
     def __init__(self, *, installed: str, required: str) -> None:
         super().__init__(installed, required)
@@ -95,12 +95,12 @@ class PurerpcVersionError(XdsError, RuntimeError):
 
     def __str__(self) -> str:
         return (
-            f"purerpc must be version {self.required!r} for the aether.xds.compat patches (got {self.installed!r});"
+            f"purerpc must be version {self.required!r} for the aether.rpc.compat patches (got {self.installed!r});"
             " review the patches against the new version before changing the pin"
         )
 
 
-class PeerGoneError(XdsError, purerpc.CancelledError):  # type: ignore[misc]  # purerpc is untyped
+class PeerGoneError(RpcError, purerpc.CancelledError):  # type: ignore[misc]  # purerpc is untyped
     """The peer reset the stream (RST_STREAM), or the connection ended while the stream was open.
 
     Raised by a stream's receive (so a handler's request iterator raises it) and by sends on the stream.
@@ -122,7 +122,7 @@ class PeerGoneError(XdsError, purerpc.CancelledError):  # type: ignore[misc]  # 
         return self._describe()
 
 
-class MessageTooLargeError(XdsError, purerpc.ResourceExhaustedError):  # type: ignore[misc]  # purerpc is untyped
+class MessageTooLargeError(RpcError, purerpc.ResourceExhaustedError):  # type: ignore[misc]  # purerpc is untyped
     """A gRPC message larger than the configured limit, received or about to be sent.
 
     Only its stream fails, with status RESOURCE_EXHAUSTED and this message; the connection goes on.

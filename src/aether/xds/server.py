@@ -114,7 +114,7 @@ class XdsServer:
     async def serve(self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the tasks that pump requests and watch snapshots for every stream; run until cancelled.
 
-        Call this before serving the service (`aether.xds.listen.serve_grpc`): handlers need its nursery.
+        Call this before serving the service (`aether.rpc.listen.serve_grpc`): handlers need its nursery.
         """
         async with trio.open_nursery() as handler_nursery:
             self._handler_nursery = handler_nursery
