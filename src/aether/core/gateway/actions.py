@@ -25,7 +25,7 @@ from aether.core.gateway.model.filters import HeaderModifier, PathModifier
 from aether.core.gateway.model.matches import PATH_PREFIX, GRPCMatch, HTTPMatch
 from aether.core.gateway.model.routes import Route, Rule
 from aether.core.gateway.resolve import Backend
-from aether.core.project._messages import milliseconds
+from aether.core.project.messages import milliseconds
 from aether.core.project.names import IDEMPOTENT_METHODS, http_cluster_name
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
 

@@ -23,7 +23,6 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from aether.core.gateway import EdgeListener, GatewayView, gateway_view
-from aether.core.project._messages import milliseconds
 from aether.core.project.clusters import CONNECT_TIMEOUT_MS, service_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.edge_listeners import (
@@ -36,6 +35,7 @@ from aether.core.project.edge_listeners import (
     tcp_listener,
     tls_listener,
 )
+from aether.core.project.messages import milliseconds
 from aether.core.project.names import ANY_ADDRESS, parse_cluster_name, spiffe_id
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import ServiceContext, project_service
