@@ -1,10 +1,8 @@
-"""`aether agent`: one node's control plane — the journal, the projection, the xDS server and the admin socket.
+"""`aether agent`: one node's control plane — the plane (`aether.plane.open_plane`: journal, node projection, xDS
+server, SVID files, admin socket) plus the node's own sources and sinks: the CNI service, the registrar watch and
+registrations, the Kubernetes source and the mesh-dns record file.
 
-The root of the agent's task tree (STYLE C1): every task below is started here, in one nursery, and ends with it.
-
-    sources ──events──▶ journal (log + state) ──state──▶ projector ──snapshot──▶ cache ──▶ xDS server ──▶ Envoy
-       ▲                                                                                      │
-       └──────────────────────────── ACK / NACK / on-demand events ◀──────────────────────────┘
+The root of the agent's task tree (STYLE C1): every task below is started here or in the plane, and ends with it.
 """
 
 from __future__ import annotations
@@ -22,14 +20,14 @@ from aether.agent.pod_lookup import StatePodLookup
 from aether.agent.registration import Registrations, serve_registrations
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
 from aether.core.project.node import NodeProjector
+from aether.core.snapshot import Snapshot
 from aether.core.state import State
-from aether.identity.files import serve_svid_files
 from aether.kube import KubeClient
-from aether.plane.admin import DEFAULT_ADMIN_SOCKET, plane_documents, serve_admin
-from aether.plane.journal import Journal, open_journal
-from aether.plane.plane import DEFAULT_XDS_SOCKET
+from aether.plane.admin import DEFAULT_ADMIN_SOCKET
+from aether.plane.journal import Journal
+from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
 from aether.registrar.client import RegistrarClient, serve_registrar_client
-from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.rpc.listen import ListenAddress
 from aether.xds.cache import SnapshotCache
 from aether.xds.server import XdsServer
 
@@ -90,24 +88,23 @@ async def serve_agent(
 
     Start-up replays the log first, so the first snapshot served is the one served before a restart.
     """
-    async with open_journal(config.log_dir) as journal, trio.open_nursery() as nursery:
-        cache = SnapshotCache()
-        projector = NodeProjector(node_name=config.node_name)
-        clients: list[RegistrarClient] = []
+    projector = NodeProjector(node_name=config.node_name)
+    clients: list[RegistrarClient] = []
+
+    def project(state: State, now: int) -> Snapshot:
+        before = projector.dependencies
+        snapshot = projector.project(state, now=now)
+        if projector.dependencies != before:
+            for client in clients:
+                client.refilter()  # the watch follows the dependency set (a fresh resync)
+        return snapshot
+
+    async with (
+        open_plane(config.log_dir, project=project, svid_dir=config.svid_dir) as plane,
+        trio.open_nursery() as nursery,
+    ):
+        journal, cache = plane.journal, plane.cache
         registrations: Registrations | None = None
-
-        def publish(state: State, now: int) -> None:
-            before = projector.dependencies
-            cache.set_snapshot(projector.project(state, now=now))
-            if projector.dependencies != before:
-                for client in clients:
-                    client.refilter()  # the watch follows the dependency set (a fresh resync)
-
-        journal.subscribe(publish)
-        server = XdsServer(cache, feedback=journal.sender())
-        await nursery.start(server.serve)
-        if config.svid_dir is not None:
-            await nursery.start(functools.partial(serve_svid_files, config.svid_dir, send=journal.sender()))
         if config.registrar is not None:
             client = await nursery.start(
                 functools.partial(
@@ -159,14 +156,16 @@ async def serve_agent(
                     known=known_objects(journal.state, queries=queries),
                 )
             )
-        bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
-        documents = plane_documents(journal, server, projector=projector)
-        await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
+        bound = await nursery.start(
+            functools.partial(
+                plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts={"projector": projector}
+            )
+        )
         task_status.started(
             RunningAgent(
                 journal=journal,
                 cache=cache,
-                server=server,
+                server=plane.server,
                 projector=projector,
                 xds=bound,
                 registrations=registrations,

@@ -1,5 +1,6 @@
-"""What every control plane (agent, edge) runs: the journal (the sole owner of the log and the state), the replay
-that rebuilds the state at start-up and offline, and the admin socket."""
+"""What every control plane (agent, edge) runs: `open_plane` (the journal, the projection into the snapshot cache,
+the xDS server, SVID files, the admin socket), the journal (the sole owner of the log and the state), and the
+replay that rebuilds the state at start-up and offline."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from aether.plane.admin import (
     serve_admin,
 )
 from aether.plane.journal import CHECKPOINT_EVERY, MAX_BATCH, Journal, JournalStatistics, open_journal
-from aether.plane.plane import DEFAULT_XDS_SOCKET
+from aether.plane.plane import DEFAULT_XDS_SOCKET, Plane, Projection, open_plane
 from aether.plane.replay import (
     Contribution,
     Replay,
@@ -35,6 +36,8 @@ __all__ = [
     "HasStatistics",
     "Journal",
     "JournalStatistics",
+    "Plane",
+    "Projection",
     "Replay",
     "UndecodableRecordError",
     "checkpoint_problems",
@@ -44,6 +47,7 @@ __all__ = [
     "explain_resource",
     "fetch_admin",
     "open_journal",
+    "open_plane",
     "plane_documents",
     "replay_log",
     "serve_admin",
