@@ -4,6 +4,7 @@ when its owner dies), and a small HTTP/1.1 client for its admin API and its list
 from __future__ import annotations
 
 from aether.envoy.bootstrap import DEFAULT_NODE_CLUSTER, XDS_CLUSTER, ads_bootstrap, loopback_admin
+from aether.envoy.guard import guard_command
 from aether.envoy.http import HttpReader, HttpResponse, http_get
 from aether.envoy.process import (
     ENVOY_VARIABLE,
@@ -25,6 +26,7 @@ __all__ = [
     "HttpResponse",
     "ads_bootstrap",
     "find_envoy_binary",
+    "guard_command",
     "http_get",
     "loopback_admin",
     "open_envoy",

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import trio
 
+from aether.envoy.guard import guard_command
 from aether.envoy.http import http_get
 
 __all__ = [
@@ -274,7 +275,7 @@ async def open_envoy(
         *extra_args,
     ]
     if guarded:
-        command = [sys.executable, "-m", "aether.envoy.guard", str(os.getpid()), *command]
+        command = guard_command(os.getpid(), command)
     stderr = await trio.to_thread.run_sync(_open_for_writing, work_dir / "envoy.stderr")
     try:
         process = await trio.lowlevel.open_process(
