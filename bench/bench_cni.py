@@ -33,7 +33,7 @@ from _common import write_results
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cni import CapturePlan, CaptureSettings, apply_capture, remove_capture, run_plugin
 from aether.cni.server import PodMetadata
-from aether.xds.listen import ListenAddress
+from aether.rpc.listen import ListenAddress
 
 PLUGIN = Path(sys.executable).parent / "aether-cni"
 MANAGED = PodMetadata(service_account="web", labels={"aether.io/managed": "true"})

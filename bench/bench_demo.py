@@ -25,7 +25,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results
 
-from aether.testing.envoy import open_envoy, static_bootstrap
+from aether.envoy.process import open_envoy
+from aether.testing.envoy import static_bootstrap
 
 
 def _demo_run(directory: Path) -> dict[str, float]:

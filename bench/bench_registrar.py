@@ -36,10 +36,8 @@ from aether.core.events.registry import Endpoint, Protocol
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.registrar import (
     SERVICE_NAME,
-    Backoff,
     EndpointRegistered,
     EndpointsReplaced,
-    MemoryBackend,
     apply_update,
     empty_snapshot,
     serve_registrar,
@@ -51,9 +49,11 @@ from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoin
 from aether.registrar.backends.etcd_layout import Partition, value_of
 from aether.registrar.convert import endpoint_to_proto, registration_to_proto
 from aether.registrar.gc_pacing import serve_gc_pacing
+from aether.rpc.backoff import Backoff
+from aether.rpc.compat import apply_purerpc_fixes
+from aether.rpc.listen import ListenAddress
 from aether.testing.etcd import running_etcd
-from aether.xds.compat import apply_purerpc_fixes
-from aether.xds.listen import ListenAddress
+from aether.testing.memory_backend import MemoryBackend
 
 SERVICES = 100
 """Services changes are spread over; each watcher filters `FILTER_SIZE` of them (a node's dependencies)."""

@@ -17,7 +17,7 @@ from _common import churn_records, registry_state, service_names, timed, write_r
 from aether.core.events import Endpoint, EndpointsSnapshotReceived, encode_event
 from aether.core.state import encode_state
 from aether.log import open_event_log, scan_log
-from aether.replay import replay_log
+from aether.plane.replay import replay_log
 
 SERVICES = 10_000
 ENDPOINTS_PER_SERVICE = 10

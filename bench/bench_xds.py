@@ -27,10 +27,12 @@ from _common import timed, write_results
 
 from aether.core.events import Event, ResourceAcked, ResourceNacked
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, SHORT_NAMES, Resource, Snapshot
-from aether.testing.envoy import ads_bootstrap, find_envoy_binary, open_envoy, static_bootstrap
+from aether.envoy.bootstrap import ads_bootstrap
+from aether.envoy.process import find_envoy_binary, open_envoy
+from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.testing.envoy import static_bootstrap
 from aether.testing.xds_resources import LOOPBACK, make_cluster, make_load_assignment
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import ListenAddress, serve_grpc
 from aether.xds.protocol import StreamOutput, TypeStatus
 from aether.xds.server import XdsServer
 

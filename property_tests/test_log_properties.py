@@ -18,7 +18,7 @@ from aether.core.events import Record, encode_event
 from aether.core.reduce import fold_all
 from aether.core.state import EMPTY_STATE, decode_state, encode_state, state_digest
 from aether.log import open_event_log, recover_log, scan_log
-from aether.replay import replay_log
+from aether.plane.replay import replay_log
 from property_tests.strategies import records
 
 DISK_SETTINGS = settings(max_examples=40, deadline=None)

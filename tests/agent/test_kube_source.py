@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 import trio
 
-from aether.agent import open_journal
-from aether.agent.journal import Journal
 from aether.agent.kube_source import (
     MESH_QUERIES,
     KubeSourceStatistics,
@@ -26,7 +24,8 @@ from aether.core.state import State
 from aether.kube.api import KubeClient
 from aether.kube.config import ClusterConfig
 from aether.kube.resources import HTTP_ROUTES, PODS, REFERENCE_GRANTS, SERVICES
-from aether.registrar.backoff import Backoff
+from aether.plane.journal import Journal, open_journal
+from aether.rpc.backoff import Backoff
 from aether.testing.envoy import wait_for
 from aether.testing.kubeapi import KubeApi, open_kube_api
 
@@ -218,7 +217,7 @@ async def test_the_agent_watches_the_api_it_is_given_and_the_cni_keeps_the_pods_
     service account in the agent's own log, and a later API update keeps the sandbox the CNI reported."""
     from aether.agent.app import AgentConfig, RunningAgent, serve_agent
     from aether.cni.server import PodMetadata
-    from aether.xds.listen import ListenAddress
+    from aether.rpc.listen import ListenAddress
 
     async with open_kube_api() as api, trio.open_nursery() as nursery:
         api.store.create(SERVICES, service("web"))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import trio
 
-from aether.agent.journal import open_journal
 from aether.agent.mesh_records import MeshRecordsWriter, mesh_dns_records, serve_mesh_records
 from aether.core.events import Event
 from aether.dns import parse_records
+from aether.plane.journal import open_journal
 from aether.testing import fold_events
 from aether.testing.builders import kube_service_deleted, kube_service_upserted, make_kube_service, make_meta
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
-from aether.registrar import MemoryBackend, serve_registrar
+from aether.registrar import serve_registrar
+from aether.rpc.listen import ListenAddress
 from aether.testing import make_pod, pod_added, pod_removed
 from aether.testing.envoy import wait_for
-from aether.xds.listen import ListenAddress
+from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._grpc import registration, rpc
 
 NODE = "node-a"
@@ -104,9 +105,9 @@ def _stale(node: str) -> object:
 
 async def test_over_mtls_the_registrar_takes_the_agents_own_pods(tmp_path: Path) -> None:
     """An agent with its node identity registers its pod with a registrar that authorizes by mTLS identity."""
+    from aether.identity.mint import TestCA
     from aether.registrar.authorization import agent_spiffe_id
-    from aether.registrar.tls import client_tls_context, server_tls_context
-    from aether.testing.spiffe import TestCA
+    from aether.rpc.tls import client_tls_context, server_tls_context
 
     trust_domain = "aether.internal"
     ca = TestCA(trust_domain)

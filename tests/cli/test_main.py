@@ -57,7 +57,7 @@ def test_status_imports_the_admin_client_only(tmp_path: Path) -> None:
     status, modules = _imported("status", "--admin", str(tmp_path / "missing.sock"))
     assert status == 1
     assert _loaded(modules, HEAVY) == []
-    assert "aether.agent.journal" not in modules
+    assert "aether.plane.journal" not in modules
 
 
 def test_every_command_is_listed_and_builds_its_full_parser() -> None:

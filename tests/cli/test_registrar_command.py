@@ -16,8 +16,8 @@ import pytest
 from aether.cli import main
 from aether.cli.main import build_parser
 from aether.proto.registrar.v1 import registrar_pb2 as pb
+from aether.rpc.listen import ListenAddress
 from aether.testing.etcd import EtcdServer, running_etcd
-from aether.xds.listen import ListenAddress
 from tests.registrar._grpc import call, registration
 
 START_TIMEOUT = 20.0

@@ -11,7 +11,7 @@ import yaml
 
 from aether.cli import main
 from aether.cli.render_command import REDACTED, Identity, OutputFormat, RenderRequest, render
-from aether.testing.envoy import find_envoy_binary, open_envoy
+from aether.envoy.process import find_envoy_binary, open_envoy
 
 APP = """\
 apiVersion: v1

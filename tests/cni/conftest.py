@@ -28,7 +28,7 @@ import trio
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cni import entered_netns, run_plugin
 from aether.cni.server import PodLookup, PodMetadata
-from aether.xds.listen import ListenAddress
+from aether.rpc.listen import ListenAddress
 from tests.needs import ROOT, needs
 
 NODE_NAME = "node-a"

@@ -10,7 +10,9 @@ import trio
 
 from aether.agent.app import RunningAgent, serve_agent
 from aether.cni.server import PodMetadata
-from aether.testing.envoy import ads_bootstrap, open_envoy, wait_for
+from aether.envoy.bootstrap import ads_bootstrap
+from aether.envoy.process import open_envoy
+from aether.testing.envoy import wait_for
 from tests.cni.conftest import (
     MANAGED,
     NODE_NAME,

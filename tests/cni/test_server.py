@@ -17,8 +17,8 @@ from aether.core.events.pods import NodeCaptureConfigured, Pod
 from aether.core.project.names import capture_listener_name
 from aether.core.snapshot import LISTENER_TYPE
 from aether.core.state import State
+from aether.plane.replay import decoded_records
 from aether.proto.cni.v1 import cni_pb2
-from aether.replay import decoded_records
 from aether.testing.builders import resource_acked, resource_nacked
 from tests.cni.conftest import ANNOTATIONS, MANAGED, NODE_NAME, POD_IP, agent_config, dict_lookup
 

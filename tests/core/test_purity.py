@@ -3,12 +3,12 @@ layered: the Gateway API view builds no Envoy message and knows nothing of the p
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 import aether.core
+from tests.imports import imports_in, package_of
 
 CORE = Path(aether.core.__file__).parent
 
@@ -85,23 +85,12 @@ def _package_of(path: Path) -> str:
 
 def _imports(path: Path) -> list[tuple[int, str]]:
     """Return `(line, module)` for every import of the core module at `path`."""
-    return _imports_in(path.read_text(encoding="utf-8"), package=_package_of(path))
+    return _imports_in(path.read_text(encoding="utf-8"), package=package_of(path))
 
 
 def _imports_in(source: str, *, package: str) -> list[tuple[int, str]]:
     """Return `(line, module)` for every import in `source` (function bodies too; relative ones resolved)."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                found.append((node.lineno, ".".join([*base, *([node.module] if node.module else [])])))
-            else:
-                assert node.module is not None
-                found.append((node.lineno, node.module))
-    return sorted(found)
+    return sorted({(found.line, found.module) for found in imports_in(source, package=package)})
 
 
 def _within(module: str, roots: tuple[str, ...]) -> str | None:

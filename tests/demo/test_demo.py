@@ -20,7 +20,7 @@ import pytest
 from aether.core.events import kind_of
 from aether.core.project.node import project_node
 from aether.demo.kubelet import run_tag
-from aether.replay import decoded_records, explain_resource, replay_log
+from aether.plane.replay import decoded_records, explain_resource, replay_log
 from tests.needs import ROOT, needs
 
 AETHER = [sys.executable, "-m", "aether.cli"]

@@ -12,8 +12,8 @@ import trio
 from aether.demo.kubelet import DemoPod, Kubelet
 from aether.demo.mesh import DemoError, check_networks
 from aether.demo.netns import PodNetwork, address_holders, pod_ip
+from aether.identity.mint import TestCA
 from aether.kube.manifests import ManifestDirectory
-from aether.testing.spiffe import TestCA
 from tests.needs import ROOT, needs
 
 pytestmark = needs(ROOT, "nft", "ip")

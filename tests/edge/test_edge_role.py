@@ -18,11 +18,13 @@ import trio
 
 from aether.cli import main
 from aether.edge import EdgeConfig, RunningEdge, serve_edge
-from aether.testing.envoy import Envoy, ads_bootstrap, open_envoy, wait_for
+from aether.envoy.bootstrap import ads_bootstrap
+from aether.envoy.http import http_get
+from aether.envoy.process import Envoy, open_envoy
+from aether.identity.mint import TestCA, write_bundle, write_svid
+from aether.rpc.listen import ListenAddress
+from aether.testing.envoy import wait_for
 from aether.testing.h2c_upstream import open_h2c_upstream
-from aether.testing.http import http_get
-from aether.testing.spiffe import TestCA, write_bundle, write_svid
-from aether.xds.listen import ListenAddress
 from tests.integration.test_routing_traffic import (
     MESH_INBOUND,
     free_port,

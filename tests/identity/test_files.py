@@ -36,8 +36,8 @@ from aether.identity import (
     spiffe_id_of,
     svid_file_name,
 )
+from aether.identity.mint import TestCA, remove_svid, write_bundle, write_svid
 from aether.testing import AT, fold_events
-from aether.testing.spiffe import TestCA, remove_svid, write_bundle, write_svid
 
 TD = "aether.internal"
 WEB_ID = f"spiffe://{TD}/ns/shop/sa/web"

@@ -7,8 +7,8 @@ import pytest
 from aether.core.events import Svid, TrustBundle
 from aether.core.values import Redacted
 from aether.identity import PemBlock, bundle_from_pem, bundle_trust_domains, pem_blocks, svid_from_pem
+from aether.identity.mint import TestCA
 from aether.testing import AT
-from aether.testing.spiffe import TestCA
 
 WEB_ID = "spiffe://aether.internal/ns/shop/sa/web"
 DB_ID = "spiffe://aether.internal/ns/shop/sa/db"

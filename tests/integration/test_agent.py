@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from aether.agent.admin_client import fetch_admin
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli import main
+from aether.envoy.bootstrap import ads_bootstrap
+from aether.envoy.process import open_envoy
+from aether.identity.mint import TestCA, write_bundle, write_svid
+from aether.plane.admin_client import fetch_admin
+from aether.rpc.listen import ListenAddress
 from aether.testing import (
     endpoint_added,
     make_endpoint,
@@ -19,9 +23,7 @@ from aether.testing import (
     pod_added,
     registry_service_added,
 )
-from aether.testing.envoy import ads_bootstrap, open_envoy, wait_for
-from aether.testing.spiffe import TestCA, write_bundle, write_svid
-from aether.xds.listen import ListenAddress
+from aether.testing.envoy import wait_for
 
 NODE = "node-a"
 CONVERGE = 10
@@ -91,7 +93,8 @@ async def test_the_agent_serves_its_projection_to_envoy_and_reports_sync_state(
 async def test_the_agent_follows_the_registrar_for_its_dependency_set(tmp_path: Path) -> None:
     """Endpoints registered with a real registrar reach the agent's log and its projected load assignments."""
     from aether.core.snapshot import ENDPOINT_TYPE
-    from aether.registrar import MemoryBackend, serve_registrar
+    from aether.registrar import serve_registrar
+    from aether.testing.memory_backend import MemoryBackend
     from tests.registrar._grpc import registration, rpc
 
     registrar_socket = tmp_path / "registrar.sock"

@@ -23,6 +23,11 @@ import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.core.events import Event
+from aether.envoy.bootstrap import ads_bootstrap
+from aether.envoy.http import HttpReader
+from aether.envoy.process import Envoy, open_envoy
+from aether.identity.mint import TestCA, write_bundle, write_svid
+from aether.rpc.listen import ListenAddress
 from aether.testing import (
     endpoint_added,
     make_endpoint,
@@ -30,10 +35,7 @@ from aether.testing import (
     pod_added,
     registry_service_added,
 )
-from aether.testing.envoy import Envoy, ads_bootstrap, open_envoy, wait_for
-from aether.testing.http import HttpReader
-from aether.testing.spiffe import TestCA, write_bundle, write_svid
-from aether.xds.listen import ListenAddress
+from aether.testing.envoy import wait_for
 from tests.needs import ROOT, needs
 
 TRUST_DOMAIN = "aether.internal"

@@ -3,7 +3,7 @@
 A snapshot becomes a bootstrap through `aether.core.project.bootstrap.static_bootstrap` (what `aether render
 --format bootstrap` prints): EDS clusters become STATIC with their load assignment inline, RDS is inlined with
 `validate_clusters` on (so Envoy also checks every cluster a route names), secrets are static (Envoy parses the
-real certificates minted by `aether.testing.spiffe.TestCA`), and ADS stays only for what cannot be static.
+real certificates minted by `aether.identity.mint.TestCA`), and ADS stays only for what cannot be static.
 
 `network_namespace_filepath` is not opened by validation; the paths still point at files the test creates.
 """
@@ -23,6 +23,9 @@ from aether.cli.render_command import OutputFormat, RenderRequest, render
 from aether.core.events import Event, Health, Protocol
 from aether.core.project import project_node
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
+from aether.envoy.http import HttpReader
+from aether.envoy.process import open_envoy
+from aether.identity.mint import TestCA
 from aether.testing import (
     AT,
     endpoints_snapshot_received,
@@ -36,9 +39,7 @@ from aether.testing import (
     svid_rotated,
     trust_bundle_rotated,
 )
-from aether.testing.envoy import open_envoy, snapshot_bootstrap, validate_config
-from aether.testing.http import HttpReader
-from aether.testing.spiffe import TestCA
+from aether.testing.envoy import snapshot_bootstrap, validate_config
 from tests.core.project._helpers import NODE
 from tests.needs import ROOT, needs
 

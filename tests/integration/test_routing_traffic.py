@@ -31,16 +31,17 @@ from aether.cli.render_command import (
     render_snapshot,
     render_state,
 )
+from aether.envoy.http import HttpReader, HttpResponse, http_get
+from aether.envoy.process import find_envoy_binary, open_envoy
+from aether.identity.mint import MintedSvid, TestCA
 from aether.kube.manifests import ManifestDirectory
-from aether.testing.envoy import find_envoy_binary, open_envoy, wait_for
+from aether.testing.envoy import wait_for
 from aether.testing.h2c_upstream import (
     ECHO_AUTHORITY_HEADER,
     ECHO_PATH_HEADER,
     H2cUpstream,
     open_h2c_upstream,
 )
-from aether.testing.http import HttpReader, HttpResponse, http_get
-from aether.testing.spiffe import MintedSvid, TestCA
 
 pytestmark = pytest.mark.slow
 

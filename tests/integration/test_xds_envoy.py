@@ -16,9 +16,12 @@ import trio
 
 from aether.core.events import Event, ResourceAcked, ResourceNacked
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, Resource, Snapshot
-from aether.testing.envoy import ads_bootstrap, open_envoy, wait_for
-from aether.testing.http import http_get
-from aether.testing.upstream import open_http_upstream
+from aether.demo.upstream import open_http_upstream
+from aether.envoy.bootstrap import ads_bootstrap
+from aether.envoy.http import http_get
+from aether.envoy.process import open_envoy
+from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.testing.envoy import wait_for
 from aether.testing.xds_resources import (
     make_cluster,
     make_invalid_cluster,
@@ -28,7 +31,6 @@ from aether.testing.xds_resources import (
     pick_free_port,
 )
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import ListenAddress, serve_grpc
 from aether.xds.protocol import TypeStatus
 from aether.xds.server import XdsServer
 

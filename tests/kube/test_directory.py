@@ -9,11 +9,11 @@ import pytest
 import trio
 import trio.testing
 
-from aether.agent.journal import open_journal
 from aether.core.events import Event
 from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.kube.manifests import ManifestDirectory, ManifestError
 from aether.kube.offline import fold_offline
+from aether.plane.journal import open_journal
 from aether.testing.envoy import wait_for
 from tests.kube.test_yaml_documents import alias_bomb
 

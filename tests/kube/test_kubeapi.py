@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import trio
 
+from aether.envoy.http import http_get
 from aether.kube.api import KubeClient, WatchEvent
 from aether.kube.config import ClusterConfig
 from aether.kube.errors import ApiConnectionError, ApiStatusError, ResourceExpiredError
 from aether.kube.resources import GATEWAY_API_GROUP, HTTP_ROUTES, NODES, PODS, SERVICES, ResourceType
-from aether.testing.http import http_get
 from aether.testing.kubeapi import KubeApi, open_kube_api
 
 HTTP_ROUTES_BETA = ResourceType(

@@ -26,7 +26,7 @@ from aether.kube.watch import (
     WatchQuery,
     serve_reflector,
 )
-from aether.registrar.backoff import Backoff
+from aether.rpc.backoff import Backoff
 from aether.testing.kubeapi import KubeApi, open_kube_api
 
 FAST = Backoff(base=0.01, cap=0.05)

@@ -24,7 +24,6 @@ from aether.registrar import (
     EndpointRegistered,
     EndpointsUnregistered,
     EndpointsUpdated,
-    MemoryBackend,
     open_embedded_backend,
 )
 from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoints
@@ -32,6 +31,7 @@ from aether.registrar.backends.etcd_layout import Partition
 from aether.registrar.backends.kubernetes import KubernetesBackend
 from aether.testing.etcd import EtcdServer
 from aether.testing.kubeapi import open_kube_api
+from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._kube import client_of, delete_pod_of, put_pod_of
 
 __all__ = [

@@ -18,8 +18,9 @@ import trio
 
 from aether.core.events import Event
 from aether.core.events.registry import Endpoint
+from aether.identity.mint import TestCA
 from aether.proto.registrar.v1 import registrar_pb2 as pb
-from aether.registrar import SERVICE_NAME, Backoff, MemoryBackend, serve_registrar, serve_registrar_client
+from aether.registrar import SERVICE_NAME, serve_registrar, serve_registrar_client
 from aether.registrar.authorization import (
     agent_spiffe_id,
     authorize,
@@ -29,10 +30,11 @@ from aether.registrar.authorization import (
 from aether.registrar.convert import registration_to_proto
 from aether.registrar.errors import PermissionRefusedError
 from aether.registrar.snapshot import EndpointRegistered, EndpointsUnregistered, apply, empty_snapshot
-from aether.registrar.tls import client_tls_context, server_tls_context
-from aether.testing.spiffe import TestCA
-from aether.xds.compat import apply_purerpc_fixes
-from aether.xds.listen import ListenAddress
+from aether.rpc.backoff import Backoff
+from aether.rpc.compat import apply_purerpc_fixes
+from aether.rpc.listen import ListenAddress
+from aether.rpc.tls import client_tls_context, server_tls_context
+from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._builders import WEB, endpoint
 
 TRUST_DOMAIN = "aether.test"

@@ -15,7 +15,7 @@ import trio
 from aether.core.events.registry import Protocol
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.registrar import Registrar
-from aether.xds.listen import ListenAddress, serve_grpc
+from aether.rpc.listen import ListenAddress, serve_grpc
 from tests.registrar._builders import DB, WEB, endpoint
 from tests.registrar._grpc import ADDED, COMPLETE, FULL, REMOVED, SERVICE_ADDED, register, rpc, watching
 from tests.registrar._stores import STORE_FACTORIES, Store

@@ -32,12 +32,14 @@ from aether.core.events.registry import (
 )
 from aether.core.state import State
 from aether.proto.registrar.v1 import registrar_pb2 as pb
-from aether.registrar import SERVICE_NAME, MemoryBackend, apply, serve_registrar
-from aether.registrar.client import Backoff, RegistrarClient, serve_registrar_client
+from aether.registrar import SERVICE_NAME, apply, serve_registrar
+from aether.registrar.client import RegistrarClient, serve_registrar_client
 from aether.registrar.convert import change_to_proto, registration_to_proto
 from aether.registrar.snapshot import Change, ChangeKind, RegistrySnapshot, resync, snapshot_of
+from aether.rpc.backoff import Backoff
+from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.testing.builders import fold_events
-from aether.xds.listen import ListenAddress, serve_grpc
+from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._builders import DB, WEB, endpoint, register
 
 NOW = 1_700_000_000_000_000_000
@@ -454,7 +456,7 @@ async def test_the_registrar_connection_probes_a_silent_peer() -> None:
     3 probes; unacknowledged sends time out after 25 s."""
     import socket
 
-    from aether.xds.calls import open_grpc_socket
+    from aether.rpc.calls import open_grpc_socket
 
     async with (
         _registrar(MemoryBackend()) as registrar,

@@ -21,7 +21,6 @@ from aether.core.events.registry import EndpointsSnapshotReceived, Protocol
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.proto.registry.v1 import registry_pb2
 from aether.registrar import (
-    Backoff,
     EndpointRegistered,
     EndpointsReplaced,
     EndpointsUpdated,
@@ -38,9 +37,10 @@ from aether.registrar.backends.etcd_layout import (
     version_of,
 )
 from aether.registrar.errors import InvalidRequestError, StoreError
+from aether.rpc.backoff import Backoff
+from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.testing import fold_events
 from aether.testing.etcd import EtcdServer, running_etcd
-from aether.xds.listen import ListenAddress, serve_grpc
 from tests.registrar._builders import DB, WEB, endpoint
 from tests.registrar._grpc import registration
 

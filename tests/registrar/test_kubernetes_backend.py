@@ -20,7 +20,6 @@ from aether.kube.resources import NODES, PODS
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.registrar.backends.base import BackendFeed, StoreAvailability
 from aether.registrar.backends.kubernetes import KubernetesBackend
-from aether.registrar.backoff import Backoff
 from aether.registrar.errors import StoreError
 from aether.registrar.snapshot import (
     EndpointRegistered,
@@ -29,6 +28,7 @@ from aether.registrar.snapshot import (
     apply_update,
     empty_snapshot,
 )
+from aether.rpc.backoff import Backoff
 from aether.testing.kubeapi import KubeApi, open_kube_api
 from tests.registrar._grpc import rpc
 from tests.registrar._kube import client_of, node_object, pod_name, pod_object, put_node

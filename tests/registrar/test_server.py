@@ -15,8 +15,9 @@ import trio
 
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.proto.registry.v1 import registry_pb2
-from aether.registrar import SERVICE_NAME, MemoryBackend, Registrar, open_embedded_backend, serve_registrar
-from aether.xds.listen import ListenAddress, serve_grpc
+from aether.registrar import SERVICE_NAME, Registrar, open_embedded_backend, serve_registrar
+from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._grpc import (
     ADDED,
     COMPLETE,

@@ -12,13 +12,9 @@ import pytest
 import trio
 
 from aether.proto.registrar.v1 import registrar_pb2 as pb
-from aether.registrar import (
-    EndpointsReplaced,
-    EndpointsUpdated,
-    MemoryBackend,
-    Registrar,
-)
-from aether.xds.listen import ListenAddress, serve_grpc
+from aether.registrar import EndpointsReplaced, EndpointsUpdated, Registrar
+from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._builders import DB, WEB, endpoint
 from tests.registrar._grpc import (
     ADDED,

@@ -11,17 +11,12 @@ import pytest
 import trio
 import trio.testing
 
-import aether.testing.envoy as envoy_module
-from aether.testing.envoy import (
-    XDS_CLUSTER,
-    EnvoyStartFailed,
-    ads_bootstrap,
-    open_envoy,
-    static_bootstrap,
-    wait_for,
-)
-from aether.testing.http import HttpReader, http_get
-from aether.testing.upstream import HttpUpstream, HttpUpstreamStatistics, open_http_upstream
+import aether.envoy.process as envoy_module
+from aether.demo.upstream import HttpUpstream, HttpUpstreamStatistics, open_http_upstream
+from aether.envoy.bootstrap import XDS_CLUSTER, ads_bootstrap
+from aether.envoy.http import HttpReader, http_get
+from aether.envoy.process import EnvoyStartFailed, open_envoy
+from aether.testing.envoy import static_bootstrap, wait_for
 from aether.testing.xds_resources import (
     LOOPBACK,
     make_cluster,

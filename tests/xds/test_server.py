@@ -14,12 +14,12 @@ import pytest
 import trio
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
-from aether.agent import open_journal
 from aether.core.events import Event
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE
+from aether.plane.journal import open_journal
+from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.testing.envoy import wait_for
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import ListenAddress, serve_grpc
 from aether.xds.server import SERVICE_NAME, XdsServer
 from tests.xds._snapshots import NODE, assignment, cluster, route, snapshot
 

@@ -1,10 +1,8 @@
-"""`aether agent`: one node's control plane — the journal, the projection, the xDS server and the admin socket.
+"""`aether agent`: one node's control plane — the plane (`aether.plane.open_plane`: journal, node projection, xDS
+server, SVID files, admin socket) plus the node's own sources and sinks: the CNI service, the registrar watch and
+registrations, the Kubernetes source and the mesh-dns record file.
 
-The root of the agent's task tree (STYLE C1): every task below is started here, in one nursery, and ends with it.
-
-    sources ──events──▶ journal (log + state) ──state──▶ projector ──snapshot──▶ cache ──▶ xDS server ──▶ Envoy
-       ▲                                                                                      │
-       └──────────────────────────── ACK / NACK / on-demand events ◀──────────────────────────┘
+The root of the agent's task tree (STYLE C1): every task below is started here or in the plane, and ends with it.
 """
 
 from __future__ import annotations
@@ -17,9 +15,6 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.agent.admin import plane_documents, serve_admin
-from aether.agent.admin_client import DEFAULT_ADMIN_SOCKET
-from aether.agent.journal import Journal, open_journal
 from aether.agent.kube_source import MESH_QUERIES, known_objects, node_pod_query, serve_kube_source
 from aether.agent.mesh_records import serve_mesh_records
 from aether.agent.pod_lookup import StatePodLookup
@@ -27,12 +22,15 @@ from aether.agent.registration import Registrations, serve_registrations
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
 from aether.core.events import NodeCaptureConfigured
 from aether.core.project.node import NodeProjector
+from aether.core.snapshot import Snapshot
 from aether.core.state import State
-from aether.identity.files import serve_svid_files
 from aether.kube import KubeClient
+from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
+from aether.plane.journal import Journal
+from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
 from aether.registrar.client import RegistrarClient, serve_registrar_client
+from aether.rpc.listen import ListenAddress
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer
 
 
@@ -53,7 +51,7 @@ class AgentConfig:
     None: registry events come from elsewhere and nothing is registered."""
     cluster_name: str = "local"
     registrar_tls: ssl.SSLContext | None = None
-    """mTLS to the registrar with this agent's node identity (`aether.registrar.tls.client_tls_context`): where the
+    """mTLS to the registrar with this agent's node identity (`aether.rpc.tls.client_tls_context`): where the
     registrar authorizes, it accepts only this node's endpoints from it. None: plaintext (a Unix socket, tests)."""
     cni_socket: Path | None = None
     """Serve the CNI service (`aether-cni` registers pods) on this Unix socket; None: pods come from elsewhere."""
@@ -107,25 +105,24 @@ async def serve_agent(
 
     Start-up replays the log first, so the first snapshot served is the one served before a restart.
     """
-    async with open_journal(config.log_dir) as journal, trio.open_nursery() as nursery:
+    projector = NodeProjector(node_name=config.node_name)
+    clients: list[RegistrarClient] = []
+
+    def project(state: State, now: int) -> Snapshot:
+        before = projector.dependencies
+        snapshot = projector.project(state, now=now)
+        if projector.dependencies != before:
+            for client in clients:
+                client.refilter()  # the watch follows the dependency set (a fresh resync)
+        return snapshot
+
+    async with (
+        open_plane(config.log_dir, project=project, svid_dir=config.svid_dir) as plane,
+        trio.open_nursery() as nursery,
+    ):
+        journal, cache = plane.journal, plane.cache
         await _record_capture(journal, node_name=config.node_name, captured=config.cni_socket is not None)
-        cache = SnapshotCache()
-        projector = NodeProjector(node_name=config.node_name)
-        clients: list[RegistrarClient] = []
         registrations: Registrations | None = None
-
-        def publish(state: State, now: int) -> None:
-            before = projector.dependencies
-            cache.set_snapshot(projector.project(state, now=now))
-            if projector.dependencies != before:
-                for client in clients:
-                    client.refilter()  # the watch follows the dependency set (a fresh resync)
-
-        journal.subscribe(publish)
-        server = XdsServer(cache, feedback=journal.sender())
-        await nursery.start(server.serve)
-        if config.svid_dir is not None:
-            await nursery.start(functools.partial(serve_svid_files, config.svid_dir, send=journal.sender()))
         if config.registrar is not None:
             client = await nursery.start(
                 functools.partial(
@@ -177,14 +174,16 @@ async def serve_agent(
                     known=known_objects(journal.state, queries=queries),
                 )
             )
-        bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
-        documents = plane_documents(journal, server, projector=projector)
-        await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
+        bound = await nursery.start(
+            functools.partial(
+                plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts={"projector": projector}
+            )
+        )
         task_status.started(
             RunningAgent(
                 journal=journal,
                 cache=cache,
-                server=server,
+                server=plane.server,
                 projector=projector,
                 xds=bound,
                 registrations=registrations,

@@ -47,7 +47,7 @@ from aether.kube.watch import (
     WatchQuery,
     serve_reflectors,
 )
-from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
+from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 
 __all__ = [
     "MESH_QUERIES",

@@ -20,10 +20,10 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.agent.journal import Journal
 from aether.core.state import State
 from aether.dns.errors import RecordsFileRejected
 from aether.dns.records import parse_records
+from aether.plane.journal import Journal
 
 __all__ = ["MeshRecordsStatistics", "MeshRecordsWriter", "mesh_dns_records", "serve_mesh_records"]
 

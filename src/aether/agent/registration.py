@@ -28,11 +28,11 @@ from aether.core.events.registry import Endpoint, EndpointKey
 from aether.core.project.registrations import local_endpoints
 from aether.core.state import State
 from aether.proto.registrar.v1 import registrar_pb2
-from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
 from aether.registrar.convert import registration_to_proto
 from aether.registrar.server import SERVICE_NAME
-from aether.xds.calls import CONNECTION_ERRORS, open_grpc_socket, unary_call
-from aether.xds.listen import ListenAddress
+from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
+from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket, unary_call
+from aether.rpc.listen import ListenAddress
 
 __all__ = ["RegistrationStatistics", "Registrations", "serve_registrations"]
 

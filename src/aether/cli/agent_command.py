@@ -10,15 +10,15 @@ from typing import Any
 
 import trio
 
-from aether.agent.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli.commands import summary
 from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.kube import KubeClient, KubeError
-from aether.registrar.tls import client_tls_context
-from aether.xds.listen import ListenAddress
+from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
+from aether.rpc.listen import ListenAddress
+from aether.rpc.tls import client_tls_context
 
 
 def add_parser(roles: Any) -> None:

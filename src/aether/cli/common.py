@@ -25,7 +25,8 @@ def configure_logging(arguments: argparse.Namespace, *, quiet: int = logging.WAR
 def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) -> None:
     """Add `--xds`, `--admin-socket` and `--svid-dir`: where a control plane serves its Envoy and what it reads."""
     # Only the roles that serve Envoy build this parser: `aether --help` does not import the xDS server.
-    from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress
+    from aether.plane.plane import DEFAULT_XDS_SOCKET
+    from aether.rpc.listen import ListenAddress
 
     parser.add_argument(
         "--xds",
@@ -40,7 +41,7 @@ def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) ->
 
 def tls_files(arguments: argparse.Namespace, *, prefix: str) -> dict[str, Path] | None:
     """The `--<prefix>-cert`, `--<prefix>-key` and `--<prefix>-bundle` files as the keyword arguments of
-    `aether.registrar.tls`'s context builders, or None when none is given.
+    `aether.rpc.tls`'s context builders, or None when none is given.
 
     Raises:
         ValueError: Some but not all of the three are given.

@@ -85,7 +85,7 @@ def run_demo_command(arguments: argparse.Namespace) -> int:
 
     from aether.demo.app import DemoOptions, run_demo
     from aether.demo.mesh import DemoError
-    from aether.testing.envoy import EnvoyStartFailed
+    from aether.envoy.process import EnvoyStartFailed
 
     configure_logging(arguments, quiet=logging.ERROR)
     options = DemoOptions(

@@ -29,7 +29,7 @@ from aether.log import (
     verify_log,
 )
 from aether.log.errors import CheckpointError
-from aether.replay import (
+from aether.plane.replay import (
     UndecodableRecordError,
     checkpoint_problems,
     decode_record,

@@ -23,8 +23,8 @@ from aether.registrar.backends.etcd import open_etcd_backend, parse_etcd_endpoin
 from aether.registrar.backends.etcd_layout import DEFAULT_CLUSTER, DEFAULT_REGION, Partition
 from aether.registrar.backends.kubernetes import KubernetesBackend
 from aether.registrar.gc_pacing import serve_gc_pacing
-from aether.registrar.tls import server_tls_context
-from aether.xds.listen import ListenAddress
+from aether.rpc.listen import ListenAddress
+from aether.rpc.tls import server_tls_context
 
 DEFAULT_LISTEN = "127.0.0.1:18090"
 """Loopback by default: the registrar is reached by agents through whatever the deployment exposes, never all

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from aether.agent.admin_client import DEFAULT_ADMIN_SOCKET, fetch_admin, render_status
 from aether.cli.commands import summary
+from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET, fetch_admin, render_status
 
 
 def add_parser(roles: Any) -> None:

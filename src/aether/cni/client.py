@@ -20,8 +20,8 @@ from purerpc.grpclib.status import StatusCode
 
 from aether.cni.api import METHODS, SERVICE_NAME
 from aether.cni.errors import AgentRefused, AgentUnavailable
-from aether.xds.calls import open_grpc_socket, unary_call
-from aether.xds.listen import ListenAddress
+from aether.rpc.calls import open_grpc_socket, unary_call
+from aether.rpc.listen import ListenAddress
 
 __all__ = ["ResponseT", "agent_errors", "call_agent"]
 

@@ -336,8 +336,8 @@ def _socket(document: Mapping[str, Any]) -> Path:
     if not text.startswith("/"):
         raise InvalidNetworkConfig(f"network config: 'agentSocket' must be an absolute path (got {text!r})")
     # Here, not at the top: `aether-cni VERSION` reads this module without loading the gRPC stack.
-    from aether.xds.errors import InvalidListenAddressError
-    from aether.xds.listen import ListenAddress
+    from aether.rpc.errors import InvalidListenAddressError
+    from aether.rpc.listen import ListenAddress
 
     try:
         ListenAddress.unix(Path(text))  # what the call dials: a Unix socket path must fit `sun_path`

@@ -22,7 +22,6 @@ import attrs
 import purerpc
 import trio
 
-from aether.agent.journal import Journal
 from aether.cni.api import METHODS, SERVICE_NAME
 from aether.cni.capture import settings_from_annotations
 from aether.core.events.base import Event
@@ -32,9 +31,10 @@ from aether.core.reduce.annotations import address_problem, pod_problem, unmanag
 from aether.core.snapshot import LISTENER_TYPE
 from aether.core.state import State
 from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map
+from aether.plane.journal import Journal
 from aether.proto.cni.v1 import cni_pb2
+from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import ListenAddress, serve_grpc
 
 __all__ = [
     "ACK_WAIT",
@@ -338,7 +338,7 @@ class CniServer:
     async def serve(
         self, *, socket: Path, task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve the service on the Unix socket `socket` until cancelled (see `aether.xds.listen.serve_grpc`)."""
+        """Serve the service on the Unix socket `socket` until cancelled (see `aether.rpc.listen.serve_grpc`)."""
         async with self._journal.sender() as send:
             self._send = send
             try:

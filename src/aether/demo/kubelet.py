@@ -19,8 +19,8 @@ import trio
 
 from aether.demo.netns import PodNetwork, listen_in
 from aether.demo.workloads import APP_PORT, TRAFFIC_SOURCE_LABEL, Workloads
+from aether.identity.mint import TestCA, write_svid
 from aether.kube.manifests import ManifestDirectory
-from aether.testing.spiffe import TestCA, write_svid
 
 __all__ = ["DemoPod", "Kubelet", "demo_pods"]
 

@@ -38,12 +38,13 @@ from aether.demo.netns import PodNetwork, address_holders, connect_in, namespace
 from aether.demo.traffic import OUTBOUND_PORT, Traffic
 from aether.demo.view import EndpointRow, Frame, ServiceRow
 from aether.demo.workloads import APP_PORT, TRAFFIC_SOURCE_LABEL, Workloads
+from aether.envoy.bootstrap import ads_bootstrap
+from aether.envoy.process import Envoy, find_envoy_binary, open_envoy
+from aether.identity.mint import TestCA, write_bundle
 from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.kube.manifests import ManifestDirectory
 from aether.registrar import open_embedded_backend, serve_registrar
-from aether.testing.envoy import Envoy, ads_bootstrap, find_envoy_binary, open_envoy
-from aether.testing.spiffe import TestCA, write_bundle
-from aether.xds.listen import ListenAddress
+from aether.rpc.listen import ListenAddress
 from aether.xds.protocol import TypeStatusRow
 from aether.xds.status import rows_by_type
 

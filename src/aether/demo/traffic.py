@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import attrs
 import trio
 
-from aether.testing.http import HttpReader
-from aether.testing.upstream import UPSTREAM_NAME_HEADER
+from aether.demo.upstream import UPSTREAM_NAME_HEADER
+from aether.envoy.http import HttpReader
 
 __all__ = ["OUTBOUND_PORT", "Connect", "Sample", "Traffic", "split_of"]
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
 
-from aether.testing.upstream import HttpUpstream, serve_http_upstream
+from aether.demo.upstream import HttpUpstream, serve_http_upstream
 
 __all__ = ["APP_PORT", "TRAFFIC_SOURCE_LABEL", "Workloads"]
 

@@ -1,4 +1,4 @@
-"""`aether edge`: the edge's control plane — the journal, the edge projection, the xDS server and the admin socket.
+"""`aether edge`: the edge's control plane — the plane (`aether.plane.open_plane`) with the edge projection.
 
 The agent minus CNI and local pods (DESIGN.md section 2): one identity, the Gateways of the edge's class. Its inputs
 for now are a manifest directory (objects, and their pods standing in for the registry) and SVID files.
@@ -14,15 +14,15 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.agent.admin import plane_documents, serve_admin
-from aether.agent.journal import Journal, open_journal
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, project_edge
 from aether.core.project.names import ANY_ADDRESS
+from aether.core.snapshot import Snapshot
 from aether.core.state import State
-from aether.identity.files import serve_svid_files
 from aether.kube.directory import ManifestSource, serve_manifest_directory
+from aether.plane.journal import Journal
+from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
+from aether.rpc.listen import ListenAddress
 from aether.xds.cache import SnapshotCache
-from aether.xds.listen import DEFAULT_XDS_SOCKET, ListenAddress, serve_grpc
 from aether.xds.server import XdsServer
 
 __all__ = ["DEFAULT_EDGE_ADMIN_SOCKET", "EdgeConfig", "RunningEdge", "serve_edge"]
@@ -75,30 +75,31 @@ async def serve_edge(
     manifests and the SVID files.
     """
     options = EdgeOptions(bind=config.bind, service=config.service, cleartext=config.cleartext)
-    async with open_journal(config.log_dir) as journal, trio.open_nursery() as nursery:
-        cache = SnapshotCache()
 
-        def publish(state: State, now: int) -> None:
-            del now  # the edge has no on-demand requests to expire
-            cache.set_snapshot(project_edge(state, node_id=config.pod_name, options=options))
+    def project(state: State, now: int) -> Snapshot:
+        del now  # the edge has no on-demand requests to expire
+        return project_edge(state, node_id=config.pod_name, options=options)
 
-        journal.subscribe(publish)
-        server = XdsServer(cache, feedback=journal.sender())
-        await nursery.start(server.serve)
-        if config.svid_dir is not None:
-            await nursery.start(functools.partial(serve_svid_files, config.svid_dir, send=journal.sender()))
+    async with (
+        open_plane(config.log_dir, project=project, svid_dir=config.svid_dir) as plane,
+        trio.open_nursery() as nursery,
+    ):
         manifests: ManifestSource = await nursery.start(
             functools.partial(
                 serve_manifest_directory,
                 config.manifests,
-                send=journal.sender(),
+                send=plane.journal.sender(),
                 poll_interval=config.manifest_poll_interval,
-                logged=journal.state,  # the replayed state: a restart appends only what changed meanwhile
+                logged=plane.journal.state,  # the replayed state: a restart appends only what changed meanwhile
             )
         )
-        bound = await nursery.start(functools.partial(serve_grpc, [server.service()], listen=config.xds))
-        documents = plane_documents(journal, server, manifests=manifests)
-        await nursery.start(functools.partial(serve_admin, path=config.admin_socket, documents=documents))
+        bound = await nursery.start(
+            functools.partial(
+                plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts={"manifests": manifests}
+            )
+        )
         task_status.started(
-            RunningEdge(journal=journal, cache=cache, server=server, manifests=manifests, xds=bound)
+            RunningEdge(
+                journal=plane.journal, cache=plane.cache, server=plane.server, manifests=manifests, xds=bound
+            )
         )

@@ -1,4 +1,4 @@
-"""Kubernetes: resource types, the API client and list/watch reflector, selectors, and the object converters."""
+"""Kubernetes: resource types, the API client and list/watch reflector, and the object converters."""
 
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ from aether.kube.resources import (
     object_key,
     resource_version_of,
 )
-from aether.kube.selectors import FieldSelector, LabelSelector, SelectorError
 from aether.kube.watch import (
     Deleted,
     Reflector,
@@ -90,12 +89,10 @@ __all__ = [
     "ClusterConfig",
     "ConfigError",
     "Deleted",
-    "FieldSelector",
     "JsonObject",
     "KubeClient",
     "KubeClientStatistics",
     "KubeError",
-    "LabelSelector",
     "LoggedObject",
     "ManifestDirectory",
     "ManifestError",
@@ -111,7 +108,6 @@ __all__ = [
     "ResourceExpiredError",
     "ResourceType",
     "Resumed",
-    "SelectorError",
     "Synced",
     "Update",
     "Upserted",

@@ -18,7 +18,7 @@ import trio
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, ObjectList, WatchEvent
 from aether.kube.errors import KubeError, ResourceExpiredError
 from aether.kube.resources import JsonObject, ResourceType
-from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
+from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 
 __all__ = [
     "DEFAULT_WATCH_TIMEOUT",

@@ -8,7 +8,6 @@ from aether.registrar.backends import (
     Backend,
     BackendFeed,
     EmbeddedBackend,
-    MemoryBackend,
     StoreAvailability,
     open_embedded_backend,
 )
@@ -20,8 +19,6 @@ from aether.registrar.broadcaster import (
     WatcherEnd,
 )
 from aether.registrar.client import (
-    DEFAULT_BACKOFF,
-    Backoff,
     RegistrarClient,
     RegistrarClientStatistics,
     WatchProtocolError,
@@ -56,19 +53,16 @@ from aether.registrar.snapshot import (
     snapshot_of,
     visible,
 )
-from aether.registrar.tls import client_tls_context, server_tls_context
 
 __all__ = [
     "ALL_SERVICES",
     "CHECKPOINT_EVERY",
-    "DEFAULT_BACKOFF",
     "DEFAULT_WATCHER_BUFFER",
     "HISTORY_LIMIT",
     "SERVICE_NAME",
     "WRITE_WAIT",
     "Backend",
     "BackendFeed",
-    "Backoff",
     "Broadcaster",
     "BroadcasterStatistics",
     "Change",
@@ -79,7 +73,6 @@ __all__ = [
     "EndpointsUnregistered",
     "EndpointsUpdated",
     "InvalidRequestError",
-    "MemoryBackend",
     "Mutation",
     "PermissionRefusedError",
     "Registrar",
@@ -99,14 +92,12 @@ __all__ = [
     "agent_spiffe_id",
     "apply",
     "apply_update",
-    "client_tls_context",
     "empty_snapshot",
     "open_embedded_backend",
     "resync",
     "serve_gc_pacing",
     "serve_registrar",
     "serve_registrar_client",
-    "server_tls_context",
     "snapshot_of",
     "visible",
 ]

@@ -31,19 +31,17 @@ from aether.core.events.registry import (
     RegistryServiceRemoved,
 )
 from aether.proto.registrar.v1 import registrar_pb2
-from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
 from aether.registrar.convert import change_from_proto
 from aether.registrar.errors import InvalidRequestError, RegistrarError
 from aether.registrar.server import SERVICE_NAME
 from aether.registrar.snapshot import Change, ChangeKind
-from aether.xds.calls import CONNECT_TIMEOUT, CONNECTION_ERRORS, open_grpc_socket
-from aether.xds.compat import apply_purerpc_fixes
-from aether.xds.listen import ListenAddress
+from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
+from aether.rpc.calls import CONNECT_TIMEOUT, CONNECTION_ERRORS, open_grpc_socket
+from aether.rpc.compat import apply_purerpc_fixes
+from aether.rpc.listen import ListenAddress
 
 __all__ = [
     "CONNECT_TIMEOUT",
-    "DEFAULT_BACKOFF",
-    "Backoff",
     "RegistrarClient",
     "RegistrarClientStatistics",
     "WatchProtocolError",
@@ -378,7 +376,7 @@ async def serve_registrar_client(
         rng: The jitter's source (a seeded `random.Random` in tests).
         last_version: Resume from this version (the journal's synced registry version), or None for a full sync.
             Only meaningful against the same registrar store: versions carry no store identity.
-        tls: Connect with TLS (`aether.registrar.tls.client_tls_context`): the registrar knows this agent by
+        tls: Connect with TLS (`aether.rpc.tls.client_tls_context`): the registrar knows this agent by
             its certificate, and refuses its writes for other nodes.
         task_status: Receives the `RegistrarClient` (for `refilter`, `wait_synced`, `statistics`).
 

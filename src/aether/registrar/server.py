@@ -52,7 +52,7 @@ from aether.registrar.snapshot import (
     apply_update,
     resync,
 )
-from aether.xds.listen import ListenAddress, current_peer_certificate, serve_grpc
+from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
 
 __all__ = ["SERVICE_NAME", "WRITE_WAIT", "Registrar", "RegistrarStatistics", "serve_registrar"]
 
@@ -505,11 +505,11 @@ async def serve_registrar(
 
     Args:
         backend: Where the registry is stored (`aether.registrar.open_embedded_backend`).
-        listen: Where to listen (see `aether.xds.listen.serve_grpc`).
+        listen: Where to listen (see `aether.rpc.listen.serve_grpc`).
         watcher_buffer: Changes a watcher may fall behind by before it is disconnected.
         history_limit: Changes kept to answer resumes.
         write_wait: Seconds a write waits for an unavailable store (see `WRITE_WAIT`).
-        tls: Serve over TLS with this context (`aether.registrar.tls.server_tls_context`, client certificates
+        tls: Serve over TLS with this context (`aether.rpc.tls.server_tls_context`, client certificates
             required).
         trust_domain: Accept writes only from the agent of each endpoint's node (needs `tls`).
         task_status: Receives the address it listens on (for TCP port 0, with the port chosen).

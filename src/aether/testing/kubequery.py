@@ -14,9 +14,9 @@ from typing import Any
 import attrs
 
 from aether.kube.resources import JsonObject, ResourceType
-from aether.kube.selectors import FieldSelector, LabelSelector, SelectorError
 from aether.testing.kubestore import StoredChange
 from aether.testing.kubewrites import Rejected
+from aether.testing.selectors import FieldSelector, LabelSelector, SelectorError
 
 __all__ = [
     "Query",

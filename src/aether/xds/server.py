@@ -113,7 +113,7 @@ class XdsServer:
     async def serve(self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the tasks that pump requests and watch snapshots for every stream; run until cancelled.
 
-        Call this before serving the service (`aether.xds.listen.serve_grpc`): handlers need its nursery.
+        Call this before serving the service (`aether.rpc.listen.serve_grpc`): handlers need its nursery.
         """
         async with trio.open_nursery() as handler_nursery:
             self._handler_nursery = handler_nursery
@@ -266,7 +266,7 @@ class XdsServer:
                     await send.send(request)
             except purerpc.RpcFailedError as exc:
                 # The peer reset the stream or went away (`PeerGoneError`), or sent a message over the size limit
-                # (`MessageTooLargeError`, its status already sent by aether.xds.compat).
+                # (`MessageTooLargeError`, its status already sent by aether.rpc.compat).
                 await send.send(_RequestsEnded(failure=exc))
                 return
             # The loop holds other senders (the watcher's), so closing ours would not end it: say it.

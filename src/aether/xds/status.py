@@ -1,5 +1,5 @@
 """Stream status like `istioctl proxy-status`, as the document the admin socket serves (one entry per connected Envoy
-stream, one row per type); `aether.agent.admin_client.render_status` renders it."""
+stream, one row per type); `aether.plane.admin_client.render_status` renders it."""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from google.protobuf import any_pb2
 
 from aether.core.gateway import GatewayView
 from aether.core.project import project_node
-from aether.core.project._messages import pack
 from aether.core.project.bootstrap import AGENT_XDS_SOCKET, XDS_CLUSTER, static_bootstrap
 from aether.core.project.edge import EdgeOptions, edge_snapshot
+from aether.core.project.messages import pack
 from aether.core.snapshot import Resource, Snapshot
 from aether.core.state import State
 from aether.testing import (

@@ -32,7 +32,7 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import any_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
-from aether.core.project._messages import milliseconds, pack, socket_address
+from aether.core.project.messages import milliseconds, pack, socket_address
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
 
 AGENT_XDS_SOCKET = "/run/aether/xds.sock"

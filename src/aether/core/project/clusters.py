@@ -21,7 +21,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from aether.core.events.pods import Pod
-from aether.core.project._messages import ads, milliseconds, pack, seconds, socket_address
+from aether.core.project.messages import ads, milliseconds, pack, seconds, socket_address
 from aether.core.project.names import LOOPBACK, PASSTHROUGH_CLUSTER, PASSTHROUGH_MARK, app_cluster_name
 from aether.core.project.tls import UpstreamIdentity, apply_upstream_tls
 

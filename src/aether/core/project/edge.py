@@ -24,7 +24,6 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 
 from aether.core.gateway import EdgeListener, GatewayView, gateway_view
 from aether.core.mesh_names import parse_cluster_name
-from aether.core.project._messages import milliseconds
 from aether.core.project.clusters import CONNECT_TIMEOUT_MS, service_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.edge_listeners import (
@@ -38,6 +37,7 @@ from aether.core.project.edge_listeners import (
     tls_listener,
 )
 from aether.core.project.gateway_routes import envoy_virtual_host
+from aether.core.project.messages import milliseconds
 from aether.core.project.names import ANY_ADDRESS, spiffe_id
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import ServiceContext, project_service

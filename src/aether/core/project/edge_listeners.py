@@ -26,7 +26,7 @@ from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project._messages import ads, pack, socket_address
+from aether.core.project.messages import ads, pack, socket_address
 from aether.core.project.tls import TLS_SOCKET
 
 READINESS_PORT = 18021

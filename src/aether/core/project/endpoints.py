@@ -17,7 +17,7 @@ from google.protobuf import wrappers_pb2
 
 from aether.core.events.registry import Endpoint, Health
 from aether.core.order import sorted_items
-from aether.core.project._messages import socket_address
+from aether.core.project.messages import socket_address
 from aether.core.project.names import MESH_INBOUND_PORT
 from aether.core.reduce.annotations import MAX_WEIGHT
 

@@ -17,8 +17,8 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from aether.core.gateway import ir
-from aether.core.project._messages import milliseconds
 from aether.core.project.gateway_matches import envoy_match
+from aether.core.project.messages import milliseconds
 from aether.core.project.names import IDEMPOTENT_METHODS
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
 

@@ -24,8 +24,8 @@ from envoy.extensions.filters.network.direct_response.v3 import config_pb2 as di
 from google.protobuf import wrappers_pb2
 
 from aether.core.gateway.contract import MeshL4Destination
-from aether.core.project._messages import pack
 from aether.core.project.edge_listeners import tcp_proxy
+from aether.core.project.messages import pack
 from aether.core.project.names import PASSTHROUGH_CLUSTER
 
 

@@ -36,8 +36,8 @@ from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from google.protobuf import wrappers_pb2
 
 from aether.core.gateway.contract import MeshL4Destination
-from aether.core.project._messages import ads, milliseconds, pack, socket_address
 from aether.core.project.l4_chains import l4_chains, needs_sni
+from aether.core.project.messages import ads, milliseconds, pack, socket_address
 from aether.core.project.names import (
     ANY_ADDRESS,
     CAPTURE_PORT,

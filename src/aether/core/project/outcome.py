@@ -38,7 +38,7 @@ from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project._messages import milliseconds, pack
+from aether.core.project.messages import milliseconds, pack
 from aether.core.project.names import IDEMPOTENT_METHODS, OUTCOME_HEADER, UNANSWERED, UNDELIVERED
 
 RETRY_ON = "connect-failure,refused-stream,reset-before-request,retriable-status-codes,retriable-headers"

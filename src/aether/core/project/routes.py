@@ -18,7 +18,7 @@ from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project._messages import seconds
+from aether.core.project.messages import seconds
 from aether.core.project.names import (
     CATCH_ALL_VHOST,
     INBOUND_ROUTE,

@@ -32,7 +32,7 @@ from google.protobuf import wrappers_pb2
 
 from aether.core.events.identity import Svid
 from aether.core.order import sorted_unique
-from aether.core.project._messages import ads, pack
+from aether.core.project.messages import ads, pack
 from aether.core.project.names import SOURCE_IDENTITY_KEY, trust_bundle_name
 
 TLS_SOCKET = "envoy.transport_sockets.tls"

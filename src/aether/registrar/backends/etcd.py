@@ -37,7 +37,6 @@ from aether.registrar.backends.etcd_layout import (
     value_of,
     version_of,
 )
-from aether.registrar.backoff import Backoff
 from aether.registrar.errors import InvalidRequestError, StoreError, StoreUnavailableError
 from aether.registrar.snapshot import (
     HISTORY_LIMIT,
@@ -51,6 +50,7 @@ from aether.registrar.snapshot import (
     apply_update,
     snapshot_of,
 )
+from aether.rpc.backoff import Backoff
 
 __all__ = ["EtcdBackend", "EtcdStatistics", "open_etcd_backend", "parse_etcd_endpoints"]
 

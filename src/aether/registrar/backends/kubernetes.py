@@ -31,7 +31,6 @@ from aether.kube.watch import (
     serve_reflectors,
 )
 from aether.registrar.backends.base import BackendFeed, StoreAvailability
-from aether.registrar.backoff import DEFAULT_BACKOFF, Backoff
 from aether.registrar.errors import StoreError
 from aether.registrar.snapshot import (
     Change,
@@ -41,6 +40,7 @@ from aether.registrar.snapshot import (
     RegistrySnapshot,
     snapshot_of,
 )
+from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 
 __all__ = ["KubernetesBackend", "KubernetesBackendStatistics"]
 

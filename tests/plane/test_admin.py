@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from aether.agent.admin import serve_admin
-from aether.agent.admin_client import NACKED, STATUS_COLUMNS, fetch_admin, render_status
 from aether.core.snapshot import SHORT_NAMES, TYPE_ORDER
+from aether.plane.admin import serve_admin
+from aether.plane.admin_client import NACKED, STATUS_COLUMNS, fetch_admin, render_status
 from aether.xds.protocol import TypeStatus
 
 DOCUMENT = {

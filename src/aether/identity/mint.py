@@ -1,7 +1,8 @@
-"""Test identities minted with `cryptography`: a SPIFFE CA, the X.509-SVIDs it issues, and the SVID directory.
+"""Local identities minted with `cryptography`: a SPIFFE CA, the X.509-SVIDs it issues, and the SVID directory.
 
-Keys, serial numbers and signatures derive from the trust domain and the order of issue, so a test that mints the
-same things in the same order gets the same bytes (and needs no network). Never use these keys outside tests.
+Keys, serial numbers and signatures derive from the trust domain and the order of issue, so whoever mints the
+same things in the same order gets the same bytes (and needs no network). The demo and the tests use it; anyone can
+recompute these keys, so a real mesh never does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`aether.replay`: folding a log directory from its newest usable checkpoint."""
+"""`aether.plane.replay`: folding a log directory from its newest usable checkpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from aether.core.events import Record, encode_event
 from aether.core.reduce import fold_all
 from aether.core.state import EMPTY_STATE, State, encode_state
 from aether.log import open_event_log
-from aether.replay import replay_log
+from aether.plane.replay import replay_log
 from aether.testing import endpoint_added, make_endpoint, registry_service_added
 
 

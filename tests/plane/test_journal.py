@@ -6,9 +6,9 @@ from pathlib import Path
 
 import trio
 
-from aether.agent import open_journal
 from aether.core.events import KubeService, KubeServiceUpserted, ObjectMeta, ServicePort
 from aether.core.state import State
+from aether.plane.journal import open_journal
 from aether.testing import fold_events, make_pod, pod_added, pod_removed
 
 

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from aether.envoy.guard import guard_command
+
 
 def _gone(pid: int, *, within: float = 5.0) -> bool:
     deadline = time.monotonic() + within
@@ -36,12 +38,16 @@ def _child_of(pid: int) -> int:
 
 
 def _guarded(owner: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "aether.testing.envoy_guard", str(owner), "sleep", "60"])
+    return subprocess.Popen(guard_command(owner, ["sleep", "60"]))
 
 
-OWNER = """
-import os, subprocess, sys, time
-subprocess.Popen([sys.executable, "-m", "aether.testing.envoy_guard", str(os.getpid()), "sleep", "60"])
+# The owner imports nothing of ours (the `aether.envoy` package imports trio, which runs a child of its own), so
+# its only child is the guard: the command is built here, with 0 standing for the owner's pid.
+OWNER = f"""
+import os, subprocess, time
+command = {guard_command(0, ["sleep", "60"])!r}
+command[command.index("0")] = str(os.getpid())
+subprocess.Popen(command)
 time.sleep(60)
 """
 
@@ -77,4 +83,32 @@ def test_sigterm_reaches_the_child_and_the_exit_status_is_its() -> None:
     child = _child_of(guard.pid)
     guard.terminate()
     assert guard.wait(timeout=10) == 128 + signal.SIGTERM  # Envoy's death by SIGTERM, as a shell reports it
+    assert _gone(child)
+
+
+def _spawning_child_of(guard: subprocess.Popen[bytes]) -> int:
+    """The guard's child, caught as soon as it exists: between its fork and its exec, while the guard starts it."""
+    children = Path(f"/proc/{guard.pid}/task/{guard.pid}/children")
+    deadline = time.monotonic() + 5
+    # Spin, no sleep: a sleep would let the start-up finish first.
+    while not children.read_text().split() and time.monotonic() < deadline:
+        pass
+    return int(children.read_text().split()[0])
+
+
+def test_sigterm_the_moment_the_child_exists_still_reaches_it() -> None:
+    """A SIGTERM sent while the guard is still starting Envoy waits for the guard's handler: never lost, never fatal."""
+    guard = _guarded(os.getpid())
+    child = _spawning_child_of(guard)
+    guard.terminate()
+    assert guard.wait(timeout=10) == 128 + signal.SIGTERM
+    assert _gone(child)
+
+
+def test_the_child_stops_when_the_guard_is_killed_while_starting_it() -> None:
+    """A guard killed before its child armed the parent-death signal still leaves no child behind."""
+    guard = _guarded(os.getpid())
+    child = _spawning_child_of(guard)
+    os.kill(guard.pid, signal.SIGKILL)
+    guard.wait()
     assert _gone(child)

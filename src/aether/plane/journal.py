@@ -20,7 +20,9 @@ from aether.core.events import Event, encode_event
 from aether.core.reduce import fold_event
 from aether.core.state import State, encode_state
 from aether.log import EventLog, open_event_log
-from aether.replay import Replay, collector_paused, replay_log
+from aether.plane.replay import Replay, collector_paused, replay_log
+
+__all__ = ["CHECKPOINT_EVERY", "MAX_BATCH", "Journal", "JournalStatistics", "open_journal"]
 
 MAX_BATCH = 1024
 """Events folded per batch at most: large enough to amortize an fsync, small enough to publish promptly."""

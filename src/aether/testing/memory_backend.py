@@ -1,4 +1,4 @@
-"""The memory backend: the registry kept only in memory, for tests and `aether demo` (lost on restart).
+"""The memory backend: the registry kept only in memory, for tests (lost on restart).
 
 It can also play a store that changes underneath the registrar (`push`), is read-only (`writable=False`),
 or goes away and comes back (`set_available`), so the server's handling of each is testable without a network.

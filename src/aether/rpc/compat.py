@@ -37,7 +37,7 @@ from purerpc.grpclib.events import (
 from purerpc.grpclib.exceptions import MessageTooLargeError as PurerpcMessageTooLargeError
 from purerpc.grpclib.status import Status, StatusCode
 
-from aether.xds.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
+from aether.rpc.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
 
 __all__ = ["PURERPC_VERSION", "apply_purerpc_fixes"]
 

@@ -1,4 +1,4 @@
-"""A minimal HTTP/1.1 client on trio sockets for tests: requests through Envoy listeners, Envoy's admin API."""
+"""A minimal HTTP/1.1 client on trio sockets: requests through Envoy's listeners, and Envoy's admin API."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ async def http_get(
 
 
 class HttpReader:
-    """Reads HTTP/1.1 message heads and bodies from a byte stream (shared with the test upstream)."""
+    """Reads HTTP/1.1 message heads and bodies from a byte stream (shared with `aether.demo.upstream`)."""
 
     def __init__(self, stream: trio.abc.ReceiveStream) -> None:
         self._stream = stream

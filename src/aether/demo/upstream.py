@@ -1,4 +1,4 @@
-"""A tiny HTTP/1.1 backend for tests that route traffic through Envoy: it answers 200 and names itself."""
+"""A tiny HTTP/1.1 backend that answers 200 and names itself: the demo's pods run it, and tests route to it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from aether.testing.http import HttpReader
-from aether.testing.xds_resources import LOOPBACK
+from aether.core.project.names import LOOPBACK
+from aether.envoy.http import HttpReader
 
 __all__ = [
     "UPSTREAM_NAME_HEADER",
@@ -39,7 +39,7 @@ class HttpUpstreamStatistics:
 
 
 class HttpUpstream:
-    """A running test upstream; `serve_http_upstream` hands it to the parent once it listens."""
+    """A running upstream; `serve_http_upstream` hands it to the parent once it listens."""
 
     def __init__(self, *, name: str, host: str, port: int, body: bytes) -> None:
         self.name = name
@@ -74,7 +74,7 @@ class HttpUpstream:
         try:
             await self._serve_connection(stream)
         except trio.BrokenResourceError:
-            # The client went away mid-exchange: a normal end for a test backend.
+            # The client went away mid-exchange: a normal end for a backend.
             return
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:

@@ -1,8 +1,8 @@
-"""TLS contexts for the registrar and its agents: mutual TLS with X.509-SVIDs, over HTTP/2 (ALPN "h2").
+"""TLS contexts for gRPC between roles: mutual TLS with X.509-SVIDs, over HTTP/2 (ALPN "h2").
 
 SPIFFE certificates name their holder in a URI SAN, not a DNS name, so neither side checks a hostname: both
-verify the chain against the trust bundle, and the registrar reads the client's SPIFFE ID itself
-(`aether.registrar.authorization`).
+verify the chain against the trust bundle, and a server that authorizes reads the client's SPIFFE ID itself
+(the registrar: `aether.registrar.authorization`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ _ALPN = ["h2"]
 
 
 def server_tls_context(*, certificate: Path, key: Path, bundle: Path) -> ssl.SSLContext:
-    """Return the registrar's context: its SVID (`certificate` chain and `key` PEM files), and client certificates
+    """Return a server's context (the registrar's): its SVID (`certificate` chain and `key` PEM files), and client certificates
     required, verified against `bundle` (the trust domain's roots).
 
     Raises:
@@ -34,7 +34,7 @@ def server_tls_context(*, certificate: Path, key: Path, bundle: Path) -> ssl.SSL
 
 
 def client_tls_context(*, certificate: Path, key: Path, bundle: Path) -> ssl.SSLContext:
-    """Return an agent's context: its SVID as client certificate, the registrar verified against `bundle`.
+    """Return a client's context (an agent's): its SVID as client certificate, the server verified against `bundle`.
 
     Raises:
         OSError: A file cannot be read.

@@ -1,4 +1,4 @@
-"""Jittered exponential backoff, shared by the registrar client's reconnects and the etcd backend's re-watches."""
+"""Jittered exponential backoff, shared by every reconnect: registrar watch and registrations, etcd, Kubernetes."""
 
 from __future__ import annotations
 

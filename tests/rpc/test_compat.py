@@ -1,4 +1,4 @@
-"""Tests of aether.xds.compat: each purerpc 0.8.0 defect shown on purerpc's own code, then gone with the fixes.
+"""Tests of aether.rpc.compat: each purerpc 0.8.0 defect shown on purerpc's own code, then gone with the fixes.
 
 Tests named ``test_upstream_*`` use the `upstream_purerpc` fixture and assert the defect; the others run fixed.
 Clients are grpcio (in worker threads) or `RawH2Client`, a bare h2 client for exact control of the frames sent.
@@ -33,10 +33,10 @@ from google.protobuf import wrappers_pb2
 from purerpc.grpc_socket import SocketWrapper
 from purerpc.grpclib.buffers import MessageWriteBuffer
 
-from aether.xds import compat, listen
-from aether.xds.compat import apply_purerpc_fixes
-from aether.xds.errors import PurerpcVersionError
-from aether.xds.listen import DEFAULT_MAX_MESSAGE_LENGTH, ListenAddress, serve_grpc
+from aether.rpc import compat, listen
+from aether.rpc.compat import apply_purerpc_fixes
+from aether.rpc.errors import PurerpcVersionError
+from aether.rpc.listen import DEFAULT_MAX_MESSAGE_LENGTH, ListenAddress, serve_grpc
 
 SERVICE_NAME = "aether.test.Echo"
 ONE_SECOND = 1.0
@@ -335,7 +335,7 @@ def test_refuses_other_purerpc_versions(monkeypatch: pytest.MonkeyPatch) -> None
         with pytest.raises(PurerpcVersionError) as caught:
             apply_purerpc_fixes()
     assert str(caught.value) == (
-        "purerpc must be version '0.8.0' for the aether.xds.compat patches (got '0.9.0');"
+        "purerpc must be version '0.8.0' for the aether.rpc.compat patches (got '0.9.0');"
         " review the patches against the new version before changing the pin"
     )
     assert _patched_attributes() == upstream

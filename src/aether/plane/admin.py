@@ -1,7 +1,7 @@
-"""The agent's admin endpoint: read-only JSON documents over HTTP/1.0 on a Unix socket (`aether status` reads it,
-through `aether.agent.admin_client`).
+"""A control plane's admin endpoint (agent, edge): read-only JSON documents over HTTP/1.0 on a Unix socket (`aether status` reads it,
+through `aether.plane.admin_client`).
 
-Only the agent's own user (and group) can connect: the socket is mode 0660 and never on TCP.
+Only the plane's own user (and group) can connect: the socket is mode 0660 and never on TCP.
 """
 
 from __future__ import annotations
@@ -21,8 +21,15 @@ import trio
 from aether.core.state import summarize
 from aether.xds.status import status_document
 
+__all__ = [
+    "Documents",
+    "HasStatistics",
+    "plane_documents",
+    "serve_admin",
+]
+
 if TYPE_CHECKING:
-    from aether.agent.journal import Journal
+    from aether.plane.journal import Journal
     from aether.xds.server import XdsServer
 
 MAX_REQUEST_BYTES = 8192
@@ -34,11 +41,13 @@ Documents = Mapping[str, Callable[[], dict[str, Any]]]
 """Path (e.g. `/status`) → function returning the JSON document served there."""
 
 
-class _Statistics(Protocol):
+class HasStatistics(Protocol):
+    """A part of a control plane that reports counters (STYLE C11)."""
+
     def statistics(self) -> Any: ...
 
 
-def plane_documents(journal: Journal, server: XdsServer, **parts: _Statistics) -> Documents:
+def plane_documents(journal: Journal, server: XdsServer, **parts: HasStatistics) -> Documents:
     """The documents of a control plane (agent or edge): `/status` (per Envoy stream and type), `/state` (a summary
     of the folded state) and `/statistics` (the journal's, the xDS server's and each of `parts`'s counters)."""
 

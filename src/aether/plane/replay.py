@@ -29,6 +29,18 @@ from aether.log import (
     scan_log,
 )
 
+__all__ = [
+    "Contribution",
+    "Replay",
+    "UndecodableRecordError",
+    "checkpoint_problems",
+    "collector_paused",
+    "decode_record",
+    "decoded_records",
+    "explain_resource",
+    "replay_log",
+]
+
 
 @attrs.define(kw_only=True, str=False)
 class UndecodableRecordError(LogError):

@@ -1,4 +1,4 @@
-"""Tests of `aether.testing.spiffe`: minted SVIDs are deterministic, well-formed, and land in the source's layout."""
+"""Tests of `aether.identity.mint`: minted SVIDs are deterministic, well-formed, and land in the source's layout."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from aether.identity import pem_blocks
-from aether.testing.spiffe import NOT_AFTER, TestCA, remove_svid, write_bundle, write_svid
+from aether.identity.mint import NOT_AFTER, TestCA, remove_svid, write_bundle, write_svid
 
 WEB_ID = "spiffe://aether.internal/ns/shop/sa/web"
 

@@ -1,10 +1,10 @@
-"""Tests of `aether.kube.selectors`: the API server's label and field selector grammar, parsed and matched."""
+"""Tests of `aether.testing.selectors`: the API server's label and field selector grammar, parsed and matched."""
 
 from __future__ import annotations
 
 import pytest
 
-from aether.kube.selectors import FieldSelector, LabelSelector, Operator, Requirement, SelectorError
+from aether.testing.selectors import FieldSelector, LabelSelector, Operator, Requirement, SelectorError
 
 
 def test_label_terms_parse_into_requirements() -> None:

@@ -1,6 +1,6 @@
 """Where the gRPC server listens (`ListenAddress`), and `serve_grpc`, which serves purerpc services there.
 
-A Unix socket is the default (`DEFAULT_XDS_SOCKET`). TCP binds the one host it is given:
+A Unix socket (`ListenAddress.unix`) or TCP; TCP binds the one host it is given:
 all interfaces only when asked for explicitly.
 """
 
@@ -29,12 +29,11 @@ import purerpc.server
 import trio
 from purerpc.grpclib.config import GRPCConfiguration
 
-from aether.xds.compat import apply_purerpc_fixes
-from aether.xds.errors import InvalidListenAddressError, InvalidServeOptionError, ListenError
+from aether.rpc.compat import apply_purerpc_fixes
+from aether.rpc.errors import InvalidListenAddressError, InvalidServeOptionError, ListenError
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_LENGTH",
-    "DEFAULT_XDS_SOCKET",
     "MAX_MESSAGE_LENGTH_LIMIT",
     "UNIX_SOCKET_MODE",
     "ListenAddress",
@@ -42,10 +41,7 @@ __all__ = [
     "serve_grpc",
 ]
 
-LOG = logging.getLogger("aether.xds")
-
-DEFAULT_XDS_SOCKET = Path("/run/aether/xds.sock")
-"""Where the agent serves xDS to its node's Envoy."""
+LOG = logging.getLogger("aether.rpc")
 
 DEFAULT_MAX_MESSAGE_LENGTH = 32 * 2**20
 """The largest gRPC message received or sent (32 MiB), as purerpc's own default.
@@ -228,7 +224,7 @@ async def serve_grpc(
 ) -> None:
     """Serve `services` over gRPC (HTTP/2, without TLS unless `tls` is given) on `listen` until cancelled.
 
-    Applies `aether.xds.compat.apply_purerpc_fixes` first. Uses purerpc's `ConnectionHandler` but not its
+    Applies `aether.rpc.compat.apply_purerpc_fixes` first. Uses purerpc's `ConnectionHandler` but not its
     `Server.serve_async`, which binds all interfaces with SO_REUSEPORT (so a second server on the same port
     starts without error) and knows no Unix sockets.
 
@@ -237,7 +233,7 @@ async def serve_grpc(
         listen: Where to listen. A Unix socket's parent directories are created; a stale socket file there
             (nobody listening) is replaced; the socket gets mode `UNIX_SOCKET_MODE`.
         max_message_length: The largest message received or sent, in bytes (1..`MAX_MESSAGE_LENGTH_LIMIT`).
-            A larger one fails its stream with RESOURCE_EXHAUSTED (see `aether.xds.errors.MessageTooLargeError`).
+            A larger one fails its stream with RESOURCE_EXHAUSTED (see `aether.rpc.errors.MessageTooLargeError`).
         tls: Serve TLS with this server context (it should offer ALPN "h2"); the verified client certificate
             of each connection is `current_peer_certificate()` inside its handlers. A failed handshake closes
             that connection only.

@@ -23,8 +23,8 @@ from purerpc.grpclib.config import GRPCConfiguration
 from purerpc.grpclib.exceptions import GRPCError
 from purerpc.wrappers import extract_message_from_singleton_stream
 
-from aether.xds.compat import apply_purerpc_fixes
-from aether.xds.listen import DEFAULT_MAX_MESSAGE_LENGTH, ListenAddress
+from aether.rpc.compat import apply_purerpc_fixes
+from aether.rpc.listen import DEFAULT_MAX_MESSAGE_LENGTH, ListenAddress
 
 __all__ = [
     "CONNECTION_ERRORS",

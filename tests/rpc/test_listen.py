@@ -1,4 +1,4 @@
-"""Tests of aether.xds.listen: parsing listen addresses, and where and how `serve_grpc` listens."""
+"""Tests of aether.rpc.listen: parsing listen addresses, and where and how `serve_grpc` listens."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import pytest
 import trio
 from google.protobuf import wrappers_pb2
 
-from aether.xds.errors import InvalidListenAddressError, InvalidServeOptionError, ListenError
-from aether.xds.listen import DEFAULT_XDS_SOCKET, MAX_MESSAGE_LENGTH_LIMIT, ListenAddress, serve_grpc
+from aether.plane.plane import DEFAULT_XDS_SOCKET
+from aether.rpc.errors import InvalidListenAddressError, InvalidServeOptionError, ListenError
+from aether.rpc.listen import MAX_MESSAGE_LENGTH_LIMIT, ListenAddress, serve_grpc
 
 SERVICE_NAME = "aether.test.Echo"
 FORMS = "'unix:/absolute/path', 'ipv4:port', '[ipv6]:port' or ':port' (all interfaces)"
