@@ -23,6 +23,7 @@ from google.protobuf import json_format
 
 from aether.core.project.bootstrap import static_bootstrap as bootstrap_from_snapshot
 from aether.core.snapshot import Snapshot
+from aether.envoy.bootstrap import DEFAULT_NODE_CLUSTER, XDS_CLUSTER, ads_bootstrap
 from aether.testing.http import http_get
 from aether.testing.xds_resources import LOOPBACK
 
@@ -41,11 +42,6 @@ __all__ = [
     "wait_for",
 ]
 
-XDS_CLUSTER = "xds_cluster"
-"""The name of the bootstrap cluster that points Envoy at the control plane."""
-
-DEFAULT_NODE_CLUSTER = "aether-test"
-"""The `node.cluster` every test bootstrap reports."""
 
 _STARTUP_TIMEOUT = 10.0
 # Envoy 1.40 answers its admin API about 0.1 s after exec on a 2-core box; 10 s covers a loaded CI runner.
@@ -65,9 +61,6 @@ _ADMIN_TIMEOUT = 10.0
 _LOG_FLUSH_MS = 20
 # Envoy buffers its log file and flushes every 10 s by default, so `log_text()` would miss the interesting part;
 # 20 ms keeps the log current for assertion messages at the cost of a few idle wakeups.
-
-_XDS_KEEPALIVE = {"interval": "2s", "timeout": "1s"}
-# HTTP/2 PINGs on the xDS connection, so Envoy notices a vanished control plane within about 3 s.
 
 
 class EnvoyStartFailed(RuntimeError):
@@ -140,75 +133,6 @@ def find_envoy_binary() -> Path:
     if on_path is not None:
         return Path(on_path)
     raise FileNotFoundError(f"envoy binary: not in the envoy package, beside {sys.executable!r}, or on PATH")
-
-
-def ads_bootstrap(
-    *,
-    node_id: str,
-    xds_unix_socket: Path | None = None,
-    xds_tcp: tuple[str, int] | None = None,
-    delta: bool = False,
-    admin_port: int = 0,
-) -> dict[str, Any]:
-    """Build a bootstrap that takes CDS and LDS (and so EDS and RDS) from one ADS stream.
-
-    Args:
-        node_id: The `node.id` Envoy sends on the first request of the stream.
-        xds_unix_socket: The control plane's Unix socket.
-        xds_tcp: The control plane's `(host, port)`; give exactly one of this and `xds_unix_socket`.
-        delta: True for incremental xDS (`DELTA_GRPC`), False for state of the world (`GRPC`).
-        admin_port: The admin port on 127.0.0.1; 0 lets Envoy pick one (see `Envoy.admin_address`).
-
-    Returns:
-        The bootstrap as JSON-ready dicts.
-
-    Raises:
-        ValueError: If neither or both control-plane addresses are given.
-    """
-    if (xds_unix_socket is None) == (xds_tcp is None):
-        raise ValueError(
-            f"ads bootstrap: give exactly one of xds_unix_socket and xds_tcp (got {xds_unix_socket!r} and {xds_tcp!r})"
-        )
-    if xds_unix_socket is not None:
-        address: dict[str, Any] = {"pipe": {"path": str(xds_unix_socket)}}
-    else:
-        assert xds_tcp is not None
-        address = {"socket_address": {"address": xds_tcp[0], "port_value": xds_tcp[1]}}
-    ads_source = {"ads": {}, "resource_api_version": "V3"}
-    xds_cluster = {
-        "name": XDS_CLUSTER,
-        "type": "STATIC",
-        "connect_timeout": "1s",
-        # https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#aggregated-discovery-service:
-        # gRPC needs HTTP/2 to the control plane.
-        "typed_extension_protocol_options": {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {
-                    "http2_protocol_options": {"connection_keepalive": dict(_XDS_KEEPALIVE)}
-                },
-            }
-        },
-        "load_assignment": {
-            "cluster_name": XDS_CLUSTER,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}],
-        },
-    }
-    return {
-        "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
-        "dynamic_resources": {
-            "ads_config": {
-                "api_type": "DELTA_GRPC" if delta else "GRPC",
-                "transport_api_version": "V3",
-                "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
-            },
-            "cds_config": dict(ads_source),
-            "lds_config": dict(ads_source),
-        },
-        "static_resources": {"clusters": [xds_cluster]},
-        "admin": _admin(admin_port),
-    }
 
 
 VALIDATE_TIMEOUT = 120
