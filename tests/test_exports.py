@@ -24,6 +24,7 @@ PACKAGES = [
     "aether.kube",
     "aether.edge",
     "aether.cni",
+    "aether.envoy",
 ]
 
 
