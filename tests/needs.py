@@ -23,6 +23,11 @@ TOOLS = {
 }
 """Each tool a test may run, and the Debian package (listed in .ci/apt-packages) that installs it."""
 FIX = "run `nox -s tests` as root on Debian (it installs .ci/apt-packages)"
+OTHER_TOOLS = {
+    "kubectl": "install kubectl v1.32 or later (kustomize v5 inside) from https://dl.k8s.io;"
+    " Debian's kubernetes-client 1.20 is too old",
+}
+"""Each tool a test may run that no Debian package provides at a version that works, and how to get it."""
 
 
 def missing(*what: str) -> list[str]:
@@ -36,6 +41,9 @@ def missing(*what: str) -> list[str]:
         if item == ROOT:
             if os.geteuid() != 0:
                 found.append(ROOT)
+        elif item in OTHER_TOOLS:
+            if shutil.which(item) is None:
+                found.append(item)
         elif shutil.which(item) is None:
             found.append(f"{item} (Debian {TOOLS[item]})")
     return found
@@ -44,6 +52,9 @@ def missing(*what: str) -> list[str]:
 def needs(*what: str) -> pytest.MarkDecorator:
     """A `skipif` marker: skip unless the machine has every item of `what` (`root` and tool names of `TOOLS`)."""
     lacking = missing(*what)
+    fixes = [OTHER_TOOLS[item] for item in lacking if item in OTHER_TOOLS]
+    if len(fixes) < len(lacking):
+        fixes.append(FIX)
     return pytest.mark.skipif(
-        bool(lacking), reason=f"needs {', '.join(what)}; missing {', '.join(lacking)}: {FIX}"
+        bool(lacking), reason=f"needs {', '.join(what)}; missing {', '.join(lacking)}: {'; '.join(fixes)}"
     )

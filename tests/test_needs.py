@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.needs import FIX, TOOLS, missing, needs
+from tests.needs import FIX, OTHER_TOOLS, TOOLS, missing, needs
 
 ROOT_DIRECTORY = Path(__file__).parent.parent
 
@@ -27,6 +27,13 @@ def test_a_missing_tool_is_named_with_its_package_and_the_fix(monkeypatch: pytes
     marker = needs("nft")
     assert marker.args == (True,)
     assert marker.kwargs["reason"] == f"needs nft; missing nft (Debian nftables): {FIX}"
+
+
+def test_a_tool_from_outside_debian_is_named_with_its_own_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "")
+    marker = needs("kubectl")
+    assert marker.args == (True,)
+    assert marker.kwargs["reason"] == f"needs kubectl; missing kubectl: {OTHER_TOOLS['kubectl']}"
 
 
 def test_an_unknown_tool_is_a_mistake_in_the_test() -> None:

@@ -19,23 +19,12 @@ import trio
 
 from aether.core.events import Event, Pod
 from aether.core.state import State
+from aether.kube.access import MESH_RESOURCES
 from aether.kube.api import KubeClient
 from aether.kube.baseline import Baseline, logged_objects
 from aether.kube.convert import ObjectError, deletion_events, object_events, object_meta
 from aether.kube.endpoints import MANAGED_SELECTOR
-from aether.kube.resources import (
-    GATEWAY_CLASSES,
-    GATEWAYS,
-    GRPC_ROUTES,
-    HTTP_ROUTES,
-    PODS,
-    REFERENCE_GRANTS,
-    SERVICES,
-    TCP_ROUTES,
-    TLS_ROUTES,
-    UDP_ROUTES,
-    JsonObject,
-)
+from aether.kube.resources import PODS, JsonObject
 from aether.kube.watch import (
     Deleted,
     Reflector,
@@ -63,21 +52,8 @@ LOG = logging.getLogger("aether.agent.kube_source")
 SOURCE = "kubernetes"
 """The `source` of every event this sends."""
 
-MESH_QUERIES: tuple[WatchQuery, ...] = tuple(
-    WatchQuery(resource=resource)
-    for resource in (
-        SERVICES,
-        GATEWAY_CLASSES,
-        GATEWAYS,
-        HTTP_ROUTES,
-        GRPC_ROUTES,
-        TCP_ROUTES,
-        TLS_ROUTES,
-        UDP_ROUTES,
-        REFERENCE_GRANTS,
-    )
-)
-"""What every node reads: Services (backendRefs), the Gateway API's routes and gateways, and ReferenceGrants."""
+MESH_QUERIES: tuple[WatchQuery, ...] = tuple(WatchQuery(resource=resource) for resource in MESH_RESOURCES)
+"""What every node reads (`aether.kube.access.MESH_RESOURCES`, the table the agent's RBAC is checked against)."""
 
 
 def node_pod_query(node_name: str) -> WatchQuery:

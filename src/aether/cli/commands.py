@@ -58,6 +58,11 @@ COMMANDS = (
         summary="project Kubernetes manifests offline into Envoy config",
     ),
     Command(
+        name="bootstrap",
+        module="aether.cli.bootstrap_command",
+        summary="print the ADS bootstrap a node's or the edge's Envoy starts with",
+    ),
+    Command(
         name="edge",
         module="aether.cli.edge_command",
         summary="run the edge: Gateway API routes served to the edge Envoy over xDS",

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from aether.kube.access import (
+    AGENT_ACCESS,
+    MESH_RESOURCES,
+    REGISTRAR_KUBERNETES_ACCESS,
+    ROLE_ACCESS,
+    WATCH_VERBS,
+    RoleAccess,
+    Rule,
+)
 from aether.kube.api import DEFAULT_PAGE_SIZE, KubeClient, KubeClientStatistics, ObjectList, WatchEvent
 from aether.kube.baseline import Baseline, LoggedObject, event_object, logged_objects
 from aether.kube.config import SERVICE_ACCOUNT_DIR, ClusterConfig
@@ -61,6 +70,7 @@ from aether.kube.watch import (
 from aether.kube.yaml_documents import MAX_ALIAS_EXPANSION, RefusedDocument, load_documents
 
 __all__ = [
+    "AGENT_ACCESS",
     "BUILTIN_RESOURCES",
     "DEFAULT_NAMESPACE",
     "DEFAULT_PAGE_SIZE",
@@ -71,17 +81,21 @@ __all__ = [
     "HTTP_ROUTES",
     "MANIFEST_SUFFIXES",
     "MAX_ALIAS_EXPANSION",
+    "MESH_RESOURCES",
     "NAMESPACES",
     "NODES",
     "OFFLINE_REGISTRY_VERSION",
     "PODS",
     "REFERENCE_GRANTS",
+    "REGISTRAR_KUBERNETES_ACCESS",
+    "ROLE_ACCESS",
     "SECRETS",
     "SERVICES",
     "SERVICE_ACCOUNT_DIR",
     "TCP_ROUTES",
     "TLS_ROUTES",
     "UDP_ROUTES",
+    "WATCH_VERBS",
     "ApiConnectionError",
     "ApiProtocolError",
     "ApiStatusError",
@@ -108,6 +122,8 @@ __all__ = [
     "ResourceExpiredError",
     "ResourceType",
     "Resumed",
+    "RoleAccess",
+    "Rule",
     "Synced",
     "Update",
     "Upserted",

@@ -5,16 +5,21 @@ the real server documents for what the mesh reads: list with `resourceVersion`, 
 paging; watch streams of JSON lines (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) from a resourceVersion;
 410 Gone (reason Expired) once that version is compacted; bearer tokens; and test controls to cut watches,
 force bookmarks, compact history and restart. Objects are written by tests through the store, or over HTTP
-(`aether.testing.kubewrites`: create, replace, merge-patch, delete, the status subresource).
+(`aether.testing.kubewrites`: create, replace, merge-patch, delete, the status subresource). It answers the
+legacy discovery documents kubectl reads (`aether.testing.kubediscovery`), and runs on its own for kubectl:
+
+    python -m aether.testing.kubeapi --listen 127.0.0.1:PORT
 """
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import json
 import ssl
+import sys
 import urllib.parse
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +28,7 @@ import h11
 import trio
 
 from aether.kube.resources import BUILTIN_RESOURCES, JsonObject, ResourceType
+from aether.testing.kubediscovery import api_versions, group_list, resource_list, served_resources
 from aether.testing.kubequery import (
     Query,
     bookmark,
@@ -45,7 +51,7 @@ from aether.testing.kubestore import (
 )
 from aether.testing.kubewrites import Rejected, write
 
-__all__ = ["DEFAULT_WATCH_TIMEOUT", "KubeApi", "KubeApiStatistics", "open_kube_api"]
+__all__ = ["DEFAULT_WATCH_TIMEOUT", "KubeApi", "KubeApiStatistics", "main", "open_kube_api"]
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
 """Seconds a watch without `timeoutSeconds` lasts: the real server picks 30 to 60 minutes at random."""
@@ -206,6 +212,10 @@ class KubeApi:
                 version = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-aether-test"}
                 await _send(connection, stream, 200, _encode(version))
                 return True
+            discovery = self._discovery(target.path)
+            if discovery is not None:
+                await _send(connection, stream, 200, _encode(discovery))
+                return True
             resource, namespace, name, subresource = self._route(target.path)
             method = request.method.decode("ascii", "replace")
             if method != "GET":
@@ -253,6 +263,24 @@ class KubeApi:
         presented = {name.lower(): value for name, value in headers}.get(b"authorization", b"")
         if presented != f"Bearer {self.token}".encode():
             raise Rejected(401, "Unauthorized", "Unauthorized")
+
+    def _discovery(self, path: str) -> JsonObject | None:
+        """The discovery document at `path` (`/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`), else None."""
+        parts = [part for part in path.split("/") if part]
+        served = self._by_path.values()
+        if parts == ["api"]:
+            return api_versions(address=f"{self.host}:{self.port}")
+        if parts == ["apis"]:
+            return group_list(served)
+        if len(parts) == 2 and parts[0] == "api":
+            found = resource_list(served, group="", version=parts[1])
+        elif len(parts) == 3 and parts[0] == "apis":
+            found = resource_list(served, group=parts[1], version=parts[2])
+        else:
+            return None
+        if found is None:
+            raise Rejected(404, "NotFound", "the server could not find the requested resource")
+        return found
 
     def _route(self, path: str) -> tuple[ResourceType, str | None, str | None, str]:
         """Return the resource, namespace, object name and subresource (`status` or empty) a path names."""
@@ -427,6 +455,7 @@ def store_resources(store: ObjectStore) -> tuple[ResourceType, ...]:
 async def open_kube_api(
     *,
     host: str = "127.0.0.1",
+    port: int = 0,
     token: str | None = None,
     history_limit: int = DEFAULT_HISTORY_LIMIT,
     bookmark_interval: float | None = None,
@@ -437,6 +466,7 @@ async def open_kube_api(
 
     Args:
         host: The address to listen on (loopback by default).
+        port: The port; 0 (the default) takes a free one (`KubeApi.port` says which).
         token: A bearer token every request must present; None accepts any request.
         history_limit: How many changes the store keeps for watches and paging.
         bookmark_interval: Seconds between bookmarks of the watches that allow them; None sends them only
@@ -448,12 +478,40 @@ async def open_kube_api(
     api = KubeApi(
         store=store, host=host, token=token, bookmark_interval=bookmark_interval, ssl_context=ssl_context
     )
+    api.port = port
     async with trio.open_nursery() as nursery:
         await nursery.start(api._serve)
         try:
             yield api
         finally:
             nursery.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m aether.testing.kubeapi --listen HOST:PORT`: serve the mesh's kinds and those an install of
+    `manifests/` creates, print the URL, and run until interrupted (for kubectl and the roles, by hand or in tests)."""
+    parser = argparse.ArgumentParser(prog="python -m aether.testing.kubeapi", description=main.__doc__)
+    parser.add_argument(
+        "--listen", default="127.0.0.1:0", metavar="HOST:PORT", help="default 127.0.0.1:0 (a free port)"
+    )
+    parser.add_argument("--token", help="the bearer token every request must present (default: none needed)")
+    arguments = parser.parse_args(argv)
+    host, _, port = arguments.listen.rpartition(":")
+    if not host or not port.isdigit():
+        parser.error(f"--listen: expected HOST:PORT such as 127.0.0.1:6443 (got {arguments.listen!r})")
+
+    async def serve() -> None:
+        async with open_kube_api(
+            host=host, port=int(port), token=arguments.token, resources=served_resources()
+        ) as api:
+            print(api.url, flush=True)
+            await trio.sleep_forever()
+
+    try:
+        trio.run(serve)
+    except KeyboardInterrupt:
+        return 0
+    return 0
 
 
 async def _receive_request(
@@ -511,3 +569,7 @@ def _next_bookmark(interval: float | None) -> float:
 
 def _encode(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

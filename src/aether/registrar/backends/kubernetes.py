@@ -48,6 +48,7 @@ LOG = logging.getLogger("aether.registrar.kubernetes")
 
 POD_QUERY = WatchQuery(resource=PODS, label_selector=MANAGED_SELECTOR)
 NODE_QUERY = WatchQuery(resource=NODES)
+# Invariant: these read exactly `aether.kube.access.REGISTRAR_KUBERNETES_ACCESS.watches` (its RBAC; a test checks).
 _SOURCES = {POD_QUERY: "pods", NODE_QUERY: "nodes"}
 
 

@@ -1,0 +1,154 @@
+"""Every container's command line is one the real programs accept: `aether`'s own parsers (the ones `aether`
+runs, with each role's start-up checks), Envoy in validate mode on the bootstrap `aether bootstrap` writes for it,
+and the installer's shell script naming only what the image holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aether.cli.bootstrap_command import bootstrap_of
+from aether.cli.commands import COMMANDS
+from aether.cli.main import build_parser
+from aether.registrar.backends.etcd import parse_etcd_endpoints
+from aether.testing.envoy import find_envoy_binary
+from tests.manifests.rendered import Object, containers, name_of
+from tests.needs import needs
+
+pytestmark = needs("kubectl")
+
+AETHER = "/opt/aether/bin/aether"
+ENVOY = "/usr/local/bin/envoy"
+IMAGE_PREFIX = "/opt/aether"
+"""The image's virtualenv (Containerfile): here, this interpreter's `sys.prefix`."""
+PENDING_ROLES = {"controller": "issue 16: `aether controller` does not exist yet"}
+"""Roles the manifests run that the CLI does not have yet; each must not be in `aether`'s table (so that once it
+is, this entry goes and its command line is checked like the others)."""
+FIELD_VALUES = {
+    "spec.nodeName": "node-1",
+    "metadata.name": "aether-edge-5d8f7c9b6-x2x7q",
+    "status.hostIP": "10.0.0.11",
+    "status.podIP": "10.244.1.7",
+}
+"""What the kubelet would put in a container's `fieldRef` variables, on a sample node."""
+SERVICE_HOST = "10.96.0.10"
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def _service_links(objects: list[Object], namespace: str) -> dict[str, str]:
+    """The `<NAME>_SERVICE_HOST` and `_PORT` variables the kubelet sets for each Service of `namespace`."""
+    links = {}
+    for obj in objects:
+        if obj["kind"] == "Service" and obj["metadata"].get("namespace") == namespace:
+            prefix = obj["metadata"]["name"].upper().replace("-", "_")
+            links[f"{prefix}_SERVICE_HOST"] = SERVICE_HOST
+            links[f"{prefix}_SERVICE_PORT"] = str(obj["spec"]["ports"][0]["port"])
+    return links
+
+
+def _expanded(objects: list[Object], workload: Object, container: Object) -> list[str]:
+    """The container's command line with its `$(VAR)` references expanded, as the kubelet expands them."""
+    environment = _service_links(objects, workload["metadata"]["namespace"])
+    for variable in container.get("env", ()):
+        if "value" in variable:
+            environment[variable["name"]] = variable["value"]
+        else:
+            environment[variable["name"]] = FIELD_VALUES[variable["valueFrom"]["fieldRef"]["fieldPath"]]
+    words = [*container.get("command", ()), *container.get("args", ())]
+    unknown = sorted({name for word in words for name in _REFERENCE.findall(word)} - set(environment))
+    assert unknown == [], f"{name_of(workload)} {container['name']}: $({unknown[0]}) is set by nothing"
+    return [_REFERENCE.sub(lambda match: environment[match.group(1)], word) for word in words]
+
+
+def _parsed(words: list[str], where: str) -> argparse.Namespace:
+    """`aether`'s parser on `words` (the command's own parser, as `aether` builds it); fail with its message."""
+    parser = build_parser(full={words[0]})
+    try:
+        return parser.parse_args(words)
+    except SystemExit as exit:
+        pytest.fail(f"{where}: `aether {' '.join(words)}` is refused (exit {exit.code})")
+
+
+def _aether_commands(overlay: list[Object]) -> list[tuple[str, list[str]]]:
+    found = []
+    for workload, _, container in containers(overlay):
+        words = _expanded(overlay, workload, container)
+        if words[0] == AETHER:
+            found.append((f"{name_of(workload)} {container['name']}", words[1:]))
+    return found
+
+
+def test_the_pending_roles_do_not_exist_yet() -> None:
+    """The controller's manifests run a role the CLI lacks; once it has it, this test says to check it."""
+    names = {command.name for command in COMMANDS}
+    assert names & set(PENDING_ROLES) == set(), "remove the role from PENDING_ROLES: check its command line"
+
+
+def test_every_aether_command_line_parses(overlay: list[Object]) -> None:
+    """Each `aether ...` command line is accepted by its role's real parser, with the role's start-up checks."""
+    checked = []
+    for where, words in _aether_commands(overlay):
+        if words[0] in PENDING_ROLES:
+            continue
+        arguments = _parsed(words, where)
+        if words[0] == "bootstrap":
+            bootstrap_of(arguments)
+        if words[0] == "registrar" and arguments.backend == "etcd":
+            assert parse_etcd_endpoints(arguments.etcd_endpoints)
+        if words[0] == "registrar" and arguments.backend == "embedded":
+            assert arguments.data_dir is not None, f"{where}: --backend embedded needs --data-dir"
+        checked.append(words[0])
+    assert sorted(set(checked)) == ["agent", "bootstrap", "edge", "mesh-dns", "registrar"]
+
+
+def test_a_refused_command_line_fails_the_check() -> None:
+    """The check is real: a flag the role does not have fails it."""
+    with pytest.raises(
+        pytest.fail.Exception, match=r"^agent: `aether agent --no-such-flag` is refused \(exit 2\)$"
+    ):
+        _parsed(["agent", "--no-such-flag"], "agent")
+
+
+def test_every_proxy_validates_on_its_bootstrap(overlay: list[Object], tmp_path: Path) -> None:
+    """Each Envoy container, run with `--mode validate` on what its pod's `aether bootstrap` writes, passes."""
+    validated = []
+    for workload, spec, container in containers(overlay):
+        words = _expanded(overlay, workload, container)
+        if words[0] != ENVOY:
+            continue
+        [init] = [item for item in spec["initContainers"] if item["name"] == "bootstrap"]
+        arguments = _parsed(_expanded(overlay, workload, init)[1:], f"{name_of(workload)} bootstrap")
+        config_path = words[words.index("--config-path") + 1]
+        assert str(arguments.output) == config_path, f"{name_of(workload)}: Envoy reads what bootstrap writes"
+        local = tmp_path / f"{workload['metadata']['name']}.json"
+        local.write_text(json.dumps(bootstrap_of(arguments)))
+        command = [
+            str(find_envoy_binary()),
+            *[str(local) if word == config_path else word for word in words[1:]],
+        ]
+        done = subprocess.run(
+            [*command, "--mode", "validate"], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, f"{name_of(workload)} proxy: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        validated.append(workload["metadata"]["name"])
+    assert sorted(validated) == ["aether-agent", "aether-edge"]
+
+
+def test_the_cni_installer_names_only_what_the_image_holds(overlay: list[Object]) -> None:
+    """The installer script copies `aether-cni` from the image's virtualenv (a placeholder until issue 16 item 3:
+    a Python-free plugin, chained into the primary CNI's conflist)."""
+    [(workload, container)] = [
+        (workload, container)
+        for workload, _, container in containers(overlay)
+        if container["name"] == "install-cni"
+    ]
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    named = sorted(set(re.findall(r"/opt/aether/\S+", container["command"][2])))
+    assert named == ["/opt/aether/bin/aether-cni"]
+    assert (Path(sys.prefix) / "bin" / "aether-cni").is_file(), name_of(workload)
