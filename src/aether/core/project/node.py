@@ -314,7 +314,9 @@ class NodeProjector:
                     continue
                 for cluster, selected in routing.backend_selectors.items():
                     parsed = parse_cluster_name(cluster, mesh_domain=mesh_domain)
-                    assert parsed is not None, f"route cluster {cluster!r} names no mesh service: this is a bug"
+                    assert parsed is not None, (
+                        f"route cluster {cluster!r} names no mesh service: this is a bug"
+                    )
                     found.setdefault(parsed.service, set()).update(selected)
             previous = self._subsets
             current: dict[str, SelectorKeys] = {}
