@@ -217,6 +217,7 @@ def endpoints() -> st.SearchStrategy[Endpoint]:
         region=st.sampled_from(("", "eu-west-1")),
         zone=st.sampled_from(("", "eu-west-1a")),
         metadata=st.sampled_from(({}, {"version": "v1"}, {"track": "canary", "version": "v2"})),
+        labels=st.sampled_from(({}, {"app": "web", "version": "v1"}, {"app": "web", "version": "v2"})),
         health=st.sampled_from(Health),
         health_check_mode=st.sampled_from(HealthCheckMode),
         namespace=st.sampled_from(("", *NAMESPACES)),

@@ -39,6 +39,8 @@ _VALUES: dict[str, Callable[..., Any]] = {
     "svid": builders.make_svid,
     "bundle": builders.make_trust_bundle,
     "config": builders.make_mesh_config,
+    "service": builders.make_kube_service,
+    "item": builders.make_kube_object,
 }
 
 

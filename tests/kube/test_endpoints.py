@@ -24,6 +24,7 @@ def test_invalid_annotations_keep_their_defaults_and_are_reported() -> None:
             namespace="shop",
             pod_name="web-10-0-0-1",
             node_name="node-1",
+            labels={"aether.io/managed": "true"},
         ),
         problems=(
             "pod 'shop/web-10-0-0-1': annotation 'endpoint.aether.io/weight' must be an integer 1..1000000 (got 'heavy')",

@@ -165,7 +165,7 @@ def test_the_same_directory_reads_to_the_same_events(tmp_path: Path) -> None:
 
 
 def test_offline_folding_registers_every_meshed_pod_as_the_registrar_would(tmp_path: Path) -> None:
-    """Pods of the manifests become one registry snapshot: service, first IP, annotated ports, healthy."""
+    """Pods of the manifests become one registry snapshot: service, first IP, annotated ports, labels, healthy."""
     unmanaged = POD.replace("web-1", "web-2").replace('aether.io/managed: "true"', "app: x")
     reading = ManifestDirectory.read(_write(tmp_path, {"a.yaml": f"{POD}---\n{unmanaged}"}))
     state = fold_offline(
@@ -180,6 +180,7 @@ def test_offline_folding_registers_every_meshed_pod_as_the_registrar_would(tmp_p
         namespace="shop",
         pod_name="web-1",
         node_name="node-a",
+        labels={"aether.io/managed": "true"},
     )
     assert registry_events(state, source="directory", observed_at=AT) == (
         EndpointsSnapshotReceived(

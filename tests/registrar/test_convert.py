@@ -29,6 +29,7 @@ FULL = Endpoint(
     region="eu",
     zone="eu-1",
     metadata={"version": "v2"},
+    labels={"app": "web", "version": "v2"},
     health=Health.DRAINING,
     health_check_mode=HealthCheckMode.ACTIVE,
     namespace="shop",

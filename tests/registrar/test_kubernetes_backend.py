@@ -57,6 +57,7 @@ def expected(ip: str, **fields: object) -> Endpoint:
         "namespace": "shop",
         "pod_name": pod_name(WEB, ip),
         "node_name": "node-1",
+        "labels": {"aether.io/managed": "true"},
         **fields,
     }
     return Endpoint(**values)  # type: ignore[arg-type]

@@ -144,6 +144,7 @@ def endpoint_from_proto(
         node_name=kubernetes.node_name,
         node_ip=kubernetes.node_ip,
         cluster_name=message.cluster_name,
+        labels=dict(message.labels),
     )
 
 
@@ -163,6 +164,8 @@ def endpoint_to_proto(endpoint: Endpoint) -> registry_pb2.ServiceEndpoint:
         message.locality.zone = endpoint.zone
     for key in sorted(endpoint.metadata.keys()):
         message.metadata[key] = endpoint.metadata[key]
+    for key in sorted(endpoint.labels.keys()):
+        message.labels[key] = endpoint.labels[key]
     if endpoint.namespace or endpoint.pod_name or endpoint.node_name or endpoint.node_ip:
         kubernetes = message.kubernetes_metadata
         kubernetes.namespace = endpoint.namespace

@@ -131,6 +131,7 @@ def make_endpoint(
     node_name: str = "",
     node_ip: str = "",
     cluster_name: str = "",
+    labels: Mapping[str, str] | None = None,
 ) -> Endpoint:
     """Return a healthy HTTP endpoint of mesh service `service` (`<namespace>/<serviceAccount>`)."""
     return Endpoint(
@@ -150,6 +151,7 @@ def make_endpoint(
         node_name=node_name,
         node_ip=node_ip,
         cluster_name=cluster_name,
+        labels={} if labels is None else labels,
     )
 
 
@@ -521,7 +523,13 @@ def on_demand_cluster_requested(
 
 def one_event_of_each_type() -> tuple[Event, ...]:
     """Return one valid event of every type of the catalog, in the catalog's order (`EVENT_TYPES`)."""
-    endpoint = make_endpoint(ports=(9090,), metadata={"version": "v1"}, namespace="default", pod_name="web-1")
+    endpoint = make_endpoint(
+        ports=(9090,),
+        metadata={"version": "v1"},
+        namespace="default",
+        pod_name="web-1",
+        labels={"app": "web", "version": "v1"},
+    )
     return (
         pod_added(make_pod(annotations={"endpoint.aether.io/port": "8080"})),
         pod_updated(make_pod(labels={**MANAGED_LABELS, "app": "web"})),

@@ -156,3 +156,23 @@ def test_a_route_change_within_the_same_dependency_set_reprojects_only_its_servi
         "HTTPRoute/default/own/rule/0/match/0",
         "HTTPRoute/default/own/rule/0/match/0",
     ]
+
+
+def test_a_selector_change_re_projects_the_routed_and_the_selected_service_only() -> None:
+    """A backend Service's selector gains a key: the routed service (its routes) and the backend's service (its
+    cluster's subsets) are projected again, nothing else, and the result equals a full projection; a selector whose
+    key sets stay the same keeps the backend's cluster."""
+    projector = NodeProjector(node_name=NODE)
+    state = fold_events(*_base(), gateway_object_upserted(_canary(10)))
+    projector.project(state, now=AT)
+    steps = (
+        (make_kube_service("beta", selector={"app": "beta", "track": "canary"}), 2),
+        (make_kube_service("beta", selector={"app": "beta", "track": "stable"}), 1),
+    )
+    for service, expected in steps:
+        state = fold_events(kube_service_upserted(service), state=state)
+        snapshot = projector.project(state, now=AT)
+        assert snapshot == project_node(state, node_name=NODE, now=AT)
+        assert projector.statistics().services_projected == expected
+    cluster = messages(snapshot, CLUSTER_TYPE)["beta.default.aether.internal"]
+    assert [list(item.keys) for item in cluster.lb_subset_config.subset_selectors] == [["app", "track"]]

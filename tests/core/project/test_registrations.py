@@ -12,12 +12,14 @@ NODE = "node-a"
 
 
 def test_the_intents_are_one_endpoint_per_local_pod_at_its_first_ip() -> None:
+    """Each local pod registers one endpoint at its first IP, with its annotations' settings and its labels."""
     state = fold_events(
         pod_added(
             make_pod(
                 "db-0",
                 namespace="shop",
                 service_account="db",
+                labels={"aether.io/managed": "true", "app": "db", "version": "v2"},
                 ips=("10.0.0.3", "fd00::3"),
                 node_name=NODE,
                 annotations={
@@ -45,6 +47,7 @@ def test_the_intents_are_one_endpoint_per_local_pod_at_its_first_ip() -> None:
             pod_name="db-0",
             node_name=NODE,
             cluster_name="c1",
+            labels={"aether.io/managed": "true", "app": "db", "version": "v2"},
         )
     }
 

@@ -61,6 +61,10 @@ class Endpoint:
     node_name: str = ""
     node_ip: str = ""
     cluster_name: str = ""
+    labels: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
+    """The pod's labels: what a Kubernetes Service's selector matches, so a backendRef reaches exactly the pods its
+    Service selects (the service account above is the identity, not the routing). Added after the first release:
+    an endpoint logged before it has none, and no Service selector matches it."""
 
     @property
     def key(self) -> EndpointKey:

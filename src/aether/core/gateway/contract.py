@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import attrs
 import immutables
 
-from aether.core.gateway.ir import HTTPRoute, VirtualHost
+from aether.core.gateway.ir import HTTPRoute, SelectorKeys, VirtualHost
 
 MESH_CONTROLLER = "gateway.aether.io/mesh"
 """The controllerName of GAMMA route status (routes whose parentRef is a Service)."""
@@ -97,6 +97,9 @@ class MeshRouting:
     """The keys (`<kind>/<ns>/<name>`) of the route objects that contributed, sorted."""
     backend_services: tuple[str, ...] = ()
     """The mesh services the routes send or mirror to, sorted: their clusters must be in the caller's snapshot."""
+    backend_selectors: Mapping[str, SelectorKeys] = attrs.field(factory=immutables.Map)
+    """Per cluster the routes send a Service's selection to, the label key sets of those selectors: the cluster
+    must subset its endpoints by them (`aether.core.gateway.ir.selector_keys`)."""
 
     @property
     def all_routes(self) -> tuple[HTTPRoute, ...]:
@@ -206,6 +209,8 @@ class GatewayView:
     """The mesh services `<ns>/<sa>` that edge routes point to: the edge emits their clusters."""
     backend_clusters: frozenset[str] = frozenset()
     """The exact cluster names the edge's routes reference (a subset of the clusters of `backend_services`)."""
+    backend_selectors: Mapping[str, SelectorKeys] = attrs.field(factory=immutables.Map)
+    """Per cluster the edge's routes send a Service's selection to, the label key sets of those selectors."""
     mesh_backend_services: frozenset[str] = frozenset()
     """The mesh services that GAMMA routes point to (the node adds them to a dependency set it routes for)."""
     mesh_l4: Mapping[str, MeshL4Routing] = attrs.field(factory=immutables.Map)

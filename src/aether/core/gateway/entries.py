@@ -168,7 +168,9 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
     total = sum(item.ref.weight for item in entry.backends)
     resolved = [
         ir.Destination(
-            cluster=http_cluster_name(item.service, mesh_domain=mesh_domain), weight=item.ref.weight
+            cluster=http_cluster_name(item.service, mesh_domain=mesh_domain),
+            weight=item.ref.weight,
+            selector=item.selector,
         )
         for item in entry.backends
         if item.service and item.ref.weight > 0

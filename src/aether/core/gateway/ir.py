@@ -10,6 +10,8 @@ projection because they belong to the data plane, not to the API: the mesh's ret
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import attrs
 
 # --- matches ---
@@ -113,6 +115,9 @@ class Destination:
     cluster: str
     weight: int
     """Positive: a backend of weight 0 gets no destination."""
+    selector: tuple[tuple[str, str], ...] = ()
+    """The labels, sorted, that the cluster's endpoints must all have to take this share: the backendRef's Service
+    selector (its cluster is its service account's, which other Services may share). Empty: every endpoint."""
 
 
 @attrs.frozen(kw_only=True)
@@ -189,3 +194,18 @@ class VirtualHost:
     """`<gateway ns>/<gateway name>/<listener>/<domain>`."""
     domains: tuple[str, ...]
     routes: tuple[HTTPRoute, ...] = ()
+
+
+SelectorKeys = tuple[tuple[str, ...], ...]
+"""The label key sets, each sorted, of the selectors that routes apply to one cluster, sorted and distinct."""
+
+
+def selector_keys(routes: Iterable[HTTPRoute]) -> Mapping[str, SelectorKeys]:
+    """Return, per cluster that `routes` send a selected share to, the key sets of those selectors (sorted)."""
+    found: dict[str, set[tuple[str, ...]]] = {}
+    for route in routes:
+        if isinstance(route.action, Forward):
+            for item in route.action.destinations:
+                if item.selector:
+                    found.setdefault(item.cluster, set()).add(tuple(label for label, _ in item.selector))
+    return {cluster: tuple(sorted(keys)) for cluster, keys in sorted(found.items())}

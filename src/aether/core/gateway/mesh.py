@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
+import immutables
 
 from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting
 from aether.core.gateway.entries import Entry, translate
+from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
 from aether.core.gateway.precedence import ordered, shadow_note
@@ -53,6 +55,7 @@ def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Ser
         grpc_routes=translated[1],
         routes=tuple(sorted({item.route.key for item in contributors})),
         backend_services=tuple(sorted(targets)),
+        backend_selectors=immutables.Map(selector_keys((*translated[0], *translated[1]))),
     )
     return _Service(routing=routing, notes=tuple(notes))
 

@@ -27,6 +27,7 @@ from aether.core.gateway.contract import (
     ObjectStatus,
     ParentStatus,
 )
+from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.listeners import ListenerState, listener_states
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.gateways import (
@@ -444,6 +445,14 @@ class GatewayProjector:
             edge_listeners=edge_result.listeners,
             backend_services=edge_result.backend_services,
             backend_clusters=edge_result.backend_clusters,
+            backend_selectors=immutables.Map(
+                selector_keys(
+                    route
+                    for listener in edge_result.listeners
+                    for vhost in listener.virtual_hosts
+                    for route in vhost.routes
+                )
+            ),
             mesh_backend_services=mesh_result.backend_services | l4_result.backend_services,
             mesh_l4=immutables.Map(l4_result.routing),
             status=immutables.Map(statuses),

@@ -1,10 +1,16 @@
 """Resolving references: a backendRef or a Service parentRef to the mesh service behind it, under ReferenceGrants.
 
 A Kubernetes Service stands for the mesh service (`<ns>/<serviceAccount>`) of the pods it selects (DESIGN.md
-section 4). A node's state holds only some pods, so when the selector picks none the Service's own name is taken as
-the service account: a Service named like its service account resolves to it directly. Pods of several accounts
-behind one Service resolve to the first account in sorted order (the mesh routes by identity: one Service, one
-identity is the supported shape).
+section 4): that service account is the identity its pods present (SPIFFE ID, SAN pinning). A node's state holds
+only some pods, so when the selector picks none the Service's own name is taken as the service account: a Service
+named like its service account resolves to it directly. Pods of several accounts behind one Service resolve to the
+first account in sorted order (one Service, one identity is the supported shape).
+
+Routing follows the Service's selection, not the identity: a resolved backend carries its Service's selector, and
+its traffic goes only to the endpoints of the service account whose pod labels match it (registry endpoints carry
+their pod's labels). So Services whose pods share an account (every pod as `default`, or a canary's v1 and v2
+Services) each reach their own pods. A Service without a selector (its endpoints managed by hand, in
+EndpointSlices, which Aether does not read) is taken as its namespace's service account of its name, whole.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class Backend:
     ref: BackendRef
     service: str = ""
     """The mesh service `<ns>/<sa>`; empty when unresolved."""
+    selector: tuple[tuple[str, str], ...] = ()
+    """The Service's selector, sorted by label: the endpoints of `service` its traffic may reach (empty: all)."""
     reason: str = ""
     """`BackendNotFound`, `RefNotPermitted` or `InvalidKind` when unresolved."""
     message: str = ""
@@ -163,4 +171,5 @@ class Resolver:
             return Backend(
                 ref=ref, reason=BACKEND_NOT_FOUND, message=f"backendRef {ref.key}: Service not found"
             )
-        return Backend(ref=ref, service=service)
+        kube = self._services[f"Service/{ref.namespace}/{ref.name}"]
+        return Backend(ref=ref, service=service, selector=tuple(sorted(kube.selector.items())))

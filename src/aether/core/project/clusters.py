@@ -7,6 +7,8 @@ Service clusters (all EDS over ADS, their ClusterLoadAssignment named like the c
 * `<sa>.<ns>.<meshDomain>:<port>`: HTTP to `port` on the endpoints advertising it; SNI = the port selects the
   callee's `in_<pod>_<port>` chain (the original system's SNI-per-port demultiplexing).
 * `tcp:<sa>.<ns>.<meshDomain>`: raw TCP, TLS with neither ALPN nor SNI: the callee's default (TCP) chain.
+
+A cluster that routes send Services' selections to subsets its endpoints by their labels (`aether.core.project.subsets`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from aether.core.events.pods import Pod
+from aether.core.gateway.ir import SelectorKeys
 from aether.core.project.messages import ads, milliseconds, pack, seconds, socket_address
 from aether.core.project.names import LOOPBACK, PASSTHROUGH_CLUSTER, PASSTHROUGH_MARK, app_cluster_name
+from aether.core.project.subsets import subset_config
 from aether.core.project.tls import UpstreamIdentity, apply_upstream_tls
 
 CONNECT_TIMEOUT_MS = 2_000
@@ -56,7 +60,14 @@ def _http_options(*, http2: bool) -> Any:
 
 
 def service_cluster(
-    name: str, *, identity: UpstreamIdentity, peer: str, trust_domain: str, http: bool, sni: str = ""
+    name: str,
+    *,
+    identity: UpstreamIdentity,
+    peer: str,
+    trust_domain: str,
+    http: bool,
+    sni: str = "",
+    subsets: SelectorKeys = (),
 ) -> Any:
     """Return the EDS cluster `name` of a mesh service whose endpoints present the SPIFFE ID `peer`.
 
@@ -67,6 +78,8 @@ def service_cluster(
         trust_domain: The trust domain whose bundle validates the endpoints.
         http: True for HTTP/2 with ALPN h2; False for raw TCP (no ALPN, no SNI).
         sni: The SNI to send (a port number, selecting the callee's chain for that port), or empty.
+        subsets: The label key sets of the Service selectors routes send to the cluster with (see
+            `aether.core.project.subsets`); empty: no subsets.
     """
     cluster = cluster_pb2.Cluster(
         name=name,
@@ -94,6 +107,8 @@ def service_cluster(
             max_ejection_percent=wrappers_pb2.UInt32Value(value=50),
         ),
     )
+    if subsets:
+        cluster.lb_subset_config.CopyFrom(subset_config(subsets))
     if http:
         cluster.typed_extension_protocol_options[_HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=True)))
     apply_upstream_tls(

@@ -6,7 +6,7 @@
   readiness listener on 18021;
 * the route tables of HTTP and HTTPS listeners (the view's virtual hosts, then a direct 404 for any other host);
 * one cluster per backend cluster the routes name, built like the node's (`aether.core.project.services`): EDS
-  from the registry, dialled at the pods' mesh inbound `<pod ip>:18008` with the edge's own SVID (mTLS, peer pinned
+  from the registry, subset by the selectors of the Services the routes name (`aether.core.project.subsets`), dialled at the pods' mesh inbound `<pod ip>:18008` with the edge's own SVID (mTLS, peer pinned
   by SPIFFE ID) or, with `cleartext`, in HTTP/2 without TLS (identity none);
 * the secrets: the edge's SVID and trust bundle, and the certificate of every HTTPS/TLS listener.
 
@@ -15,7 +15,7 @@ The edge has one identity and no local pods: nothing here depends on pods but th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -23,7 +23,8 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from aether.core.gateway import EdgeListener, GatewayView, gateway_view
-from aether.core.mesh_names import parse_cluster_name
+from aether.core.gateway.ir import SelectorKeys
+from aether.core.mesh_names import http_cluster_name, parse_cluster_name
 from aether.core.project.clusters import CONNECT_TIMEOUT_MS, service_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.edge_listeners import (
@@ -91,7 +92,7 @@ def edge_snapshot(view: GatewayView, state: State, *, node_id: str, options: Edg
         Resource.from_message(listener, references=references) for listener, references in listeners
     )
     resources.extend(Resource.from_message(table) for table in tables)
-    resources.extend(_clusters(view.backend_clusters, state, context=context))
+    resources.extend(_clusters(view.backend_clusters, state, context=context, subsets=view.backend_selectors))
     if unroutable:
         resources.append(Resource.from_message(_empty_cluster(UNROUTABLE_CLUSTER)))
     secrets = (
@@ -233,8 +234,15 @@ def _empty_cluster(name: str) -> Any:
     )
 
 
-def _clusters(names: Iterable[str], state: State, *, context: ServiceContext) -> list[Resource]:
-    """The clusters (and load assignments) of the backend cluster names the routes use, built like the node's.
+def _clusters(
+    names: Iterable[str],
+    state: State,
+    *,
+    context: ServiceContext,
+    subsets: Mapping[str, SelectorKeys],
+) -> list[Resource]:
+    """The clusters (and load assignments) of the backend cluster names the routes use, built like the node's:
+    a cluster the routes send Services' selections to subsets its endpoints by their labels (`subsets`).
 
     A name the registry cannot serve (a port no endpoint advertises) still gets its cluster, with no endpoints:
     requests to it get 503 at once, and no route of the edge ever names a missing cluster.
@@ -256,6 +264,7 @@ def _clusters(names: Iterable[str], state: State, *, context: ServiceContext) ->
             ServiceDemand(declared=True, requested=tuple(requested)),
             in_catalog=True,
             context=context,
+            subsets=subsets.get(http_cluster_name(service, mesh_domain=context.mesh_domain), ()),
         )
         served = {item.name for item in projection.resources if item.type_url == CLUSTER_TYPE}
         resources.extend(

@@ -16,9 +16,11 @@ from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from google.protobuf import wrappers_pb2
 
 from aether.core.events.registry import Endpoint, Health
+from aether.core.gateway.ir import SelectorKeys
 from aether.core.order import sorted_items
 from aether.core.project.messages import socket_address
 from aether.core.project.names import MESH_INBOUND_PORT
+from aether.core.project.subsets import endpoint_metadata
 from aether.core.reduce.annotations import MAX_WEIGHT
 
 Locality = tuple[str, str]
@@ -57,19 +59,31 @@ def priority(endpoint: Endpoint, *, locality: Locality | None) -> int:
     return SAME_ZONE if endpoint.zone == zone else SAME_REGION
 
 
-def _lb_endpoint(endpoint: Endpoint) -> Any:
-    return endpoint_components_pb2.LbEndpoint(
+def _lb_endpoint(endpoint: Endpoint, subsets: SelectorKeys) -> Any:
+    result = endpoint_components_pb2.LbEndpoint(
         endpoint=endpoint_components_pb2.Endpoint(address=socket_address(endpoint.ip, MESH_INBOUND_PORT)),
         health_status=_HEALTH[endpoint.health],
         # Envoy sums the weights of a locality into a uint32; the registry does not bound them, pods do.
         load_balancing_weight=wrappers_pb2.UInt32Value(value=min(endpoint.weight, MAX_WEIGHT)),
     )
+    if subsets:
+        metadata = endpoint_metadata(endpoint.labels, subsets)
+        if metadata is not None:
+            result.metadata.CopyFrom(metadata)
+    return result
 
 
-def load_assignment(cluster_name: str, endpoints: Iterable[Endpoint], *, locality: Locality | None) -> Any:
+def load_assignment(
+    cluster_name: str,
+    endpoints: Iterable[Endpoint],
+    *,
+    locality: Locality | None,
+    subsets: SelectorKeys = (),
+) -> Any:
     """Return the ClusterLoadAssignment of `cluster_name` holding `endpoints`.
 
     Endpoints are grouped by (priority, region, zone), groups in that order and endpoints by IP within a group.
+    With `subsets` (the cluster's selector key sets), each endpoint carries its labels of those keys.
     """
     groups: dict[tuple[int, str, str], dict[str, Endpoint]] = {}
     for endpoint in endpoints:
@@ -81,7 +95,7 @@ def load_assignment(cluster_name: str, endpoints: Iterable[Endpoint], *, localit
             endpoint_components_pb2.LocalityLbEndpoints(
                 locality=base_pb2.Locality(region=region, zone=zone),
                 priority=level,
-                lb_endpoints=[_lb_endpoint(item) for _, item in sorted_items(members)],
+                lb_endpoints=[_lb_endpoint(item, subsets) for _, item in sorted_items(members)],
             )
             for (level, region, zone), members in sorted_items(groups)
         ],

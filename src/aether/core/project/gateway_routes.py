@@ -21,6 +21,7 @@ from aether.core.project.gateway_matches import envoy_match
 from aether.core.project.messages import milliseconds
 from aether.core.project.names import IDEMPOTENT_METHODS
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
+from aether.core.project.subsets import metadata_match
 
 _REDIRECT_CODES = {
     301: rc.RedirectAction.MOVED_PERMANENTLY,
@@ -130,14 +131,18 @@ def _mesh_retry(forward: ir.Forward, *, idempotent: bool) -> Any:
 def _forward(forward: ir.Forward) -> Any:
     action = rc.RouteAction()
     if len(forward.destinations) == 1:
-        action.cluster = forward.destinations[0].cluster
+        (only,) = forward.destinations
+        action.cluster = only.cluster
+        if only.selector:
+            action.metadata_match.CopyFrom(metadata_match(only.selector))
     else:
-        action.weighted_clusters.clusters.extend(
-            rc.WeightedCluster.ClusterWeight(
+        for item in forward.destinations:
+            weighted = action.weighted_clusters.clusters.add(
                 name=item.cluster, weight=wrappers_pb2.UInt32Value(value=item.weight)
             )
-            for item in forward.destinations
-        )
+            if item.selector:
+                # A Service's share goes to the pods it selects, whichever others share its identity's cluster.
+                weighted.metadata_match.CopyFrom(metadata_match(item.selector))
     if forward.timeout_ms is not None:
         action.timeout.CopyFrom(milliseconds(forward.timeout_ms))
     if forward.host_rewrite:

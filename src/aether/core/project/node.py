@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 import attrs
 
 from aether.core.gateway import GatewayProjector, GatewayView, MeshL4Destination, MeshL4Routing, MeshRouting
+from aether.core.gateway.ir import SelectorKeys
+from aether.core.mesh_names import parse_cluster_name
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
@@ -153,6 +155,8 @@ class NodeProjector:
         self._dependencies: tuple[str, ...] = ()
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
         self._gateway, self._routed_demand, self._l4_in_set = _Last(), _Last(), _Last()
+        self._subsets_in_set = _Last()
+        self._subsets: Mapping[str, SelectorKeys] = {}
         self._routings: Mapping[str, MeshRouting] = {}
         self._l4: Mapping[str, MeshL4Routing] = {}
         self._l4_held: _L4InSet | None = None
@@ -203,6 +207,7 @@ class NodeProjector:
         demand = self._dependency_set(state, local, routings, l4, now=now)
         self._dependencies = demand.services
         l4_in_set = self._l4_of(demand, l4)
+        subsets = self._subsets_of(demand, routings, mesh.mesh_domain)
         service_context = _interned(
             self._service_context,
             ServiceContext(
@@ -219,7 +224,7 @@ class NodeProjector:
 
         changes = _Changes()
         services_projected, vhosts_changed = self._project_services(
-            state, demand, service_context, routings, l4_in_set.backends, changes
+            state, demand, service_context, routings, l4_in_set.backends, subsets, changes
         )
         pods_projected = self._project_pods(local, pod_context, l4_in_set.destinations, changes)
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
@@ -295,6 +300,40 @@ class NodeProjector:
         self._l4_held = held
         return held
 
+    def _subsets_of(
+        self, demand: Demand, routings: Mapping[str, MeshRouting], mesh_domain: str
+    ) -> Mapping[str, SelectorKeys]:
+        """Return, per service of the set, the selector key sets its bare cluster is subset by (the Services the
+        set's GAMMA routes send to); a service whose key sets did not change keeps the same tuple object."""
+
+        def compute() -> Mapping[str, SelectorKeys]:
+            found: dict[str, set[tuple[str, ...]]] = {}
+            for service in demand.services:
+                routing = routings.get(service)
+                if routing is None:
+                    continue
+                for cluster, selected in routing.backend_selectors.items():
+                    parsed = parse_cluster_name(cluster, mesh_domain=mesh_domain)
+                    assert parsed is not None, (
+                        f"route cluster {cluster!r} names no mesh service: this is a bug"
+                    )
+                    found.setdefault(parsed.service, set()).update(selected)
+            previous = self._subsets
+            current: dict[str, SelectorKeys] = {}
+            for service, keys in sorted(found.items()):
+                value = tuple(sorted(keys))
+                held = previous.get(service)
+                current[service] = held if held == value and held is not None else value
+            if current == previous:
+                return previous
+            return current
+
+        subsets: Mapping[str, SelectorKeys] = self._subsets_in_set.get(
+            (demand.services, routings, mesh_domain), compute
+        )
+        self._subsets = subsets
+        return subsets
+
     def _dependency_set(
         self,
         state: State,
@@ -362,6 +401,7 @@ class NodeProjector:
         context: ServiceContext,
         routings: Mapping[str, MeshRouting],
         tcp_backends: frozenset[str],
+        subsets: Mapping[str, SelectorKeys],
         changes: _Changes,
     ) -> tuple[int, bool]:
         """Bring the service units in line; return how many were computed and whether a virtual host changed."""
@@ -388,6 +428,13 @@ class NodeProjector:
                 )
             if tcp_backends is not previous[5]:
                 candidates.update(tcp_backends.symmetric_difference(previous[5]).intersection(deps))
+            if subsets is not previous[6]:
+                old_subsets = previous[6]
+                candidates.update(
+                    service
+                    for service in {*subsets, *old_subsets}.intersection(deps)
+                    if subsets.get(service) is not old_subsets.get(service)
+                )
             order: Iterable[str] = sorted(candidates)
         else:
             refs = list(map(registry.endpoints.get, deps))
@@ -401,6 +448,7 @@ class NodeProjector:
             registry.services,
             routings,
             tcp_backends,
+            subsets,
         )
         self._endpoint_refs = refs
         projected, vhosts_changed = 0, False
@@ -410,7 +458,8 @@ class NodeProjector:
             in_catalog = service in registry.services
             routing = routings.get(service)
             tcp_backend = service in tcp_backends
-            inputs = (endpoints, service_demand, in_catalog, context, routing, tcp_backend)
+            service_subsets = subsets.get(service, ())
+            inputs = (endpoints, service_demand, in_catalog, context, routing, tcp_backend, service_subsets)
             held = self._services.get(service)
             if held is not None and _same(held[0], inputs):
                 continue
@@ -423,6 +472,7 @@ class NodeProjector:
                 context=context,
                 routing=routing,
                 tcp_backend=tcp_backend,
+                subsets=service_subsets,
             )
             vhosts = old.vhosts if old.vhosts == new.vhosts else new.vhosts
             vhosts_changed = vhosts_changed or vhosts is not old.vhosts

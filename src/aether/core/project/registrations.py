@@ -3,8 +3,9 @@
 The agent is the only writer of its node's endpoints (the registrar accepts an endpoint only from the agent of the
 node it runs on). What it registers is a pure function of the folded state, like the Envoy snapshot: each local pod
 is one endpoint of its mesh service, at its first IP (the address the mesh binds), with the port, extra ports,
-weight, protocol and health-check mode its annotations set. A sink diffs this set against what it registered
-and calls the registrar; a replay of the log gives the same intents.
+weight, protocol and health-check mode its annotations set, and the pod's labels (what Service selectors match: a
+backendRef reaches only the pods its Service selects). A sink diffs this set against what it registered and calls
+the registrar; a replay of the log gives the same intents.
 
 A pod of a captured node registers only once CNI ADD has reported its network namespace (see
 `LocalPods.joining`): registered earlier, callers would dial an inbound listener that does not exist yet, and
@@ -36,6 +37,7 @@ def pod_endpoint(record: PodRecord, *, cluster_name: str) -> Endpoint | None:
         pod_name=pod.name,
         node_name=pod.node_name,
         cluster_name=cluster_name,
+        labels=pod.labels,
     )
 
 

@@ -12,6 +12,10 @@ Which clusters a service gets:
 
 A service only requested on demand gets nothing while it is not in the registry catalog, and every requested name it
 cannot serve (not in the catalog, a port it does not advertise, `udp:`) is reported as not found.
+
+When routes send Kubernetes Services' selections to the service (backendRefs of Services whose pods run as its
+account), its bare cluster subsets its endpoints by the selectors' label keys (`aether.core.project.subsets`): each
+Service's share reaches the pods it selects, and callers of the service's own name still reach every endpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import attrs
 
 from aether.core.events.registry import Endpoint, Protocol
 from aether.core.gateway.contract import MeshRouting
+from aether.core.gateway.ir import SelectorKeys
 from aether.core.mesh_names import http_cluster_name, parse_cluster_name, service_fqdn, tcp_cluster_name
 from aether.core.order import sorted_values
 from aether.core.project.clusters import service_cluster
@@ -66,6 +71,7 @@ class _Cluster:
     members: tuple[Endpoint, ...]
     http: bool
     sni: str = ""
+    subsets: SelectorKeys = ()
 
 
 def _serves(endpoint: Endpoint, port: int) -> bool:
@@ -79,6 +85,7 @@ def _clusters(
     *,
     mesh_domain: str,
     tcp_backend: bool = False,
+    subsets: SelectorKeys = (),
 ) -> tuple[list[_Cluster], list[tuple[str, list[str], str]]]:
     """Return the service's clusters and its virtual hosts as `(name, domains, cluster)`."""
     http = tuple(item for item in endpoints if item.protocol != Protocol.TCP)
@@ -96,7 +103,7 @@ def _clusters(
             if parsed is not None and parsed.protocol == "http" and parsed.port in primaries:
                 asked.add(parsed.port)
         bare = http_cluster_name(service, mesh_domain=mesh_domain)
-        clusters.append(_Cluster(name=bare, members=http, http=True))
+        clusters.append(_Cluster(name=bare, members=http, http=True, subsets=subsets))
         vhosts.append((bare, [fqdn, *(f"{fqdn}:{port}" for port in primaries)], bare))
         for port in sorted(asked.union(extras)):
             name = http_cluster_name(service, mesh_domain=mesh_domain, port=port)
@@ -120,19 +127,27 @@ def project_service(
     context: ServiceContext,
     routing: MeshRouting | None = None,
     tcp_backend: bool = False,
+    subsets: SelectorKeys = (),
 ) -> ServiceProjection:
     """Return the resources of `service` (see the module docstring for which).
 
     With `routing` (GAMMA routes whose parent resolves to the service), the routes of its own virtual host (the
     one named after its bare cluster) are the GAMMA routes, in precedence order; its per-port virtual hosts keep
     the default routes. A `tcp_backend` (a GAMMA TCPRoute or TLSRoute of the node forwards to it) gets its `tcp:`
-    cluster even before its first TCP endpoint registers, so no `tcp_proxy` names a missing cluster.
+    cluster even before its first TCP endpoint registers, so no `tcp_proxy` names a missing cluster. `subsets`
+    (the label key sets of the Service selectors routes send to its bare cluster with) subset that cluster's
+    endpoints by their labels (`aether.core.project.subsets`).
     """
     if not demand.declared and not in_catalog:
         return ServiceProjection(not_found=demand.requested) if demand.requested else NOTHING
     members = sorted_values(endpoints) if endpoints is not None else []
     clusters, vhosts = _clusters(
-        service, members, demand.requested, mesh_domain=context.mesh_domain, tcp_backend=tcp_backend
+        service,
+        members,
+        demand.requested,
+        mesh_domain=context.mesh_domain,
+        tcp_backend=tcp_backend,
+        subsets=subsets,
     )
     peer = spiffe_id(service, trust_domain=context.trust_domain)
     resources: list[Resource] = []
@@ -144,10 +159,13 @@ def project_service(
             trust_domain=context.trust_domain,
             http=item.http,
             sni=item.sni,
+            subsets=item.subsets,
         )
         resources.append(Resource.from_message(message, references=(item.name,)))
         resources.append(
-            Resource.from_message(load_assignment(item.name, item.members, locality=context.locality))
+            Resource.from_message(
+                load_assignment(item.name, item.members, locality=context.locality, subsets=item.subsets)
+            )
         )
     names = {item.name for item in clusters}
     return ServiceProjection(

@@ -175,6 +175,7 @@ class Endpoint(_message.Message):
     NODE_NAME_FIELD_NUMBER: _builtins.int
     NODE_IP_FIELD_NUMBER: _builtins.int
     CLUSTER_NAME_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     service: _builtins.str
     protocol: Global___Protocol.ValueType
     ip: _builtins.str
@@ -193,6 +194,10 @@ class Endpoint(_message.Message):
     def ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def metadata(self) -> _containers.RepeatedCompositeFieldContainer[Global___StringPair]: ...
+    @_builtins.property
+    def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___StringPair]:
+        """The pod's labels (what Service selectors match); absent from endpoints logged before it was added."""
+
     def __init__(
         self,
         *,
@@ -212,10 +217,11 @@ class Endpoint(_message.Message):
         node_name: _builtins.str = ...,
         node_ip: _builtins.str = ...,
         cluster_name: _builtins.str = ...,
+        labels: _abc.Iterable[Global___StringPair] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "health", b"health", "health_check_mode", b"health_check_mode", "ip", b"ip", "metadata", b"metadata", "namespace", b"namespace", "node_ip", b"node_ip", "node_name", b"node_name", "pod_name", b"pod_name", "port", b"port", "ports", b"ports", "protocol", b"protocol", "region", b"region", "service", b"service", "weight", b"weight", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "health", b"health", "health_check_mode", b"health_check_mode", "ip", b"ip", "labels", b"labels", "metadata", b"metadata", "namespace", b"namespace", "node_ip", b"node_ip", "node_name", b"node_name", "pod_name", b"pod_name", "port", b"port", "ports", b"ports", "protocol", b"protocol", "region", b"region", "service", b"service", "weight", b"weight", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aether/registry/v1/registry.proto\x12\x12\x61\x65ther.registry.v1\"\xb0\x02\n\x07Service\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x08protocol\x18\x02 \x01(\x0e\x32$.aether.registry.v1.Service.Protocol\x12=\n\tendpoints\x18\x03 \x03(\x0b\x32*.aether.registry.v1.Service.EndpointsEntry\x1aU\n\x0e\x45ndpointsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.aether.registry.v1.ServiceEndpoint:\x02\x38\x01\"I\n\x08Protocol\x12\x18\n\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n\rPROTOCOL_HTTP\x10\x01\x12\x10\n\x0cPROTOCOL_TCP\x10\x02\"(\n\x08Locality\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\"D\n\x11\x43ontainerMetadata\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x19\n\x11network_namespace\x18\x02 \x01(\t\"c\n\x12KubernetesMetadata\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08pod_name\x18\x02 \x01(\t\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12\x0f\n\x07node_ip\x18\x05 \x01(\tJ\x04\x08\x04\x10\x05\"\xea\x05\n\x0fServiceEndpoint\x12\n\n\x02ip\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\r\x12\x0e\n\x06weight\x18\x04 \x01(\r\x12.\n\x08locality\x18\x05 \x01(\x0b\x32\x1c.aether.registry.v1.Locality\x12\x43\n\x08metadata\x18\x06 \x03(\x0b\x32\x31.aether.registry.v1.ServiceEndpoint.MetadataEntry\x12\x41\n\x12\x63ontainer_metadata\x18\x07 \x01(\x0b\x32%.aether.registry.v1.ContainerMetadata\x12\x43\n\x13kubernetes_metadata\x18\x08 \x01(\x0b\x32&.aether.registry.v1.KubernetesMetadata\x12:\n\x06health\x18\t \x01(\x0e\x32*.aether.registry.v1.ServiceEndpoint.Health\x12N\n\x11health_check_mode\x18\n \x01(\x0e\x32\x33.aether.registry.v1.ServiceEndpoint.HealthCheckMode\x12\r\n\x05ports\x18\x0b \x03(\r\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"_\n\x06Health\x12\x16\n\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n\x10HEALTH_UNHEALTHY\x10\x02\x12\x13\n\x0fHEALTH_DRAINING\x10\x03\"m\n\x0fHealthCheckMode\x12!\n\x1dHEALTH_CHECK_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18HEALTH_CHECK_MODE_ACTIVE\x10\x01\x12\x19\n\x15HEALTH_CHECK_MODE_EDS\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aether/registry/v1/registry.proto\x12\x12\x61\x65ther.registry.v1\"\xb0\x02\n\x07Service\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x08protocol\x18\x02 \x01(\x0e\x32$.aether.registry.v1.Service.Protocol\x12=\n\tendpoints\x18\x03 \x03(\x0b\x32*.aether.registry.v1.Service.EndpointsEntry\x1aU\n\x0e\x45ndpointsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.aether.registry.v1.ServiceEndpoint:\x02\x38\x01\"I\n\x08Protocol\x12\x18\n\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n\rPROTOCOL_HTTP\x10\x01\x12\x10\n\x0cPROTOCOL_TCP\x10\x02\"(\n\x08Locality\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\"D\n\x11\x43ontainerMetadata\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x19\n\x11network_namespace\x18\x02 \x01(\t\"c\n\x12KubernetesMetadata\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08pod_name\x18\x02 \x01(\t\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12\x0f\n\x07node_ip\x18\x05 \x01(\tJ\x04\x08\x04\x10\x05\"\xda\x06\n\x0fServiceEndpoint\x12\n\n\x02ip\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\r\x12\x0e\n\x06weight\x18\x04 \x01(\r\x12.\n\x08locality\x18\x05 \x01(\x0b\x32\x1c.aether.registry.v1.Locality\x12\x43\n\x08metadata\x18\x06 \x03(\x0b\x32\x31.aether.registry.v1.ServiceEndpoint.MetadataEntry\x12\x41\n\x12\x63ontainer_metadata\x18\x07 \x01(\x0b\x32%.aether.registry.v1.ContainerMetadata\x12\x43\n\x13kubernetes_metadata\x18\x08 \x01(\x0b\x32&.aether.registry.v1.KubernetesMetadata\x12:\n\x06health\x18\t \x01(\x0e\x32*.aether.registry.v1.ServiceEndpoint.Health\x12N\n\x11health_check_mode\x18\n \x01(\x0e\x32\x33.aether.registry.v1.ServiceEndpoint.HealthCheckMode\x12\r\n\x05ports\x18\x0b \x03(\r\x12?\n\x06labels\x18\x0c \x03(\x0b\x32/.aether.registry.v1.ServiceEndpoint.LabelsEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"_\n\x06Health\x12\x16\n\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n\x10HEALTH_UNHEALTHY\x10\x02\x12\x13\n\x0fHEALTH_DRAINING\x10\x03\"m\n\x0fHealthCheckMode\x12!\n\x1dHEALTH_CHECK_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18HEALTH_CHECK_MODE_ACTIVE\x10\x01\x12\x19\n\x15HEALTH_CHECK_MODE_EDS\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,6 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SERVICE_ENDPOINTSENTRY']._serialized_options = b'8\001'
   _globals['_SERVICEENDPOINT_METADATAENTRY']._loaded_options = None
   _globals['_SERVICEENDPOINT_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_SERVICEENDPOINT_LABELSENTRY']._loaded_options = None
+  _globals['_SERVICEENDPOINT_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_SERVICE']._serialized_start=58
   _globals['_SERVICE']._serialized_end=362
   _globals['_SERVICE_ENDPOINTSENTRY']._serialized_start=202
@@ -48,11 +50,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KUBERNETESMETADATA']._serialized_start=476
   _globals['_KUBERNETESMETADATA']._serialized_end=575
   _globals['_SERVICEENDPOINT']._serialized_start=578
-  _globals['_SERVICEENDPOINT']._serialized_end=1324
-  _globals['_SERVICEENDPOINT_METADATAENTRY']._serialized_start=1069
-  _globals['_SERVICEENDPOINT_METADATAENTRY']._serialized_end=1116
-  _globals['_SERVICEENDPOINT_HEALTH']._serialized_start=1118
-  _globals['_SERVICEENDPOINT_HEALTH']._serialized_end=1213
-  _globals['_SERVICEENDPOINT_HEALTHCHECKMODE']._serialized_start=1215
-  _globals['_SERVICEENDPOINT_HEALTHCHECKMODE']._serialized_end=1324
+  _globals['_SERVICEENDPOINT']._serialized_end=1436
+  _globals['_SERVICEENDPOINT_METADATAENTRY']._serialized_start=1134
+  _globals['_SERVICEENDPOINT_METADATAENTRY']._serialized_end=1181
+  _globals['_SERVICEENDPOINT_LABELSENTRY']._serialized_start=1183
+  _globals['_SERVICEENDPOINT_LABELSENTRY']._serialized_end=1228
+  _globals['_SERVICEENDPOINT_HEALTH']._serialized_start=1230
+  _globals['_SERVICEENDPOINT_HEALTH']._serialized_end=1325
+  _globals['_SERVICEENDPOINT_HEALTHCHECKMODE']._serialized_start=1327
+  _globals['_SERVICEENDPOINT_HEALTHCHECKMODE']._serialized_end=1436
 # @@protoc_insertion_point(module_scope)

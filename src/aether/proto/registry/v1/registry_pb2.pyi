@@ -221,6 +221,26 @@ class ServiceEndpoint(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     IP_FIELD_NUMBER: _builtins.int
     CLUSTER_NAME_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
@@ -232,6 +252,7 @@ class ServiceEndpoint(_message.Message):
     HEALTH_FIELD_NUMBER: _builtins.int
     HEALTH_CHECK_MODE_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     ip: _builtins.str
     cluster_name: _builtins.str
     port: _builtins.int
@@ -251,6 +272,12 @@ class ServiceEndpoint(_message.Message):
     def ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Every port the endpoint serves, sorted (includes `port`)."""
 
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The pod's labels: what Kubernetes Service selectors match (routing to a Service reaches exactly the pods it
+        selects; the service key stays the identity). An Aether extension of the Go contract.
+        """
+
     def __init__(
         self,
         *,
@@ -265,10 +292,11 @@ class ServiceEndpoint(_message.Message):
         health: Global___ServiceEndpoint.Health.ValueType = ...,
         health_check_mode: Global___ServiceEndpoint.HealthCheckMode.ValueType = ...,
         ports: _abc.Iterable[_builtins.int] | None = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["container_metadata", b"container_metadata", "kubernetes_metadata", b"kubernetes_metadata", "locality", b"locality"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "container_metadata", b"container_metadata", "health", b"health", "health_check_mode", b"health_check_mode", "ip", b"ip", "kubernetes_metadata", b"kubernetes_metadata", "locality", b"locality", "metadata", b"metadata", "port", b"port", "ports", b"ports", "weight", b"weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "container_metadata", b"container_metadata", "health", b"health", "health_check_mode", b"health_check_mode", "ip", b"ip", "kubernetes_metadata", b"kubernetes_metadata", "labels", b"labels", "locality", b"locality", "metadata", b"metadata", "port", b"port", "ports", b"ports", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
