@@ -22,8 +22,8 @@ from aether.cli.render_command import (
     render_snapshot,
     render_state,
 )
+from aether.envoy.process import open_envoy
 from aether.kube.manifests import ManifestDirectory
-from aether.testing.envoy import open_envoy
 from aether.testing.h2c_upstream import open_h2c_upstream
 from tests.integration.test_routing_traffic import (
     EDGE_ADDRESS,
