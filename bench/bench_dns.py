@@ -1,14 +1,17 @@
-"""Benchmark `aether mesh-dns`: queries per second for cached mesh answers, against references run the same way.
+"""Benchmark `aether mesh-dns` over 1,000 mesh names and 1,000 forwarded names, against unbound in the same run.
 
 One single-process blocking UDP client sends N queries with up to `--window` outstanding, to each server in
 turn (each server in its own process): a bare trio UDP echo server (the ceiling for any trio UDP loop),
-`serve_mesh_dns` with two mesh names, and unbound with the same names as local-data when it is installed.
+`serve_mesh_dns` with the 1,000 mesh names, and unbound with the same names as local-data when it is installed.
 Everything is on loopback.
 
 Then, when Debian's `dnsperf` and `unbound` are installed, the figures that matter, all from one run: `dnsperf`
-queries/s against mesh-dns and against unbound (the same records as unbound's local-data), for mesh names and for
-forwarded names (mesh-dns forwards those to that same unbound, which answers them from local-data too), and the
-ratios mesh-dns / unbound. They are written to bench/results/dns.json.
+queries/s against mesh-dns and against unbound (the same 1,000 records as unbound's local-data), for mesh names
+and for forwarded names (mesh-dns forwards those to that same unbound, which answers them from local-data too),
+and the ratios mesh-dns / unbound. Forwarded names carry a 5 s TTL, so mesh-dns's cache refetches every name every
+5 s while dnsperf runs (real external names mostly have 30 s to a day); a third set of 1,000 forwarded names has
+TTL 0, which no cache may keep, so every one of those queries goes upstream: that figure is the forwarding path
+itself. The figures are written to bench/results/dns.json.
 
     python bench/bench_dns.py [--queries 50000] [--window 1] [--dnsperf-seconds 5]
 """
@@ -30,9 +33,21 @@ from pathlib import Path
 import dnslib
 from _common import write_results
 
-NAMES = ("reviews.default.aether.internal", "ratings.default.aether.internal")
-FORWARDED = ("www.example.test", "api.example.test")
+NAME_COUNT = 1_000
+"""Distinct names per set: a node's pods ask for hundreds of names, not two."""
+NAMESPACES = 50
+MESH_RECORDS = {
+    f"ns{index % NAMESPACES}/svc{index}": f"10.96.{index // 250}.{index % 250 + 1}"
+    for index in range(NAME_COUNT)
+}
+"""The record file's entries: `<namespace>/<service>` to a virtual IP."""
+NAMES = tuple(f"{key.split('/')[1]}.{key.split('/')[0]}.aether.internal" for key in MESH_RECORDS)
+FORWARDED = tuple(f"host{index}.zone{index % NAMESPACES}.example.test" for index in range(NAME_COUNT))
 """Names outside the mesh domain: mesh-dns forwards them (to unbound, in the dnsperf comparison)."""
+FORWARDED_TTL = 5
+"""TTL unbound gives `FORWARDED`: short, so the forwarded-answer cache expires and refetches during each run."""
+UNCACHEABLE = tuple(f"ttl0-host{index}.example.test" for index in range(NAME_COUNT))
+"""Forwarded names with TTL 0 (RFC 1035 3.2.1: use once, cache never): every query of these goes upstream."""
 
 _ECHO_SERVER = """
 import sys, trio
@@ -87,8 +102,8 @@ def run_client(
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect(("127.0.0.1", port))
         sock.settimeout(2.0)
-        # Warm up: the first answer of each name fills the server's cache.
-        for template in templates[:2]:
+        # Warm up: one answer, so the server is known to be up (the cache fills during the run, as in life).
+        for template in templates[:1]:
             sock.send(template)
             reply = sock.recv(4096)
             if check:
@@ -128,9 +143,16 @@ def _unbound(directory: Path) -> tuple[subprocess.Popen[str], int] | None:
         port = probe.getsockname()[1]
     config = directory / "unbound.conf"
     local = "".join(
-        f'    local-data: "{name}. 5 IN A 10.96.0.{10 + index}"\n' for index, name in enumerate(NAMES)
-    ) + "".join(
-        f'    local-data: "{name}. 5 IN A 192.0.2.{1 + index}"\n' for index, name in enumerate(FORWARDED)
+        f'    local-data: "{name}. 5 IN A {address}"\n'
+        for name, address in zip(NAMES, MESH_RECORDS.values(), strict=True)
+    )
+    local += "".join(
+        f'    local-data: "{name}. {FORWARDED_TTL} IN A 198.18.{index // 250}.{index % 250 + 1}"\n'
+        for index, name in enumerate(FORWARDED)
+    )
+    local += "".join(
+        f'    local-data: "{name}. 0 IN A 198.19.{index // 250}.{index % 250 + 1}"\n'
+        for index, name in enumerate(UNCACHEABLE)
     )
     config.write_text(
         f"server:\n    interface: 127.0.0.1\n    port: {port}\n    num-threads: 1\n    do-daemonize: no\n"
@@ -169,6 +191,10 @@ def dnsperf(port: int, names: tuple[str, ...], *, seconds: int, directory: Path)
     return float(match.group(1))
 
 
+KINDS = {"mesh_names": NAMES, "forwarded_names": FORWARDED, "forwarded_ttl0_names": UNCACHEABLE}
+"""The dnsperf query sets, each run against unbound and then mesh-dns."""
+
+
 def compare_with_unbound(records: Path, directory: Path, *, seconds: int) -> dict[str, float] | None:
     """mesh-dns vs unbound with dnsperf, in one run: mesh names, and forwarded names (upstream: that unbound)."""
     if shutil.which("dnsperf") is None:
@@ -185,14 +211,9 @@ def compare_with_unbound(records: Path, directory: Path, *, seconds: int) -> dic
         )
         try:
             qps = {
-                "unbound_mesh_names": dnsperf(unbound_port, NAMES, seconds=seconds, directory=directory),
-                "mesh_dns_mesh_names": dnsperf(mesh_port, NAMES, seconds=seconds, directory=directory),
-                "unbound_forwarded_names": dnsperf(
-                    unbound_port, FORWARDED, seconds=seconds, directory=directory
-                ),
-                "mesh_dns_forwarded_names": dnsperf(
-                    mesh_port, FORWARDED, seconds=seconds, directory=directory
-                ),
+                f"{server}_{kind}": dnsperf(port, names, seconds=seconds, directory=directory)
+                for kind, names in KINDS.items()
+                for server, port in (("unbound", unbound_port), ("mesh_dns", mesh_port))
             }
         finally:
             mesh_process.kill()
@@ -202,8 +223,7 @@ def compare_with_unbound(records: Path, directory: Path, *, seconds: int) -> dic
         unbound_process.wait()
     return {
         **{key: round(value) for key, value in qps.items()},
-        "ratio_mesh_names": round(qps["mesh_dns_mesh_names"] / qps["unbound_mesh_names"], 3),
-        "ratio_forwarded_names": round(qps["mesh_dns_forwarded_names"] / qps["unbound_forwarded_names"], 3),
+        **{f"ratio_{kind}": round(qps[f"mesh_dns_{kind}"] / qps[f"unbound_{kind}"], 3) for kind in KINDS},
     }
 
 
@@ -223,7 +243,7 @@ def main() -> None:
                 {
                     "writtenAt": "bench",
                     "generation": 1,
-                    "records": {"default/reviews": "10.96.0.10", "default/ratings": "10.96.0.11"},
+                    "records": MESH_RECORDS,
                 }
             )
         )
@@ -262,6 +282,8 @@ def main() -> None:
         {
             "queries": arguments.queries,
             "window": arguments.window,
+            "names": NAME_COUNT,
+            "forwarded_ttl": FORWARDED_TTL,
             "qps": {label: round(qps) for label, qps in results.items()},
             "dnsperf": comparison,
         },
@@ -286,12 +308,14 @@ def main() -> None:
         print(
             f"dnsperf -c 4 -l {arguments.dnsperf_seconds}, loopback (queries/s; mesh-dns forwards to the same unbound)"
         )
-        print(f"{'names':<12} {'mesh-dns':>10} {'unbound':>10} {'ratio':>7}")
-        for kind in ("mesh_names", "forwarded_names"):
+        print(
+            f"{NAME_COUNT} names per set, forwarded TTL {FORWARDED_TTL} s (ttl0: every query goes upstream)"
+        )
+        print(f"{'names':<16} {'mesh-dns':>10} {'unbound':>10} {'ratio':>7}")
+        for kind in KINDS:
             mesh, reference_qps = comparison[f"mesh_dns_{kind}"], comparison[f"unbound_{kind}"]
-            print(
-                f"{kind.split('_')[0]:<12} {mesh:>10,.0f} {reference_qps:>10,.0f} {comparison[f'ratio_{kind}']:>7.2f}"
-            )
+            label = kind.removesuffix("_names").replace("_", " ")
+            print(f"{label:<16} {mesh:>10,.0f} {reference_qps:>10,.0f} {comparison[f'ratio_{kind}']:>7.2f}")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
-"""Forwarding of names outside the mesh domain to upstream resolvers, over UDP or TCP, one upstream at a time."""
+"""Forwarding of names outside the mesh domain to upstream resolvers, one upstream at a time: over one kept
+UDP socket per upstream, or over TCP."""
 
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import struct
 
 import attrs
-import dnslib
 import trio
 
 from aether.dns.answer import Transport
-from aether.dns.errors import ListenAddressInvalid
+from aether.dns.errors import ListenAddressInvalid, WireFormatError
+from aether.dns.wire import Reply, question_section, read_reply
 
 logger = logging.getLogger(__name__)
 
@@ -65,50 +67,191 @@ def upstreams_from_resolv_conf(content: str) -> tuple[HostPort, ...]:
 
 
 class UpstreamReplyInvalid(Exception):
-    """An upstream sent something that is not an answer to our query (ignored; we try the next one)."""
+    """An upstream sent something that is not an answer to our query (we try the next one)."""
 
 
-async def forward_query(
-    query: bytes, *, upstreams: tuple[HostPort, ...], transport: Transport, timeout_per_upstream: float
-) -> bytes | None:
-    """Ask each upstream in turn, each within `timeout_per_upstream` seconds; return the first answer.
+class _Pending:
+    """One query on a shared UDP socket, waiting for the reply with its ID."""
 
-    Returns:
-        The upstream's reply, or None when every upstream failed or timed out (the caller answers SERVFAIL).
-    """
-    for upstream in upstreams:
-        with trio.move_on_after(timeout_per_upstream):
-            try:
-                if transport is Transport.TCP:
-                    return await _ask_tcp(query, upstream=upstream)
-                return await _ask_udp(query, upstream=upstream)
-            except (OSError, trio.BrokenResourceError, UpstreamReplyInvalid) as exc:
-                logger.info("upstream %s failed: %s; trying the next one", upstream, exc)
-                continue
-        logger.info(
-            "upstream %s: no answer within %.1fs; trying the next one", upstream, timeout_per_upstream
-        )
-    return None
+    __slots__ = ("done", "problem", "question", "reply")
+
+    def __init__(self, question: bytes) -> None:
+        self.question = question
+        self.done = trio.Event()
+        self.reply: Reply | None = None
+        self.problem: str | None = None
+
+    def fail(self, problem: str) -> None:
+        self.problem = problem
+        self.done.set()
 
 
-async def _ask_udp(query: bytes, *, upstream: HostPort) -> bytes:
-    """One UDP exchange with `upstream` on a fresh socket (a fresh random source port per query)."""
-    family = socket.AF_INET6 if ":" in upstream.host else socket.AF_INET
-    with trio.socket.socket(family, socket.SOCK_DGRAM) as sock:
-        await sock.connect((upstream.host, upstream.port))
-        await sock.send(query)
+class _Channel:
+    """The one connected UDP socket we keep to an upstream, and the queries waiting on it by ID."""
+
+    def __init__(self, upstream: HostPort, raw: socket.socket) -> None:
+        self.upstream = upstream
+        self.raw = raw
+        self.pending: dict[bytes, _Pending] = {}
+
+    def fresh_id(self) -> bytes:
+        """A random ID no query on this socket is waiting with (RFC 5452 9.2: unpredictable IDs)."""
         while True:
-            reply = await sock.recv(_MAX_UDP_REPLY)
-            # A connected socket only hears from the upstream; still, a stray or late reply is skipped.
-            if _answers(query, reply):
-                return reply
+            ident = secrets.token_bytes(2)
+            if ident not in self.pending:
+                return ident
+
+    def fail_all(self, problem: str) -> None:
+        for pending in self.pending.values():
+            pending.fail(problem)
 
 
-async def _ask_tcp(query: bytes, *, upstream: HostPort) -> bytes:
-    """One TCP exchange with `upstream` (RFC 1035 4.2.2 length framing)."""
+class Upstreams:
+    """The upstream resolvers, each reached over one long-lived connected UDP socket (and TCP per query).
+
+    A socket per query costs a socket, a bind and a close, and was most of a forward's time; one socket per
+    upstream instead carries every query, told apart by random IDs and matched on the question. The socket is
+    connected, so the kernel drops datagrams from anyone but the upstream's address and port; with a fixed port,
+    spoofing resistance rests on the 16-bit ID and the exact question (RFC 5452 9.1 asks for a random port too):
+    the upstream is the node's own resolver, on a network the cluster controls.
+
+    Built by `serve_upstreams`.
+    """
+
+    def __init__(self, upstreams: tuple[HostPort, ...], *, reader_nursery: trio.Nursery) -> None:
+        self.upstreams = upstreams
+        self._reader_nursery = reader_nursery
+        self._channels: dict[HostPort, _Channel] = {}
+        self.queries_sent = 0
+
+    async def ask(self, query: bytes, *, transport: Transport, timeout_per_upstream: float) -> Reply | None:
+        """Ask each upstream in turn, each within `timeout_per_upstream` seconds; return the first good answer.
+
+        Args:
+            query: the query to send, any ID (each try gets a fresh random one).
+
+        Returns:
+            The upstream's reply (its question matches `query`'s and every record parses), or None when every
+            upstream failed, answered junk or timed out (the caller answers SERVFAIL).
+        """
+        question = question_section(query)
+        for upstream in self.upstreams:
+            with trio.move_on_after(timeout_per_upstream):
+                try:
+                    if transport is Transport.TCP:
+                        return await _ask_tcp(query, question, upstream=upstream)
+                    return await self._ask_udp(query, question, upstream=upstream)
+                except (OSError, trio.BrokenResourceError, UpstreamReplyInvalid) as exc:
+                    logger.info("upstream %s failed: %s; trying the next one", upstream, exc)
+                    continue
+            logger.info(
+                "upstream %s: no answer within %.1fs; trying the next one", upstream, timeout_per_upstream
+            )
+        return None
+
+    async def _ask_udp(self, query: bytes, question: bytes, *, upstream: HostPort) -> Reply:
+        channel = await self._channel(upstream)
+        ident = channel.fresh_id()
+        pending = _Pending(question)
+        channel.pending[ident] = pending
+        try:
+            channel.raw.send(ident + query[2:])  # a full send buffer raises BlockingIOError: next upstream
+            self.queries_sent += 1
+            await pending.done.wait()
+        finally:
+            del channel.pending[ident]
+        if pending.reply is None:
+            raise UpstreamReplyInvalid(f"upstream {upstream}: {pending.problem}")
+        return pending.reply
+
+    async def _channel(self, upstream: HostPort) -> _Channel:
+        """The socket to `upstream`, made and connected on first use (and again after it broke)."""
+        channel = self._channels.get(upstream)
+        if channel is not None:
+            return channel
+        family = socket.AF_INET6 if ":" in upstream.host else socket.AF_INET
+        # A host name is looked up here, off the event loop; a literal costs nothing.
+        address = (await trio.socket.getaddrinfo(upstream.host, upstream.port, family, socket.SOCK_DGRAM))[0][
+            4
+        ]
+        channel = self._channels.get(upstream)  # another task may have made it while we looked the name up
+        if channel is not None:
+            return channel
+        raw = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            raw.setblocking(False)
+            raw.connect(address)
+        except OSError:
+            raw.close()
+            raise
+        channel = _Channel(upstream, raw)
+        self._channels[upstream] = channel
+        self._reader_nursery.start_soon(self._read, channel)
+        return channel
+
+    async def _read(self, channel: _Channel) -> None:
+        """Hand each datagram on `channel` to the query waiting with its ID, until the socket breaks."""
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(channel.raw)
+                while True:
+                    try:
+                        data = channel.raw.recv(_MAX_UDP_REPLY)
+                    except BlockingIOError:
+                        break
+                    except ConnectionRefusedError:
+                        # ICMP port unreachable: nobody listens there; everyone waiting moves on at once.
+                        channel.fail_all("refused (ICMP port unreachable)")
+                        continue
+                    _deliver(channel, data)
+        except OSError as exc:
+            logger.warning(
+                "upstream %s: socket failed (%s); opening a new one on the next query", channel.upstream, exc
+            )
+            channel.fail_all(f"socket failed ({exc})")
+        finally:
+            if self._channels.get(channel.upstream) is channel:
+                del self._channels[channel.upstream]
+            channel.raw.close()
+
+
+def _deliver(channel: _Channel, data: bytes) -> None:
+    pending = channel.pending.get(data[:2])
+    if pending is None or pending.done.is_set():
+        return  # late (the asker timed out) or stray
+    try:
+        reply = read_reply(data)
+    except WireFormatError as exc:
+        pending.fail(f"junk reply ({exc})")
+        return
+    if reply.question != pending.question:
+        # Perhaps a late reply to an earlier query that had the same ID: not ours; keep waiting.
+        logger.info("upstream %s: reply for another question ignored", channel.upstream)
+        return
+    pending.reply = reply
+    pending.done.set()
+
+
+async def serve_upstreams(
+    upstreams: tuple[HostPort, ...], *, task_status: trio.TaskStatus[Upstreams] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the readers of the upstream sockets until cancelled; `task_status.started` gets the `Upstreams`.
+
+    Resource handling:
+        Each socket belongs to its reader task, which closes it when it ends (cancelled, or the socket broke).
+    """
+    async with trio.open_nursery() as reader_nursery:
+        task_status.started(Upstreams(upstreams, reader_nursery=reader_nursery))
+        await trio.sleep_forever()
+
+
+async def _ask_tcp(query: bytes, question: bytes, *, upstream: HostPort) -> Reply:
+    """One TCP exchange with `upstream` on a fresh connection (RFC 1035 4.2.2 length framing): only answers
+    too big for UDP come this way, so a connection per query is cheap enough."""
+    ident = secrets.token_bytes(2)
     stream = await trio.open_tcp_stream(upstream.host, upstream.port)
     async with stream:
-        await stream.send_all(_LENGTH.pack(len(query)) + query)
+        await stream.send_all(_LENGTH.pack(len(query)) + ident + query[2:])
         buffer = b""
         while True:
             chunk = await stream.receive_some()
@@ -116,22 +259,11 @@ async def _ask_tcp(query: bytes, *, upstream: HostPort) -> bytes:
                 raise UpstreamReplyInvalid(f"upstream {upstream}: closed the connection before answering")
             buffer += chunk
             if len(buffer) >= 2 and len(buffer) >= 2 + _LENGTH.unpack_from(buffer)[0]:
-                reply = buffer[2 : 2 + _LENGTH.unpack_from(buffer)[0]]
-                if not _answers(query, reply):
+                data = buffer[2 : 2 + _LENGTH.unpack_from(buffer)[0]]
+                try:
+                    reply = read_reply(data)
+                except WireFormatError as exc:
+                    raise UpstreamReplyInvalid(f"upstream {upstream}: junk reply ({exc})") from exc
+                if data[:2] != ident or reply.question != question:
                     raise UpstreamReplyInvalid(f"upstream {upstream}: reply does not match the query")
                 return reply
-
-
-def _answers(query: bytes, reply: bytes) -> bool:
-    """Whether `reply` is a response to `query`: same ID, QR set, same question (case included)."""
-    if len(reply) < 12 or reply[:2] != query[:2] or not reply[2] & 0x80:
-        return False
-    try:
-        asked = dnslib.DNSRecord.parse(query).questions
-        answered = dnslib.DNSRecord.parse(reply).questions
-    except Exception:  # dnslib raises several types on garbage; garbage is simply not an answer
-        return False
-    # An upstream may echo no question on some errors (FORMERR); accept that, else require a match.
-    return not answered or [(str(q.qname), q.qtype) for q in asked] == [
-        (str(q.qname), q.qtype) for q in answered
-    ]
