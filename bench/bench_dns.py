@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import socket
@@ -195,8 +196,23 @@ KINDS = {"mesh_names": NAMES, "forwarded_names": FORWARDED, "forwarded_ttl0_name
 """The dnsperf query sets, each run against unbound and then mesh-dns."""
 
 
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds process `pid` has used so far (Linux /proc; zeros elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def compare_with_unbound(records: Path, directory: Path, *, seconds: int) -> dict[str, float] | None:
-    """mesh-dns vs unbound with dnsperf, in one run: mesh names, and forwarded names (upstream: that unbound)."""
+    """mesh-dns vs unbound with dnsperf, in one run: mesh names, and forwarded names (upstream: that unbound).
+
+    Besides queries/s, each server's CPU per query (user and system microseconds, from /proc) during its run:
+    on a shared machine the rate moves with the load, the CPU a query costs much less, and it shows what bounds
+    the rate (for forwarded names, mesh-dns's figure leaves out the upstream unbound's share).
+    """
     if shutil.which("dnsperf") is None:
         print("dnsperf: not installed (Debian dnsperf), comparison skipped", file=sys.stderr)
         return None
@@ -205,26 +221,32 @@ def compare_with_unbound(records: Path, directory: Path, *, seconds: int) -> dic
         print("unbound: not installed (Debian unbound), comparison skipped", file=sys.stderr)
         return None
     unbound_process, unbound_port = unbound
+    figures: dict[str, float] = {}
     try:
         mesh_process, mesh_port = _start(
             [sys.executable, "-c", _MESH_DNS_SERVER, str(records), str(unbound_port)]
         )
         try:
-            qps = {
-                f"{server}_{kind}": dnsperf(port, names, seconds=seconds, directory=directory)
-                for kind, names in KINDS.items()
-                for server, port in (("unbound", unbound_port), ("mesh_dns", mesh_port))
-            }
+            for kind, names in KINDS.items():
+                for server, process, port in (
+                    ("unbound", unbound_process, unbound_port),
+                    ("mesh_dns", mesh_process, mesh_port),
+                ):
+                    user, system = _cpu_seconds(process.pid)
+                    qps = dnsperf(port, names, seconds=seconds, directory=directory)
+                    user_after, system_after = _cpu_seconds(process.pid)
+                    answered = qps * seconds
+                    figures[f"{server}_{kind}"] = round(qps)
+                    figures[f"{server}_{kind}_user_us"] = round(1e6 * (user_after - user) / answered, 2)
+                    figures[f"{server}_{kind}_system_us"] = round(1e6 * (system_after - system) / answered, 2)
+                figures[f"ratio_{kind}"] = round(figures[f"mesh_dns_{kind}"] / figures[f"unbound_{kind}"], 3)
         finally:
             mesh_process.kill()
             mesh_process.wait()
     finally:
         unbound_process.kill()
         unbound_process.wait()
-    return {
-        **{key: round(value) for key, value in qps.items()},
-        **{f"ratio_{kind}": round(qps[f"mesh_dns_{kind}"] / qps[f"unbound_{kind}"], 3) for kind in KINDS},
-    }
+    return figures
 
 
 def main() -> None:
@@ -311,11 +333,18 @@ def main() -> None:
         print(
             f"{NAME_COUNT} names per set, forwarded TTL {FORWARDED_TTL} s (ttl0: every query goes upstream)"
         )
-        print(f"{'names':<16} {'mesh-dns':>10} {'unbound':>10} {'ratio':>7}")
+        print(
+            f"{'names':<16} {'mesh-dns':>10} {'unbound':>10} {'ratio':>7}   CPU us/query, user+sys: mesh-dns | unbound"
+        )
         for kind in KINDS:
             mesh, reference_qps = comparison[f"mesh_dns_{kind}"], comparison[f"unbound_{kind}"]
             label = kind.removesuffix("_names").replace("_", " ")
-            print(f"{label:<16} {mesh:>10,.0f} {reference_qps:>10,.0f} {comparison[f'ratio_{kind}']:>7.2f}")
+            cpu = " | ".join(
+                f"{comparison[f'{server}_{kind}_user_us']:.1f}+{comparison[f'{server}_{kind}_system_us']:.1f}"
+                for server in ("mesh_dns", "unbound")
+            )
+            ratio = comparison[f"ratio_{kind}"]
+            print(f"{label:<16} {mesh:>10,.0f} {reference_qps:>10,.0f} {ratio:>7.2f}   {cpu}")
 
 
 if __name__ == "__main__":

@@ -295,7 +295,10 @@ async def _serve_udp(
             server.udp_queries += 1
             response = cached(query, transport=udp, now=now)
             if response is not None:
-                _send_now(raw, response, client)
+                try:  # _send_now, inlined: this is the path of nearly every query
+                    raw.sendto(response, client)
+                except OSError as exc:
+                    logger.info("udp answer to %s not sent: %s", client, exc)
                 continue
             resolution = _resolve(server, query, transport=udp, now=now)
             if isinstance(resolution, Answered):
