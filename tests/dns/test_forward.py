@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import dnslib
 import pytest
 import trio
@@ -45,17 +47,19 @@ async def test_forward_over_udp_and_tcp(nursery: trio.Nursery, upstream: HostPor
     pool: Upstreams = await nursery.start(serve_upstreams, (upstream,))
     query = bytes(dnslib.DNSRecord.question("www.example").pack())
     for transport in Transport:
-        reply = await pool.ask(query, transport=transport, timeout_per_upstream=2)
+        reply = await pool.ask(query, transport=transport)
         assert reply is not None
         assert [str(rr.rdata) for rr in dnslib.DNSRecord.parse(reply.message).rr] == ["192.0.2.1"]
 
 
 async def test_all_upstreams_silent_gives_none(nursery: trio.Nursery, silent_upstream: HostPort) -> None:
     """Every upstream timing out returns None (the server then answers SERVFAIL)."""
-    pool: Upstreams = await nursery.start(serve_upstreams, (silent_upstream,))
+    pool: Upstreams = await nursery.start(
+        functools.partial(serve_upstreams, (silent_upstream,), timeout_per_upstream=0.1)
+    )
     query = bytes(dnslib.DNSRecord.question("www.example").pack())
     with trio.fail_after(5):
-        assert await pool.ask(query, transport=Transport.UDP, timeout_per_upstream=0.1) is None
+        assert await pool.ask(query, transport=Transport.UDP) is None
 
 
 async def test_udp_queries_share_one_socket_per_upstream(nursery: trio.Nursery) -> None:
@@ -78,7 +82,7 @@ async def test_udp_queries_share_one_socket_per_upstream(nursery: trio.Nursery) 
 
     async def ask(name: str) -> None:
         query = bytes(dnslib.DNSRecord.question(name).pack())
-        replies.append(await pool.ask(query, transport=Transport.UDP, timeout_per_upstream=5))
+        replies.append(await pool.ask(query, transport=Transport.UDP))
 
     with trio.fail_after(10):
         async with trio.open_nursery() as askers:
@@ -89,3 +93,22 @@ async def test_udp_queries_share_one_socket_per_upstream(nursery: trio.Nursery) 
     assert None not in replies
     assert len({port for port, _ in seen}) == 1
     assert pool.queries_sent == 21
+
+
+async def test_a_refusing_upstream_is_left_at_once_for_the_next(
+    nursery: trio.Nursery, upstream: HostPort
+) -> None:
+    """ICMP port unreachable from the first upstream moves the query on to the second without waiting out the
+    (here one-minute) timeout."""
+    closed = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    await closed.bind(("127.0.0.1", 0))
+    refusing = HostPort(host="127.0.0.1", port=closed.getsockname()[1])
+    closed.close()
+    pool: Upstreams = await nursery.start(
+        functools.partial(serve_upstreams, (refusing, upstream), timeout_per_upstream=60)
+    )
+    query = bytes(dnslib.DNSRecord.question("www.example").pack())
+    with trio.fail_after(10):
+        reply = await pool.ask(query, transport=Transport.UDP)
+    assert reply is not None
+    assert [str(rr.rdata) for rr in dnslib.DNSRecord.parse(reply.message).rr] == ["192.0.2.1"]

@@ -4,6 +4,7 @@ forwarded questions (one upstream query per distinct question in flight, however
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -19,7 +20,7 @@ from aether.dns.answer import Answered, Dropped, Forward, MeshResolver, Resolver
 from aether.dns.errors import RecordsFileRejected
 from aether.dns.forward import UPSTREAM_TIMEOUT, HostPort, Upstreams, serve_upstreams
 from aether.dns.records import parse_records
-from aether.dns.wire import Question
+from aether.dns.wire import Question, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -149,11 +150,12 @@ async def serve_mesh_dns(
         server = RunningMeshDns(address=HostPort(host=listen.host, port=port), resolver=resolver)
         async with trio.open_nursery() as nursery:
             await nursery.start(_serve_records, records_path, server, poll_interval)
-            pool: Upstreams = await nursery.start(serve_upstreams, upstreams)
+            pool: Upstreams = await nursery.start(
+                functools.partial(serve_upstreams, upstreams, timeout_per_upstream=upstream_timeout)
+            )
             flights = _Flights(
                 server=server,
                 upstreams=pool,
-                upstream_timeout=upstream_timeout,
                 clock=clock,
                 udp=raw_udp,
                 flight_nursery=nursery,
@@ -333,22 +335,24 @@ class _Flight:
 
 class _Flights:
     """Forwarded questions in flight, by transport and cache key: a question already on its way upstream is not
-    sent again; its asker waits for the same answer (coalescing). Only the UDP loop and the TCP connection
-    tasks touch it, between awaits."""
+    sent again; its asker waits for the same answer (coalescing). Only the UDP loop, the upstream readers and
+    the TCP connection tasks touch it, each between awaits.
+
+    A UDP flight is no task: `Upstreams.start_udp` calls `_land` when the upstream answers (or all failed), and
+    `_land` answers every waiting client there and then. A TCP flight is a task awaiting `Upstreams.ask`.
+    """
 
     def __init__(
         self,
         *,
         server: RunningMeshDns,
         upstreams: Upstreams,
-        upstream_timeout: float,
         clock: Callable[[], float],
         udp: socket.socket,
         flight_nursery: trio.Nursery,
     ) -> None:
         self._server = server
         self._upstreams = upstreams
-        self._timeout = upstream_timeout
         self._clock = clock
         self._udp = udp
         self._nursery = flight_nursery
@@ -356,31 +360,42 @@ class _Flights:
 
     def forward_udp(self, forward: Forward, query: bytes, client: tuple[object, ...]) -> None:
         """Answer the UDP client's `query` once the upstream has answered `forward` (now, if at capacity)."""
-        flight = self._join(forward, transport=Transport.UDP)
-        if flight is None:
+        joined = self._join(forward, transport=Transport.UDP)
+        if joined is None:
             _send_now(self._udp, self._server.resolver.servfail(query, forward.question), client)
             return
+        key, flight, new = joined
+        # Invariant: the waiter is in before the flight starts, for `start_udp` may land it at once.
         flight.udp_waiters.append((query, forward.question, client))
+        if new:
+            self._upstreams.start_udp(
+                forward.query, on_reply=functools.partial(self._land, key, flight, forward)
+            )
 
     async def forward_tcp(self, forward: Forward, query: bytes) -> bytes:
         """The answer to the TCP client's `query`, once the upstream has answered `forward`."""
-        flight = self._join(forward, transport=Transport.TCP)
-        if flight is None:
+        joined = self._join(forward, transport=Transport.TCP)
+        if joined is None:
             await trio.lowlevel.checkpoint()
             return self._server.resolver.servfail(query, forward.question)
+        key, flight, new = joined
+        if new:
+            self._nursery.start_soon(self._fly_tcp, key, flight, forward)
         try:
             await flight.done.wait()
         finally:
             self._server.clients_waiting -= 1
         return self._answer(query, forward.question, flight.message, transport=Transport.TCP)
 
-    def _join(self, forward: Forward, *, transport: Transport) -> _Flight | None:
-        """The flight for `forward` (started if none is under way), or None when at capacity."""
+    def _join(self, forward: Forward, *, transport: Transport) -> tuple[bytes, _Flight, bool] | None:
+        """The key and flight for `forward`, and whether it is new (the caller starts it), or None when at
+        capacity."""
         server = self._server
         if server.clients_waiting >= MAX_CLIENTS_WAITING:
             return None
-        key = transport.value + forward.key
+        key = (b"u" if transport is Transport.UDP else b"t") + forward.key
         flight = self._flights.get(key)
+        new = flight is None
         if flight is not None:
             server.coalesced += 1
         elif server.forwards_in_flight >= MAX_FORWARDS_IN_FLIGHT:
@@ -388,27 +403,29 @@ class _Flights:
         else:
             flight = self._flights[key] = _Flight()
             server.forwards_in_flight += 1
-            self._nursery.start_soon(self._fly, key, flight, forward, transport)
-        server.clients_waiting += 1
-        return flight
-
-    async def _fly(self, key: bytes, flight: _Flight, forward: Forward, transport: Transport) -> None:
-        server = self._server
-        try:
             server.forwarded += 1
-            reply = await self._upstreams.ask(
-                forward.query, transport=transport, timeout_per_upstream=self._timeout
-            )
-            if reply is None:
-                server.upstream_failures += 1
-            else:
-                server.resolver.learn(forward, reply, now=self._clock())
-                flight.message = reply.message
+        server.clients_waiting += 1
+        return key, flight, new
+
+    async def _fly_tcp(self, key: bytes, flight: _Flight, forward: Forward) -> None:
+        reply = None
+        try:
+            reply = await self._upstreams.ask(forward.query, transport=Transport.TCP)
         finally:
-            del self._flights[key]
-            server.forwards_in_flight -= 1
-            server.clients_waiting -= len(flight.udp_waiters)
-            flight.done.set()
+            self._land(key, flight, forward, reply)
+
+    def _land(self, key: bytes, flight: _Flight, forward: Forward, reply: Reply | None) -> None:
+        """The upstream answered `forward` (or every upstream failed): learn the reply, answer every waiter."""
+        server = self._server
+        del self._flights[key]
+        server.forwards_in_flight -= 1
+        server.clients_waiting -= len(flight.udp_waiters)
+        if reply is None:
+            server.upstream_failures += 1
+        else:
+            server.resolver.learn(forward, reply, now=self._clock())
+            flight.message = reply.message
+        flight.done.set()
         for query, question, client in flight.udp_waiters:
             _send_now(
                 self._udp, self._answer(query, question, flight.message, transport=Transport.UDP), client
