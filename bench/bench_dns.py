@@ -8,7 +8,8 @@ Everything is on loopback.
 Then, when Debian's `dnsperf` and `unbound` are installed, the figures that matter, all from one run: `dnsperf`
 queries/s against mesh-dns and against unbound (the same 1,000 records as unbound's local-data), for mesh names
 and for forwarded names (mesh-dns forwards those to that same unbound, which answers them from local-data too),
-and the ratios mesh-dns / unbound. Forwarded names carry a 5 s TTL, so mesh-dns's cache refetches every name every
+and the ratios mesh-dns / unbound; and each server's CPU per query, with the ratio of those (unbound's / mesh-dns's:
+the rate ratio each would reach on a core of its own, which the machine's load moves far less). Forwarded names carry a 5 s TTL, so mesh-dns's cache refetches every name every
 5 s while dnsperf runs (real external names mostly have 30 s to a day); a third set of 1,000 forwarded names has
 TTL 0, which no cache may keep, so every one of those queries goes upstream: that figure is the forwarding path
 itself. The figures are written to bench/results/dns.json.
@@ -240,6 +241,14 @@ def compare_with_unbound(records: Path, directory: Path, *, seconds: int) -> dic
                     figures[f"{server}_{kind}_user_us"] = round(1e6 * (user_after - user) / answered, 2)
                     figures[f"{server}_{kind}_system_us"] = round(1e6 * (system_after - system) / answered, 2)
                 figures[f"ratio_{kind}"] = round(figures[f"mesh_dns_{kind}"] / figures[f"unbound_{kind}"], 3)
+                cpu = {
+                    server: figures[f"{server}_{kind}_user_us"] + figures[f"{server}_{kind}_system_us"]
+                    for server in ("unbound", "mesh_dns")
+                }
+                # Queries/s each server could answer on a core of its own: the same ratio, less the load's noise.
+                figures[f"cpu_ratio_{kind}"] = (
+                    round(cpu["unbound"] / cpu["mesh_dns"], 3) if cpu["mesh_dns"] else 0.0
+                )
         finally:
             mesh_process.kill()
             mesh_process.wait()
@@ -334,7 +343,8 @@ def main() -> None:
             f"{NAME_COUNT} names per set, forwarded TTL {FORWARDED_TTL} s (ttl0: every query goes upstream)"
         )
         print(
-            f"{'names':<16} {'mesh-dns':>10} {'unbound':>10} {'ratio':>7}   CPU us/query, user+sys: mesh-dns | unbound"
+            f"{'names':<16} {'mesh-dns':>10} {'unbound':>10} {'ratio':>7}"
+            "   CPU us/query, user+sys: mesh-dns | unbound (CPU ratio: unbound's / mesh-dns's)"
         )
         for kind in KINDS:
             mesh, reference_qps = comparison[f"mesh_dns_{kind}"], comparison[f"unbound_{kind}"]
@@ -344,7 +354,10 @@ def main() -> None:
                 for server in ("mesh_dns", "unbound")
             )
             ratio = comparison[f"ratio_{kind}"]
-            print(f"{label:<16} {mesh:>10,.0f} {reference_qps:>10,.0f} {ratio:>7.2f}   {cpu}")
+            cpu_ratio = comparison[f"cpu_ratio_{kind}"]
+            print(
+                f"{label:<16} {mesh:>10,.0f} {reference_qps:>10,.0f} {ratio:>7.2f}   {cpu} ({cpu_ratio:.2f})"
+            )
 
 
 if __name__ == "__main__":
