@@ -7,7 +7,16 @@ from types import MappingProxyType
 
 import dnslib
 
-from aether.dns import Answered, Dropped, Forward, MeshRecords, MeshResolver, Transport
+from aether.dns import (
+    Answered,
+    Dropped,
+    Forward,
+    MeshRecords,
+    MeshResolver,
+    Transport,
+    read_question,
+    read_reply,
+)
 
 
 def records(names: dict[str, str], *, generation: int = 1) -> MeshRecords:
@@ -30,9 +39,9 @@ def query(name: str, qtype: str = "A", *, ident: int = 7, edns: int | None = Non
 
 
 def answer(
-    resolver: MeshResolver, packet: bytes, *, transport: Transport = Transport.UDP
+    resolver: MeshResolver, packet: bytes, *, transport: Transport = Transport.UDP, now: float = 0.0
 ) -> dnslib.DNSRecord:
-    resolution = resolver.resolve(packet, transport=transport)
+    resolution = resolver.resolve(packet, transport=transport, now=now)
     assert isinstance(resolution, Answered)
     return dnslib.DNSRecord.parse(resolution.response)
 
@@ -73,13 +82,17 @@ def test_servfail_before_any_records() -> None:
     assert (reply.header.rcode, reply.header.aa) == (2, 0)
 
 
-def test_outside_names_are_forwarded_unchanged() -> None:
-    """A name outside the mesh domain comes back as `Forward` with the query bytes as sent."""
-    packet = query("www.example.com")
-    assert loaded().resolve(packet, transport=Transport.UDP) == Forward(query=packet)
-    assert loaded().resolve(query("aether.internal.evil.com"), transport=Transport.UDP) == Forward(
-        query=query("aether.internal.evil.com")
+def test_outside_names_are_forwarded_as_our_own_query() -> None:
+    """A name outside the mesh domain comes back as `Forward`: our lowercase query, no client EDNS options."""
+    packet = query("WWW.example.com", ident=99)
+    forward = loaded().resolve(packet, transport=Transport.UDP, now=0.0)
+    assert forward == Forward(
+        key=b"\x03www\x07example\x03com\x00\x00\x01\x00\x01\x01\x00\x00\x00",
+        query=b"\x00\x00\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03www\x07example\x03com\x00\x00\x01\x00\x01",
+        question=read_question(packet),
     )
+    evil = loaded().resolve(query("aether.internal.evil.com"), transport=Transport.UDP, now=0.0)
+    assert isinstance(evil, Forward)
 
 
 def test_edns_is_echoed_and_unknown_versions_get_badvers() -> None:
@@ -90,6 +103,9 @@ def test_edns_is_echoed_and_unknown_versions_get_badvers() -> None:
     request.add_ar(dnslib.EDNS0(version=1))
     bad = answer(loaded(), bytes(request.pack()))
     assert (bad.header.rcode, [(rr.ttl >> 24) & 0xFF for rr in bad.ar]) == (0, [1])
+    outside = dnslib.DNSRecord.question("www.example.com")
+    outside.add_ar(dnslib.EDNS0(version=1))
+    assert [(rr.ttl >> 24) & 0xFF for rr in answer(loaded(), bytes(outside.pack())).ar] == [1]
 
 
 def test_cache_hits_only_on_identical_bytes_after_the_id() -> None:
@@ -120,26 +136,28 @@ def test_cache_is_dropped_when_records_change() -> None:
 def test_malformed_packets() -> None:
     """Runts and responses are dropped; a garbage body is FORMERR; two questions are FORMERR; IQUERY is NOTIMP."""
     resolver = loaded()
-    assert resolver.resolve(b"\x00\x01", transport=Transport.UDP) == Dropped(
+    assert resolver.resolve(b"\x00\x01", transport=Transport.UDP, now=0.0) == Dropped(
         reason="packet of 2 bytes is shorter than a DNS header"
     )
     response = bytes(dnslib.DNSRecord.question("x.example").reply().pack())
-    assert resolver.resolve(response, transport=Transport.UDP) == Dropped(
+    assert resolver.resolve(response, transport=Transport.UDP, now=0.0) == Dropped(
         reason="packet is a response, not a query"
     )
     garbage = resolver.resolve(
-        b"\x00\x09\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\xc0", transport=Transport.UDP
+        b"\x00\x09\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\xc0", transport=Transport.UDP, now=0.0
     )
     assert isinstance(garbage, Answered)
     assert garbage.response == b"\x00\x09\x81\x01" + bytes(8)
     two = dnslib.DNSRecord.question("a.example")
     two.add_question(dnslib.DNSQuestion("b.example"))
-    formerr = resolver.resolve(bytes(two.pack()), transport=Transport.UDP)
+    formerr = resolver.resolve(bytes(two.pack()), transport=Transport.UDP, now=0.0)
     assert isinstance(formerr, Answered)
-    assert formerr.problem == "query must have 1 question and at most 1 OPT (got 2 and 0): answered FORMERR"
+    assert formerr.problem == (
+        "query of 35 bytes: query must have 1 question and at most 1 OPT (got 2 and 0): answered FORMERR"
+    )
     iquery = bytearray(query("reviews.default.aether.internal"))
     iquery[2] |= 0x08
-    notimp = resolver.resolve(bytes(iquery), transport=Transport.UDP)
+    notimp = resolver.resolve(bytes(iquery), transport=Transport.UDP, now=0.0)
     assert isinstance(notimp, Answered)
     assert notimp.response[3] & 0xF == 4
 
@@ -152,9 +170,30 @@ def test_forwarded_reply_is_truncated_to_the_client_udp_size() -> None:
     for index in range(60):
         big.add_answer(dnslib.RR("big.example", rdata=dnslib.A(f"192.0.2.{index}")))
     reply = bytes(big.pack())
-    assert resolver.fit_reply(packet, reply, transport=Transport.TCP) == reply
-    truncated = dnslib.DNSRecord.parse(resolver.fit_reply(packet, reply, transport=Transport.UDP))
+    question = read_question(packet)
+    assert resolver.answer_from(packet, question, reply, transport=Transport.TCP) == reply
+    truncated = dnslib.DNSRecord.parse(resolver.answer_from(packet, question, reply, transport=Transport.UDP))
     assert (truncated.header.tc, truncated.rr, len(truncated.ar)) == (1, [], 1)
     small = query("small.example")
     small_reply = bytes(dnslib.DNSRecord.parse(small).reply().pack())
-    assert resolver.fit_reply(small, small_reply, transport=Transport.UDP) == small_reply
+    assert (
+        resolver.answer_from(small, read_question(small), small_reply, transport=Transport.UDP) == small_reply
+    )
+
+
+def test_forwarded_answer_gets_the_client_id_and_spelling_and_ages() -> None:
+    """A learned reply answers a question differing in ID and case, TTL counted down; DO or type differ: miss."""
+    resolver = loaded()
+    first = query("www.example.com", ident=1)
+    forward = resolver.resolve(first, transport=Transport.UDP, now=100.0)
+    assert isinstance(forward, Forward)
+    upstream = dnslib.DNSRecord.parse(forward.query).reply()
+    upstream.add_answer(dnslib.RR("www.example.com", rdata=dnslib.A("192.0.2.7"), ttl=60))
+    resolver.learn(forward, read_reply(bytes(upstream.pack())), now=100.0)
+    later = answer(resolver, query("WWW.Example.com", ident=2), now=110.5)
+    assert (later.header.id, str(later.q.qname)) == (2, "WWW.Example.com.")
+    assert [(str(rr.rdata), rr.ttl) for rr in later.rr] == [("192.0.2.7", 50)]
+    assert isinstance(
+        resolver.resolve(query("www.example.com", "AAAA"), transport=Transport.UDP, now=110.5), Forward
+    )
+    assert isinstance(resolver.resolve(query("www.example.com"), transport=Transport.UDP, now=160.0), Forward)

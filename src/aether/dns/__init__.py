@@ -11,12 +11,16 @@ from aether.dns.answer import (
     ResolverStatistics,
     Transport,
 )
-from aether.dns.errors import ListenAddressInvalid, MeshDnsError, RecordsFileRejected
-from aether.dns.forward import HostPort, forward_query, upstreams_from_resolv_conf
+from aether.dns.cache import AnswerCache, AnswerCacheStatistics
+from aether.dns.errors import ListenAddressInvalid, MeshDnsError, RecordsFileRejected, WireFormatError
+from aether.dns.forward import HostPort, Upstreams, serve_upstreams, upstreams_from_resolv_conf
 from aether.dns.records import MeshRecords, ParsedRecords, parse_records
 from aether.dns.server import MeshDnsStatistics, RunningMeshDns, serve_mesh_dns
+from aether.dns.wire import Question, Reply, read_question, read_reply, upstream_query
 
 __all__ = [
+    "AnswerCache",
+    "AnswerCacheStatistics",
     "Answered",
     "Dropped",
     "Forward",
@@ -27,13 +31,20 @@ __all__ = [
     "MeshRecords",
     "MeshResolver",
     "ParsedRecords",
+    "Question",
     "RecordsFileRejected",
+    "Reply",
     "Resolution",
     "ResolverStatistics",
     "RunningMeshDns",
     "Transport",
-    "forward_query",
+    "Upstreams",
+    "WireFormatError",
     "parse_records",
+    "read_question",
+    "read_reply",
     "serve_mesh_dns",
+    "serve_upstreams",
+    "upstream_query",
     "upstreams_from_resolv_conf",
 ]

@@ -1,38 +1,50 @@
-"""The sans-IO resolver core: query bytes plus the mesh records in, answer bytes (or "forward this") out.
+"""The sans-IO resolver core: query bytes plus the mesh records and the time in, answer bytes (or "forward this") out.
 
-Answers for mesh names are cached as bytes keyed on the transport and the query after its 2-byte ID, so a
-repeated query costs one dict lookup; the cache is dropped whenever the records change.
+Every answer is cached as bytes keyed on the transport and the query after its 2-byte ID, so a repeated query costs
+one dict lookup: mesh answers until the records change, forwarded ones until their TTLs tick (once a second) or
+expire. Forwarded replies themselves live in an `AnswerCache` keyed on the question's meaning, so a query that
+differs only in ID or name case is answered without going upstream.
 """
 
 from __future__ import annotations
 
 import enum
-import struct
 
 import attrs
 import dnslib
 
+from aether.dns.cache import AnswerCache
+from aether.dns.errors import WireFormatError
 from aether.dns.records import MeshRecords
+from aether.dns.wire import (
+    EDNS_PAYLOAD_SIZE,
+    HEADER,
+    Question,
+    Reply,
+    empty_reply,
+    in_zone,
+    read_question,
+    to_wire_name,
+    upstream_query,
+)
 
 RECORD_TTL = 5
 """TTL of mesh A answers: short, because services move; clients re-ask often and the cache makes that cheap."""
 NEGATIVE_TTL = 5
 """SOA minimum for NXDOMAIN/NODATA: the same as `RECORD_TTL`, so a new service is visible within seconds."""
-EDNS_PAYLOAD_SIZE = 1232
-"""The UDP payload size we advertise: the DNS Flag Day 2020 value, safe against IP fragmentation."""
-MIN_UDP_PAYLOAD = 512
-"""RFC 1035 4.2.1: the UDP size every client accepts; RFC 6891 6.2.5 treats smaller EDNS values as 512."""
 CACHE_MAX_ENTRIES = 50_000
-"""Bound on cached answers: a mesh has at most a few thousand names times a few query shapes; when full,
-the cache is cleared rather than evicted piecemeal (a miss is only a parse)."""
+"""Bound on cached answer bytes: a node asks for a few thousand names times a few query shapes; when full, the
+cache is cleared rather than evicted piecemeal (a miss is only a parse, plus a render for forwarded names)."""
 
-_HEADER = struct.Struct("!HHHHHH")
+_HEADER = HEADER
+_NEVER = float("inf")
 _FLAG_QR = 0x8000
 _FLAG_OPCODE = 0x7800
 _FLAG_RD = 0x0100
+_FLAG_TC = 0x02  # in the third byte of the header
 _RCODE_FORMERR = 1
+_RCODE_SERVFAIL = 2
 _RCODE_NOTIMP = 4
-_TYPE_OPT = 41
 _CLASS_IN = 1
 _CLASS_ANY = 255
 _BADVERS = 16
@@ -56,9 +68,15 @@ class Answered:
 
 @attrs.frozen(kw_only=True)
 class Forward:
-    """The name is outside the mesh domain: send `query` to an upstream, then pass the reply to `fit_reply`."""
+    """The name is outside the mesh domain and not cached: send `query` upstream, give the reply to `learn`, and
+    answer each client that asked this `key` with `answer_from`."""
 
+    key: bytes
+    """`Question.cache_key`: clients asking the same key can share one upstream query and its answer."""
     query: bytes
+    """The query to send upstream (ID 0: the forwarder picks one), as `aether.dns.wire.upstream_query` builds it."""
+    question: Question
+    """The client's question (its spelling, flags and UDP limit shape its answer)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -81,22 +99,30 @@ class ResolverStatistics:
     cache_entries: int
     cache_hits: int
     cache_misses: int
+    forward_cache_entries: int
+    forward_cache_hits: int
+    forward_cache_misses: int
 
 
 class MeshResolver:
-    """Answer DNS queries for `<service>.<namespace>.<mesh_domain>` from `MeshRecords`.
+    """Answer DNS queries for `<service>.<namespace>.<mesh_domain>` from `MeshRecords`, and other names from the
+    forwarded-answer cache.
 
     Every name under the mesh domain is answered authoritatively: A records for known services,
     NODATA for other types of a known name (or of a namespace that has services), NXDOMAIN otherwise,
-    and SERVFAIL while no records have been loaded. Everything else is returned as `Forward`.
+    and SERVFAIL while no records have been loaded. Everything else is answered from the cache of upstream
+    replies, or returned as `Forward`.
     """
 
     def __init__(self, *, mesh_domain: str) -> None:
+        self._zone = to_wire_name(mesh_domain.lower())
         self._domain = tuple(mesh_domain.lower().strip(".").split("."))
         self._origin = dnslib.DNSLabel(mesh_domain.lower().strip("."))
         self._records: MeshRecords | None = None
         self._namespaces: frozenset[str] = frozenset()
-        self._cache: dict[bytes, bytes] = {}
+        self._cache: dict[bytes, tuple[bytes, float]] = {}
+        """Transport and query after its ID, to the answer after its ID and until when it is right."""
+        self._forwarded = AnswerCache()
         self._hits = 0
         self._misses = 0
 
@@ -106,30 +132,41 @@ class MeshResolver:
         return self._records
 
     def replace_records(self, records: MeshRecords) -> None:
-        """Use `records` from now on, and drop every cached answer."""
+        """Use `records` from now on, and drop every cached answer (forwarded replies stay in their cache)."""
         self._records = records
         self._namespaces = frozenset(namespace for namespace, _ in records.addresses)
         self._cache.clear()
 
     def statistics(self) -> ResolverStatistics:
         """Return the current counters."""
+        forwarded = self._forwarded.statistics()
         return ResolverStatistics(
             generation=None if self._records is None else self._records.generation,
             names=0 if self._records is None else len(self._records.addresses),
             cache_entries=len(self._cache),
             cache_hits=self._hits,
             cache_misses=self._misses,
+            forward_cache_entries=forwarded.entries,
+            forward_cache_hits=forwarded.hits,
+            forward_cache_misses=forwarded.misses,
         )
 
-    def resolve(self, query: bytes, *, transport: Transport) -> Resolution:
-        """Decide what to do with the packet `query` that arrived over `transport`."""
+    def cached(self, query: bytes, *, transport: Transport, now: float) -> bytes | None:
+        """The cached answer to `query` (with its ID), or None: the fast path, one dict lookup."""
         # Invariant: the key holds every byte that shapes the answer except the ID (case, RD, EDNS,
         # transport), so a hit is always the right answer; any difference is a miss, never a mis-answer.
-        key = transport.value + query[2:]
-        cached = self._cache.get(key)
-        if cached is not None:
+        # `is` and a literal: Enum's `.value` is a Python-level descriptor, a tenth of this method's time.
+        entry = self._cache.get((b"u" if transport is Transport.UDP else b"t") + query[2:])
+        if entry is not None and now < entry[1]:
             self._hits += 1
-            return Answered(response=query[:2] + cached)
+            return query[:2] + entry[0]
+        return None
+
+    def resolve(self, query: bytes, *, transport: Transport, now: float) -> Resolution:
+        """Decide what to do with the packet `query` that arrived over `transport` at `now` (seconds, any epoch)."""
+        cached = self.cached(query, transport=transport, now=now)
+        if cached is not None:
+            return Answered(response=cached)
         self._misses += 1
         if len(query) < _HEADER.size:
             return Dropped(reason=f"packet of {len(query)} bytes is shorter than a DNS header")
@@ -143,57 +180,71 @@ class MeshResolver:
                 problem=f"opcode must be QUERY (got {opcode!r}): answered NOTIMP",
             )
         try:
+            question = read_question(query)
+        except WireFormatError as exc:
+            return Answered(
+                response=_header_only(query, rcode=_RCODE_FORMERR),
+                problem=f"query of {len(query)} bytes: {exc}: answered FORMERR",
+            )
+        if question.edns_version != 0:
+            # RFC 6891 6.1.3: an EDNS version we do not speak gets BADVERS (extended rcode 16 = 1 << 4), and we
+            # speak only version 0 upstream too.
+            return Answered(response=empty_reply(query, question, rcode=_BADVERS))
+        key = transport.value + query[2:]
+        if in_zone(question.name, self._zone):
+            answered = self._mesh_answer(query, question, transport=transport)
+            if answered.problem is None and self._records is not None and not answered.response[2] & _FLAG_TC:
+                self._remember(key, answered.response, valid_until=_NEVER)
+            return answered
+        cache_key = question.cache_key()
+        hit = self._forwarded.get(cache_key, now=now)
+        if hit is None:
+            return Forward(key=cache_key, query=upstream_query(question), question=question)
+        message, valid_until = hit
+        response = self.answer_from(query, question, message, transport=transport)
+        self._remember(key, response, valid_until=valid_until)
+        return Answered(response=response)
+
+    def learn(self, forward: Forward, reply: Reply, *, now: float) -> None:
+        """Keep the upstream's `reply` to `forward` for as long as its TTLs allow (see `cache.lifetime`)."""
+        self._forwarded.put(forward.key, reply, now=now)
+
+    def answer_from(self, query: bytes, question: Question, message: bytes, *, transport: Transport) -> bytes:
+        """The upstream reply `message` (to the same cache key) as an answer to the client's `query`: the client's
+        ID and name spelling, truncated (TC) when it does not fit the client's UDP size."""
+        name_end = _HEADER.size + len(question.name)
+        response = query[:2] + message[2 : _HEADER.size] + question.name + message[name_end:]
+        if transport is Transport.UDP and len(response) > question.udp_limit:
+            return empty_reply(query, question, rcode=message[3] & 0xF, truncated=True)
+        return response
+
+    def servfail(self, query: bytes, question: Question) -> bytes:
+        """Return a SERVFAIL answer to `query` (every upstream failed or timed out)."""
+        return empty_reply(query, question, rcode=_RCODE_SERVFAIL)
+
+    def _remember(self, key: bytes, response: bytes, *, valid_until: float) -> None:
+        if len(self._cache) >= CACHE_MAX_ENTRIES:
+            self._cache.clear()
+        self._cache[key] = (response[2:], valid_until)
+
+    def _mesh_answer(self, query: bytes, question: Question, *, transport: Transport) -> Answered:
+        try:
             request = dnslib.DNSRecord.parse(query)
         except Exception as exc:  # dnslib raises DNSError, but also struct/Index/Unicode errors on garbage
+            # read_question only walks the records; dnslib also reads their data (an A of 3 bytes, say).
             return Answered(
                 response=_header_only(query, rcode=_RCODE_FORMERR),
                 problem=f"query of {len(query)} bytes does not parse ({exc}): answered FORMERR",
             )
-        options = [record for record in request.ar if record.rtype == _TYPE_OPT]
-        if len(request.questions) != 1 or len(options) > 1:
-            return Answered(
-                response=_header_only(query, rcode=_RCODE_FORMERR),
-                problem=f"query must have 1 question and at most 1 OPT (got {len(request.questions)!r}"
-                f" and {len(options)!r}): answered FORMERR",
-            )
-        question = request.q
-        labels = tuple(label.decode("ascii", "replace").lower() for label in question.qname.label)
-        if labels[-len(self._domain) :] != self._domain:
-            return Forward(query=query)
+        labels = tuple(label.decode("ascii", "replace").lower() for label in request.q.qname.label)
         reply = request.reply(ra=1, aa=1)
-        if options and (options[0].ttl >> 16) & 0xFF != 0:
-            # RFC 6891 6.1.3: an EDNS version we do not speak gets BADVERS (extended rcode 16 = 1 << 4).
-            reply.add_ar(dnslib.EDNS0(udp_len=EDNS_PAYLOAD_SIZE, ext_rcode=_BADVERS >> 4))
-            return Answered(response=bytes(reply.pack()))
         self._fill(reply, labels=labels[: -len(self._domain)], qtype=question.qtype, qclass=question.qclass)
-        if options:
+        if question.edns_payload is not None:
             reply.add_ar(dnslib.EDNS0(udp_len=EDNS_PAYLOAD_SIZE))
         response = bytes(reply.pack())
-        if transport is Transport.UDP and len(response) > udp_limit(request):
-            response = _truncated(request)
-        elif self._records is not None:
-            if len(self._cache) >= CACHE_MAX_ENTRIES:
-                self._cache.clear()
-            self._cache[key] = response[2:]
+        if transport is Transport.UDP and len(response) > question.udp_limit:
+            return Answered(response=empty_reply(query, question, rcode=0, truncated=True))
         return Answered(response=response)
-
-    def fit_reply(self, query: bytes, reply: bytes, *, transport: Transport) -> bytes:
-        """Return the upstream `reply` to `query` as it may go to the client (truncated to fit over UDP)."""
-        if transport is Transport.TCP:
-            return reply
-        request = dnslib.DNSRecord.parse(query)
-        if len(reply) <= udp_limit(request):
-            return reply
-        return _truncated(request, rcode=_HEADER.unpack_from(reply)[1] & 0xF)
-
-    def servfail(self, query: bytes) -> bytes:
-        """Return a SERVFAIL answer to `query` (every upstream failed or timed out)."""
-        request = dnslib.DNSRecord.parse(query)
-        reply = request.reply(ra=1, aa=0)
-        reply.header.rcode = dnslib.RCODE.SERVFAIL
-        if any(record.rtype == _TYPE_OPT for record in request.ar):
-            reply.add_ar(dnslib.EDNS0(udp_len=EDNS_PAYLOAD_SIZE))
-        return bytes(reply.pack())
 
     def _fill(self, reply: dnslib.DNSRecord, *, labels: tuple[str, ...], qtype: int, qclass: int) -> None:
         """Put the mesh answer for the name `labels` (relative to the mesh domain) into `reply`."""
@@ -228,24 +279,6 @@ class MeshResolver:
             times=(self._records.generation % 2**32, 3600, 600, 86400, NEGATIVE_TTL),
         )
         return dnslib.RR(self._origin, dnslib.QTYPE.SOA, rdata=soa, ttl=NEGATIVE_TTL)
-
-
-def udp_limit(request: dnslib.DNSRecord) -> int:
-    """The largest UDP answer the client of `request` accepts (RFC 6891 6.2.5)."""
-    for record in request.ar:
-        if record.rtype == _TYPE_OPT:
-            return max(MIN_UDP_PAYLOAD, int(record.rclass))
-    return MIN_UDP_PAYLOAD
-
-
-def _truncated(request: dnslib.DNSRecord, *, rcode: int = 0) -> bytes:
-    """An empty answer to `request` with TC set, so the client retries over TCP (RFC 7766 5)."""
-    reply = request.reply(ra=1, aa=0)
-    reply.header.tc = 1
-    reply.header.rcode = rcode
-    if any(record.rtype == _TYPE_OPT for record in request.ar):
-        reply.add_ar(dnslib.EDNS0(udp_len=EDNS_PAYLOAD_SIZE))
-    return bytes(reply.pack())
 
 
 def _header_only(query: bytes, *, rcode: int) -> bytes:

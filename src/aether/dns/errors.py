@@ -2,7 +2,8 @@
 
 MeshDnsError (Exception)
 ├── RecordsFileRejected (ValueError): the record file as a whole is unusable
-└── ListenAddressInvalid (ValueError): a HOST:PORT flag that does not parse
+├── ListenAddressInvalid (ValueError): a HOST:PORT flag that does not parse
+└── WireFormatError (ValueError): a packet that is not well-formed DNS
 """
 
 from __future__ import annotations
@@ -33,3 +34,13 @@ class ListenAddressInvalid(MeshDnsError, ValueError):
 
     def __str__(self) -> str:
         return f"address {self.text!r}: {self.reason}"
+
+
+@attrs.define(kw_only=True, str=False)
+class WireFormatError(MeshDnsError, ValueError):
+    """A packet that is not well-formed DNS."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason

@@ -1,13 +1,16 @@
-"""`serve_mesh_dns`: the trio UDP and TCP server around `MeshResolver`, plus the record-file poller."""
+"""`serve_mesh_dns`: the trio UDP and TCP server around `MeshResolver`, the record-file poller, and the flights of
+forwarded questions (one upstream query per distinct question in flight, however many clients ask it)."""
 
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import logging
 import os
 import socket
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -15,8 +18,9 @@ import trio
 
 from aether.dns.answer import Answered, Dropped, Forward, MeshResolver, ResolverStatistics, Transport
 from aether.dns.errors import RecordsFileRejected
-from aether.dns.forward import UPSTREAM_TIMEOUT, HostPort, forward_query
+from aether.dns.forward import UPSTREAM_TIMEOUT, HostPort, Upstreams, serve_upstreams
 from aether.dns.records import parse_records
+from aether.dns.wire import Question, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -24,8 +28,11 @@ RECORDS_POLL_INTERVAL = 1.0
 """Seconds between checks of the record file: the agent rewrites it on service changes, and a one-second lag
 is well under the record TTL; a stat per second is free."""
 MAX_FORWARDS_IN_FLIGHT = 512
-"""Forwarded queries waiting on upstreams at once; beyond that we answer SERVFAIL at once instead of queueing
+"""Distinct questions waiting on upstreams at once; beyond that we answer SERVFAIL at once instead of queueing
 (bounds memory when an upstream blackholes)."""
+MAX_CLIENTS_WAITING = 4096
+"""Client queries waiting on those flights (a question asked by many clients at once counts each): eight per
+flight on average, and a bound on memory when a popular name's upstream blackholes."""
 TCP_IDLE_TIMEOUT = 10.0
 """Seconds a TCP client may stay silent between queries (RFC 7766 6.2.3 suggests seconds, not minutes)."""
 _MAX_UDP_QUERY = 65_535
@@ -42,9 +49,13 @@ class MeshDnsStatistics:
     udp_queries: int
     tcp_queries: int
     forwarded: int
+    """Questions sent upstream (one per flight, whatever the number of clients that asked it)."""
+    coalesced: int
+    """Client queries that joined a flight already under way instead of asking upstream again."""
     upstream_failures: int
     malformed: int
     forwards_in_flight: int
+    clients_waiting: int
     record_file_problems: int
     """Times the record file was found missing, unreadable or unusable (the last records were kept)."""
 
@@ -58,9 +69,11 @@ class RunningMeshDns:
         self.udp_queries = 0
         self.tcp_queries = 0
         self.forwarded = 0
+        self.coalesced = 0
         self.upstream_failures = 0
         self.malformed = 0
         self.forwards_in_flight = 0
+        self.clients_waiting = 0
         self.record_file_problems = 0
         self._record_file_checked = trio.Event()
 
@@ -71,9 +84,11 @@ class RunningMeshDns:
             udp_queries=self.udp_queries,
             tcp_queries=self.tcp_queries,
             forwarded=self.forwarded,
+            coalesced=self.coalesced,
             upstream_failures=self.upstream_failures,
             malformed=self.malformed,
             forwards_in_flight=self.forwards_in_flight,
+            clients_waiting=self.clients_waiting,
             record_file_problems=self.record_file_problems,
         )
 
@@ -109,6 +124,7 @@ async def serve_mesh_dns(
     mesh_domain: str,
     upstream_timeout: float = UPSTREAM_TIMEOUT,
     poll_interval: float = RECORDS_POLL_INTERVAL,
+    clock: Callable[[], float] = trio.current_time,
     task_status: trio.TaskStatus[RunningMeshDns] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve mesh DNS on `listen` (UDP and TCP, same port) until cancelled.
@@ -120,6 +136,7 @@ async def serve_mesh_dns(
         mesh_domain: the zone answered from the records, e.g. `aether.internal`.
         upstream_timeout: seconds to wait for each upstream.
         poll_interval: seconds between record-file checks.
+        clock: the time forwarded answers age by (seconds); tests pass a clock they move by hand.
         task_status: receives a `RunningMeshDns` once both sockets listen.
 
     Error handling:
@@ -133,10 +150,20 @@ async def serve_mesh_dns(
         server = RunningMeshDns(address=HostPort(host=listen.host, port=port), resolver=resolver)
         async with trio.open_nursery() as nursery:
             await nursery.start(_serve_records, records_path, server, poll_interval)
-            nursery.start_soon(_serve_udp, raw_udp, server, upstreams, upstream_timeout)
+            pool: Upstreams = await nursery.start(
+                functools.partial(serve_upstreams, upstreams, timeout_per_upstream=upstream_timeout)
+            )
+            flights = _Flights(
+                server=server,
+                upstreams=pool,
+                clock=clock,
+                udp=raw_udp,
+                flight_nursery=nursery,
+            )
+            nursery.start_soon(_serve_udp, raw_udp, server, flights, clock)
             nursery.start_soon(
                 trio.serve_listeners,
-                lambda stream: _serve_tcp_connection(stream, server, upstreams, upstream_timeout),
+                lambda stream: _serve_tcp_connection(stream, server, flights, clock),
                 tcp_listeners,
             )
             logger.info(
@@ -243,10 +270,7 @@ UDP_BATCH = 64
 
 
 async def _serve_udp(
-    raw: socket.socket,
-    server: RunningMeshDns,
-    upstreams: tuple[HostPort, ...],
-    upstream_timeout: float,
+    raw: socket.socket, server: RunningMeshDns, flights: _Flights, clock: Callable[[], float]
 ) -> None:
     """Answer UDP queries until cancelled.
 
@@ -255,35 +279,39 @@ async def _serve_udp(
     and yields to the other tasks once per batch. A trio `recvfrom`/`sendto` pair costs two trips through the
     scheduler per query, which was most of the time a cached answer took. An answer that does not fit in the
     socket's send buffer is dropped, as every UDP server does under overload: the client retries.
+    Forwarded questions join a flight (see `_Flights`), which answers its clients when the upstream replies.
     """
-    async with trio.open_nursery() as forward_nursery:
-        while True:
-            await trio.lowlevel.wait_readable(raw)
-            for _ in range(UDP_BATCH):
-                try:
-                    query, client = raw.recvfrom(_MAX_UDP_QUERY)
-                except BlockingIOError:
-                    break
-                except ConnectionResetError:
-                    # Linux reports an earlier ICMP port-unreachable on the next recvfrom; the client has gone.
-                    continue
-                server.udp_queries += 1
-                resolution = _resolve(server, query, transport=Transport.UDP)
-                if isinstance(resolution, Answered):
-                    if resolution.problem is not None:
-                        _log_problem(resolution.problem, server=server, peer=client)
-                    _send_now(raw, resolution.response, client)
-                elif isinstance(resolution, Forward):
-                    if server.forwards_in_flight >= MAX_FORWARDS_IN_FLIGHT:
-                        _send_now(raw, server.resolver.servfail(query), client)
-                        continue
-                    server.forwards_in_flight += 1
-                    forward_nursery.start_soon(
-                        _forward_udp, raw, query, client, server, upstreams, upstream_timeout
-                    )
-                else:
-                    _log_dropped(resolution, server=server, peer=client)
-            await trio.lowlevel.checkpoint()
+    cached = server.resolver.cached
+    udp = Transport.UDP
+    while True:
+        await trio.lowlevel.wait_readable(raw)
+        now = clock()  # once per batch: a batch takes well under a millisecond
+        for _ in range(UDP_BATCH):
+            try:
+                query, client = raw.recvfrom(_MAX_UDP_QUERY)
+            except BlockingIOError:
+                break
+            except ConnectionResetError:
+                # Linux reports an earlier ICMP port-unreachable on the next recvfrom; the client has gone.
+                continue
+            server.udp_queries += 1
+            response = cached(query, transport=udp, now=now)
+            if response is not None:
+                try:  # _send_now, inlined: this is the path of nearly every query
+                    raw.sendto(response, client)
+                except OSError as exc:
+                    logger.info("udp answer to %s not sent: %s", client, exc)
+                continue
+            resolution = _resolve(server, query, transport=udp, now=now)
+            if isinstance(resolution, Answered):
+                if resolution.problem is not None:
+                    _log_problem(resolution.problem, server=server, peer=client)
+                _send_now(raw, resolution.response, client)
+            elif isinstance(resolution, Forward):
+                flights.forward_udp(resolution, query, client)
+            else:
+                _log_dropped(resolution, server=server, peer=client)
+        await trio.lowlevel.checkpoint()
 
 
 def _send_now(raw: socket.socket, response: bytes, client: tuple[object, ...]) -> None:
@@ -293,44 +321,127 @@ def _send_now(raw: socket.socket, response: bytes, client: tuple[object, ...]) -
         logger.info("udp answer to %s not sent: %s", client, exc)
 
 
-async def _forward_udp(
-    raw: socket.socket,
-    query: bytes,
-    client: tuple[object, ...],
-    server: RunningMeshDns,
-    upstreams: tuple[HostPort, ...],
-    upstream_timeout: float,
-) -> None:
-    try:
-        response = await _forward(query, server, upstreams, upstream_timeout, transport=Transport.UDP)
-    finally:
+class _Flight:
+    """One question on its way upstream, and the clients waiting for its answer."""
+
+    __slots__ = ("done", "message", "udp_waiters")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.message: bytes | None = None
+        """The upstream's reply, or None when every upstream failed (the waiters get SERVFAIL)."""
+        self.udp_waiters: list[tuple[bytes, Question, tuple[object, ...]]] = []
+
+
+class _Flights:
+    """Forwarded questions in flight, by transport and cache key: a question already on its way upstream is not
+    sent again; its asker waits for the same answer (coalescing). Only the UDP loop, the upstream readers and
+    the TCP connection tasks touch it, each between awaits.
+
+    A UDP flight is no task: `Upstreams.start_udp` calls `_land` when the upstream answers (or all failed), and
+    `_land` answers every waiting client there and then. A TCP flight is a task awaiting `Upstreams.ask`.
+    """
+
+    def __init__(
+        self,
+        *,
+        server: RunningMeshDns,
+        upstreams: Upstreams,
+        clock: Callable[[], float],
+        udp: socket.socket,
+        flight_nursery: trio.Nursery,
+    ) -> None:
+        self._server = server
+        self._upstreams = upstreams
+        self._clock = clock
+        self._udp = udp
+        self._nursery = flight_nursery
+        self._flights: dict[bytes, _Flight] = {}
+
+    def forward_udp(self, forward: Forward, query: bytes, client: tuple[object, ...]) -> None:
+        """Answer the UDP client's `query` once the upstream has answered `forward` (now, if at capacity)."""
+        joined = self._join(forward, transport=Transport.UDP)
+        if joined is None:
+            _send_now(self._udp, self._server.resolver.servfail(query, forward.question), client)
+            return
+        key, flight, new = joined
+        # Invariant: the waiter is in before the flight starts, for `start_udp` may land it at once.
+        flight.udp_waiters.append((query, forward.question, client))
+        if new:
+            self._upstreams.start_udp(
+                forward.query, on_reply=functools.partial(self._land, key, flight, forward)
+            )
+
+    async def forward_tcp(self, forward: Forward, query: bytes) -> bytes:
+        """The answer to the TCP client's `query`, once the upstream has answered `forward`."""
+        joined = self._join(forward, transport=Transport.TCP)
+        if joined is None:
+            await trio.lowlevel.checkpoint()
+            return self._server.resolver.servfail(query, forward.question)
+        key, flight, new = joined
+        if new:
+            self._nursery.start_soon(self._fly_tcp, key, flight, forward)
+        try:
+            await flight.done.wait()
+        finally:
+            self._server.clients_waiting -= 1
+        return self._answer(query, forward.question, flight.message, transport=Transport.TCP)
+
+    def _join(self, forward: Forward, *, transport: Transport) -> tuple[bytes, _Flight, bool] | None:
+        """The key and flight for `forward`, and whether it is new (the caller starts it), or None when at
+        capacity."""
+        server = self._server
+        if server.clients_waiting >= MAX_CLIENTS_WAITING:
+            return None
+        key = (b"u" if transport is Transport.UDP else b"t") + forward.key
+        flight = self._flights.get(key)
+        new = flight is None
+        if flight is not None:
+            server.coalesced += 1
+        elif server.forwards_in_flight >= MAX_FORWARDS_IN_FLIGHT:
+            return None
+        else:
+            flight = self._flights[key] = _Flight()
+            server.forwards_in_flight += 1
+            server.forwarded += 1
+        server.clients_waiting += 1
+        return key, flight, new
+
+    async def _fly_tcp(self, key: bytes, flight: _Flight, forward: Forward) -> None:
+        reply = None
+        try:
+            reply = await self._upstreams.ask(forward.query, transport=Transport.TCP)
+        finally:
+            self._land(key, flight, forward, reply)
+
+    def _land(self, key: bytes, flight: _Flight, forward: Forward, reply: Reply | None) -> None:
+        """The upstream answered `forward` (or every upstream failed): learn the reply, answer every waiter."""
+        server = self._server
+        del self._flights[key]
         server.forwards_in_flight -= 1
-    _send_now(raw, response, client)
+        server.clients_waiting -= len(flight.udp_waiters)
+        if reply is None:
+            server.upstream_failures += 1
+        else:
+            server.resolver.learn(forward, reply, now=self._clock())
+            flight.message = reply.message
+        flight.done.set()
+        for query, question, client in flight.udp_waiters:
+            _send_now(
+                self._udp, self._answer(query, question, flight.message, transport=Transport.UDP), client
+            )
 
-
-async def _forward(
-    query: bytes,
-    server: RunningMeshDns,
-    upstreams: tuple[HostPort, ...],
-    upstream_timeout: float,
-    *,
-    transport: Transport,
-) -> bytes:
-    server.forwarded += 1
-    reply = await forward_query(
-        query, upstreams=upstreams, transport=transport, timeout_per_upstream=upstream_timeout
-    )
-    if reply is None:
-        server.upstream_failures += 1
-        return server.resolver.servfail(query)
-    return server.resolver.fit_reply(query, reply, transport=transport)
+    def _answer(
+        self, query: bytes, question: Question, message: bytes | None, *, transport: Transport
+    ) -> bytes:
+        resolver = self._server.resolver
+        if message is None:
+            return resolver.servfail(query, question)
+        return resolver.answer_from(query, question, message, transport=transport)
 
 
 async def _serve_tcp_connection(
-    stream: trio.SocketStream,
-    server: RunningMeshDns,
-    upstreams: tuple[HostPort, ...],
-    upstream_timeout: float,
+    stream: trio.SocketStream, server: RunningMeshDns, flights: _Flights, clock: Callable[[], float]
 ) -> None:
     peer: object = "?"
     try:
@@ -343,14 +454,12 @@ async def _serve_tcp_connection(
             if message is None:
                 return
             server.tcp_queries += 1
-            resolution = _resolve(server, message, transport=Transport.TCP)
+            resolution = _resolve(server, message, transport=Transport.TCP, now=clock())
             if isinstance(resolution, Dropped):
                 _log_dropped(resolution, server=server, peer=peer)
                 return  # framing can no longer be trusted
             if isinstance(resolution, Forward):
-                response = await _forward(
-                    message, server, upstreams, upstream_timeout, transport=Transport.TCP
-                )
+                response = await flights.forward_tcp(resolution, message)
             else:
                 if resolution.problem is not None:
                     _log_problem(resolution.problem, server=server, peer=peer)
@@ -377,10 +486,12 @@ async def _receive_message(stream: trio.SocketStream, buffer: bytearray) -> byte
     return message
 
 
-def _resolve(server: RunningMeshDns, query: bytes, *, transport: Transport) -> Answered | Forward | Dropped:
+def _resolve(
+    server: RunningMeshDns, query: bytes, *, transport: Transport, now: float
+) -> Answered | Forward | Dropped:
     """`server.resolver.resolve`, but a bug on one odd packet must not take DNS down for the whole node."""
     try:
-        return server.resolver.resolve(query, transport=transport)
+        return server.resolver.resolve(query, transport=transport, now=now)
     except Exception:
         logger.exception("resolving a %d-byte query failed: this is a bug; dropping it", len(query))
         return Dropped(reason="internal error (logged above)")
