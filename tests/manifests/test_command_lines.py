@@ -16,8 +16,8 @@ import pytest
 from aether.cli.bootstrap_command import bootstrap_of
 from aether.cli.commands import COMMANDS
 from aether.cli.main import build_parser
-from aether.registrar.backends.etcd import parse_etcd_endpoints
 from aether.envoy.process import find_envoy_binary
+from aether.registrar.backends.etcd import parse_etcd_endpoints
 from tests.manifests.rendered import Object, containers, name_of
 from tests.needs import needs
 
