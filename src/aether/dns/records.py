@@ -54,6 +54,9 @@ def parse_records(content: bytes) -> ParsedRecords:
         document = json.loads(content)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordsFileRejected(reason=f"not JSON ({exc})") from exc
+    except RecursionError:
+        # Python's decoder recurses per nesting level: a file of '[' ends it before any check of ours.
+        raise RecordsFileRejected(reason="nests arrays or objects too deeply to decode") from None
     if not isinstance(document, dict):
         raise RecordsFileRejected(reason=f"top level must be an object (got {type(document).__name__})")
     entries = document.get("records")
