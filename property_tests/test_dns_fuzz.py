@@ -3,6 +3,7 @@ documented refusal, never another exception (the server's receive loop has no ha
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import dnslib
@@ -78,10 +79,8 @@ def test_any_upstream_reply_is_read_or_refused_as_wire_format(
     reply.add_answer(*dnslib.RR.fromZone(f"{name} 60 A 10.1.2.3"))
     packet = data.draw(st.one_of(st.just(bytes(reply.pack())), st.binary(max_size=300)))
     packet = _mangled(packet, data) if data.draw(st.booleans()) else packet
-    try:
+    with contextlib.suppress(WireFormatError):
         read_reply(packet)
-    except WireFormatError:
-        pass
 
 
 @FUZZ
@@ -92,8 +91,7 @@ def test_any_upstream_reply_is_read_or_refused_as_wire_format(
 def test_any_record_file_is_read_or_refused_with_a_message(content: bytes) -> None:
     """A record file is read (bad entries skipped, each with a message) or refused with `ValueError`."""
     try:
-        parsed = parse_records(content)
+        messages = parse_records(content).skipped
     except ValueError as refusal:
-        assert str(refusal)
-    else:
-        assert all(isinstance(message, str) and message for message in parsed.skipped)
+        messages = (str(refusal),)
+    assert all(isinstance(message, str) and message for message in messages)
