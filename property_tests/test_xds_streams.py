@@ -30,9 +30,7 @@ _REQUEST_TYPES = (discovery_pb2.DiscoveryRequest, discovery_pb2.DeltaDiscoveryRe
 def _feed(machine: SotwStream | DeltaStream, item: Any) -> StreamOutput:
     """What the server does with one input (`aether.xds.server`): publish a snapshot, or decode and handle a request."""
     if isinstance(item, Snapshot):
-        if isinstance(machine, DeltaStream):
-            return machine.publish(item, now=NOW)
-        return machine.publish(item)
+        return machine.publish(item, now=NOW)
     if isinstance(item, bytes):
         return machine.receive_bytes(item, now=NOW)
     return machine.receive(item, now=NOW)

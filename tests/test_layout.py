@@ -18,6 +18,7 @@ GENERATED = "aether.proto"
 RANKS = {
     "core": 0,
     "log": 1,
+    "sync": 1,
     "rpc": 2,
     "dns": 3,
     "envoy": 3,
@@ -36,7 +37,8 @@ RANKS = {
 """A package imports its own modules and packages of a lower rank only: never a sibling (same rank) or above.
 
 DESIGN.md's order (core ← log ← plane/rpc ← xds/registrar/cni/kube/identity ← agent/edge/controller ← cli/demo),
-refined where a package needs another of its row: the registrar's Kubernetes backend uses `kube`'s client and
+refined where a package needs another of its row: `sync` (the `LatestValue` cell) sits beside the log, below every
+package that waits on a value; the registrar's Kubernetes backend uses `kube`'s client and
 reflector; the plane wires the xDS server, the SVID source and the admin socket (so it sits above xds and identity);
 the CNI server waits on the journal and the snapshot cache (so `cni` sits above the plane); `aether demo` is a
 subcommand of the CLI. `testing` may import anything, and only tests import it.

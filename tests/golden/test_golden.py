@@ -1,9 +1,10 @@
-"""Golden tests of the node projection: `testdata/<case>.in.json` (events) gives `<case>.<kind>.out.json`.
+"""Golden tests of the node projection: `testdata/<case>.in.yaml` (events) gives `<case>.<kind>.out.yaml`.
 
 An input is a small document of builder calls (the `aether.testing` builders, by name, with keyword arguments)
 folded after the shared `testdata/base.json`; times are offsets from `aether.testing.AT` such as `"+10s"`. The
-outputs are the projected resources of one kind, as Envoy's JSON (proto field names), sorted by name.
-PyYAML is not installed here, so inputs and outputs are JSON (every JSON document is also YAML).
+outputs are the projected resources of one kind, as Envoy's YAML (proto field names), sorted by name, like the
+gateway and edge suites'. The first cases were written in JSON (`<case>.in.json` gives `<case>.<kind>.out.json`)
+and are kept so, byte for byte; new cases are YAML.
 
 `pytest tests/golden --update-golden` rewrites the outputs and deletes orphans; review the diff like code.
 """
@@ -11,13 +12,15 @@ PyYAML is not installed here, so inputs and outputs are JSON (every JSON documen
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from aether.core.events import Event, Health, Protocol
+from aether.core.events import Event, Health, Protocol, ServicePort
 from aether.core.project import project_node
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
 from aether.testing import AT, builders, fold_events
@@ -31,7 +34,14 @@ KINDS = {
     "endpoints": ENDPOINT_TYPE,
     "secrets": SECRET_TYPE,
 }
-CASES = sorted(path.name.removesuffix(".in.json") for path in TESTDATA.glob("*.in.json"))
+FORMATS = ("json", "yaml")
+"""The suffixes of a case's input and outputs: the first cases' JSON, and YAML."""
+CASE_FORMATS = {
+    path.name.removesuffix(f".in.{suffix}"): suffix
+    for suffix in FORMATS
+    for path in TESTDATA.glob(f"*.in.{suffix}")
+}
+CASES = sorted(CASE_FORMATS)
 
 _VALUES: dict[str, Callable[..., Any]] = {
     "pod": builders.make_pod,
@@ -57,6 +67,8 @@ def _value(name: str, arguments: dict[str, Any]) -> Any:
         arguments["health"] = Health[arguments["health"]]
     if "protocol" in arguments:
         arguments["protocol"] = Protocol[arguments["protocol"]]
+    if name == "service" and "ports" in arguments:
+        arguments["ports"] = [ServicePort(**port) for port in arguments["ports"]]
     for field in ("cert_chain_pem", "private_key", "bundle_pem"):
         if field in arguments:
             arguments[field] = arguments[field].encode()
@@ -82,7 +94,7 @@ def _event(call: dict[str, Any]) -> Event:
 
 
 def _case(name: str) -> tuple[Snapshot, dict[str, Any]]:
-    document = json.loads((TESTDATA / f"{name}.in.json").read_text())
+    document = yaml.safe_load((TESTDATA / f"{name}.in.{CASE_FORMATS[name]}").read_text())
     base = json.loads((TESTDATA / "base.json").read_text())
     events = [_event(call) for call in [*base["events"], *document["events"]]]
     state = fold_events(*events)
@@ -92,9 +104,12 @@ def _case(name: str) -> tuple[Snapshot, dict[str, Any]]:
     return project_node(state, node_name=document["node"], now=_time(document["now"])), document
 
 
-def _render(snapshot: Snapshot, type_url: str) -> str:
+def _render(snapshot: Snapshot, type_url: str, *, suffix: str) -> str:
     resources = [as_dict(message) for message in messages(snapshot, type_url).values()]
-    return json.dumps(resources, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    if suffix == "json":
+        return json.dumps(resources, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    plain = json.loads(json.dumps(resources))  # protobuf's JSON holds OrderedDicts, which safe YAML refuses
+    return yaml.safe_dump(plain, sort_keys=True, allow_unicode=True, default_flow_style=False)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -103,9 +118,10 @@ def test_golden_case(case: str, update_golden: bool) -> None:
     snapshot, document = _case(case)
     assert snapshot.consistent() == ()
     assert sorted(snapshot.not_found) == document.get("not_found", [])
+    suffix = CASE_FORMATS[case]
     for kind, type_url in KINDS.items():
-        path = TESTDATA / f"{case}.{kind}.out.json"
-        rendered = _render(snapshot, type_url)
+        path = TESTDATA / f"{case}.{kind}.out.{suffix}"
+        rendered = _render(snapshot, type_url, suffix=suffix)
         if update_golden:
             path.write_text(rendered)
         else:
@@ -115,12 +131,23 @@ def test_golden_case(case: str, update_golden: bool) -> None:
 
 def test_no_orphaned_outputs(update_golden: bool) -> None:
     """Every output belongs to a case (with --update-golden, orphans are deleted)."""
-    orphans = sorted(path for path in TESTDATA.glob("*.out.json") if path.name.split(".", 1)[0] not in CASES)
+    orphans = sorted(
+        path
+        for suffix in FORMATS
+        for path in TESTDATA.glob(f"*.out.{suffix}")
+        if CASE_FORMATS.get(path.name.split(".", 1)[0]) != suffix
+    )
     if update_golden:
         for path in orphans:
             path.unlink()
     else:
         assert [path.name for path in orphans] == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case_names_are_kebab_case_sentences(case: str) -> None:
+    """A case is named like `pod-in-netns-with-two-upstreams` (STYLE N6)."""
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+", case), case
 
 
 def test_there_are_cases() -> None:

@@ -75,7 +75,7 @@ def test_a_subscription_before_any_snapshot_is_answered_by_the_first_publish() -
     """Nothing is sent until the node has a snapshot; then every cluster goes out under the snapshot's version."""
     stream = SotwStream()
     assert stream.receive(request(), now=NOW).responses == ()
-    output = stream.publish(SNAP)
+    output = stream.publish(SNAP, now=NOW)
     (response,) = output.responses
     assert (response.type_url, response.version_info, response.nonce) == (
         CLUSTER_TYPE,
@@ -90,7 +90,7 @@ def test_an_ack_records_the_version_and_sends_nothing() -> None:
     """A request echoing our nonce without error is an ACK: a ResourceAcked event, status SYNCED."""
     stream = SotwStream()
     stream.receive(request(), now=NOW)
-    (response,) = stream.publish(SNAP).responses
+    (response,) = stream.publish(SNAP, now=NOW).responses
     output = stream.receive(request(version=response.version_info, nonce=response.nonce), now=NOW + 1)
     assert output.responses == ()
     assert output.events == (
@@ -110,10 +110,10 @@ def test_a_nack_is_recorded_and_never_answered_with_the_rejected_resources() -> 
     """After a NACK, publishing the same snapshot again sends nothing; a changed one is sent."""
     stream = SotwStream()
     stream.receive(request(), now=NOW)
-    (first,) = stream.publish(SNAP).responses
+    (first,) = stream.publish(SNAP, now=NOW).responses
     stream.receive(request(version=first.version_info, nonce=first.nonce), now=NOW)
     bad = snapshot(cluster("a", timeout_ms=999), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2)
-    (rejected,) = stream.publish(bad).responses[:1]
+    (rejected,) = stream.publish(bad, now=NOW).responses[:1]
     output = stream.receive(
         request(version=first.version_info, nonce=rejected.nonce, error="bad timeout"), now=NOW
     )
@@ -130,14 +130,16 @@ def test_a_nack_is_recorded_and_never_answered_with_the_rejected_resources() -> 
             error_message="bad timeout",
         ),
     )
-    assert stream.publish(bad).responses == ()
+    assert stream.publish(bad, now=NOW).responses == ()
     row = stream.status()[0]
     assert (row.status, row.acked_version, row.error) == (
         TypeStatus.NACKED,
         first.version_info,
         "bad timeout",
     )
-    (fixed,) = stream.publish(snapshot(cluster("a"), cluster("b"), cluster("c"), seq=3)).responses[:1]
+    (fixed,) = stream.publish(snapshot(cluster("a"), cluster("b"), cluster("c"), seq=3), now=NOW).responses[
+        :1
+    ]
     assert fixed.type_url == CLUSTER_TYPE
 
 
@@ -145,8 +147,8 @@ def test_a_stale_nonce_is_ignored() -> None:
     """An answer to a response we have since superseded changes nothing."""
     stream = SotwStream()
     stream.receive(request(), now=NOW)
-    (first,) = stream.publish(SNAP).responses
-    stream.publish(snapshot(cluster("a"), seq=2))
+    (first,) = stream.publish(SNAP, now=NOW).responses
+    stream.publish(snapshot(cluster("a"), seq=2), now=NOW)
     output = stream.receive(request(version=first.version_info, nonce=first.nonce, error="late"), now=NOW)
     assert output == stream.receive(request(version="x", nonce=first.nonce), now=NOW)
     assert output.responses == output.events == ()
@@ -156,7 +158,7 @@ def test_a_reconnect_stating_the_current_version_is_answered() -> None:
     """A new stream whose first request states the version we would send still gets it (Envoy resets its reconnect
     backoff only on a response); the ACK leaves the type SYNCED and nothing more goes out."""
     stream = SotwStream()
-    stream.publish(SNAP)
+    stream.publish(SNAP, now=NOW)
     output = stream.receive(request(version=SNAP.version(CLUSTER_TYPE)), now=NOW)
     (response,) = output.responses
     assert (response.version_info, list(response.resources)) == (
@@ -167,13 +169,13 @@ def test_a_reconnect_stating_the_current_version_is_answered() -> None:
     acked = stream.receive(request(version=response.version_info, nonce=response.nonce), now=NOW)
     assert (acked.responses, [type(event) for event in acked.events]) == ((), [ResourceAcked])
     assert stream.status()[0].status is TypeStatus.SYNCED
-    assert stream.publish(SNAP).responses == ()
+    assert stream.publish(SNAP, now=NOW).responses == ()
 
 
 def test_named_subscriptions_get_only_their_names_and_changes_are_answered() -> None:
     """EDS is asked by name: the response holds those names; an ACK that changes the names is answered."""
     stream = SotwStream()
-    stream.publish(SNAP)
+    stream.publish(SNAP, now=NOW)
     (first,) = stream.receive(request(ENDPOINT_TYPE, names=("a",)), now=NOW).responses
     assert first.version_info == type_version([SNAP.of_type(ENDPOINT_TYPE)["a"]])
     assert len(first.resources) == 1
@@ -189,11 +191,11 @@ def test_a_changed_cluster_makes_its_endpoints_go_out_again() -> None:
     stream = SotwStream()
     stream.receive(request(), now=NOW)
     stream.receive(request(ENDPOINT_TYPE, names=("a", "b")), now=NOW)
-    stream.publish(SNAP)
+    stream.publish(SNAP, now=NOW)
     changed = snapshot(
         cluster("a", timeout_ms=500), cluster("b"), assignment("a", 1), assignment("b", 2), seq=2
     )
-    responses = stream.publish(changed).responses
+    responses = stream.publish(changed, now=NOW).responses
     assert [response.type_url for response in responses] == [CLUSTER_TYPE, ENDPOINT_TYPE]
     assert responses[1].version_info == SNAP.version(ENDPOINT_TYPE)
 
@@ -203,6 +205,6 @@ def test_a_subscription_to_a_type_the_snapshot_lacks_gets_an_empty_first_respons
     stream = SotwStream()
     stream.receive(request(), now=NOW)
     empty = snapshot(assignment("a", 1))
-    (response,) = stream.publish(empty).responses
+    (response,) = stream.publish(empty, now=NOW).responses
     assert (response.type_url, response.version_info, len(response.resources)) == (CLUSTER_TYPE, "", 0)
-    assert stream.publish(empty).responses == ()
+    assert stream.publish(empty, now=NOW).responses == ()

@@ -24,6 +24,7 @@ from aether.core.state import State
 from aether.dns.errors import RecordsFileRejected
 from aether.dns.records import parse_records
 from aether.plane.journal import Journal
+from aether.sync import LatestValue
 
 __all__ = ["MeshRecordsStatistics", "MeshRecordsWriter", "mesh_dns_records", "serve_mesh_records"]
 
@@ -63,9 +64,10 @@ class MeshRecordsWriter:
         self._clock = clock
         self._generation = 0
         self._written: dict[str, str] | None = None
-        self._latest: dict[str, str] = {}
-        self._changed = trio.Event()
-        self._wrote = trio.Event()
+        self._latest: LatestValue[dict[str, str]] = LatestValue({})
+        """The records of the journal's latest state."""
+        self._wrote: LatestValue[int | None] = LatestValue(None)
+        """The generation of the last file this writer wrote (None before the first)."""
         self._writes = 0
 
     def statistics(self) -> MeshRecordsStatistics:
@@ -76,9 +78,7 @@ class MeshRecordsWriter:
 
     async def wait_generation(self, generation: int) -> None:
         """Block until the file on disk has at least `generation`."""
-        await trio.lowlevel.checkpoint()
-        while self._generation < generation or self._writes == 0:
-            await self._wrote.wait()
+        await self._wrote.wait_value(lambda wrote: wrote is not None and wrote >= generation)
 
     def _resume(self) -> None:
         """Continue from the file a previous agent left: its generation, and its records if they still hold."""
@@ -94,9 +94,8 @@ class MeshRecordsWriter:
 
     def _observe(self, state: State, now: int) -> None:
         records = mesh_dns_records(state)
-        if records != self._latest:
-            self._latest = records
-            self._changed.set()
+        if records != self._latest.value:
+            self._latest.set(records)
 
     def _write(self, records: Mapping[str, str], generation: int) -> None:
         document = {"writtenAt": int(self._clock()), "generation": generation, "records": dict(records)}
@@ -112,20 +111,17 @@ class MeshRecordsWriter:
     async def _serve(self, task_status: trio.TaskStatus[MeshRecordsWriter]) -> None:
         first = True
         while True:
-            records = self._latest
+            records = self._latest.value
             if records != self._written or first:
                 generation = self._generation + (records != self._written)
                 await trio.to_thread.run_sync(self._write, records, generation)
                 self._generation, self._written = generation, records
                 self._writes += 1
-                self._wrote.set()
-                self._wrote = trio.Event()
+                self._wrote.set(generation)
             if first:
                 first = False
                 task_status.started(self)
-            if self._latest == self._written:
-                self._changed = trio.Event()
-                await self._changed.wait()
+            await self._latest.wait_value(lambda latest: latest != self._written)
 
 
 async def serve_mesh_records(

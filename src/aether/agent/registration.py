@@ -33,6 +33,7 @@ from aether.registrar.server import SERVICE_NAME
 from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket, unary_call
 from aether.rpc.listen import ListenAddress
+from aether.sync import LatestValue
 
 __all__ = ["RegistrationStatistics", "Registrations", "serve_registrations"]
 
@@ -78,12 +79,12 @@ class Registrations:
         self._cluster_name = cluster_name
         self._backoff = backoff
         self._rng = random.Random() if rng is None else rng
-        self._wanted: dict[EndpointKey, Endpoint] = {}
+        self._intents: LatestValue[dict[EndpointKey, Endpoint]] = LatestValue({})
+        """The endpoints the node's state wants registered, replaced (never changed in place) when they change."""
         self._inputs: tuple[object, object] | None = None
         """The `state.pods` and `state.captured_nodes` the intents were last computed from (compared by
         identity)."""
         self._registered: dict[EndpointKey, Endpoint] = {}
-        self._changed = trio.Event()
         self._calls = 0
         self._failures = 0
 
@@ -99,8 +100,11 @@ class Registrations:
         self._inputs = (state.pods, state.captured_nodes)
         wanted = local_endpoints(state, node_name=self._node_name, cluster_name=self._cluster_name)
         if wanted != self._wanted:
-            self._wanted = wanted
-            self._changed.set()
+            self._intents.set(wanted)
+
+    @property
+    def _wanted(self) -> dict[EndpointKey, Endpoint]:
+        return self._intents.value
 
     def statistics(self) -> RegistrationStatistics:
         """Return the sink's counters."""
@@ -163,9 +167,9 @@ class Registrations:
                         registrar_pb2.UnregisterEndpointRequest(service_name=service, ips=gone),
                     )
             while True:
-                self._changed = trio.Event()
+                reconciled = self._wanted
                 await self._reconcile(call)
-                await self._changed.wait()
+                await self._intents.wait_changed(reconciled)
 
     async def _reconcile(self, call: Any) -> None:
         wanted = self._wanted

@@ -34,6 +34,7 @@ from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map
 from aether.plane.journal import Journal
 from aether.proto.cni.v1 import cni_pb2
 from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.sync import LatestValue
 from aether.xds.cache import SnapshotCache
 
 __all__ = [
@@ -136,23 +137,30 @@ class CniServer:
         self._pods = pods
         self._ack_wait = ack_wait
         self._clock = clock
-        self._changed = trio.Event()
+        self._folded: LatestValue[tuple[State, int]] = LatestValue((journal.state, 0))
+        """`(state, now)` of the journal's latest fold, a new tuple each fold (even one that left the state as it
+        was: the projection may still change): requests wait on it for their change to be folded and ACKed."""
         self._send: trio.MemorySendChannel[Event] | None = None
-        self._counters = dict.fromkeys(("added", "ignored", "refused", "removed", "acked", "ack_timeouts"), 0)
+        self._added = self._ignored = self._refused = self._removed = self._acked = self._ack_timeouts = 0
         journal.subscribe(self._state_changed)
 
     def statistics(self) -> CniServerStatistics:
         """Return the service's counters."""
-        return CniServerStatistics(**self._counters)
+        return CniServerStatistics(
+            added=self._added,
+            ignored=self._ignored,
+            refused=self._refused,
+            removed=self._removed,
+            acked=self._acked,
+            ack_timeouts=self._ack_timeouts,
+        )
 
     def _state_changed(self, state: State, now: int) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        self._folded.set((state, now))
 
     async def _wait_until(self, condition: Callable[[], bool]) -> None:
         with trio.move_on_after(FOLD_WAIT) as scope:
-            while not condition():
-                await self._changed.wait()
+            await self._folded.wait_value(lambda _fold: condition())
         if scope.cancelled_caught:
             raise purerpc.UnavailableError(
                 f"the agent's log did not fold the change within {FOLD_WAIT} s; retry"
@@ -201,19 +209,19 @@ class CniServer:
             pod = self._pod(request.pod)
             unmanaged = unmanaged_reason(pod)
             if unmanaged is not None:
-                self._counters["ignored"] += 1
+                self._ignored += 1
                 return cni_pb2.AddPodResponse(result=cni_pb2.RESULT_IGNORED, message=unmanaged)
             problem = pod_problem(pod) or address_problem(pod)
             if problem is not None:
                 raise _Refused(problem)
         except _Refused as exc:
-            self._counters["refused"] += 1
+            self._refused += 1
             return cni_pb2.AddPodResponse(result=cni_pb2.RESULT_ERROR, message=str(exc))
         record = self._journal.state.pods.get(pod.key)
         if record is None or record.pod != pod:  # an equal re-ADD appends nothing: ADD is idempotent
             await self._append(PodAdded(observed_at=self._clock(), source=SOURCE, pod=pod))
         settings, warnings = settings_from_annotations(pod.annotations)
-        self._counters["added"] += 1
+        self._added += 1
         acked = False
         nacked = ""
         with trio.move_on_after(self._ack_wait):
@@ -221,13 +229,15 @@ class CniServer:
             nacked = await self._wait_listeners(pod)
             acked = not nacked
         if nacked:
-            self._counters["refused"] += 1
+            self._refused += 1
             return cni_pb2.AddPodResponse(
                 result=cni_pb2.RESULT_ERROR,
                 message=f"pod {pod.key!r}: the node's proxy rejected its listeners: {nacked}",
             )
-        self._counters["acked" if acked else "ack_timeouts"] += 1
-        if not acked:
+        if acked:
+            self._acked += 1
+        else:
+            self._ack_timeouts += 1
             LOG.warning("pod %r: the proxy did not ACK its listeners within %s s", pod.key, self._ack_wait)
         return cni_pb2.AddPodResponse(
             result=cni_pb2.RESULT_SUCCESS,
@@ -243,6 +253,7 @@ class CniServer:
             names.add(capture_listener_name(pod))
         key = (self._node_name, LISTENER_TYPE)
         while True:
+            folded = self._folded.value
             snapshot = self._cache.get(self._node_name)
             feedback = self._journal.state.feedback.streams.get(key)
             if (
@@ -255,7 +266,7 @@ class CniServer:
                     return ""
                 if feedback.nacked_version == version:
                     return feedback.error_message or "NACK without a message"
-            await self._changed.wait()
+            await self._folded.wait_changed(folded)
 
     async def _remove(self, request: cni_pb2.RemovePodRequest) -> cni_pb2.RemovePodResponse:
         key = f"{request.namespace}/{request.name}"
@@ -273,7 +284,7 @@ class CniServer:
             )
         )
         await self._wait_until(lambda: self._journal.state.pods.get(key) is not record)
-        self._counters["removed"] += 1
+        self._removed += 1
         return cni_pb2.RemovePodResponse(result=cni_pb2.RESULT_SUCCESS)
 
     async def _check(self, request: cni_pb2.CheckPodRequest) -> cni_pb2.CheckPodResponse:
@@ -310,7 +321,7 @@ class CniServer:
             )
         keys = [key for key, _uid in stale]
         await self._wait_until(lambda: not any(key in self._journal.state.pods for key in keys))
-        self._counters["removed"] += len(keys)
+        self._removed += len(keys)
         return cni_pb2.CollectGarbageResponse(removed_pods=keys)
 
     async def _status(self, request: cni_pb2.StatusRequest) -> cni_pb2.StatusResponse:

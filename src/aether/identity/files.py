@@ -42,6 +42,7 @@ from aether.core.validation import service_key_problem, trust_domain_problem
 from aether.core.values import Redacted
 from aether.identity.errors import SvidDirectoryError, TrustDomainError
 from aether.identity.pem import bundle_from_pem, bundle_trust_domains, svid_from_pem
+from aether.sync import LatestValue
 
 BUNDLE_FILE = "bundle.pem"
 """The name of the trust bundle's file."""
@@ -104,14 +105,15 @@ class SvidFileSource:
         """The trust domain of every SVID and of the bundle."""
         self._seen: dict[str, bytes] = {}
         """The content digest of each file as last sent, by name."""
-        self._polls = self._events_sent = self._svid_files = 0
+        self._polls = LatestValue(0)
+        """Reads of the directory completed, their events sent."""
+        self._events_sent = self._svid_files = 0
         self._ignored: tuple[str, ...] = ()
-        self._polled = trio.Event()
 
     def statistics(self) -> SvidFilesStatistics:
         """Return the source's counters."""
         return SvidFilesStatistics(
-            polls=self._polls,
+            polls=self._polls.value,
             svid_files=self._svid_files,
             ignored=self._ignored,
             events_sent=self._events_sent,
@@ -119,11 +121,7 @@ class SvidFileSource:
 
     async def wait_polls(self, count: int) -> None:
         """Block until `count` reads of the directory have completed, their events sent (start-up's is the first)."""
-        if self._polls >= count:
-            await trio.lowlevel.checkpoint()
-            return
-        while self._polls < count:
-            await self._polled.wait()
+        await self._polls.wait_value(lambda polls: polls >= count)
 
     async def _publish(
         self, listing: _Listing, *, send: trio.MemorySendChannel[Event], observed_at: int
@@ -137,9 +135,7 @@ class SvidFileSource:
         self._seen = {name: read.digest for name, read in listing.files.items()}
         self._svid_files = sum(1 for name in listing.files if name != BUNDLE_FILE)
         self._ignored = listing.ignored
-        self._polls += 1
-        self._polled.set()
-        self._polled = trio.Event()
+        self._polls.set(self._polls.value + 1)
 
 
 async def serve_svid_files(

@@ -1,6 +1,8 @@
 """The client side of the agent's admin socket (`aether status`): fetch a JSON document, render the status table.
 
 Light on purpose (the standard library only, blocking calls): the command line imports it without the agent or trio.
+Not even h11, which the server speaks: it would double what `aether status` imports, to read one response whose
+server closes the connection after it (so the body is what follows the head).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def fetch_admin(path: Path, target: str, *, timeout: float = FETCH_TIMEOUT) -> d
         while chunk := connection.recv(65536):
             answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
-    if not head.startswith(b"HTTP/1.0 200"):
+    version, _, status = head.partition(b" ")
+    if not version.startswith(b"HTTP/1.") or not status.startswith(b"200 "):
         raise ValueError(
             f"admin {target!r} answered {head.splitlines()[0] if head else b''!r}: {body[:200]!r}"
         )

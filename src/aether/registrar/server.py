@@ -53,6 +53,7 @@ from aether.registrar.snapshot import (
     resync,
 )
 from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
+from aether.sync import LatestValue
 
 __all__ = ["SERVICE_NAME", "WRITE_WAIT", "Registrar", "RegistrarStatistics", "serve_registrar"]
 
@@ -108,20 +109,6 @@ class _Submission:
 _OwnerInput = _Submission | BackendFeed
 
 
-class _Bell:
-    """Wakes one waiting task; rings while nobody waits are remembered until the next wait."""
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-
-    def ring(self) -> None:
-        self._event.set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-        self._event = trio.Event()
-
-
 class Registrar:
     """The registry's single owner, and the purerpc service that serves it.
 
@@ -155,11 +142,9 @@ class Registrar:
         self._history_limit = history_limit
         self._write_wait = write_wait
         self._broadcaster = Broadcaster(capacity=watcher_buffer)
-        self._snapshot: RegistrySnapshot | None = None
+        self._snapshot: LatestValue[RegistrySnapshot | None] = LatestValue(None)
         self._send: trio.MemorySendChannel[_OwnerInput] | None = None
-        self._availability = StoreAvailability(available=True)
-        # Replaced (after being set) whenever the snapshot or the availability changes: waiters re-check.
-        self._moved = trio.Event()
+        self._availability = LatestValue(StoreAvailability(available=True))
         self._applied = 0
         self._unchanged = 0
         self._folded = 0
@@ -168,23 +153,25 @@ class Registrar:
     @property
     def snapshot(self) -> RegistrySnapshot:
         """The registry now (as durable as the backend makes it)."""
-        assert self._snapshot is not None, "Registrar.serve() must run first; this is a bug"
-        return self._snapshot
+        snapshot = self._snapshot.value
+        assert snapshot is not None, "Registrar.serve() must run first; this is a bug"
+        return snapshot
 
     @property
     def ready(self) -> bool:
         """Whether the store is reachable: False while it is down (the snapshot is still served)."""
-        return self._availability.available
+        return self._availability.value.available
 
     def statistics(self) -> RegistrarStatistics:
         """Return the registrar's counters."""
         snapshot = self.snapshot
+        availability = self._availability.value
         return RegistrarStatistics(
             version=snapshot.version,
             endpoints=len(snapshot.endpoints),
             services=len(snapshot.services),
-            ready=self._availability.available,
-            unavailable_reason="" if self._availability.available else self._availability.reason,
+            ready=availability.available,
+            unavailable_reason="" if availability.available else availability.reason,
             mutations_applied=self._applied,
             mutations_unchanged=self._unchanged,
             updates_folded=self._folded,
@@ -194,13 +181,11 @@ class Registrar:
 
     async def wait_version(self, version: int) -> None:
         """Wait until the snapshot's version is at least `version`."""
-        while self.snapshot.version < version:
-            await self._moved.wait()
+        await self._snapshot.wait_value(lambda _snapshot: self.snapshot.version >= version)
 
     async def wait_ready(self, *, ready: bool = True) -> None:
         """Wait until `ready` equals the argument (the store came back, or went away)."""
-        while self.ready is not ready:
-            await self._moved.wait()
+        await self._availability.wait_value(lambda availability: availability.available is ready)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load the registry, follow the backend's feed, and apply submitted mutations one at a time until cancelled.
@@ -211,13 +196,13 @@ class Registrar:
             StoreError: The backend could not load or store, or its feed broke the feed's rules; the registry
                 stops (it must not diverge from the store).
         """
-        self._snapshot = await self._backend.load()
+        self._snapshot.set(await self._backend.load())
         LOG.info(
             "registry loaded from %s at version %d: %d endpoints of %d services",
             self._backend.description,
-            self._snapshot.version,
-            len(self._snapshot.endpoints),
-            len(self._snapshot.services),
+            self.snapshot.version,
+            len(self.snapshot.endpoints),
+            len(self.snapshot.services),
         )
         send, receive = trio.open_memory_channel[_OwnerInput](0)
         self._send = send
@@ -285,15 +270,14 @@ class Registrar:
     def _publish(self, snapshot: RegistrySnapshot, changes: tuple[Change, ...]) -> None:
         # Invariant: nothing awaits between publishing the snapshot and broadcasting its changes, so a watch
         # that reads the snapshot and subscribes (without awaiting either) misses and repeats nothing.
-        self._snapshot = snapshot
+        self._snapshot.set(snapshot)
         for watcher in self._broadcaster.publish(changes):
             LOG.warning(
                 "watcher %r fell behind by %d changes; disconnected", watcher.name, watcher.fell_behind_by
             )
-        self._ring()
 
     def _set_availability(self, availability: StoreAvailability) -> None:
-        if availability.available != self._availability.available:
+        if availability.available != self._availability.value.available:
             if availability.available:
                 LOG.warning("registry store %s is available again", self._backend.description)
             else:
@@ -302,12 +286,7 @@ class Registrar:
                     self._backend.description,
                     availability.reason,
                 )
-        self._availability = availability
-        self._ring()
-
-    def _ring(self) -> None:
-        moved, self._moved = self._moved, trio.Event()
-        moved.set()
+        self._availability.set(availability)
 
     async def _submit(self, mutation: Mutation, *, method: str) -> None:
         assert self._send is not None, "Registrar.serve() must run first; this is a bug"
@@ -325,7 +304,7 @@ class Registrar:
         if not self.ready:
             raise purerpc.UnavailableError(
                 f"{method}: the registry store {self._backend.description!r} is unavailable"
-                f" ({self._availability.reason}); nothing was stored, retry"
+                f" ({self._availability.value.reason}); nothing was stored, retry"
             )
         submission = _Submission(mutation=mutation, caller=_caller())
         try:
@@ -424,14 +403,18 @@ class Registrar:
             service_filter = filter_from_proto(request)
             last_version = version_from_proto(request.last_version)
         name = f"{request.cluster_name}/{request.node_name}" if request.node_name else ""
-        bell = _Bell()
+        rings: LatestValue[object] = LatestValue(object())
+        """A new token each time the broadcaster wakes this watch: a ring while the watch yields is not lost."""
         # No checkpoint between reading the snapshot and subscribing: see the invariant in `_apply`.
         initial = resync(self.snapshot, last_version=last_version, service_filter=service_filter)
-        watcher = self._broadcaster.subscribe(name=name, service_filter=service_filter, wake=bell.ring)
+        watcher = self._broadcaster.subscribe(
+            name=name, service_filter=service_filter, wake=lambda: rings.set(object())
+        )
         try:
             for change in initial:
                 yield change_to_proto(change)
             while True:
+                seen = rings.value
                 for change in watcher.take():
                     yield change_to_proto(change)
                 if watcher.end is WatcherEnd.FELL_BEHIND:
@@ -442,7 +425,7 @@ class Registrar:
                     raise purerpc.AbortedError(
                         f"watch {name!r} was replaced by a newer watch from the same node"
                     )
-                await bell.wait()
+                await rings.wait_changed(seen)
         finally:
             self._broadcaster.unsubscribe(watcher)
 

@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 
 import attrs
-import trio
 
 from aether.kube.resources import BUILTIN_RESOURCES, JsonObject, ResourceType, object_key
+from aether.sync import LatestValue
 
 __all__ = ["DEFAULT_HISTORY_LIMIT", "ObjectStore", "StoredChange", "TooOldError", "WatchSubscription"]
 
@@ -70,16 +70,19 @@ class WatchSubscription:
         self.dropped = False
         """Set by `ObjectStore.drop_watches`: the server cuts this watch's connection."""
         self.bookmark_requested = False
-        self.wakeup = trio.Event()
+        self._wakes = LatestValue(0)
+        """How often the store woke this watch."""
+        self._waited = 0
+        """The wakes `wait` has returned for: one made while the server was busy is not lost."""
 
     def wake(self) -> None:
         """Wake the task serving this watch."""
-        self.wakeup.set()
+        self._wakes.set(self._wakes.value + 1)
 
     async def wait(self) -> None:
-        """Block until the store appends a change or wakes this watch, then re-arm."""
-        await self.wakeup.wait()
-        self.wakeup = trio.Event()
+        """Block until the store appended a change or woke this watch since the last `wait` returned."""
+        waited = self._waited
+        self._waited = await self._wakes.wait_value(lambda wakes: wakes > waited)
 
 
 class ObjectStore:
@@ -108,7 +111,8 @@ class ObjectStore:
         self._objects: dict[StorageKey, dict[str, JsonObject]] = {key: {} for key in self.kinds}
         self._history: collections.deque[StoredChange] = collections.deque()
         self._subscriptions: set[WatchSubscription] = set()
-        self._watches_changed = trio.Event()
+        self._watches: LatestValue[tuple[int, int]] = LatestValue((0, 0))
+        """`(open_watches, watches_started)`, set whenever either changes."""
         self.watches_started = 0
         """Watches opened since the store was made."""
 
@@ -269,12 +273,10 @@ class ObjectStore:
 
     async def wait_watches(self, *, open_count: int = 1, started: int = 0) -> None:
         """Block until at least `open_count` watches are open and `started` were ever opened."""
-        while self.open_watches < open_count or self.watches_started < started:
-            await self._watches_changed.wait()
+        await self._watches.wait_value(lambda watches: watches[0] >= open_count and watches[1] >= started)
 
     def _notify_watches(self) -> None:
-        self._watches_changed.set()
-        self._watches_changed = trio.Event()
+        self._watches.set((self.open_watches, self.watches_started))
 
     def drop_watches(self) -> int:
         """Cut every open watch (the server aborts their connections); return how many there were."""

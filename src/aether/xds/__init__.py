@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from aether.xds.cache import SnapshotCache, SnapshotCacheStatistics
 from aether.xds.errors import XdsError
-from aether.xds.protocol import ProtocolError, StreamOutput, TypeStatus, TypeStatusRow
+from aether.xds.protocol import ProtocolError, StreamMachine, StreamOutput, TypeStatus, TypeStatusRow
 from aether.xds.server import StreamStatus, XdsServer, XdsServerStatistics
 
 __all__ = [
     "ProtocolError",
     "SnapshotCache",
     "SnapshotCacheStatistics",
+    "StreamMachine",
     "StreamOutput",
     "StreamStatus",
     "TypeStatus",

@@ -7,9 +7,9 @@ never stalls whoever publishes.
 from __future__ import annotations
 
 import attrs
-import trio
 
 from aether.core.snapshot import Snapshot
+from aether.sync import LatestValue
 
 
 @attrs.frozen(kw_only=True)
@@ -28,33 +28,38 @@ class SnapshotCache:
     """Latest snapshot per node id. Owned by one task that publishes; read by every stream of that node."""
 
     def __init__(self) -> None:
-        self._snapshots: dict[str, Snapshot] = {}
-        self._changed: dict[str, trio.Event] = {}
+        self._snapshots: dict[str, LatestValue[Snapshot | None]] = {}
+        """Each node's latest snapshot; a node some stream waits on before its first snapshot holds None."""
         self._published = 0
 
     def set_snapshot(self, snapshot: Snapshot) -> None:
         """Publish `snapshot` for its node: every stream of that node wakes and sends what changed."""
-        self._snapshots[snapshot.node_id] = snapshot
+        self._cell(snapshot.node_id).set(snapshot)
         self._published += 1
-        event = self._changed.pop(snapshot.node_id, None)
-        if event is not None:
-            event.set()
 
     def get(self, node_id: str) -> Snapshot | None:
         """Return the node's current snapshot, or None."""
-        return self._snapshots.get(node_id)
+        cell = self._snapshots.get(node_id)
+        return None if cell is None else cell.value
 
     async def wait_newer(self, node_id: str, *, seen: Snapshot | None) -> Snapshot:
         """Return the node's current snapshot as soon as it is not `seen` (at once if it already differs)."""
-        while True:
-            current = self._snapshots.get(node_id)
-            if current is not None and current is not seen:
-                return current
-            event = self._changed.setdefault(node_id, trio.Event())
-            await event.wait()
+        current = await self._cell(node_id).wait_value(
+            lambda current: current is not None and current is not seen
+        )
+        assert current is not None
+        return current
 
     def statistics(self) -> SnapshotCacheStatistics:
         """Return what the cache holds."""
         return SnapshotCacheStatistics(
-            nodes=len(self._snapshots), waiting_nodes=len(self._changed), published=self._published
+            nodes=sum(1 for cell in self._snapshots.values() if cell.value is not None),
+            waiting_nodes=sum(1 for cell in self._snapshots.values() if cell.statistics().tasks_waiting),
+            published=self._published,
         )
+
+    def _cell(self, node_id: str) -> LatestValue[Snapshot | None]:
+        cell = self._snapshots.get(node_id)
+        if cell is None:
+            cell = self._snapshots[node_id] = LatestValue(None)
+        return cell

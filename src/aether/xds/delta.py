@@ -83,6 +83,9 @@ class _TypeState:
 class DeltaStream:
     """The protocol state of one Delta ADS stream. Feed it requests and snapshots; send what it returns."""
 
+    mode = "delta"
+    """The variant, as `aether status` shows it (`aether.xds.protocol.StreamMachine`)."""
+
     def __init__(self) -> None:
         self.node_id: str | None = None
         self._types: dict[str, _TypeState] = {}

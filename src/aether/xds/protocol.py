@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 from google.protobuf.message import DecodeError, Message
 
 from aether.core.events import Event, ResourceAcked, ResourceNacked
-from aether.core.snapshot import SHORT_NAMES
+from aether.core.snapshot import SHORT_NAMES, Snapshot
 from aether.xds.errors import XdsError
 
 SOURCE = "xds"
@@ -113,6 +113,30 @@ class StreamOutput:
 
 
 NOTHING = StreamOutput()
+
+
+class StreamMachine(Protocol):
+    """What the server drives on one stream, whichever variant it speaks (`SotwStream`, `DeltaStream`)."""
+
+    node_id: str | None
+    """The node the stream's first request named (None before it)."""
+
+    @property
+    def mode(self) -> str:
+        """`sotw` or `delta`."""
+        ...
+
+    def receive_bytes(self, data: bytes, *, now: int) -> StreamOutput:
+        """Decode a serialized request of the variant and take it (`ProtocolError` for one that breaks the rules)."""
+        ...
+
+    def publish(self, snapshot: Snapshot, *, now: int) -> StreamOutput:
+        """Adopt a new snapshot of the node and return what to send; `now` stamps the events it emits."""
+        ...
+
+    def status(self) -> tuple[TypeStatusRow, ...]:
+        """Return the status of every subscribed type, in ADS order."""
+        ...
 
 
 class Nonces:

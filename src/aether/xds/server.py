@@ -23,7 +23,7 @@ from aether.core.events import Event
 from aether.core.snapshot import Snapshot
 from aether.xds.cache import SnapshotCache
 from aether.xds.delta import DeltaStream
-from aether.xds.protocol import ProtocolError, StatusCode, StreamOutput, TypeStatusRow
+from aether.xds.protocol import ProtocolError, StatusCode, StreamMachine, StreamOutput, TypeStatusRow
 from aether.xds.sotw import SotwStream
 
 SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
@@ -81,7 +81,7 @@ class XdsServer:
         self._feedback = feedback
         self._clock = clock
         self._handler_nursery: trio.Nursery | None = None
-        self._machines: dict[int, SotwStream | DeltaStream] = {}
+        self._machines: dict[int, StreamMachine] = {}
         self._ids = itertools.count(1)
         self._streams_total = 0
         self._responses = 0
@@ -126,7 +126,7 @@ class XdsServer:
             StreamStatus(
                 stream_id=stream_id,
                 node_id=machine.node_id or "",
-                mode="delta" if isinstance(machine, DeltaStream) else "sotw",
+                mode=machine.mode,
                 types=machine.status(),
             )
             for stream_id, machine in sorted(self._machines.items())
@@ -150,7 +150,7 @@ class XdsServer:
             yield response
 
     async def _stream(
-        self, requests: AsyncIterator[_RawRequest], machine: SotwStream | DeltaStream
+        self, requests: AsyncIterator[_RawRequest], machine: StreamMachine
     ) -> AsyncIterator[Any]:
         """The purerpc handler of one stream: yield what the stream's task sends, until it ends.
 
@@ -177,7 +177,7 @@ class XdsServer:
     async def _run_stream(
         self,
         stream_id: int,
-        machine: SotwStream | DeltaStream,
+        machine: StreamMachine,
         requests: AsyncIterator[_RawRequest],
         responses: trio.MemorySendChannel[Any],
         scope: trio.CancelScope,
@@ -209,7 +209,7 @@ class XdsServer:
 
     async def _serve_requests(
         self,
-        machine: SotwStream | DeltaStream,
+        machine: StreamMachine,
         requests: AsyncIterator[_RawRequest],
         responses: trio.MemorySendChannel[Any],
     ) -> ProtocolError | purerpc.RpcFailedError | None:
@@ -245,12 +245,10 @@ class XdsServer:
                 # Invariant: the helpers are cancelled before the channels close (so none finds one broken).
                 helpers.cancel_scope.cancel()
 
-    def _step(self, machine: SotwStream | DeltaStream, item: _RawRequest | Snapshot) -> StreamOutput:
+    def _step(self, machine: StreamMachine, item: _RawRequest | Snapshot) -> StreamOutput:
         now = self._clock()
         if isinstance(item, Snapshot):
-            if isinstance(machine, DeltaStream):
-                return machine.publish(item, now=now)
-            return machine.publish(item)
+            return machine.publish(item, now=now)
         return machine.receive_bytes(item.data, now=now)
 
     async def _emit(self, events: tuple[Event, ...]) -> None:

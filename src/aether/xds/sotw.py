@@ -61,6 +61,9 @@ class _TypeState:
 class SotwStream:
     """The protocol state of one SotW ADS stream. Feed it requests and snapshots; send what it returns."""
 
+    mode = "sotw"
+    """The variant, as `aether status` shows it (`aether.xds.protocol.StreamMachine`)."""
+
     def __init__(self) -> None:
         self.node_id: str | None = None
         self._types: dict[str, _TypeState] = {}
@@ -111,8 +114,11 @@ class SotwStream:
             return StreamOutput(events=(acked,)) + self._respond(type_url, state)
         return StreamOutput(events=(acked,))
 
-    def publish(self, snapshot: Snapshot) -> StreamOutput:
-        """Adopt a new snapshot and return the responses for every subscribed type whose content changed."""
+    def publish(self, snapshot: Snapshot, *, now: int) -> StreamOutput:
+        """Adopt a new snapshot and return the responses for every subscribed type whose content changed.
+
+        `now` is unused: a SotW publish emits no events (it is in the signature `StreamMachine` shares with Delta).
+        """
         self._snapshot = snapshot
         output = NOTHING
         for type_url in TYPE_ORDER:
