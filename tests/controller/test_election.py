@@ -120,7 +120,9 @@ def test_a_write_answered_past_the_deadline_does_not_elect() -> None:
 def test_an_answer_nobody_asked_for_is_a_bug_of_the_adapter() -> None:
     """Inputs out of turn raise, naming the input and what the machine was waiting for."""
     machine = LeaderElection(identity="pod-a", timing=TIMING)
-    with pytest.raises(RuntimeError, match=r"^leader election 'pod-a': write_succeeded while waiting for nothing"):
+    with pytest.raises(
+        RuntimeError, match=r"^leader election 'pod-a': write_succeeded while waiting for nothing"
+    ):
         machine.write_succeeded(0.0, _record("pod-a", "1"))
 
 

@@ -148,7 +148,13 @@ class LeaderElection:
 
     def leading(self, now: float) -> bool:
         """Whether this replica may act as the leader at `now` (false past the renew deadline, ticked or not)."""
-        return self.state is ElectionState.LEADING and now < self._renewed_at + self.timing.renew_deadline
+        return now < self.leading_until()
+
+    def leading_until(self) -> float:
+        """Until when (our clock) this replica leads, unless it renews meanwhile; -inf when it does not lead."""
+        if self.state is not ElectionState.LEADING:
+            return float("-inf")
+        return self._renewed_at + self.timing.renew_deadline
 
     def next_wakeup(self) -> float:
         """When `tick` has something to do: the next attempt, or the leader's deadline, whichever comes first."""
