@@ -30,6 +30,7 @@ RANKS = {
     "cni": 6,
     "agent": 7,
     "edge": 7,
+    "controller": 7,
     "demo": 8,
     "cli": 9,
     "testing": 10,

@@ -26,7 +26,6 @@ HOST_PATHS = {
 }
 ALL_INTERFACES = {
     ("aether-registrar", "--listen=:18090"),
-    ("aether-controller", "--webhook-listen=:9443"),
 }
 """The only arguments binding every interface: roles that serve the network (agents, the API server)."""
 
@@ -41,10 +40,11 @@ def _policy_rules(rules: list[Object]) -> set[Rule]:
     return found
 
 
-def _bound_rules(overlay: list[Object]) -> Iterator[tuple[str, set[Rule]]]:
-    """Each ServiceAccount of aether-system bound to a role, with the rules of the roles bound to it."""
+def _bound_rules(overlay: list[Object]) -> Iterator[tuple[tuple[str, str], set[Rule]]]:
+    """Each ServiceAccount of aether-system bound to a role, and where (`*`: cluster-wide, else the RoleBinding's
+    namespace), with the rules of the roles bound to it there."""
     roles = {(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]): obj for obj in overlay}
-    granted: dict[str, set[Rule]] = {}
+    granted: dict[tuple[str, str], set[Rule]] = {}
     for binding in overlay:
         if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
             continue
@@ -55,16 +55,25 @@ def _bound_rules(overlay: list[Object]) -> Iterator[tuple[str, set[Rule]]]:
             assert (subject["kind"], subject["namespace"]) == ("ServiceAccount", "aether-system"), name_of(
                 binding
             )
-            granted.setdefault(subject["name"], set()).update(_policy_rules(role["rules"]))
+            where = "*" if binding["kind"] == "ClusterRoleBinding" else binding["metadata"]["namespace"]
+            granted.setdefault((subject["name"], where), set()).update(_policy_rules(role["rules"]))
     yield from sorted(granted.items())
 
 
 def test_rbac_grants_exactly_what_the_code_reads(overlay: list[Object]) -> None:
-    """Each ServiceAccount's bound rules are its row of aether.kube.access (list and watch of what it watches)."""
+    """Each ServiceAccount's bound rules are its row of aether.kube.access: cluster-wide what it watches and the
+    status it writes, and in one namespace what it does there (the controller's Lease)."""
     granted = dict(_bound_rules(overlay))
-    expected = {account: set(access.rules()) for account, access in ROLE_ACCESS.items() if account in granted}
+    accounts = {account for account, _ in granted}
+    expected = {}
+    for account, access in ROLE_ACCESS.items():
+        if account not in accounts:
+            continue
+        expected[(account, "*")] = set(access.rules())
+        for namespace, rules in access.namespace_rules().items():
+            expected[(account, namespace)] = set(rules)
     assert granted == expected
-    assert "aether-agent" in granted
+    assert {"aether-agent", "aether-controller"} <= accounts
 
 
 def test_only_roles_that_read_the_api_get_a_token(overlay: list[Object]) -> None:
@@ -77,8 +86,8 @@ def test_only_roles_that_read_the_api_get_a_token(overlay: list[Object]) -> None
         mounted[workload["metadata"]["name"]] = spec.get(
             "automountServiceAccountToken", account.get("automountServiceAccountToken", True)
         )
-    assert sorted(name for name, token in mounted.items() if token) == ["aether-agent"]
-    assert sorted(bound) == ["aether-agent"]
+    assert sorted(name for name, token in mounted.items() if token) == ["aether-agent", "aether-controller"]
+    assert sorted({account for account, _ in bound}) == ["aether-agent", "aether-controller"]
 
 
 def test_every_container_is_locked_down(overlay: list[Object]) -> None:

@@ -63,6 +63,11 @@ COMMANDS = (
         summary="print the ADS bootstrap a node's or the edge's Envoy starts with",
     ),
     Command(
+        name="controller",
+        module="aether.cli.controller_command",
+        summary="elect a leader over a Lease; the leader writes the Gateway API status back",
+    ),
+    Command(
         name="edge",
         module="aether.cli.edge_command",
         summary="run the edge: Gateway API routes served to the edge Envoy over xDS",

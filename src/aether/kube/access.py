@@ -11,11 +11,13 @@ from collections.abc import Mapping
 
 import attrs
 
+from aether.kube.endpoints import MANAGED_SELECTOR
 from aether.kube.resources import (
     GATEWAY_CLASSES,
     GATEWAYS,
     GRPC_ROUTES,
     HTTP_ROUTES,
+    LEASES,
     NODES,
     PODS,
     REFERENCE_GRANTS,
@@ -25,12 +27,18 @@ from aether.kube.resources import (
     UDP_ROUTES,
     ResourceType,
 )
+from aether.kube.watch import WatchQuery
 
 __all__ = [
     "AGENT_ACCESS",
+    "CONTROLLER_ACCESS",
+    "CONTROLLER_NAMESPACE",
+    "CONTROLLER_QUERIES",
+    "LEASE_VERBS",
     "MESH_RESOURCES",
     "REGISTRAR_KUBERNETES_ACCESS",
     "ROLE_ACCESS",
+    "STATUS_RESOURCES",
     "WATCH_VERBS",
     "RoleAccess",
     "Rule",
@@ -38,6 +46,10 @@ __all__ = [
 
 WATCH_VERBS = ("list", "watch")
 """What a reflector (`aether.kube.watch.Reflector`) asks for: a paged list, then a watch from its resourceVersion."""
+STATUS_VERBS = ("update",)
+"""What a status writer asks for on `<plural>/status`: a PUT conditional on the resourceVersion."""
+LEASE_VERBS = ("create", "get", "update")
+"""What leader election asks for on its Lease: read it, create it once, replace it (acquire, renew)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -61,16 +73,41 @@ class RoleAccess:
     """The ServiceAccount the role runs as in `manifests/`."""
     watches: tuple[ResourceType, ...]
     """The resources the role lists and watches (every namespace: `WATCH_VERBS`)."""
+    status_writes: tuple[ResourceType, ...] = ()
+    """The resources whose status the role writes (every namespace): `get` of the object (the re-read after a 409)
+    and `update` of `<plural>/status`."""
+    namespaced: tuple[tuple[str, ResourceType, tuple[str, ...]], ...] = ()
+    """`(namespace, resource, verbs)`: what the role does in one namespace only (a Role, not a ClusterRole)."""
 
     def rules(self) -> tuple[Rule, ...]:
-        """The RBAC rules granting exactly the watches: one per API group, in group order."""
-        groups: dict[str, set[str]] = {}
-        for resource in self.watches:
-            groups.setdefault(resource.group, set()).add(resource.plural)
-        return tuple(
-            Rule(api_group=group, resources=tuple(sorted(plurals)), verbs=WATCH_VERBS)
-            for group, plurals in sorted(groups.items())
+        """The ClusterRole's rules granting exactly the watches and status writes, in group order."""
+        found = _grouped(self.watches, WATCH_VERBS)
+        found += _grouped(self.status_writes, ("get",))
+        found += _grouped(self.status_writes, STATUS_VERBS, subresource="status")
+        return tuple(sorted(found, key=lambda rule: (rule.api_group, rule.verbs, rule.resources)))
+
+    def namespace_rules(self) -> dict[str, tuple[Rule, ...]]:
+        """By namespace, the Role's rules granting exactly `namespaced`."""
+        found: dict[str, list[Rule]] = {}
+        for namespace, resource, verbs in self.namespaced:
+            found.setdefault(namespace, []).append(
+                Rule(api_group=resource.group, resources=(resource.plural,), verbs=verbs)
+            )
+        return {namespace: tuple(rules) for namespace, rules in sorted(found.items())}
+
+
+def _grouped(
+    resources: tuple[ResourceType, ...], verbs: tuple[str, ...], *, subresource: str = ""
+) -> list[Rule]:
+    groups: dict[str, set[str]] = {}
+    for resource in resources:
+        groups.setdefault(resource.group, set()).add(
+            f"{resource.plural}/{subresource}" if subresource else resource.plural
         )
+    return [
+        Rule(api_group=group, resources=tuple(sorted(plurals)), verbs=verbs)
+        for group, plurals in sorted(groups.items())
+    ]
 
 
 MESH_RESOURCES: tuple[ResourceType, ...] = (
@@ -96,8 +133,39 @@ REGISTRAR_KUBERNETES_ACCESS = RoleAccess(
 """`aether registrar --backend kubernetes`: the meshed pods and the nodes they run on. The embedded and etcd
 backends read nothing from the API."""
 
+STATUS_RESOURCES: tuple[ResourceType, ...] = (
+    GATEWAY_CLASSES,
+    GATEWAYS,
+    HTTP_ROUTES,
+    GRPC_ROUTES,
+    TCP_ROUTES,
+    TLS_ROUTES,
+    UDP_ROUTES,
+)
+"""The Gateway API kinds whose status the controller writes."""
+
+CONTROLLER_NAMESPACE = "aether-system"
+"""Where the controller's Lease lives (its own namespace)."""
+
+CONTROLLER_QUERIES: tuple[WatchQuery, ...] = (
+    *(WatchQuery(resource=resource) for resource in MESH_RESOURCES),
+    WatchQuery(resource=PODS, label_selector=MANAGED_SELECTOR),
+)
+"""What the controller folds: what every node reads, and every meshed pod (a Service's backends are the service
+account of the pods it selects)."""
+
+CONTROLLER_ACCESS = RoleAccess(
+    role="controller",
+    service_account="aether-controller",
+    watches=tuple(query.resource for query in CONTROLLER_QUERIES),
+    status_writes=STATUS_RESOURCES,
+    namespaced=((CONTROLLER_NAMESPACE, LEASES, LEASE_VERBS),),
+)
+"""`aether controller`: the agent's reads cluster-wide, the Gateway API's status, and its Lease."""
+
 ROLE_ACCESS: Mapping[str, RoleAccess] = {
-    access.service_account: access for access in (AGENT_ACCESS, REGISTRAR_KUBERNETES_ACCESS)
+    access.service_account: access
+    for access in (AGENT_ACCESS, REGISTRAR_KUBERNETES_ACCESS, CONTROLLER_ACCESS)
 }
 """By ServiceAccount. The other roles read nothing from the API: `aether edge` reads its Gateway API objects from a
-manifest directory, `aether mesh-dns` the agent's record file, and `aether controller` does not exist yet."""
+manifest directory, and `aether mesh-dns` the agent's record file."""

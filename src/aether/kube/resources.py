@@ -13,6 +13,7 @@ __all__ = [
     "GATEWAY_CLASSES",
     "GRPC_ROUTES",
     "HTTP_ROUTES",
+    "LEASES",
     "NAMESPACES",
     "NODES",
     "PODS",
@@ -79,6 +80,10 @@ NODES = ResourceType(group="", version="v1", plural="nodes", kind="Node", namesp
 SERVICES = ResourceType(group="", version="v1", plural="services", kind="Service", namespaced=True)
 SECRETS = ResourceType(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
 NAMESPACES = ResourceType(group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False)
+LEASES = ResourceType(
+    group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
+)
+"""The controller's leader election (not in `BUILTIN_RESOURCES`: no node reads it)."""
 
 
 def _gateway(version: str, plural: str, kind: str, *, namespaced: bool = True) -> ResourceType:

@@ -1,0 +1,300 @@
+"""`aether controller` against the test API server: the leader writes the status the core computes, replicas take
+turns through the Lease, conflicts are retried, other controllers' entries kept, and nothing unchanged is written."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from aether.controller import (
+    ControllerConfig,
+    ElectionTiming,
+    LeaseName,
+    RunningController,
+    serve_controller,
+    write_status,
+)
+from aether.core.gateway import EDGE_CONTROLLER, gateway_view
+from aether.core.reduce import fold_event
+from aether.core.state import EMPTY_STATE, State
+from aether.kube import (
+    GATEWAY_CLASSES,
+    GATEWAYS,
+    HTTP_ROUTES,
+    LEASES,
+    SERVICES,
+    ClusterConfig,
+    KubeClient,
+    ResourceType,
+)
+from aether.kube.convert import object_events
+from aether.testing.kubeapi import KubeApi, open_kube_api
+from aether.testing.kubediscovery import served_resources
+
+TIMING = ElectionTiming(lease_duration=1.0, renew_deadline=0.6, retry_period=0.1)
+"""Short enough that a takeover happens within a test, long enough for a loaded machine's requests."""
+LEASE = LeaseName(namespace="aether-system", name="aether-controller")
+WAIT = 20.0
+OTHER_CONTROLLER = "example.com/other-gateway"
+
+GATEWAY_CLASS = {"metadata": {"name": "aether"}, "spec": {"controllerName": EDGE_CONTROLLER}}
+GATEWAY = {
+    "metadata": {"name": "edge", "namespace": "edge"},
+    "spec": {
+        "gatewayClassName": "aether",
+        "listeners": [
+            {
+                "name": "http",
+                "port": 8080,
+                "protocol": "HTTP",
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+            }
+        ],
+    },
+}
+SERVICE = {
+    "metadata": {"name": "web", "namespace": "shop"},
+    "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}], "clusterIP": "10.96.0.20"},
+}
+
+
+def _route(name: str = "web", *, path: str = "/") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {
+            "parentRefs": [
+                {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "edge", "name": "edge"}
+            ],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                    "backendRefs": [{"name": "web", "port": 80}],
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[KubeApi]:
+    async with open_kube_api(resources=served_resources()) as server:
+        store = server.store
+        store.create(GATEWAY_CLASSES, GATEWAY_CLASS)
+        store.create(GATEWAYS, GATEWAY)
+        store.create(SERVICES, SERVICE)
+        store.create(HTTP_ROUTES, _route())
+        yield server
+
+
+def _client(api: KubeApi) -> KubeClient:
+    return KubeClient(ClusterConfig.from_url(api.url))
+
+
+async def _start(
+    nursery: trio.Nursery, api: KubeApi, identity: str
+) -> tuple[RunningController, trio.CancelScope]:
+    """Start one replica in its own cancel scope (cancelling it kills the replica, as a crash would)."""
+    scope = trio.CancelScope()
+
+    async def replica(task_status: trio.TaskStatus[RunningController]) -> None:
+        with scope:
+            config = ControllerConfig(identity=identity, lease=LEASE, timing=TIMING)
+            await serve_controller(_client(api), config, task_status=task_status)
+
+    running: RunningController = await nursery.start(replica)
+    return running, scope
+
+
+async def _wait_until(condition: Callable[[], bool]) -> None:
+    """Wait until `condition` holds, checking every few milliseconds (never longer than WAIT)."""
+    with trio.fail_after(WAIT):
+        while not condition():  # noqa: ASYNC110 - the condition spans the store and the replicas over sockets
+            await trio.sleep(0.01)
+
+
+def _stored(api: KubeApi, resource: ResourceType, name: str, namespace: str = "") -> dict[str, Any]:
+    found = api.store.get(resource, name=name, namespace=namespace)
+    assert found is not None
+    return found
+
+
+def _route_parents(api: KubeApi, name: str = "web") -> list[dict[str, Any]]:
+    parents: list[dict[str, Any]] = (_stored(api, HTTP_ROUTES, name, "shop").get("status") or {}).get(
+        "parents", []
+    )
+    return parents
+
+
+def _accepted(api: KubeApi, *, generation: int = 1) -> bool:
+    return any(
+        parent["controllerName"] == EDGE_CONTROLLER
+        and any(
+            c["type"] == "Accepted" and c["status"] == "True" and c["observedGeneration"] == generation
+            for c in parent["conditions"]
+        )
+        for parent in _route_parents(api)
+    )
+
+
+def _holder(api: KubeApi) -> str:
+    lease = api.store.get(LEASES, name=LEASE.name, namespace=LEASE.namespace)
+    return "" if lease is None else str(lease["spec"]["holderIdentity"])
+
+
+async def test_the_leader_writes_the_status_of_the_class_the_gateway_and_the_route(api: KubeApi) -> None:
+    """GatewayClass Accepted with supportedFeatures, Gateway Accepted and Programmed with its listener's attached
+    route, and the route's parent entry under our controllerName, each with its observedGeneration."""
+    async with trio.open_nursery() as nursery:
+        await _start(nursery, api, "controller-a")
+        await _wait_until(lambda: _accepted(api))
+        nursery.cancel_scope.cancel()
+    gateway_class = _stored(api, GATEWAY_CLASSES, "aether")["status"]
+    assert [(c["type"], c["status"]) for c in gateway_class["conditions"]] == [("Accepted", "True")]
+    assert {"name": "HTTPRoute"} in gateway_class["supportedFeatures"]
+    gateway = _stored(api, GATEWAYS, "edge", "edge")["status"]
+    assert [(c["type"], c["status"], c["observedGeneration"]) for c in gateway["conditions"]] == [
+        ("Accepted", "True", 1),
+        ("Programmed", "True", 1),
+    ]
+    [listener] = gateway["listeners"]
+    assert (listener["name"], listener["attachedRoutes"]) == ("http", 1)
+    [parent] = _route_parents(api)
+    assert parent["parentRef"] == {
+        "group": "gateway.networking.k8s.io",
+        "kind": "Gateway",
+        "namespace": "edge",
+        "name": "edge",
+    }
+    assert _holder(api) == "controller-a"
+
+
+async def test_two_replicas_one_writes_and_the_other_takes_over_when_the_leader_dies(api: KubeApi) -> None:
+    """Of two replicas only the Lease's holder writes; once it is killed, the other takes the Lease after it expires
+    and writes the status of the next change."""
+    async with trio.open_nursery() as nursery:
+        first, first_scope = await _start(nursery, api, "controller-a")
+        second, second_scope = await _start(nursery, api, "controller-b")
+        await _wait_until(lambda: _accepted(api))
+        replicas = {"controller-a": (first, first_scope), "controller-b": (second, second_scope)}
+        leader = _holder(api)
+        [follower] = set(replicas) - {leader}
+        assert replicas[leader][0].statistics().status_writes > 0
+        assert replicas[follower][0].statistics().status_writes == 0
+        assert not replicas[follower][0].statistics().leading
+
+        replicas[leader][1].cancel()
+        killed_writes = replicas[leader][0].statistics().status_writes
+        route = _stored(api, HTTP_ROUTES, "web", "shop")
+        route["spec"] = _route(path="/v2")["spec"]
+        api.store.update(HTTP_ROUTES, route)
+        # The store holds a write before its writer has read the answer: wait for both.
+        taken_over = replicas[follower][0]
+        await _wait_until(lambda: _accepted(api, generation=2) and taken_over.statistics().status_writes > 0)
+        assert _holder(api) == follower
+        assert replicas[leader][0].statistics().status_writes == killed_writes
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_status_write_racing_another_writer_is_retried_on_a_fresh_read(api: KubeApi) -> None:
+    """The other writer's entry lands between our read and our write: our 409 is re-read, and both entries stay."""
+    client = _client(api)
+    observed = await client.get(HTTP_ROUTES, name="web", namespace="shop")
+    theirs = {
+        "parentRef": {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "namespace": "x",
+            "name": "other",
+        },
+        "controllerName": OTHER_CONTROLLER,
+        "conditions": [],
+    }
+    racing = copy.deepcopy(observed)
+    racing["status"] = {"parents": [theirs]}
+    await client.replace(HTTP_ROUTES, racing, subresource="status")
+
+    state_view = gateway_view(_folded(api))
+    outcome = await write_status(
+        client,
+        HTTP_ROUTES,
+        observed,
+        state_view.status["HTTPRoute/shop/web"],
+        now=lambda: "2024-01-01T00:00:00Z",
+        may_write=lambda: True,
+    )
+    assert (outcome.writes, outcome.conflicts) == (2, 1)
+    parents = _route_parents(api)
+    assert [parent["controllerName"] for parent in parents] == [OTHER_CONTROLLER, EDGE_CONTROLLER]
+    assert parents[0] == theirs
+
+
+async def test_another_controllers_parent_status_is_kept(api: KubeApi) -> None:
+    """A route whose status already has another controller's entry gets ours beside it, theirs untouched."""
+    route = _stored(api, HTTP_ROUTES, "web", "shop")
+    theirs = {
+        "parentRef": {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "namespace": "x",
+            "name": "other",
+        },
+        "controllerName": OTHER_CONTROLLER,
+        "conditions": [
+            {
+                "type": "Accepted",
+                "status": "False",
+                "reason": "NotAllowedByListeners",
+                "message": "theirs",
+                "observedGeneration": 1,
+                "lastTransitionTime": "2023-05-05T00:00:00Z",
+            }
+        ],
+    }
+    route["status"] = {"parents": [theirs]}
+    api.store.update(HTTP_ROUTES, route)
+    async with trio.open_nursery() as nursery:
+        await _start(nursery, api, "controller-a")
+        await _wait_until(lambda: _accepted(api))
+        nursery.cancel_scope.cancel()
+    parents = _route_parents(api)
+    assert parents[0] == theirs
+    assert [parent["controllerName"] for parent in parents] == [OTHER_CONTROLLER, EDGE_CONTROLLER]
+
+
+async def test_an_unchanged_status_is_not_written_again(api: KubeApi) -> None:
+    """A new leader finding every status current (the last leader wrote it) issues no write."""
+    async with trio.open_nursery() as nursery:
+        _, scope = await _start(nursery, api, "controller-a")
+        await _wait_until(lambda: _accepted(api))
+        scope.cancel()
+        revision = api.store.revision
+        second, _ = await _start(nursery, api, "controller-b")
+        await _wait_until(lambda: second.statistics().reconciles >= 1)
+        assert second.statistics().status_writes == 0
+        writes = [
+            obj
+            for resource in (GATEWAY_CLASSES, GATEWAYS, HTTP_ROUTES)
+            for obj in api.store.objects_at(
+                ("gateway.networking.k8s.io", resource.plural), revision=api.store.revision
+            ).values()
+            if int(obj["metadata"]["resourceVersion"]) > revision
+        ]
+        assert writes == []
+        nursery.cancel_scope.cancel()
+
+
+def _folded(api: KubeApi) -> State:
+    """The state the core folds from the store's Gateway API objects and Services (what a controller holds)."""
+    state = EMPTY_STATE
+    seq = 0
+    for resource in (GATEWAY_CLASSES, GATEWAYS, SERVICES, HTTP_ROUTES):
+        group = resource.group
+        for obj in api.store.objects_at((group, resource.plural), revision=api.store.revision).values():
+            for event in object_events(obj, source="test", observed_at=0):
+                seq += 1
+                state = fold_event(state, event, seq=seq)
+    return state
