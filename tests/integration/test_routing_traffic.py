@@ -311,7 +311,7 @@ async def test_rewrites_header_modifiers_redirects_and_mirrors(tmp_path: Path) -
             "https://elsewhere.example"
         )  # no port: see the test below
         found = await client.request("/found/a", host=host)
-        assert (found.status, found.headers["location"]) == (302, f"http://{host}/here")
+        assert (found.status, found.headers["location"]) == (302, f"http://{host}:{edge.port}/here")
 
         assert await client.landed("/copied", host=host) == "beta"
         mirror = edge.backends["mirror"]
@@ -403,6 +403,41 @@ async def test_a_scheme_redirect_to_https_leaves_the_default_port_out(tmp_path: 
     async with open_edge(tmp_path, FILTERS) as edge, open_client(edge) as client:
         moved = await client.request("/moved/a", host="filters.example")
     assert (moved.status, moved.headers["location"]) == (301, "https://elsewhere.example/moved/a")
+
+
+REDIRECT_PORTS = http_route(
+    "ports",
+    "ports.example",
+    """\
+  - matches: [{path: {type: PathPrefix, value: /host}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: other.example}}]
+  - matches: [{path: {type: PathPrefix, value: /secure}}]
+    filters: [{type: RequestRedirect, requestRedirect: {scheme: https}}]
+  - matches: [{path: {type: PathPrefix, value: /path}}]
+    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /here}}}]
+  - matches: [{path: {type: PathPrefix, value: /explicit}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: other.example, port: 8443}}]
+""",
+)
+
+
+async def test_redirect_ports_follow_the_listener_and_the_scheme_never_the_host_header(
+    tmp_path: Path,
+) -> None:
+    """On a listener that is not on 80: a redirect to a hostname keeps the listener's port, a scheme change takes
+    the scheme's well-known port (left out), and neither depends on whether the client wrote a port in Host."""
+    async with open_edge(tmp_path, REDIRECT_PORTS) as edge, open_client(edge) as client:
+        for host in ("ports.example", f"ports.example:{edge.port}"):
+            locations = [
+                (await client.request(path, host=host)).headers["location"]
+                for path in ("/host", "/secure", "/path", "/explicit")
+            ]
+            assert locations == [
+                f"http://other.example:{edge.port}/host",
+                "https://ports.example/secure",
+                f"http://ports.example:{edge.port}/here",
+                "http://other.example:8443/explicit",
+            ], host
 
 
 def test_the_render_command_prints_a_bootstrap_envoy_accepts(tmp_path: Path) -> None:
