@@ -634,3 +634,51 @@ async def test_https_serves_the_certificate_of_each_hostname_and_passthrough_rou
                 assert _uri_san(stream) == f"spiffe://backends.example/{name}"
                 assert await stream.receive_some(100) == f"{name}\n".encode()
         nursery.cancel_scope.cancel()
+
+
+def _invalid_certificate_gateway(port: int) -> str:
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: secure, namespace: default}}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - {{name: shop, port: {port}, protocol: HTTPS, hostname: shop.example, tls: {{certificateRefs: [{{name: shop-cert}}]}}}}
+  - {{name: bad, port: {port}, protocol: HTTPS, hostname: bad.example, tls: {{certificateRefs: [{{name: bad-cert}}]}}}}
+  - {{name: gone, port: {port}, protocol: HTTPS, hostname: gone.example, tls: {{certificateRefs: [{{name: no-cert}}]}}}}
+---
+apiVersion: v1
+kind: Secret
+type: kubernetes.io/tls
+metadata: {{name: bad-cert, namespace: default}}
+data: {{tls.crt: Zm9vCg==, tls.key: YmFyCg==}}
+"""
+
+
+async def test_listeners_whose_certificate_is_missing_or_malformed_are_left_out_and_the_rest_serve(
+    tmp_path: Path,
+) -> None:
+    """Beside a listener whose Secret is not a PEM pair and one whose Secret does not exist, the listener with a
+    good certificate serves: Envoy loads the edge (a malformed chain would make it refuse the whole bootstrap), and
+    a client naming either broken host gets no TLS at all."""
+    ca = TestCA("certs.example")
+    port = free_port()
+    routes = "---\n".join(
+        [
+            _invalid_certificate_gateway(port),
+            _tls_secret("shop-cert", ca.issue(SHOP_ID)),
+            http_route("shop", "shop.example", "  - backendRefs: [{name: alpha, port: 80}]\n").replace(
+                "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
+            ),
+        ]
+    )
+    context = _client_context(ca)
+    async with open_edge(tmp_path, routes):
+        async with await _tls_handshake(port, "shop.example", context) as stream:
+            assert _uri_san(stream) == SHOP_ID
+            response = await Client(stream).request("/", host="shop.example")
+            assert (response.status, response.headers["x-upstream-name"]) == (200, "alpha")
+        for server_name in ("bad.example", "gone.example"):
+            with pytest.raises((trio.BrokenResourceError, ssl.SSLError)):
+                await _tls_handshake(port, server_name, context)

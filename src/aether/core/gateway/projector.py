@@ -364,7 +364,7 @@ class GatewayProjector:
         edge_classes = _class_statuses(objects.classes, statuses)
         edge_gateways = [gateway for gateway in objects.gateways if gateway.class_name in edge_classes]
         _rejected_gateway_statuses(objects.rejected, edge_classes, statuses)
-        states = listener_states(edge_gateways, resolver)
+        states = listener_states(edge_gateways, resolver, secrets=kube.tls_secrets)
         if states == self._states:
             states = self._states
         self._states = states
