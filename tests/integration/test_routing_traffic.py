@@ -682,3 +682,26 @@ async def test_listeners_whose_certificate_is_missing_or_malformed_are_left_out_
         for server_name in ("bad.example", "gone.example"):
             with pytest.raises((trio.BrokenResourceError, ssl.SSLError)):
                 await _tls_handshake(port, server_name, context)
+
+
+LONG_NAME = "edge-with-a-name-of-253-characters-" + "a" * 218
+"""A valid Kubernetes object name of the greatest length, without a dot (no label limit of 63 applies)."""
+
+
+async def test_a_gateway_and_route_named_with_253_characters_route_traffic(tmp_path: Path) -> None:
+    """A Gateway and an HTTPRoute whose names are 253 characters long are served like any other."""
+    assert len(LONG_NAME) == 253
+    port = free_port()
+    routes = f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {LONG_NAME}, namespace: default}}
+spec:
+  gatewayClassName: aether
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+""" + http_route(LONG_NAME, "long.example", "  - backendRefs: [{name: beta, port: 80}]\n").replace(
+        "parentRefs: [{name: edge}]", f"parentRefs: [{{name: {LONG_NAME}}}]"
+    )
+    async with open_edge(tmp_path, routes) as edge, open_client(attrs.evolve(edge, port=port)) as client:
+        assert await client.landed("/", host="long.example") == "beta"
