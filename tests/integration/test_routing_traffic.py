@@ -705,3 +705,25 @@ spec:
     )
     async with open_edge(tmp_path, routes) as edge, open_client(attrs.evolve(edge, port=port)) as client:
         assert await client.landed("/", host="long.example") == "beta"
+
+
+async def test_a_gateway_whose_parameters_ref_cannot_be_resolved_serves_nothing(tmp_path: Path) -> None:
+    """A Gateway naming infrastructure parameters the edge cannot read is not accepted: its port takes no
+    connection, while the other Gateway's routes are served."""
+    port = free_port()
+    routes = f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: tuned, namespace: default}}
+spec:
+  gatewayClassName: aether
+  infrastructure: {{parametersRef: {{group: example.com, kind: EdgeParameters, name: missing}}}}
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+""" + http_route("both", "both.example", "  - backendRefs: [{name: gamma, port: 80}]\n").replace(
+        "parentRefs: [{name: edge}]", "parentRefs: [{name: edge}, {name: tuned}]"
+    )
+    async with open_edge(tmp_path, routes) as edge, open_client(edge) as client:
+        assert await client.landed("/", host="both.example") == "gamma"
+        with pytest.raises(OSError, match="all attempts to connect"):
+            await trio.open_tcp_stream(EDGE_ADDRESS, port)
