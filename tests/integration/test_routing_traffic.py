@@ -727,3 +727,41 @@ spec:
         assert await client.landed("/", host="both.example") == "gamma"
         with pytest.raises(OSError, match="all attempts to connect"):
             await trio.open_tcp_stream(EDGE_ADDRESS, port)
+
+
+RETRIES = http_route(
+    "retries",
+    "retries.example",
+    """\
+  - matches: [{path: {type: PathPrefix, value: /bounded}}]
+    retry: {attempts: 2}
+    timeouts: {request: 8s, backendRequest: 300ms}
+    backendRefs: [{name: alpha, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /attempts}}]
+    retry: {attempts: 2}
+    timeouts: {backendRequest: 300ms}
+    backendRefs: [{name: beta, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /reset}}]
+    retry: {attempts: 2}
+    backendRefs: [{name: gamma, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /no-retry}}]
+    backendRefs: [{name: mirror, port: 80}]
+""",
+)
+
+
+async def test_per_try_timeouts_and_resets_after_the_request_was_sent_are_retried(tmp_path: Path) -> None:
+    """backendRequest bounds each attempt: an attempt past it is retried while the request timeout lasts (or, without
+    one, while attempts remain); a stream reset after the backend received the request is retried when the rule
+    asks for retries, and answered 503 when it does not."""
+    async with open_edge(tmp_path, RETRIES) as edge, open_client(edge) as client:
+        host = "retries.example"
+        for name, path in (("alpha", "/bounded"), ("beta", "/attempts")):
+            edge.backends[name].answer_delays = [SLOW_DELAY]
+            assert await client.landed(path, host=host) == name
+            assert len(edge.backends[name].requests) == 2, name  # the slow attempt, then the retry
+        edge.backends["gamma"].resets = 1
+        assert await client.landed("/reset", host=host) == "gamma"
+        assert len(edge.backends["gamma"].requests) == 2
+        edge.backends["mirror"].resets = 1
+        assert await client.landed("/no-retry", host=host) == "<503>"

@@ -110,7 +110,9 @@ def _forward(entry: Entry, destinations: Sequence[ir.Destination], *, mesh_domai
     retry = rule.retry
     return ir.Forward(
         destinations=tuple(destinations),
-        timeout_ms=request if request is not None else backend or None,
+        # backendRequest bounds each attempt, never the request: retries go on while the request timeout lasts.
+        # Without one, the attempts bound the request (0, since the data plane's default could cut one short).
+        timeout_ms=request if request is not None else 0 if backend else None,
         per_try_timeout_ms=backend or 0,
         retry=(
             None
