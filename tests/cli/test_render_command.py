@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from pathlib import Path
@@ -71,7 +72,7 @@ apiVersion: v1
 kind: Secret
 type: kubernetes.io/tls
 metadata: {name: shop-cert, namespace: shop}
-stringData: {tls.crt: CERT, tls.key: THE-PRIVATE-KEY}
+stringData: {tls.crt: "-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\\n", tls.key: "-----BEGIN PRIVATE KEY-----\\nMIIETHEPRIVATEKEYAAA\\n-----END PRIVATE KEY-----\\n"}
 ---
 apiVersion: v1
 kind: Secret
@@ -142,12 +143,13 @@ def test_an_edge_render_redacts_private_keys_in_json_and_keeps_them_in_the_boots
     (secret,) = json.loads(document)["resources"]["secrets"]
     assert secret["name"] == "kubernetes://shop/shop-cert"
     assert secret["tls_certificate"]["private_key"] == REDACTED
-    assert "THE-PRIVATE-KEY" not in document
+    assert "THEPRIVATEKEY" not in document
     bootstrap = json.loads(
         render(RenderRequest(manifests=manifests, edge=True, output_format=OutputFormat.BOOTSTRAP))
     )
     (static,) = bootstrap["static_resources"]["secrets"]
-    assert static["tls_certificate"]["private_key"] == {"inline_bytes": "VEhFLVBSSVZBVEUtS0VZ"}  # base64
+    key = b"-----BEGIN PRIVATE KEY-----\nMIIETHEPRIVATEKEYAAA\n-----END PRIVATE KEY-----\n"
+    assert static["tls_certificate"]["private_key"] == {"inline_bytes": base64.b64encode(key).decode()}
 
 
 def test_identity_none_renders_cleartext_http2_upstreams(manifests: Path) -> None:

@@ -11,6 +11,7 @@ from aether.core.validation import (
     dns_label_problem,
     dns_subdomain_problem,
     ip_problem,
+    object_name_problem,
     port_problem,
     service_key_problem,
     spiffe_id_problem,
@@ -29,6 +30,23 @@ def test_invalid_dns_labels_are_named_with_the_rule_and_the_value(value: str) ->
     """An invalid label's problem names the subject, the rule and the value."""
     assert dns_label_problem(value, what="namespace") == (
         f"namespace must be an RFC 1123 label (lowercase alphanumerics and '-', at most 63) (got {value!r})"
+    )
+
+
+@pytest.mark.parametrize(
+    "value", ["web", "web-1.v2", "a" * 64, "gateway-" + "a" * 245, "a" * 126 + "." + "b" * 126]
+)
+def test_object_names_are_subdomains_of_up_to_253_characters_with_labels_of_any_length(value: str) -> None:
+    """A Kubernetes object name is valid up to 253 characters, whatever the length of its labels (the API server's
+    `IsDNS1123Subdomain`): a 253-character Gateway name without dots passes."""
+    assert object_name_problem(value, what="name") is None
+
+
+@pytest.mark.parametrize("value", ["", ".web", "web.", "web..v2", "Web", "-web", "web-", "a" * 254, "web\n"])
+def test_invalid_object_names_are_named_with_the_rule_and_the_value(value: str) -> None:
+    """Empty labels, invalid characters and names over 253 characters are problems."""
+    assert object_name_problem(value, what="name") == (
+        f"name must be an RFC 1123 subdomain (lowercase alphanumerics, '-' and '.', at most 253) (got {value!r})"
     )
 
 

@@ -311,7 +311,7 @@ async def test_rewrites_header_modifiers_redirects_and_mirrors(tmp_path: Path) -
             "https://elsewhere.example"
         )  # no port: see the test below
         found = await client.request("/found/a", host=host)
-        assert (found.status, found.headers["location"]) == (302, f"http://{host}/here")
+        assert (found.status, found.headers["location"]) == (302, f"http://{host}:{edge.port}/here")
 
         assert await client.landed("/copied", host=host) == "beta"
         mirror = edge.backends["mirror"]
@@ -403,6 +403,41 @@ async def test_a_scheme_redirect_to_https_leaves_the_default_port_out(tmp_path: 
     async with open_edge(tmp_path, FILTERS) as edge, open_client(edge) as client:
         moved = await client.request("/moved/a", host="filters.example")
     assert (moved.status, moved.headers["location"]) == (301, "https://elsewhere.example/moved/a")
+
+
+REDIRECT_PORTS = http_route(
+    "ports",
+    "ports.example",
+    """\
+  - matches: [{path: {type: PathPrefix, value: /host}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: other.example}}]
+  - matches: [{path: {type: PathPrefix, value: /secure}}]
+    filters: [{type: RequestRedirect, requestRedirect: {scheme: https}}]
+  - matches: [{path: {type: PathPrefix, value: /path}}]
+    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /here}}}]
+  - matches: [{path: {type: PathPrefix, value: /explicit}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: other.example, port: 8443}}]
+""",
+)
+
+
+async def test_redirect_ports_follow_the_listener_and_the_scheme_never_the_host_header(
+    tmp_path: Path,
+) -> None:
+    """On a listener that is not on 80: a redirect to a hostname keeps the listener's port, a scheme change takes
+    the scheme's well-known port (left out), and neither depends on whether the client wrote a port in Host."""
+    async with open_edge(tmp_path, REDIRECT_PORTS) as edge, open_client(edge) as client:
+        for host in ("ports.example", f"ports.example:{edge.port}"):
+            locations = [
+                (await client.request(path, host=host)).headers["location"]
+                for path in ("/host", "/secure", "/path", "/explicit")
+            ]
+            assert locations == [
+                f"http://other.example:{edge.port}/host",
+                "https://ports.example/secure",
+                f"http://ports.example:{edge.port}/here",
+                "http://other.example:8443/explicit",
+            ], host
 
 
 def test_the_render_command_prints_a_bootstrap_envoy_accepts(tmp_path: Path) -> None:
@@ -599,3 +634,134 @@ async def test_https_serves_the_certificate_of_each_hostname_and_passthrough_rou
                 assert _uri_san(stream) == f"spiffe://backends.example/{name}"
                 assert await stream.receive_some(100) == f"{name}\n".encode()
         nursery.cancel_scope.cancel()
+
+
+def _invalid_certificate_gateway(port: int) -> str:
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: secure, namespace: default}}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - {{name: shop, port: {port}, protocol: HTTPS, hostname: shop.example, tls: {{certificateRefs: [{{name: shop-cert}}]}}}}
+  - {{name: bad, port: {port}, protocol: HTTPS, hostname: bad.example, tls: {{certificateRefs: [{{name: bad-cert}}]}}}}
+  - {{name: gone, port: {port}, protocol: HTTPS, hostname: gone.example, tls: {{certificateRefs: [{{name: no-cert}}]}}}}
+---
+apiVersion: v1
+kind: Secret
+type: kubernetes.io/tls
+metadata: {{name: bad-cert, namespace: default}}
+data: {{tls.crt: Zm9vCg==, tls.key: YmFyCg==}}
+"""
+
+
+async def test_listeners_whose_certificate_is_missing_or_malformed_are_left_out_and_the_rest_serve(
+    tmp_path: Path,
+) -> None:
+    """Beside a listener whose Secret is not a PEM pair and one whose Secret does not exist, the listener with a
+    good certificate serves: Envoy loads the edge (a malformed chain would make it refuse the whole bootstrap), and
+    a client naming either broken host gets no TLS at all."""
+    ca = TestCA("certs.example")
+    port = free_port()
+    routes = "---\n".join(
+        [
+            _invalid_certificate_gateway(port),
+            _tls_secret("shop-cert", ca.issue(SHOP_ID)),
+            http_route("shop", "shop.example", "  - backendRefs: [{name: alpha, port: 80}]\n").replace(
+                "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
+            ),
+        ]
+    )
+    context = _client_context(ca)
+    async with open_edge(tmp_path, routes):
+        async with await _tls_handshake(port, "shop.example", context) as stream:
+            assert _uri_san(stream) == SHOP_ID
+            response = await Client(stream).request("/", host="shop.example")
+            assert (response.status, response.headers["x-upstream-name"]) == (200, "alpha")
+        for server_name in ("bad.example", "gone.example"):
+            with pytest.raises((trio.BrokenResourceError, ssl.SSLError)):
+                await _tls_handshake(port, server_name, context)
+
+
+LONG_NAME = "edge-with-a-name-of-253-characters-" + "a" * 218
+"""A valid Kubernetes object name of the greatest length, without a dot (no label limit of 63 applies)."""
+
+
+async def test_a_gateway_and_route_named_with_253_characters_route_traffic(tmp_path: Path) -> None:
+    """A Gateway and an HTTPRoute whose names are 253 characters long are served like any other."""
+    assert len(LONG_NAME) == 253
+    port = free_port()
+    routes = f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {LONG_NAME}, namespace: default}}
+spec:
+  gatewayClassName: aether
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+""" + http_route(LONG_NAME, "long.example", "  - backendRefs: [{name: beta, port: 80}]\n").replace(
+        "parentRefs: [{name: edge}]", f"parentRefs: [{{name: {LONG_NAME}}}]"
+    )
+    async with open_edge(tmp_path, routes) as edge, open_client(attrs.evolve(edge, port=port)) as client:
+        assert await client.landed("/", host="long.example") == "beta"
+
+
+async def test_a_gateway_whose_parameters_ref_cannot_be_resolved_serves_nothing(tmp_path: Path) -> None:
+    """A Gateway naming infrastructure parameters the edge cannot read is not accepted: its port takes no
+    connection, while the other Gateway's routes are served."""
+    port = free_port()
+    routes = f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: tuned, namespace: default}}
+spec:
+  gatewayClassName: aether
+  infrastructure: {{parametersRef: {{group: example.com, kind: EdgeParameters, name: missing}}}}
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+""" + http_route("both", "both.example", "  - backendRefs: [{name: gamma, port: 80}]\n").replace(
+        "parentRefs: [{name: edge}]", "parentRefs: [{name: edge}, {name: tuned}]"
+    )
+    async with open_edge(tmp_path, routes) as edge, open_client(edge) as client:
+        assert await client.landed("/", host="both.example") == "gamma"
+        with pytest.raises(OSError, match="all attempts to connect"):
+            await trio.open_tcp_stream(EDGE_ADDRESS, port)
+
+
+RETRIES = http_route(
+    "retries",
+    "retries.example",
+    """\
+  - matches: [{path: {type: PathPrefix, value: /bounded}}]
+    retry: {attempts: 2}
+    timeouts: {request: 8s, backendRequest: 300ms}
+    backendRefs: [{name: alpha, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /attempts}}]
+    retry: {attempts: 2}
+    timeouts: {backendRequest: 300ms}
+    backendRefs: [{name: beta, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /reset}}]
+    retry: {attempts: 2}
+    backendRefs: [{name: gamma, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /no-retry}}]
+    backendRefs: [{name: mirror, port: 80}]
+""",
+)
+
+
+async def test_per_try_timeouts_and_resets_after_the_request_was_sent_are_retried(tmp_path: Path) -> None:
+    """backendRequest bounds each attempt: an attempt past it is retried while the request timeout lasts (or, without
+    one, while attempts remain); a stream reset after the backend received the request is retried when the rule
+    asks for retries, and answered 503 when it does not."""
+    async with open_edge(tmp_path, RETRIES) as edge, open_client(edge) as client:
+        host = "retries.example"
+        for name, path in (("alpha", "/bounded"), ("beta", "/attempts")):
+            edge.backends[name].answer_delays = [SLOW_DELAY]
+            assert await client.landed(path, host=host) == name
+            assert len(edge.backends[name].requests) == 2, name  # the slow attempt, then the retry
+        edge.backends["gamma"].resets = 1
+        assert await client.landed("/reset", host=host) == "gamma"
+        assert len(edge.backends["gamma"].requests) == 2
+        edge.backends["mirror"].resets = 1
+        assert await client.landed("/no-retry", host=host) == "<503>"

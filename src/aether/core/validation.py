@@ -12,6 +12,9 @@ import ipaddress
 import re
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""Kubernetes' DNS-1123 subdomain (`IsDNS1123Subdomain`): labels between dots have no length limit of their own."""
+MAX_OBJECT_NAME = 253
 _TRUST_DOMAIN = re.compile(r"[a-z0-9._-]+")
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -32,6 +35,20 @@ def dns_subdomain_problem(value: str, *, what: str) -> str | None:
     if 0 < len(value) <= 253 and all(_DNS_LABEL.fullmatch(label) for label in value.split(".")):
         return None
     return f"{what} must be an RFC 1123 subdomain (got {value!r})"
+
+
+def object_name_problem(value: str, *, what: str) -> str | None:
+    """Check a Kubernetes object name as the API server does: an RFC 1123 subdomain of at most 253 characters.
+
+    Unlike `dns_subdomain_problem` (names that become DNS names), a label between dots may be longer than 63: a
+    Gateway named with 253 letters and dashes is valid.
+    """
+    if 0 < len(value) <= MAX_OBJECT_NAME and _OBJECT_NAME.fullmatch(value):
+        return None
+    return (
+        f"{what} must be an RFC 1123 subdomain (lowercase alphanumerics, '-' and '.', at most "
+        f"{MAX_OBJECT_NAME}) (got {value!r})"
+    )
 
 
 @functools.lru_cache(maxsize=65536)  # a pure function of a string; a node's catalog is far smaller

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import attrs
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import trio
@@ -55,6 +56,11 @@ class H2cUpstream:
         self.port = port
         self.delay = delay
         """Seconds every answer waits (a slow backend, for timeout tests)."""
+        self.answer_delays: list[float] = []
+        """Seconds each of the next answers waits instead of `delay`, in order (a backend slow only at first)."""
+        self.resets = 0
+        """How many of the next requests are answered by resetting their stream (INTERNAL_ERROR) once received:
+        the request reached the backend and got no answer."""
         self.requests: list[H2cRequest] = []
         """Every request received, in order (appended before the answer is sent)."""
         self._cancel_scope = trio.CancelScope()
@@ -91,8 +97,17 @@ class H2cUpstream:
                         elif isinstance(event, h2.events.StreamEnded) and event.stream_id in pending:
                             request = pending.pop(event.stream_id)
                             self.requests.append(request)
+                            if self.resets:
+                                self.resets -= 1
+                                async with lock:
+                                    connection.reset_stream(
+                                        event.stream_id, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR
+                                    )
+                                    await stream.send_all(connection.data_to_send())
+                                continue
+                            delay = self.answer_delays.pop(0) if self.answer_delays else self.delay
                             answers.start_soon(
-                                self._answer, connection, lock, stream, event.stream_id, request
+                                self._answer, connection, lock, stream, event.stream_id, request, delay
                             )
             except (trio.BrokenResourceError, h2.exceptions.ProtocolError):
                 pass  # the peer went away or spoke something else: a normal end for a test backend
@@ -105,8 +120,9 @@ class H2cUpstream:
         stream: trio.SocketStream,
         stream_id: int,
         request: H2cRequest,
+        delay: float,
     ) -> None:
-        await trio.sleep(self.delay)
+        await trio.sleep(delay)
         body = f"{self.name}\n".encode()
         headers = [
             (":status", "200"),

@@ -111,15 +111,16 @@ def test_a_forward_carries_timeouts_retry_rewrite_and_mirrors() -> None:
     assert route.clusters == (WEB, "copy.default.aether.internal")
 
 
-def test_a_backend_timeout_alone_bounds_the_request_too() -> None:
-    """Without a request timeout, backendRequest is also the whole request's timeout; `0s` request disables it."""
+def test_a_backend_timeout_alone_bounds_each_attempt_and_not_the_request() -> None:
+    """Without a request timeout, backendRequest bounds each attempt and the request has no timeout of its own (the
+    attempts bound it); `0s` request disables the request's timeout."""
     rule: dict[str, Any] = {
         "backendRefs": [{"name": "web", "port": 80}],
         "timeouts": {"backendRequest": "2s"},
     }
     (route,) = entry_routes(_entry(rule), mesh_domain=MESH_DOMAIN)
     assert isinstance(route.action, ir.Forward)
-    assert (route.action.timeout_ms, route.action.per_try_timeout_ms) == (2_000, 2_000)
+    assert (route.action.timeout_ms, route.action.per_try_timeout_ms) == (0, 2_000)
     rule["timeouts"] = {"request": "0s"}
     (route,) = entry_routes(_entry(rule), mesh_domain=MESH_DOMAIN)
     assert isinstance(route.action, ir.Forward)

@@ -156,7 +156,8 @@ def test_an_unsupported_kind_is_rejected() -> None:
         ),
         (
             make_kube_object("Canary"),
-            "HTTPRoute/default/Canary: name must be an RFC 1123 subdomain (got 'Canary')",
+            "HTTPRoute/default/Canary: name must be an RFC 1123 subdomain (lowercase alphanumerics, '-' and '.',"
+            " at most 253) (got 'Canary')",
         ),
         (
             make_kube_object("main", kind="GatewayClass", namespace="", spec_json="{ }"),
@@ -306,7 +307,7 @@ def test_a_service_is_stored_and_replaced() -> None:
         (
             make_kube_service("Web"),
             "Service/default/Web",
-            "Service/default/Web: name must be an RFC 1123 subdomain (got 'Web')",
+            "Service/default/Web: name must be an RFC 1123 subdomain (lowercase alphanumerics, '-' and '.', at most 253) (got 'Web')",
         ),
         (
             make_kube_service(meta=make_meta("web", kind="Endpoints")),
@@ -445,7 +446,7 @@ def test_a_tls_secret_is_stored_replaced_and_deleted() -> None:
         (make_tls_secret(private_key=b""), "Secret/default/web-cert: tls.key must not be empty"),
         (
             make_tls_secret("Bad_Name"),
-            "Secret/default/Bad_Name: name must be an RFC 1123 subdomain (got 'Bad_Name')",
+            "Secret/default/Bad_Name: name must be an RFC 1123 subdomain (lowercase alphanumerics, '-' and '.', at most 253) (got 'Bad_Name')",
         ),
         (
             attrs.evolve(make_tls_secret(), meta=make_meta("web-cert", kind="ConfigMap")),

@@ -195,8 +195,9 @@ class Resolved:
     problems: tuple[str, ...]
     """Rules that cannot be served (an invalid regex) or answer 500 (an unsupported filter), described."""
 
-    def entries(self, *, host: str = "") -> list[Entry]:
-        """Return an entry per match of every working rule, matched through route hostname `host` (edge)."""
+    def entries(self, *, host: str = "", listener_port: int = 0, listener_scheme: str = "") -> list[Entry]:
+        """Return an entry per match of every working rule, matched through route hostname `host` on an edge
+        listener of `listener_port` serving `listener_scheme` (both left out for the mesh)."""
         return [
             Entry(
                 route=self.route,
@@ -205,6 +206,8 @@ class Resolved:
                 backends=self.backends[rule.index],
                 mirrors=self.mirrors[rule.index],
                 host=host,
+                listener_port=listener_port,
+                listener_scheme=listener_scheme,
             )
             for rule in self.route.rules
             if not rule.problem

@@ -26,13 +26,15 @@ from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
 from aether.core.gateway.l4 import claim, weighted_backends
 from aether.core.gateway.listeners import ListenerState
 from aether.core.gateway.memo import Memo
-from aether.core.gateway.model.gateways import Gateway
+from aether.core.gateway.model.gateways import Gateway, Listener
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, Route
 from aether.core.gateway.precedence import ordered, shadow_note
 from aether.core.gateway.status import ACCEPTED, PROGRAMMED, condition
 
 _ListenerKey = tuple[str, str]
 """`(gateway key, listener name)`."""
+_SCHEMES = {"HTTP": "http", "HTTPS": "https"}
+"""The URL scheme an L7 listener serves (what a redirect without a scheme keeps)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -129,6 +131,7 @@ class _Builder:
                         name=f"{gateway.namespace}/{gateway.name}/{listener}/{domain}",
                         scope=f"Gateway {gateway.namespace}/{gateway.name} listener {listener!r} host {domain!r}",
                         domain=domain,
+                        listener=state.listener,
                         contributors=contributors,
                     ),
                 )
@@ -140,12 +143,22 @@ class _Builder:
         return tuple(vhosts)
 
     def _domain(
-        self, *, name: str, scope: str, domain: str, contributors: Sequence[tuple[Resolved, str]]
+        self,
+        *,
+        name: str,
+        scope: str,
+        domain: str,
+        listener: Listener,
+        contributors: Sequence[tuple[Resolved, str]],
     ) -> _Domain:
-        """Build the virtual host of `domain` from the routes serving it (each through its own hostname)."""
+        """Build the virtual host of `domain` on `listener` from the routes serving it (each through its own
+        hostname)."""
         entries: dict[str, list[Entry]] = {HTTP_ROUTE: [], GRPC_ROUTE: []}
+        scheme = _SCHEMES[listener.protocol]
         for item, host in contributors:
-            entries[item.route.kind].extend(item.entries(host=host))
+            entries[item.route.kind].extend(
+                item.entries(host=host, listener_port=listener.port, listener_scheme=scheme)
+            )
         routes: list[ir.HTTPRoute] = []
         notes: list[tuple[str, str]] = []
         services: set[str] = set()

@@ -42,6 +42,10 @@ class Entry:
     """The resolved backend of each of the rule's mirrors, in order."""
     host: str = ""
     """The route hostname this entry matched a domain with (edge precedence); empty for mesh entries."""
+    listener_port: int = 0
+    """The port of the edge listener the entry is served on (what a redirect keeps); 0 for mesh entries."""
+    listener_scheme: str = ""
+    """`http` or `https`: the scheme the edge listener serves; empty for mesh entries."""
 
     @property
     def match(self) -> HTTPMatch | GRPCMatch:
@@ -84,16 +88,17 @@ def _path_rewrite(modifier: PathModifier, match: HTTPMatch | GRPCMatch) -> ir.Pa
 def _redirect(entry: Entry) -> ir.Redirect:
     redirect = entry.rule.filters.redirect
     assert redirect is not None
-    # The API: no port given means the scheme's well-known port when the scheme changes, else the request's own
-    # port; and Location SHOULD NOT name a scheme's well-known port. So a well-known port is expressed by naming
-    # none: with a hostname the Location then has no port; without one the request's port stays unless it was its
-    # own scheme's default.
-    port = redirect.port or _SCHEME_PORTS.get(redirect.scheme, 0)
+    # The API: no port given means the scheme's well-known port when the scheme changes, else the listener's port;
+    # and Location SHOULD NOT name the well-known port of the scheme it has. So the port is always decided here
+    # (the edge strips the port a client put in Host, which never decides), and a well-known one is named by naming
+    # none. A mesh entry has no listener: without a port or scheme the request's own port stays.
+    port = redirect.port or _SCHEME_PORTS.get(redirect.scheme, 0) or entry.listener_port
+    scheme = redirect.scheme or entry.listener_scheme
     return ir.Redirect(
         status_code=redirect.status_code,
         scheme=redirect.scheme,
         hostname=redirect.hostname,
-        port=port if port and port != _SCHEME_PORTS.get(redirect.scheme) else 0,
+        port=port if port != _SCHEME_PORTS.get(scheme) else 0,
         path=_path_rewrite(redirect.path, entry.match) if redirect.path is not None else None,
     )
 
@@ -105,7 +110,9 @@ def _forward(entry: Entry, destinations: Sequence[ir.Destination], *, mesh_domai
     retry = rule.retry
     return ir.Forward(
         destinations=tuple(destinations),
-        timeout_ms=request if request is not None else backend or None,
+        # backendRequest bounds each attempt, never the request: retries go on while the request timeout lasts.
+        # Without one, the attempts bound the request (0, since the data plane's default could cut one short).
+        timeout_ms=request if request is not None else 0 if backend else None,
         per_try_timeout_ms=backend or 0,
         retry=(
             None

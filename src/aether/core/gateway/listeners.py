@@ -8,10 +8,12 @@ already served on that port is conflicted too (`HostnameConflict`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
+from aether.core.events.kube import TlsSecret
+from aether.core.gateway.certificates import certificate_problem
 from aether.core.gateway.contract import Condition, ListenerStatus
 from aether.core.gateway.model.gateways import DEFAULT_KINDS, Gateway, Listener
 from aether.core.gateway.model.refs import CORE_GROUP, GATEWAY_GROUP
@@ -64,9 +66,10 @@ def _kinds(listener: Listener) -> tuple[tuple[str, ...], str]:
 
 
 def _certificates(
-    gateway: Gateway, listener: Listener, resolver: Resolver
+    gateway: Gateway, listener: Listener, resolver: Resolver, secrets: Mapping[str, TlsSecret]
 ) -> tuple[tuple[str, ...], str, str]:
-    """Return the resolved certificate Secrets, and the reason and message of the first one that did not resolve."""
+    """Return the resolved certificate Secrets, and the reason and message of the first one that did not resolve
+    (of another kind, not permitted, missing, or not a TLS certificate and key)."""
     resolved: list[str] = []
     reason = message = ""
     for ref in listener.certificates:
@@ -91,6 +94,16 @@ def _certificates(
                 f"allows Gateways from {gateway.meta.namespace!r} to refer to it"
             )
             continue
+        secret = secrets.get(f"Secret/{ref.namespace}/{ref.name}")
+        problem = (
+            f"no Secret of type kubernetes.io/tls named {ref.name!r} in namespace {ref.namespace!r}"
+            if secret is None
+            else certificate_problem(secret)
+        )
+        if problem:
+            reason = reason or "InvalidCertificateRef"
+            message = message or f"certificateRef Secret {ref.namespace}/{ref.name}: {problem}"
+            continue
         resolved.append(f"{ref.namespace}/{ref.name}")
     return tuple(resolved), reason, message
 
@@ -100,8 +113,11 @@ def _family(protocol: str) -> str:
     return {"HTTPS": "TLS"}.get(protocol, protocol)
 
 
-def listener_states(gateways: Sequence[Gateway], resolver: Resolver) -> list[ListenerState]:
-    """Return the state of every listener of `gateways` (sorted oldest first), in that order."""
+def listener_states(
+    gateways: Sequence[Gateway], resolver: Resolver, *, secrets: Mapping[str, TlsSecret]
+) -> list[ListenerState]:
+    """Return the state of every listener of `gateways` (sorted oldest first), in that order; `secrets` are the
+    TLS Secrets by key (`Secret/<ns>/<name>`), what certificateRefs name."""
     states: list[ListenerState] = []
     families: dict[tuple[int, bool], str] = {}
     hosts: dict[tuple[int, str, str], str] = {}
@@ -109,7 +125,7 @@ def listener_states(gateways: Sequence[Gateway], resolver: Resolver) -> list[Lis
         generation = gateway.meta.generation
         for index, listener in enumerate(gateway.listeners):
             kinds, kinds_problem = _kinds(listener)
-            certificates, cert_reason, cert_message = _certificates(gateway, listener, resolver)
+            certificates, cert_reason, cert_message = _certificates(gateway, listener, resolver, secrets)
             conflict_reason = conflict_message = ""
             if not listener.problem:
                 udp = listener.protocol == "UDP"

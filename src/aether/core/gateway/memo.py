@@ -14,8 +14,8 @@ from typing import Any
 from aether.core.gateway import ir
 from aether.core.gateway.entries import Entry, entry_routes
 
-_RouteKey = tuple[str, int, int]
-"""`(route key, rule index, match index)`."""
+_RouteKey = tuple[str, int, int, int, str]
+"""`(route key, rule index, match index, listener port, listener scheme)`: a redirect follows its listener."""
 
 
 class Memo:
@@ -35,7 +35,13 @@ class Memo:
 
     def entry_routes(self, entry: Entry) -> tuple[ir.HTTPRoute, ...]:
         """Return `entry_routes(entry)`, computed once per parsed route and resolved backends."""
-        key = (entry.route.key, entry.rule.index, entry.match_index)
+        key = (
+            entry.route.key,
+            entry.rule.index,
+            entry.match_index,
+            entry.listener_port,
+            entry.listener_scheme,
+        )
         held = self._routes.get(key)
         if (
             held is not None

@@ -31,6 +31,7 @@ from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.listeners import ListenerState, listener_states
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.gateways import (
+    INVALID_PARAMETERS,
     Gateway,
     GatewayClass,
     ObjectRejected,
@@ -364,7 +365,7 @@ class GatewayProjector:
         edge_classes = _class_statuses(objects.classes, statuses)
         edge_gateways = [gateway for gateway in objects.gateways if gateway.class_name in edge_classes]
         _rejected_gateway_statuses(objects.rejected, edge_classes, statuses)
-        states = listener_states(edge_gateways, resolver)
+        states = listener_states(edge_gateways, resolver, secrets=kube.tls_secrets)
         if states == self._states:
             states = self._states
         self._states = states
@@ -497,7 +498,9 @@ def _rejected_gateway_statuses(
         meta = item.meta
         if meta.kind != "Gateway" or item.class_name not in edge_classes:
             continue
-        reason = "ListenersNotValid" if "listeners" in item.message else "InvalidParameters"
+        # A parametersRef says so itself: the name it gives might contain "listeners".
+        listeners = item.reason != INVALID_PARAMETERS and "listeners" in item.message
+        reason = "ListenersNotValid" if listeners else INVALID_PARAMETERS
         statuses[meta.key] = ObjectStatus(
             kind=meta.kind,
             namespace=meta.namespace,

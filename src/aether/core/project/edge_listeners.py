@@ -69,6 +69,9 @@ def _http_manager(stat_prefix: str, *, route: str = "", table: Any = None) -> An
         # The edge is the first proxy a client reaches: the peer's address is the client's.
         use_remote_address=wrappers_pb2.BoolValue(value=True),
         normalize_path=wrappers_pb2.BoolValue(value=True),
+        # Gateway hostnames name no port, and the port a redirect's Location names is the API's (the listener's or
+        # the scheme's), never the one a client wrote in Host: the edge drops it before routing.
+        strip_any_host_port=True,
         http_filters=[
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=pack(router_pb2.Router()))
         ],

@@ -30,9 +30,10 @@ _REDIRECT_CODES = {
     307: rc.RedirectAction.TEMPORARY_REDIRECT,
     308: rc.RedirectAction.PERMANENT_REDIRECT,
 }
-EDGE_RETRY_ON = "connect-failure,refused-stream,reset-before-request"
-"""What an edge route retries on when a rule asks for retries: failures where the backend never processed the request
-(the API's SHOULD), plus the rule's status codes."""
+EDGE_RETRY_ON = "connect-failure,refused-stream,reset"
+"""What an edge route retries on when a rule asks for retries, beside the rule's status codes: connection errors (the
+API's MAY: a failed connect, a refused stream, a reset or disconnect before or after the request was sent, and an
+attempt past its per-try timeout, which Envoy counts as a reset)."""
 EDGE_DEFAULT_ATTEMPTS = 1
 """The retries of an edge rule that asks for retries without saying how many (the API leaves it to us)."""
 

@@ -31,6 +31,7 @@ from aether.core.state.state import State
 from aether.core.validation import (
     dns_label_problem,
     dns_subdomain_problem,
+    object_name_problem,
     port_problem,
     trust_domain_problem,
 )
@@ -49,7 +50,7 @@ def canonical_json(value: object) -> str:
 def _meta_problem(meta: ObjectMeta) -> str | None:
     if meta.kind != "GatewayClass" and (problem := dns_label_problem(meta.namespace, what="namespace")):
         return problem
-    return dns_subdomain_problem(meta.name, what="name")
+    return object_name_problem(meta.name, what="name")
 
 
 MAX_SPEC_DEPTH = 64

@@ -223,6 +223,28 @@ def _listener(value: Any, path: str, *, namespace: str) -> Listener:
     )
 
 
+INVALID_PARAMETERS = "InvalidParameters"
+
+
+def _check_parameters_ref(value: Any, path: str) -> None:
+    """Check `spec.infrastructure`: its `parametersRef` cannot be resolved, since the edge reads no parameters
+    resource, so naming one refuses the Gateway (the API: Accepted=False / InvalidParameters)."""
+    fields = obj(value, path)
+    if fields.get("parametersRef") is None:
+        return
+    where = f"{path}.parametersRef"
+    ref = obj(fields["parametersRef"], where)
+    group = text(ref.get("group"), f"{where}.group", default="")
+    kind = text(ref.get("kind"), f"{where}.kind", min_length=1, max_length=63)
+    name = text(ref.get("name"), f"{where}.name", min_length=1)
+    raise SpecInvalid(
+        where,
+        f"{group or 'core'}/{kind} {name!r} cannot be resolved: the edge reads no infrastructure parameters "
+        "(remove the reference)",
+        reason=INVALID_PARAMETERS,
+    )
+
+
 def parse_gateway(meta: ObjectMeta, spec_json: str) -> Gateway | ObjectRejected:
     """Return the Gateway, or why the schema refuses it (listener names and port/protocol/hostname unique)."""
     class_name = ""
@@ -241,6 +263,7 @@ def parse_gateway(meta: ObjectMeta, spec_json: str) -> Gateway | ObjectRejected:
             "spec.listeners",
             what="Combination of port, protocol and hostname",
         )
+        _check_parameters_ref(spec.get("infrastructure"), "spec.infrastructure")
         return Gateway(meta=meta, class_name=class_name, listeners=listeners)
     except SpecInvalid as error:
         return ObjectRejected(meta=meta, reason=error.reason, message=str(error), class_name=class_name)
