@@ -3,6 +3,7 @@ turns through the Lease, conflicts are retried, other controllers' entries kept,
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -21,11 +22,13 @@ from aether.controller import (
 from aether.core.gateway import EDGE_CONTROLLER, gateway_view
 from aether.core.reduce import fold_event
 from aether.core.state import EMPTY_STATE, State
+from aether.identity.mint import TestCA
 from aether.kube import (
     GATEWAY_CLASSES,
     GATEWAYS,
     HTTP_ROUTES,
     LEASES,
+    SECRETS,
     SERVICES,
     ClusterConfig,
     KubeClient,
@@ -298,3 +301,60 @@ def _folded(api: KubeApi) -> State:
                 seq += 1
                 state = fold_event(state, event, seq=seq)
     return state
+
+
+async def test_an_https_listener_whose_tls_secret_is_watched_is_programmed(api: KubeApi) -> None:
+    """The controller folds the cluster's `kubernetes.io/tls` Secrets (and only those): an HTTPS listener whose
+    certificateRef names one is ResolvedRefs and Programmed, one naming an Opaque Secret is InvalidCertificateRef."""
+    minted = TestCA(trust_domain="edge.test").issue("spiffe://edge.test/edge")
+    api.store.create(
+        SECRETS,
+        {
+            "metadata": {"name": "shop-cert", "namespace": "edge"},
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": base64.b64encode(minted.cert_chain_pem).decode(),
+                "tls.key": base64.b64encode(minted.private_key_pem).decode(),
+            },
+        },
+    )
+    api.store.create(
+        SECRETS,
+        {
+            "metadata": {"name": "opaque", "namespace": "edge"},
+            "type": "Opaque",
+            "data": {
+                "tls.crt": base64.b64encode(minted.cert_chain_pem).decode(),
+                "tls.key": base64.b64encode(minted.private_key_pem).decode(),
+            },
+        },
+    )
+    gateway = copy.deepcopy(_stored(api, GATEWAYS, "edge", "edge"))
+    gateway["spec"]["listeners"] += [
+        {
+            "name": f"https-{secret}",
+            "port": 8443 + index,
+            "protocol": "HTTPS",
+            "hostname": f"{secret}.example",
+            "tls": {"mode": "Terminate", "certificateRefs": [{"kind": "Secret", "name": secret}]},
+            "allowedRoutes": {"namespaces": {"from": "All"}},
+        }
+        for index, secret in enumerate(("shop-cert", "opaque"))
+    ]
+    api.store.update(GATEWAYS, gateway)
+
+    def listeners() -> dict[str, dict[str, str]]:
+        status = _stored(api, GATEWAYS, "edge", "edge").get("status") or {}
+        return {
+            listener["name"]: {c["type"]: f"{c['status']}/{c['reason']}" for c in listener["conditions"]}
+            for listener in status.get("listeners", [])
+        }
+
+    async with trio.open_nursery() as nursery:
+        await _start(nursery, api, "controller-a")
+        await _wait_until(lambda: {"https-shop-cert", "https-opaque"} <= set(listeners()))
+        nursery.cancel_scope.cancel()
+    found = listeners()
+    assert found["https-shop-cert"]["ResolvedRefs"] == "True/ResolvedRefs"
+    assert found["https-shop-cert"]["Programmed"] == "True/Programmed"
+    assert found["https-opaque"]["ResolvedRefs"] == "False/InvalidCertificateRef"

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from aether.kube.convert import TLS_SECRET_TYPE
 from aether.kube.endpoints import MANAGED_SELECTOR
 from aether.kube.resources import (
     GATEWAY_CLASSES,
@@ -21,6 +22,7 @@ from aether.kube.resources import (
     NODES,
     PODS,
     REFERENCE_GRANTS,
+    SECRETS,
     SERVICES,
     TCP_ROUTES,
     TLS_ROUTES,
@@ -150,9 +152,12 @@ CONTROLLER_NAMESPACE = "aether-system"
 CONTROLLER_QUERIES: tuple[WatchQuery, ...] = (
     *(WatchQuery(resource=resource) for resource in MESH_RESOURCES),
     WatchQuery(resource=PODS, label_selector=MANAGED_SELECTOR),
+    WatchQuery(resource=SECRETS, field_selector=f"type={TLS_SECRET_TYPE}"),
 )
-"""What the controller folds: what every node reads, and every meshed pod (a Service's backends are the service
-account of the pods it selects)."""
+"""What the controller folds: what every node reads, every meshed pod (a Service's backends are the service
+account of the pods it selects), and the TLS Secrets (a Gateway listener's certificateRefs decide its ResolvedRefs
+and Programmed conditions; without them every HTTPS listener would be reported InvalidCertificateRef). RBAC cannot
+narrow a list to one Secret type, so the grant is every Secret; the field selector keeps the others off the wire."""
 
 CONTROLLER_ACCESS = RoleAccess(
     role="controller",
