@@ -668,6 +668,44 @@ def xds_stream_inputs(draw: st.DrawFn, requests: st.SearchStrategy[Any]) -> list
     return draw(st.lists(items, min_size=size, max_size=size))
 
 
+# --- snapshot changes (what `Snapshot.with_changes` is given) ---
+
+_REF_NAMES = ("a", "b", "c")
+
+
+def _referring(name: str, references: tuple[str, ...], *, listener: bool) -> Resource:
+    message = (
+        make_listener(name, port=18081, route_config_name="r")
+        if listener
+        else make_cluster(name, connect_timeout_ms=250)
+    )
+    return Resource.from_message(message, references=references)
+
+
+SNAPSHOT_RESOURCES: tuple[Resource, ...] = (
+    *(
+        _referring(name, references, listener=listener)
+        for name in _REF_NAMES
+        for references in ((), (name,), ("a", "b"), ("c", "c"))
+        for listener in (False, True)
+    ),
+    *(Resource.from_message(make_load_assignment(name, [("127.0.0.1", 8000)])) for name in _REF_NAMES),
+    *(Resource.from_message(make_route_configuration(name, routes=[("/", "a")])) for name in _REF_NAMES),
+)
+"""Clusters and listeners referring to none, their namesake, two or one twice of a, b and c; and the load
+assignments and route configurations of those names."""
+
+
+@st.composite
+def snapshot_changes(draw: st.DrawFn) -> tuple[tuple[Resource, ...], tuple[tuple[str, str], ...]]:
+    """One `with_changes` call: a few upserts (replacing what a name held) and removals (some of nothing)."""
+    upserted = draw(st.lists(st.sampled_from(SNAPSHOT_RESOURCES), max_size=3))
+    removed = draw(
+        st.lists(st.tuples(st.sampled_from(TYPE_ORDER[:4]), st.sampled_from(_REF_NAMES)), max_size=3)
+    )
+    return tuple(upserted), tuple(removed)
+
+
 # --- the registrar watch (the agent's watch machine's inputs) ---
 
 WATCH_SERVICES = SERVICES[:3]
