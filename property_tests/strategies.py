@@ -1,5 +1,6 @@
-"""Hypothesis strategies for every value and event of the core (STYLE T4: every event type must have one here), and
-for the inputs of the ADS stream machines (requests, their bytes, and snapshots).
+"""Hypothesis strategies for every value and event of the core (STYLE T4: every event type must have one here), for
+the inputs of the ADS stream machines (requests, their bytes, and snapshots) and for those of the registrar watch
+machine (registry mutations, stream breaks, filter changes and watch events).
 
 Names come from small alphabets so that a sequence keeps meeting the same subjects: the same pods are added and
 removed, endpoints arrive for services that are and are not in the catalog, registry versions mostly go up and
@@ -74,6 +75,15 @@ from aether.core.reduce.annotations import (
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
 from aether.core.snapshot import TYPE_ORDER, Resource, Snapshot
 from aether.core.values import Redacted
+from aether.proto.registrar.v1 import registrar_pb2
+from aether.registrar.convert import change_to_proto
+from aether.registrar.snapshot import (
+    Change,
+    ChangeKind,
+    EndpointRegistered,
+    EndpointsUnregistered,
+    Mutation,
+)
 from aether.testing import AT
 from aether.testing.xds_resources import (
     make_cluster,
@@ -657,3 +667,212 @@ def xds_stream_inputs(draw: st.DrawFn, requests: st.SearchStrategy[Any]) -> list
     # Lists drawn directly average a handful of items; a drawn size spreads lengths over the whole range.
     size = draw(st.integers(0, XDS_MAX_INPUTS))
     return draw(st.lists(items, min_size=size, max_size=size))
+
+
+# --- snapshot changes (what `Snapshot.with_changes` is given) ---
+
+_REF_NAMES = ("a", "b", "c")
+
+
+def _referring(name: str, references: tuple[str, ...], *, listener: bool) -> Resource:
+    message = (
+        make_listener(name, port=18081, route_config_name="r")
+        if listener
+        else make_cluster(name, connect_timeout_ms=250)
+    )
+    return Resource.from_message(message, references=references)
+
+
+SNAPSHOT_RESOURCES: tuple[Resource, ...] = (
+    *(
+        _referring(name, references, listener=listener)
+        for name in _REF_NAMES
+        for references in ((), (name,), ("a", "b"), ("c", "c"))
+        for listener in (False, True)
+    ),
+    *(Resource.from_message(make_load_assignment(name, [("127.0.0.1", 8000)])) for name in _REF_NAMES),
+    *(Resource.from_message(make_route_configuration(name, routes=[("/", "a")])) for name in _REF_NAMES),
+)
+"""Clusters and listeners referring to none, their namesake, two or one twice of a, b and c; and the load
+assignments and route configurations of those names."""
+
+
+@st.composite
+def snapshot_changes(draw: st.DrawFn) -> tuple[tuple[Resource, ...], tuple[tuple[str, str], ...]]:
+    """One `with_changes` call: a few upserts (replacing what a name held) and removals (some of nothing)."""
+    upserted = draw(st.lists(st.sampled_from(SNAPSHOT_RESOURCES), max_size=3))
+    removed = draw(
+        st.lists(st.tuples(st.sampled_from(TYPE_ORDER[:4]), st.sampled_from(_REF_NAMES)), max_size=3)
+    )
+    return tuple(upserted), tuple(removed)
+
+
+# --- the registrar watch (the agent's watch machine's inputs) ---
+
+WATCH_SERVICES = SERVICES[:3]
+"""The services a watched registry holds; the third is in no filter but the wildcard."""
+WATCH_HISTORY_LIMIT = 6
+"""The modelled registry's history: short, so that some resumes fall behind it and get a full resync."""
+WATCH_MAX_STEPS = 30
+
+
+_WATCH_ENDPOINTS = tuple(
+    Endpoint(service=service, protocol=protocol, ip=ip, port=port, node_name=node_name)
+    for service in WATCH_SERVICES
+    for protocol in (Protocol.HTTP, Protocol.TCP)
+    for ip in IPS[:3]
+    for port, node_name in ((8080, ""), (9090, "node-a"))
+)
+"""Valid endpoints, two versions of each key (a registration that changes one): drawn from a table, since building
+them field by field is most of a watch test's time."""
+_BAD_WATCH_ENDPOINTS = (
+    Endpoint(service="web", ip="10.0.0.1"),
+    Endpoint(service=SERVICES[0], ip="not-an-ip"),
+    Endpoint(service=SERVICES[0], ip="10.0.0.1", port=0),
+    Endpoint(service=SERVICES[0], ip="10.0.0.1", weight=UINT32_MAX),
+)
+
+
+def _watch_endpoints() -> st.SearchStrategy[Endpoint]:
+    """Valid endpoints only: the model checks what a correct registrar's changes become."""
+    return st.sampled_from(_WATCH_ENDPOINTS)
+
+
+def registry_mutations() -> st.SearchStrategy[Mutation]:
+    """Registrations (new, changed, equal) and unregistrations (known and unknown IPs) of a few endpoints."""
+    return st.one_of(
+        st.builds(EndpointRegistered, endpoint=_watch_endpoints()),
+        st.builds(
+            EndpointsUnregistered,
+            service=st.sampled_from(WATCH_SERVICES),
+            ips=st.lists(st.sampled_from(IPS[:3]), min_size=1, max_size=2).map(tuple),
+        ),
+    )
+
+
+@attrs.frozen
+class WatchMutated:
+    """The registry applies `mutation` (a live stream gets its changes)."""
+
+    mutation: Mutation
+
+
+@attrs.frozen
+class WatchDelivered:
+    """The registrar's next `count` pending messages reach the agent (fewer when fewer are pending)."""
+
+    count: int
+
+
+@attrs.frozen
+class WatchBroken:
+    """The stream breaks: what is still pending is lost; the agent reconnects."""
+
+
+@attrs.frozen
+class WatchRefiltered:
+    """The agent's filter becomes `services` (None: all): it ends the stream and reconnects."""
+
+    services: frozenset[str] | None
+
+
+WatchStep = WatchMutated | WatchDelivered | WatchBroken | WatchRefiltered
+
+_watch_filters = st.one_of(
+    st.none(), st.frozensets(st.sampled_from(WATCH_SERVICES[:2]), min_size=0, max_size=2)
+)
+
+
+@st.composite
+def watch_steps(draw: st.DrawFn) -> list[WatchStep]:
+    """A registry that changes while the agent's stream delivers, breaks (often inside a version) and refilters."""
+    step = st.one_of(
+        st.builds(WatchMutated, registry_mutations()),
+        st.builds(WatchMutated, registry_mutations()),
+        st.builds(WatchDelivered, st.integers(1, 4)),
+        st.builds(WatchDelivered, st.integers(1, 4)),
+        st.just(WatchBroken()),
+        st.just(WatchBroken()),
+        mostly(st.builds(WatchDelivered, st.integers(1, 4)), st.builds(WatchRefiltered, _watch_filters)),
+    )
+    # Lists drawn directly average a handful of items; a drawn size spreads lengths over the whole range.
+    size = draw(st.integers(0, WATCH_MAX_STEPS))
+    return draw(st.lists(step, min_size=size, max_size=size))
+
+
+def watch_filters() -> st.SearchStrategy[frozenset[str] | None]:
+    """A watch's filter: every service, or some of them (maybe none)."""
+    return _watch_filters
+
+
+_watch_versions = st.integers(0, 3)
+_watch_any_endpoint = _among(_WATCH_ENDPOINTS, _BAD_WATCH_ENDPOINTS, one_in=8)
+_WATCH_KINDS = (*ChangeKind, ChangeKind.FULL_SNAPSHOT, ChangeKind.SNAPSHOT_COMPLETE)
+"""Every kind, and more of those that open and close a sync: streams then get past their first event."""
+
+
+@st.composite
+def watch_changes(draw: st.DrawFn) -> Change:
+    """Watch events of any kind at small versions, in or out of protocol: mostly with the fields their kind has
+    (a FULL_SNAPSHOT with or without endpoint), sometimes with any fields (bad endpoints, missing ones)."""
+    kind = draw(st.sampled_from(_WATCH_KINDS))
+    version = draw(_watch_versions)
+    if draw(st.integers(0, 7)) == 7:
+        return Change(
+            kind=kind,
+            version=version,
+            service=draw(st.sampled_from(("", *WATCH_SERVICES))),
+            protocol=draw(st.sampled_from(Protocol)),
+            ip=draw(st.sampled_from(("", *IPS[:2]))),
+            endpoint=draw(st.one_of(st.none(), _watch_any_endpoint)),
+        )
+    if kind is ChangeKind.SNAPSHOT_COMPLETE or (kind is ChangeKind.FULL_SNAPSHOT and draw(st.booleans())):
+        return Change(kind=kind, version=version)
+    if kind in (ChangeKind.SERVICE_ADDED, ChangeKind.SERVICE_REMOVED):
+        return Change(kind=kind, version=version, service=draw(st.sampled_from(WATCH_SERVICES)))
+    endpoint = draw(_watch_any_endpoint)
+    named = Change(
+        kind=kind, version=version, service=endpoint.service, protocol=endpoint.protocol, ip=endpoint.ip
+    )
+    return named if kind is ChangeKind.ENDPOINT_REMOVED else attrs.evolve(named, endpoint=endpoint)
+
+
+@st.composite
+def watch_responses(draw: st.DrawFn) -> registrar_pb2.WatchEndpointsResponse:
+    """Watch messages: mostly a change as the registrar encodes it, sometimes one with a made-up type or version."""
+    response = change_to_proto(draw(watch_changes()))
+    if draw(st.integers(0, 9)) == 9:
+        response.type = draw(st.integers(0, 9))  # type: ignore[assignment]
+    if draw(st.integers(0, 9)) == 9:
+        response.version = draw(st.sampled_from(("", "-1", "x", "1" * 21, "٣")))
+    return response
+
+
+@attrs.frozen
+class WatchConnected:
+    """The agent opens a stream with `services` as its filter."""
+
+    services: frozenset[str] | None
+
+
+@attrs.frozen
+class WatchDisconnected:
+    """The stream ends."""
+
+
+WatchInput = WatchConnected | WatchDisconnected | WatchRefiltered | registrar_pb2.WatchEndpointsResponse
+
+
+@st.composite
+def watch_inputs(draw: st.DrawFn) -> list[WatchInput]:
+    """Anything the machine can be fed, in any order: streams that open and end, filter changes and messages."""
+    messages = watch_responses()
+    item: st.SearchStrategy[WatchInput] = st.one_of(
+        st.builds(WatchConnected, _watch_filters),
+        mostly(messages, st.one_of(st.just(WatchDisconnected()), st.builds(WatchRefiltered, _watch_filters))),
+        messages,
+        messages,
+        messages,
+    )
+    size = draw(st.integers(0, WATCH_MAX_STEPS))
+    return draw(st.lists(item, min_size=size, max_size=size))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import immutables
 import pytest
 
 from aether.core.errors import InternalError
@@ -62,3 +63,14 @@ def test_a_resource_packs_once() -> None:
     assert resource.packed is resource.packed
     assert resource.packed.value == resource.body
     assert Snapshot.build(node_id=NODE, resources=[resource]).of_type(CLUSTER_TYPE)["a"] is resource
+
+
+def test_consistency_follows_incremental_changes() -> None:
+    """A removed load assignment dangles until it comes back or its cluster goes; the count is kept per reference."""
+    base = snapshot(cluster("a"), assignment("a", 1))
+    assert base.consistent() == ()
+    removed = base.with_changes(seq=2, removed=[(ENDPOINT_TYPE, "a")])
+    assert removed.consistent() == ("CDS 'a' needs EDS 'a', which is missing",)
+    assert dict(removed.dangling) == {(ENDPOINT_TYPE, "a"): 1}
+    assert removed.with_changes(seq=3, upserted=[assignment("a", 2)]).consistent() == ()
+    assert removed.with_changes(seq=3, removed=[(CLUSTER_TYPE, "a")]).dangling == immutables.Map()

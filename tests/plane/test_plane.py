@@ -1,19 +1,22 @@
-"""`open_plane` publishes the role's projection of every batch, replays it after a restart, and `Plane.serve` serves
-xDS and the admin documents with the role's parts' counters."""
+"""`open_plane` publishes the role's projection of every batch (but an inconsistent one), replays it after a restart,
+and `Plane.serve` serves xDS and the admin documents with the role's parts' counters."""
 
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 
 from aether.core.project.node import project_node
-from aether.core.snapshot import LISTENER_TYPE, Snapshot
+from aether.core.snapshot import ENDPOINT_TYPE, LISTENER_TYPE, Snapshot
 from aether.core.state import State
 from aether.plane.admin_client import fetch_admin
 from aether.plane.plane import open_plane
+from aether.plane.publisher import PublisherStatistics
 from aether.rpc.listen import ListenAddress
 from aether.testing import make_pod, pod_added
 
@@ -64,6 +67,47 @@ async def test_serve_binds_xds_and_the_admin_socket_with_the_role_parts(tmp_path
         )
         assert bound == ListenAddress.unix(tmp_path / "xds.sock")
         statistics = await trio.to_thread.run_sync(fetch_admin, admin, "/statistics")
-        assert sorted(statistics) == ["journal", "role", "xds"]
+        assert sorted(statistics) == ["journal", "publisher", "role", "xds"]
         assert statistics["role"] == {"seen": 7}
+        assert statistics["publisher"] == {"published": 1, "withheld": 0, "last_withheld": []}
         nursery.cancel_scope.cancel()
+
+
+async def test_an_inconsistent_snapshot_is_withheld_logged_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A projection that drops a cluster's load assignment: the cache keeps the last good snapshot, the log names
+    what is missing, the publisher counts it; the next consistent snapshot is published."""
+    pod = make_pod("web-1", node_name=NODE, annotations={"config.aether.io/upstreams": "shop/db"})
+    broken = {"on": True}
+
+    def project(state: State, now: int) -> Snapshot:
+        snapshot = _project(state, now)
+        if state.seq == 1 and broken["on"]:
+            return snapshot.with_changes(
+                seq=snapshot.seq, removed=[(ENDPOINT_TYPE, "db.shop.aether.internal")]
+            )
+        return snapshot
+
+    async with open_plane(tmp_path / "log", project=project) as plane:
+        good = plane.cache.get(NODE)
+        folded = trio.Event()
+        plane.journal.subscribe(lambda state, now: folded.set() if state.seq >= 1 else None)
+        with caplog.at_level(logging.ERROR, logger="aether.plane.publisher"):
+            async with plane.journal.sender() as send:
+                await send.send(pod_added(pod))
+            with trio.fail_after(5):
+                await folded.wait()  # subscribers run in subscription order: the publisher has run
+        missing = "CDS 'db.shop.aether.internal' needs EDS 'db.shop.aether.internal', which is missing"
+        assert plane.cache.get(NODE) is good
+        assert plane.publisher.statistics() == PublisherStatistics(
+            published=1, withheld=1, last_withheld=(missing,)
+        )
+        assert [record.getMessage() for record in caplog.records] == [
+            f"snapshot of node {NODE!r} at seq 1 not published, Envoy keeps the previous one: {missing}"
+            " (an inconsistent projection is a bug)"
+        ]
+        broken["on"] = False
+        plane.publisher(plane.journal.state, plane.journal.last_observed_at)
+        assert plane.cache.get(NODE) == _project(plane.journal.state, plane.journal.last_observed_at)
+        assert plane.publisher.statistics().published == 2

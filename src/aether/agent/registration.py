@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from aether.core.events.registry import Endpoint, EndpointKey
-from aether.core.project.registrations import local_endpoints
+from aether.core.project.registrations import local_endpoints, registration_diff, unwanted_ips
 from aether.core.state import State
 from aether.proto.registrar.v1 import registrar_pb2
 from aether.registrar.convert import registration_to_proto
@@ -159,8 +159,7 @@ class Registrations:
                     if endpoint.kubernetes_metadata.node_name == self._node_name:
                         stale.setdefault(service, []).append(endpoint.ip)
             for service, ips in sorted(stale.items()):
-                keep = {key[2] for key in self._wanted if key[0] == service}
-                gone = sorted(set(ips) - keep)
+                gone = unwanted_ips(service, ips, wanted=self._wanted)
                 if gone:
                     await call(
                         "UnregisterEndpoint",
@@ -173,15 +172,15 @@ class Registrations:
 
     async def _reconcile(self, call: Any) -> None:
         wanted = self._wanted
-        for key in sorted(self._registered):
-            if key not in wanted:
-                request = registrar_pb2.UnregisterEndpointRequest(service_name=key[0], ips=[key[2]])
-                await call("UnregisterEndpoint", request)
-                del self._registered[key]
-        for key, endpoint in wanted.items():
-            if self._registered.get(key) != endpoint:
-                await call("RegisterEndpoint", registration_to_proto(endpoint))
-                self._registered[key] = endpoint
+        diff = registration_diff(self._registered, wanted)
+        # Each call is recorded as it succeeds: a failure leaves `_registered` true to what the registrar holds.
+        for key in diff.unregister:
+            request = registrar_pb2.UnregisterEndpointRequest(service_name=key[0], ips=[key[2]])
+            await call("UnregisterEndpoint", request)
+            del self._registered[key]
+        for endpoint in diff.register:
+            await call("RegisterEndpoint", registration_to_proto(endpoint))
+            self._registered[endpoint.key] = endpoint
 
 
 async def serve_registrations(

@@ -26,8 +26,8 @@ from aether.cni.api import METHODS, SERVICE_NAME
 from aether.cni.capture import settings_from_annotations
 from aether.core.events.base import Event
 from aether.core.events.pods import Pod, PodAdded, PodRemoved
-from aether.core.project.names import capture_listener_name, inbound_listener_name, outbound_listener_name
-from aether.core.reduce.annotations import address_problem, pod_problem, unmanaged_reason
+from aether.core.listener_acks import ListenersStatus, listeners_verdict
+from aether.core.reduce.admission import PodVerdict, admit_pod
 from aether.core.snapshot import LISTENER_TYPE
 from aether.core.state import State
 from aether.core.values import EMPTY_STR_MAP, StrMap, freeze_str_map
@@ -207,13 +207,12 @@ class CniServer:
     async def _add(self, request: cni_pb2.AddPodRequest) -> cni_pb2.AddPodResponse:
         try:
             pod = self._pod(request.pod)
-            unmanaged = unmanaged_reason(pod)
-            if unmanaged is not None:
+            admission = admit_pod(pod)  # the reducer's own verdict: what it will fold
+            if admission.verdict is PodVerdict.NOT_MANAGED:
                 self._ignored += 1
-                return cni_pb2.AddPodResponse(result=cni_pb2.RESULT_IGNORED, message=unmanaged)
-            problem = pod_problem(pod) or address_problem(pod)
-            if problem is not None:
-                raise _Refused(problem)
+                return cni_pb2.AddPodResponse(result=cni_pb2.RESULT_IGNORED, message=admission.message)
+            if admission.verdict is not PodVerdict.ADMITTED:
+                raise _Refused(admission.message)
         except _Refused as exc:
             self._refused += 1
             return cni_pb2.AddPodResponse(result=cni_pb2.RESULT_ERROR, message=str(exc))
@@ -248,24 +247,14 @@ class CniServer:
 
     async def _wait_listeners(self, pod: Pod) -> str:
         """Wait until the proxy ACKed a listener version holding all of `pod`'s listeners; return a NACK's error."""
-        names = {outbound_listener_name(pod), inbound_listener_name(pod)}
-        if pod.netns:
-            names.add(capture_listener_name(pod))
         key = (self._node_name, LISTENER_TYPE)
         while True:
             folded = self._folded.value
             snapshot = self._cache.get(self._node_name)
             feedback = self._journal.state.feedback.streams.get(key)
-            if (
-                snapshot is not None
-                and feedback is not None
-                and all(name in snapshot.of_type(LISTENER_TYPE) for name in names)
-            ):
-                version = snapshot.version(LISTENER_TYPE)
-                if feedback.acked_version == version:
-                    return ""
-                if feedback.nacked_version == version:
-                    return feedback.error_message or "NACK without a message"
+            verdict = listeners_verdict(pod, snapshot=snapshot, feedback=feedback)
+            if verdict.status is not ListenersStatus.WAITING:
+                return verdict.error
             await self._folded.wait_changed(folded)
 
     async def _remove(self, request: cni_pb2.RemovePodRequest) -> cni_pb2.RemovePodResponse:
@@ -293,9 +282,9 @@ class CniServer:
             pod = self._pod(request.pod)
         except _Refused as exc:
             return cni_pb2.CheckPodResponse(result=cni_pb2.RESULT_ERROR, message=str(exc))
-        unmanaged = unmanaged_reason(pod)
-        if unmanaged is not None:
-            return cni_pb2.CheckPodResponse(result=cni_pb2.RESULT_IGNORED, message=unmanaged)
+        admission = admit_pod(pod)
+        if admission.verdict is PodVerdict.NOT_MANAGED:
+            return cni_pb2.CheckPodResponse(result=cni_pb2.RESULT_IGNORED, message=admission.message)
         record = self._journal.state.pods.get(pod.key)
         if record is None or record.pod.container_id != pod.container_id:
             registered = "nothing" if record is None else f"container {record.pod.container_id!r}"

@@ -33,6 +33,9 @@ TYPE_ORDER: tuple[str, ...] = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE
 """The order Envoy needs resources in over ADS: a cluster before its endpoints, a listener before its routes.
 Secrets last: SDS is requested by clusters and listeners that already exist."""
 
+REFERENCED_TYPES = {CLUSTER_TYPE: ENDPOINT_TYPE, LISTENER_TYPE: ROUTE_TYPE}
+"""The type the `references` of each referring type's resources name (a cluster's CLA, a listener's routes)."""
+
 WILDCARD_TYPES = frozenset((CLUSTER_TYPE, LISTENER_TYPE))
 """Types Envoy subscribes to as a whole (wildcard); the others it asks for by name."""
 
@@ -133,6 +136,12 @@ class Snapshot:
     """Cluster names asked for on demand that no mesh service matches: answered as removed, never left hanging."""
     aggregates: immutables.Map[str, int] = immutables.Map()
     """Per type URL, the XOR of its resources' entry hashes. Invariant: always matches `resources`."""
+    referenced: immutables.Map[tuple[str, str], int] = immutables.Map()
+    """Per (type URL, name), how many references the referring resources make to it (see `REFERENCED_TYPES`).
+    Invariant: always matches `resources`."""
+    dangling: immutables.Map[tuple[str, str], int] = immutables.Map()
+    """The entries of `referenced` whose resource the snapshot lacks: while empty, `consistent()` costs O(1).
+    Invariant: always matches `resources`."""
 
     @classmethod
     def build(
@@ -149,12 +158,21 @@ class Snapshot:
             for resource in items.values():
                 aggregate ^= resource.entry_hash
             aggregates[type_url] = aggregate
+        referenced: dict[tuple[str, str], int] = {}
+        for type_url, needed in REFERENCED_TYPES.items():
+            for resource in grouped.get(type_url, {}).values():
+                for name in resource.references:
+                    referenced[needed, name] = referenced.get((needed, name), 0) + 1
         return cls(
             node_id=node_id,
             seq=seq,
             resources=maps,
             not_found=frozenset(not_found),
             aggregates=immutables.Map(aggregates),
+            referenced=immutables.Map(referenced),
+            dangling=immutables.Map(
+                {key: count for key, count in referenced.items() if key[1] not in grouped.get(key[0], {})}
+            ),
         )
 
     def with_changes(
@@ -171,9 +189,11 @@ class Snapshot:
         """
         maps = self.resources.mutate()
         aggregates = self.aggregates.mutate()
+        references = _References(self.referenced.mutate())
         for type_url, name in removed:
             held = maps.get(type_url)
             if held is not None and name in held:
+                references.count(held[name], -1)
                 remaining = held.delete(name)
                 if remaining:
                     aggregates[type_url] = aggregates.get(type_url, 0) ^ held[name].entry_hash
@@ -187,14 +207,19 @@ class Snapshot:
             previous = held.get(resource.name)
             if previous is not None:
                 aggregate ^= previous.entry_hash
+                references.count(previous, -1)
+            references.count(resource, 1)
             aggregates[resource.type_url] = aggregate ^ resource.entry_hash
             maps[resource.type_url] = held.set(resource.name, resource)
+        resources = maps.finish()
         return Snapshot(
             node_id=self.node_id,
             seq=seq,
-            resources=maps.finish(),
+            resources=resources,
             not_found=self.not_found if not_found is None else frozenset(not_found),
             aggregates=aggregates.finish(),
+            referenced=references.counts.finish(),
+            dangling=references.dangling(self.dangling, resources),
         )
 
     def of_type(self, type_url: str) -> Mapping[str, Resource]:
@@ -212,7 +237,10 @@ class Snapshot:
 
         Each EDS cluster's load assignment must be in the snapshot, and so must each listener's route
         configuration; otherwise Envoy would wait for it until its initial fetch timeout.
+        O(1) for a consistent snapshot (`dangling` is empty); a scan of the referring resources otherwise.
         """
+        if not self.dangling:
+            return ()
         problems: list[str] = []
         for type_url, needed in ((CLUSTER_TYPE, ENDPOINT_TYPE), (LISTENER_TYPE, ROUTE_TYPE)):
             held = self.of_type(needed)
@@ -226,3 +254,41 @@ class Snapshot:
 
 
 _EMPTY: immutables.Map[str, Resource] = immutables.Map()
+
+
+class _References:
+    """`Snapshot.referenced` being updated by `with_changes`, and the keys whose dangling state may have changed."""
+
+    def __init__(self, counts: immutables.MapMutation[tuple[str, str], int]) -> None:
+        self.counts = counts
+        self.touched: set[tuple[str, str]] = set()
+
+    def count(self, resource: Resource, step: int) -> None:
+        """Add (1) or take away (-1) the references `resource` makes, and note that it came or went."""
+        self.touched.add((resource.type_url, resource.name))
+        needed = REFERENCED_TYPES.get(resource.type_url)
+        if needed is None:
+            return
+        for name in resource.references:
+            key = (needed, name)
+            total = self.counts.get(key, 0) + step
+            if total:
+                self.counts[key] = total
+            else:
+                del self.counts[key]
+            self.touched.add(key)
+
+    def dangling(
+        self,
+        before: immutables.Map[tuple[str, str], int],
+        resources: immutables.Map[str, immutables.Map[str, Resource]],
+    ) -> immutables.Map[tuple[str, str], int]:
+        """Return `before` updated for the touched keys: O(changed)."""
+        dangling = before.mutate()
+        for key in self.touched:
+            total = self.counts.get(key, 0)
+            if total and key[1] not in resources.get(key[0], _EMPTY):
+                dangling[key] = total
+            elif key in dangling:
+                del dangling[key]
+        return dangling.finish()

@@ -10,7 +10,8 @@ import attrs
 
 from aether.core.events.pods import PodAdded
 from aether.core.events.registry import Endpoint, Health
-from aether.core.reduce.annotations import address_problem, parse_pod_config, pod_problem, unmanaged_reason
+from aether.core.reduce.admission import admit_pod
+from aether.core.reduce.annotations import parse_pod_config
 from aether.core.state.pods import PodRecord
 from aether.kube.convert import ObjectError, object_events
 from aether.kube.offline import pod_endpoint
@@ -54,9 +55,7 @@ def pod_endpoint_of(pod: JsonObject, *, node: JsonObject | None) -> PodEndpoint:
     status = _mapping(pod.get("status"))
     phase = str(status.get("phase") or "")
     reason = (
-        unmanaged_reason(added.pod)
-        or pod_problem(added.pod)
-        or address_problem(added.pod)
+        admit_pod(added.pod).message  # "" when the mesh takes the pod
         or (
             f"pod {added.pod.key!r}: uses the host's network, so it is not meshed"
             if spec.get("hostNetwork")

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET, fetch_admin, render_status
     from aether.plane.journal import CHECKPOINT_EVERY, MAX_BATCH, Journal, JournalStatistics, open_journal
     from aether.plane.plane import DEFAULT_XDS_SOCKET, Plane, Projection, open_plane
+    from aether.plane.publisher import Publisher, PublisherStatistics
     from aether.plane.replay import (
         Contribution,
         Replay,
@@ -45,6 +46,8 @@ _MODULE_OF = {
     "Plane": "plane",
     "Projection": "plane",
     "open_plane": "plane",
+    "Publisher": "publisher",
+    "PublisherStatistics": "publisher",
     "Contribution": "replay",
     "Replay": "replay",
     "UndecodableRecordError": "replay",
@@ -69,6 +72,8 @@ __all__ = [
     "JournalStatistics",
     "Plane",
     "Projection",
+    "Publisher",
+    "PublisherStatistics",
     "Replay",
     "UndecodableRecordError",
     "checkpoint_problems",

@@ -21,6 +21,7 @@ from aether.core.state import State
 from aether.identity.files import serve_svid_files
 from aether.plane.admin import HasStatistics, plane_documents, serve_admin
 from aether.plane.journal import Journal, open_journal
+from aether.plane.publisher import Publisher
 from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.xds.cache import SnapshotCache
 from aether.xds.server import XdsServer
@@ -41,6 +42,8 @@ class Plane:
     journal: Journal
     cache: SnapshotCache
     server: XdsServer
+    publisher: Publisher
+    """Between the projection and `cache`: it withholds an inconsistent snapshot."""
 
     async def serve(
         self,
@@ -50,11 +53,12 @@ class Plane:
         parts: Mapping[str, HasStatistics],
         task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve xDS at `xds` and the admin documents (with the counters of the role's `parts`) on `admin_socket`
-        until cancelled; `task_status.started` receives where xDS is served (the real port when port 0 was asked)."""
+        """Serve xDS at `xds` and the admin documents (with the counters of the publisher and of the role's `parts`)
+        on `admin_socket` until cancelled; `task_status.started` receives where xDS is served (the real port when
+        port 0 was asked)."""
         async with trio.open_nursery() as nursery:
             bound = await nursery.start(functools.partial(serve_grpc, [self.server.service()], listen=xds))
-            documents = plane_documents(self.journal, self.server, **parts)
+            documents = plane_documents(self.journal, self.server, publisher=self.publisher, **parts)
             await nursery.start(functools.partial(serve_admin, path=admin_socket, documents=documents))
             task_status.started(bound)
 
@@ -63,8 +67,9 @@ class Plane:
 async def open_plane(
     log_dir: Path, *, project: Projection, svid_dir: Path | None = None
 ) -> AsyncIterator[Plane]:
-    """Open the journal in `log_dir` and, for the block, publish `project(state, now)` after every batch, run the
-    xDS server and, with `svid_dir`, the SVID file source (`aether.identity.files`).
+    """Open the journal in `log_dir` and, for the block, publish `project(state, now)` after every batch (unless it
+    is inconsistent: `aether.plane.publisher`), run the xDS server and, with `svid_dir`, the SVID file source
+    (`aether.identity.files`).
 
     Start-up replays the log first, so the first snapshot published is the one served before a restart; Envoy can
     have it as soon as the role calls `Plane.serve`, before any source of the role has reconnected.
@@ -74,14 +79,11 @@ async def open_plane(
     """
     async with open_journal(log_dir) as journal, trio.open_nursery() as nursery:
         cache = SnapshotCache()
-
-        def publish(state: State, now: int) -> None:
-            cache.set_snapshot(project(state, now))
-
-        journal.subscribe(publish)
+        publisher = Publisher(cache, project=project)
+        journal.subscribe(publisher)
         server = XdsServer(cache, feedback=journal.sender())
         await nursery.start(server.serve)
         if svid_dir is not None:
             await nursery.start(functools.partial(serve_svid_files, svid_dir, send=journal.sender()))
-        yield Plane(journal=journal, cache=cache, server=server)
+        yield Plane(journal=journal, cache=cache, server=server, publisher=publisher)
         nursery.cancel_scope.cancel()

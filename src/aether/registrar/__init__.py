@@ -18,12 +18,7 @@ from aether.registrar.broadcaster import (
     Watcher,
     WatcherEnd,
 )
-from aether.registrar.client import (
-    RegistrarClient,
-    RegistrarClientStatistics,
-    WatchProtocolError,
-    serve_registrar_client,
-)
+from aether.registrar.client import RegistrarClient, RegistrarClientStatistics, serve_registrar_client
 from aether.registrar.errors import (
     InvalidRequestError,
     PermissionRefusedError,
@@ -53,6 +48,7 @@ from aether.registrar.snapshot import (
     snapshot_of,
     visible,
 )
+from aether.registrar.watch_machine import SyncKind, WatchMachine, WatchOutput, WatchPhase, WatchProtocolError
 
 __all__ = [
     "ALL_SERVICES",
@@ -86,6 +82,10 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StoreUpdate",
+    "SyncKind",
+    "WatchMachine",
+    "WatchOutput",
+    "WatchPhase",
     "WatchProtocolError",
     "Watcher",
     "WatcherEnd",

@@ -1,12 +1,12 @@
 """The agent's registrar client: watches WatchEndpoints and turns the stream into registry events for the log.
 
-A resync becomes one `EndpointsSnapshotReceived` and its `EndpointsSnapshotCompleted`; a resume's changes map one
-to one. Broken streams reconnect with jittered exponential backoff and resume from the last version seen.
+The protocol (resume points, resyncs, filter changes) is `aether.registrar.watch_machine.WatchMachine`'s; the client
+pumps streams through it. Broken streams reconnect with jittered exponential backoff and resume from the last
+version seen.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import ssl
@@ -20,21 +20,10 @@ from purerpc.grpclib.events import ResponseEnded
 from purerpc.grpclib.exceptions import raise_status
 
 from aether.core.events.base import Event
-from aether.core.events.registry import (
-    Endpoint,
-    EndpointAdded,
-    EndpointRemoved,
-    EndpointsSnapshotCompleted,
-    EndpointsSnapshotReceived,
-    EndpointUpdated,
-    RegistryServiceAdded,
-    RegistryServiceRemoved,
-)
 from aether.proto.registrar.v1 import registrar_pb2
-from aether.registrar.convert import change_from_proto
-from aether.registrar.errors import InvalidRequestError, RegistrarError
+from aether.registrar.errors import InvalidRequestError
 from aether.registrar.server import SERVICE_NAME
-from aether.registrar.snapshot import Change, ChangeKind
+from aether.registrar.watch_machine import SyncKind, WatchMachine, WatchProtocolError
 from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECT_TIMEOUT, CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
@@ -44,26 +33,10 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "RegistrarClient",
     "RegistrarClientStatistics",
-    "WatchProtocolError",
     "serve_registrar_client",
 ]
 
 LOG = logging.getLogger("aether.registrar.client")
-
-SOURCE = "registrar"
-"""The `source` of every event the client sends."""
-
-
-class WatchProtocolError(RegistrarError):
-    """The registrar's watch stream broke the resync protocol (an event where it cannot be); the client reconnects."""
-
-    def __init__(self, change: Change, *, phase: str) -> None:
-        super().__init__(change, phase)
-        self.change = change
-        self.phase = phase
-
-    def __str__(self) -> str:
-        return f"watch event {self.change.kind.name} at version {self.change.version!r}: not allowed {self.phase}"
 
 
 @attrs.frozen(kw_only=True)
@@ -94,14 +67,12 @@ _TRANSIENT: tuple[type[Exception], ...] = (
 )
 
 
-class _Phase(enum.Enum):
-    FIRST = "as the first event"
-    RESYNCING = "during a full resync"
-    LIVE = "after the sync completed"
-
-
 class RegistrarClient:
-    """One agent's watch of the registrar; build it with `serve_registrar_client`, which hands it out when started."""
+    """One agent's watch of the registrar; build it with `serve_registrar_client`, which hands it out when started.
+
+    The protocol's decisions are the `WatchMachine`'s; the client opens streams, pumps messages into it, appends
+    the events it returns and backs off between streams.
+    """
 
     def __init__(
         self,
@@ -119,32 +90,24 @@ class RegistrarClient:
     ) -> None:
         self._target = target
         self._tls = tls
-        self._cluster_name = cluster_name
-        self._node_name = node_name
         self._services = services
         self._send = send
         self._clock = clock
         self._backoff = backoff
         self._rng = rng
-        # Invariant: every change of versions <= _version has been sent; of _partial_version only the first
-        # _partial_count (a resume re-sends the whole version, and those are skipped).
-        self._version = last_version
-        self._partial_version: int | None = None
-        self._partial_count = 0
+        # Invariant: the events of one output are all sent before the machine gets its next input; a send that
+        # does not complete ends the client (a closed journal) or the stream on a refilter, which forgets the
+        # resume point anyway.
+        self._machine = WatchMachine(
+            cluster_name=cluster_name, node_name=node_name, last_version=last_version
+        )
         self._restart: trio.CancelScope | None = None
-        self._refiltered = False
         self._synced = trio.Event()
-        self._stream_synced = False
-        self._last_stream_synced = False
-        self._position = 0
-        """How many changes of `_partial_version` the current stream delivered."""
         self._connects = self._failures = self._resyncs = self._resumes = self._events_sent = 0
 
     def refilter(self) -> None:
         """Restart the watch with `services()` read anew, with a full resync (a new filter has no resume point)."""
-        # The watch task forgets its position itself, when it restarts: it may be between sending an event
-        # and recording its version right now, and it owns that state.
-        self._refiltered = True
+        self._machine.refilter()
         if self._restart is not None:
             self._restart.cancel()
 
@@ -160,8 +123,8 @@ class RegistrarClient:
             resyncs=self._resyncs,
             resumes=self._resumes,
             events_sent=self._events_sent,
-            last_version=self._version,
-            synced=self._stream_synced,
+            last_version=self._machine.last_version,
+            synced=self._machine.synced,
         )
 
     async def serve(self) -> None:
@@ -177,32 +140,19 @@ class RegistrarClient:
                 except* _TRANSIENT as group:
                     failed = True
                     LOG.warning("registrar watch on %s failed: %r", self._target, group.exceptions[0])
-            self._restart = None
-            self._stream_synced = False
+                finally:
+                    self._restart = None
+                    synced = self._machine.disconnect()
             if restart.cancelled_caught:
                 failures = 0
                 continue
             # A stream that had synced proved the registrar healthy: start the backoff over.
-            failures = 1 if not failed or self._last_stream_synced else failures + 1
+            failures = 1 if not failed or synced else failures + 1
             self._failures += 1
             await trio.sleep(self._backoff.delay(failures, rng=self._rng))
 
     async def _watch_once(self) -> None:
-        self._last_stream_synced = False
-        self._position = 0
-        if self._refiltered:
-            self._refiltered = False
-            self._version = None
-            self._partial_version = None
-            self._partial_count = 0
-        services = self._services()
-        request = registrar_pb2.WatchEndpointsRequest(
-            cluster_name=self._cluster_name,
-            node_name=self._node_name,
-            last_version="" if self._version is None else str(self._version),
-        )
-        if services is not None:
-            request.filter.services.extend(sorted(services))
+        request = self._machine.connect(self._services())
         async with open_grpc_socket(self._target, tls=self._tls) as grpc_socket:
             stream = await grpc_socket.start_request(
                 "http" if self._tls is None else "https",
@@ -218,9 +168,6 @@ class RegistrarClient:
             await self._consume(stream)
 
     async def _consume(self, stream: purerpc.Stream) -> None:
-        phase = _Phase.FIRST
-        services: list[str] = []
-        endpoints: list[Endpoint] = []
         while True:
             message = await stream.receive_message()
             if message is None:
@@ -228,121 +175,16 @@ class RegistrarClient:
                 if isinstance(event, ResponseEnded):
                     raise_status(event.status)
                 raise purerpc.UnavailableError("the watch stream ended without a status")
-            change = change_from_proto(message)
-            if change.kind is ChangeKind.FULL_SNAPSHOT and change.endpoint is None:
-                if phase is _Phase.RESYNCING:
-                    raise WatchProtocolError(change, phase=phase.value)
-                phase = _Phase.RESYNCING
-                services.clear()
-                endpoints.clear()
-                continue
-            if phase is _Phase.RESYNCING:
-                if change.kind is ChangeKind.SERVICE_ADDED:
-                    services.append(change.service)
-                elif change.kind is ChangeKind.FULL_SNAPSHOT and change.endpoint is not None:
-                    endpoints.append(change.endpoint)
-                elif change.kind is ChangeKind.SNAPSHOT_COMPLETE:
-                    version = str(change.version)
-                    await self._emit(
-                        EndpointsSnapshotReceived(
-                            observed_at=self._clock(),
-                            source=SOURCE,
-                            version=version,
-                            endpoints=endpoints,
-                            services=services,
-                        )
-                    )
-                    await self._emit(
-                        EndpointsSnapshotCompleted(observed_at=self._clock(), source=SOURCE, version=version)
-                    )
-                    self._completed(change.version, resync=True)
-                    phase = _Phase.LIVE
-                else:
-                    raise WatchProtocolError(change, phase=phase.value)
-                continue
-            if change.kind is ChangeKind.FULL_SNAPSHOT or (
-                change.version < max(self._version or 0, self._partial_version or 0)
-            ):
-                raise WatchProtocolError(change, phase=phase.value)
-            if change.kind is ChangeKind.SNAPSHOT_COMPLETE:
-                if phase is _Phase.FIRST:
-                    await self._emit(
-                        EndpointsSnapshotCompleted(
-                            observed_at=self._clock(), source=SOURCE, version=str(change.version)
-                        )
-                    )
-                    self._completed(change.version, resync=False)
-                    phase = _Phase.LIVE
-                else:
-                    # Invariant: completions only close a sync; one in a live stream would be a server bug.
-                    raise WatchProtocolError(change, phase=phase.value)
-                continue
-            await self._change(change)
-
-    async def _change(self, change: Change) -> None:
-        """Send one incremental change, unless a previous stream already sent it (see the invariant in __init__)."""
-        if self._partial_version is not None and change.version != self._partial_version:
-            # A newer version began (the caller refuses older ones): the partial one is complete.
-            self._version = self._partial_version
-            self._partial_version = None
-        if self._partial_version is None:
-            self._partial_version = change.version
-            self._partial_count = 0
-            self._position = 0
-        self._position += 1
-        if self._position <= self._partial_count:
-            return  # a previous stream sent it before it broke
-        await self._emit(_event_of(change, observed_at=self._clock()))
-        self._partial_count += 1
-
-    def _completed(self, version: int, *, resync: bool) -> None:
-        self._version = version
-        self._partial_version = None
-        self._partial_count = 0
-        if resync:
-            self._resyncs += 1
-        else:
-            self._resumes += 1
-        self._stream_synced = self._last_stream_synced = True
-        self._synced.set()
-
-    async def _emit(self, event: Event) -> None:
-        await self._send.send(event)
-        self._events_sent += 1
-
-
-def _event_of(change: Change, *, observed_at: int) -> Event:
-    version = str(change.version)
-    match change.kind:
-        case ChangeKind.ENDPOINT_ADDED:
-            assert change.endpoint is not None, "change_from_proto sets it; this is a bug"
-            return EndpointAdded(
-                observed_at=observed_at, source=SOURCE, version=version, endpoint=change.endpoint
-            )
-        case ChangeKind.ENDPOINT_UPDATED:
-            assert change.endpoint is not None, "change_from_proto sets it; this is a bug"
-            return EndpointUpdated(
-                observed_at=observed_at, source=SOURCE, version=version, endpoint=change.endpoint
-            )
-        case ChangeKind.ENDPOINT_REMOVED:
-            return EndpointRemoved(
-                observed_at=observed_at,
-                source=SOURCE,
-                version=version,
-                service=change.service,
-                protocol=change.protocol,
-                ip=change.ip,
-            )
-        case ChangeKind.SERVICE_ADDED:
-            return RegistryServiceAdded(
-                observed_at=observed_at, source=SOURCE, version=version, service=change.service
-            )
-        case ChangeKind.SERVICE_REMOVED:
-            return RegistryServiceRemoved(
-                observed_at=observed_at, source=SOURCE, version=version, service=change.service
-            )
-        case _:
-            raise WatchProtocolError(change, phase="as an incremental change")
+            output = self._machine.receive_message(message, now=self._clock())
+            for one in output.events:
+                await self._send.send(one)
+                self._events_sent += 1
+            if output.synced is SyncKind.RESYNC:
+                self._resyncs += 1
+            elif output.synced is SyncKind.RESUME:
+                self._resumes += 1
+            if output.synced is not None:
+                self._synced.set()
 
 
 async def serve_registrar_client(

@@ -6,7 +6,8 @@ The tree::
     ├── InvalidRequestError  (also ValueError) a request field breaks a rule; the RPC fails with INVALID_ARGUMENT
     ├── PermissionRefusedError (also PermissionError) the caller may not make this change; PERMISSION_DENIED
     ├── StoreError           (also OSError) the backend's store cannot be read or written; the registrar stops
-    └── StoreUnavailableError (also ConnectionError) the store cannot be reached now; the RPC fails UNAVAILABLE
+    ├── StoreUnavailableError (also ConnectionError) the store cannot be reached now; the RPC fails UNAVAILABLE
+    └── WatchProtocolError   (aether.registrar.watch_machine) a watch event out of protocol; the agent reconnects
 
 Every exception keeps structured fields and builds its message in ``__str__``.
 """

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import attrs
 
-from aether.core.events.registry import Endpoint, Protocol
-from aether.core.project.registrations import local_endpoints, pod_endpoint
+from aether.core.events.registry import Endpoint, EndpointKey, Protocol
+from aether.core.project.registrations import (
+    RegistrationDiff,
+    local_endpoints,
+    pod_endpoint,
+    registration_diff,
+    unwanted_ips,
+)
 from aether.testing import fold_events, make_pod, pod_added
 
 NODE = "node-a"
@@ -66,3 +72,38 @@ def test_a_pod_without_an_ip_registers_nothing_and_a_shared_ip_registers_once() 
     ] == ["web-1"]
     record = state.pods["shop/web-1"]
     assert pod_endpoint(attrs.evolve(record, pod=attrs.evolve(record.pod, ips=())), cluster_name="") is None
+
+
+def _endpoint(ip: str, *, service: str = "default/web", weight: int = 1024) -> Endpoint:
+    return Endpoint(service=service, ip=ip, weight=weight)
+
+
+def _keyed(*endpoints: Endpoint) -> dict[EndpointKey, Endpoint]:
+    return {endpoint.key: endpoint for endpoint in endpoints}
+
+
+def test_the_diff_unregisters_what_left_and_registers_what_is_new_or_changed_in_key_order() -> None:
+    """Gone: unregistered by key; new or changed: registered; equal: nothing."""
+    kept, changed, gone = _endpoint("10.0.0.1"), _endpoint("10.0.0.2"), _endpoint("10.0.0.3")
+    new = _endpoint("10.0.0.0", service="shop/db")
+    registered = _keyed(gone, changed, kept)
+    wanted = _keyed(kept, attrs.evolve(changed, weight=7), new)
+    assert registration_diff(registered, wanted) == RegistrationDiff(
+        unregister=(gone.key,), register=(attrs.evolve(changed, weight=7), new)
+    )
+    assert registration_diff(wanted, wanted) == RegistrationDiff()
+    assert registration_diff({}, wanted).register == tuple(endpoint for _, endpoint in sorted(wanted.items()))
+
+
+def test_unwanted_ips_are_those_of_the_service_no_intent_holds_whatever_the_protocol() -> None:
+    """Listed IPs of a service minus those its intents hold (a TCP intent keeps the IP), sorted."""
+    wanted = _keyed(
+        _endpoint("10.0.0.1"),
+        Endpoint(service="default/web", protocol=Protocol.TCP, ip="10.0.0.2"),
+        _endpoint("10.0.0.3", service="shop/db"),
+    )
+    assert unwanted_ips("default/web", ["10.0.0.9", "10.0.0.2", "10.0.0.3", "10.0.0.1"], wanted=wanted) == [
+        "10.0.0.3",
+        "10.0.0.9",
+    ]
+    assert unwanted_ips("shop/db", ["10.0.0.3"], wanted=wanted) == []

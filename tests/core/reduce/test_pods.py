@@ -155,6 +155,20 @@ def test_an_unmanaged_pod_is_rejected_as_not_managed(pod: Pod, message: str) -> 
     assert state.diagnostics == _rejected(f"pod/{pod.key}", RejectionReason.NOT_MANAGED, message, seq=1)
 
 
+def test_an_unmanaged_pod_is_not_managed_whatever_its_identity_says() -> None:
+    """Outside the mesh comes first (as the CNI answers it: IGNORED, never refused): an unlabelled pod with an
+    invalid service account is NotManaged, and a known record of it is dropped."""
+    pod = make_pod("web-1", uid="uid-1", service_account="Web", labels={})
+    state = fold_events(pod_updated(pod), state=_with_web())
+    assert state.pods == immutables.Map()
+    assert state.diagnostics == _rejected(
+        "pod/default/web-1",
+        RejectionReason.NOT_MANAGED,
+        "pod 'default/web-1': label 'aether.io/managed' must be 'true' to join the mesh (got None)",
+        seq=2,
+    )
+
+
 def test_a_known_pod_that_leaves_the_mesh_is_removed() -> None:
     """An update that drops the managed label removes the pod and records why."""
     state = fold_events(pod_updated(make_pod("web-1", uid="uid-1", labels={"app": "web"})), state=_with_web())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import attrs
 
 from aether.core.events.pods import NodeCaptureConfigured, Pod, PodAdded, PodRemoved, PodUpdated
-from aether.core.reduce.annotations import address_problem, parse_pod_config, pod_problem, unmanaged_reason
+from aether.core.reduce.admission import PodVerdict, admit_pod
+from aether.core.reduce.annotations import parse_pod_config
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
 from aether.core.state.pods import PodRecord
@@ -28,27 +29,31 @@ def _with_sandbox(pod: Pod, known: PodRecord | None) -> Pod:
 
 def _upsert(state: State, event: PodAdded | PodUpdated, seq: int) -> State:
     pod: Pod = _with_sandbox(event.pod, state.pods.get(event.pod.key))
-    problem = pod_problem(pod)
-    if problem is not None:
-        return rejected(state, event, seq, reason=RejectionReason.INVALID_POD, message=problem)
-    unmanaged = unmanaged_reason(pod)
-    if unmanaged is not None:
-        # A pod that leaves the mesh (label removed) must stop being served.
-        pods = state.pods.delete(pod.key) if pod.key in state.pods else state.pods
-        state = applied(state, event, seq, pods=pods)
-        return rejected(state, event, seq, reason=RejectionReason.NOT_MANAGED, message=unmanaged)
-    addressless = address_problem(pod)
-    if addressless is not None:
-        # Nothing can be bound or registered for it: it joins the mesh with its first update that carries an IP.
-        pods = state.pods.delete(pod.key) if pod.key in state.pods else state.pods
-        state = applied(state, event, seq, pods=pods)
-        return rejected(state, event, seq, reason=RejectionReason.INVALID_POD, message=addressless)
+    admission = admit_pod(pod)
+    match admission.verdict:
+        case PodVerdict.INVALID:
+            return rejected(state, event, seq, reason=RejectionReason.INVALID_POD, message=admission.message)
+        case PodVerdict.NOT_MANAGED:
+            # A pod that leaves the mesh (label removed) must stop being served.
+            return _dropped(state, event, seq, reason=RejectionReason.NOT_MANAGED, message=admission.message)
+        case PodVerdict.NO_ADDRESS:
+            # Nothing can be bound or registered for it: it joins the mesh with its first update that carries an IP.
+            return _dropped(state, event, seq, reason=RejectionReason.INVALID_POD, message=admission.message)
     config, problems = parse_pod_config(pod)
     state = applied(state, event, seq, pods=state.pods.set(pod.key, PodRecord(pod=pod, config=config)))
     if problems:
         message = f"pod {pod.key!r}: " + "; ".join(problems)
         return rejected(state, event, seq, reason=RejectionReason.INVALID_ANNOTATION, message=message)
     return state
+
+
+def _dropped(
+    state: State, event: PodAdded | PodUpdated, seq: int, *, reason: RejectionReason, message: str
+) -> State:
+    """Forget the event's pod (if known) and record why."""
+    key = event.pod.key
+    state = applied(state, event, seq, pods=state.pods.delete(key) if key in state.pods else state.pods)
+    return rejected(state, event, seq, reason=reason, message=message)
 
 
 def pod_added(state: State, event: PodAdded, seq: int) -> State:

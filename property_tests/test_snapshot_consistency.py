@@ -1,0 +1,39 @@
+"""`Snapshot.with_changes` keeps the reference counts that make `consistent()` O(1): after any sequence of changes the
+snapshot equals the one `build` gives for its resources, and `consistent()` reports exactly the dangling references
+a scan finds."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from aether.core.snapshot import REFERENCED_TYPES, SHORT_NAMES, Resource, Snapshot
+from property_tests.strategies import snapshot_changes
+
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _scanned(snapshot: Snapshot) -> tuple[str, ...]:
+    """The dangling references, found by looking at every referring resource (what `consistent` must say)."""
+    return tuple(
+        f"{SHORT_NAMES[type_url]} {name!r} needs {SHORT_NAMES[needed]} {reference!r}, which is missing"
+        for type_url, needed in REFERENCED_TYPES.items()
+        for name, resource in sorted(snapshot.of_type(type_url).items())
+        for reference in resource.references
+        if reference not in snapshot.of_type(needed)
+    )
+
+
+@PROPERTY
+@given(steps=st.lists(snapshot_changes(), max_size=12))
+def test_incremental_changes_keep_the_consistency_check_exact(
+    steps: list[tuple[tuple[Resource, ...], tuple[tuple[str, str], ...]]],
+) -> None:
+    """Each step's snapshot equals a build of its resources, and its `consistent()` equals the scan."""
+    snapshot = Snapshot.build(node_id="node-a", resources=())
+    for seq, (upserted, removed) in enumerate(steps, 1):
+        snapshot = snapshot.with_changes(seq=seq, upserted=upserted, removed=removed)
+        held = [resource for items in snapshot.resources.values() for resource in items.values()]
+        assert snapshot == Snapshot.build(node_id="node-a", seq=seq, resources=held)
+        assert snapshot.consistent() == _scanned(snapshot)
+    event("ends inconsistent" if snapshot.dangling else "ends consistent")
