@@ -73,7 +73,10 @@ def test_the_ruleset_replaces_one_table_atomically() -> None:
         "table ip aether_capture {",
     ]
     assert "\t\tmeta l4proto { tcp, udp } th dport { 9090 } return" in lines
-    assert "\t\tmeta l4proto { tcp, udp } meta mark set 0xae71" in lines
+    assert "\t\tct mark 0xae71 meta mark set 0xae71 return" in lines
+    assert "\t\tct state != new return" in lines
+    assert "\t\tmeta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn return" in lines
+    assert "\t\tmeta l4proto { tcp, udp } meta mark set 0xae71 ct mark set 0xae71" in lines
     assert '\t\tiifname "lo" meta mark 0xae71 meta l4proto tcp tproxy to 127.0.0.1:18001 accept' in lines
     assert '\t\tiifname "lo" meta mark 0xae71 meta l4proto udp tproxy to 127.0.0.1:18082 accept' in lines
     assert "\t\tmeta l4proto { tcp, udp } th dport 53 dnat to 10.88.0.1:18054" in lines

@@ -263,3 +263,47 @@ async def test_a_netns_path_that_is_no_namespace_fails_add_and_takes_the_registr
     assert (run.output["code"], run.output["msg"]) == (4, f"CNI_NETNS '{plain}': not a network namespace")
     state = agent.running.journal.state
     assert ("default/web-1" in state.pods, state.seq) == (False, seq + 2)  # PodAdded, then PodRemoved
+
+
+async def _exchange(sender: trio.socket.SocketType, receiver: trio.socket.SocketType, data: bytes) -> bytes:
+    """Send `data` from `sender`; return what `receiver` reads (raises ConnectionResetError on a reset)."""
+    with trio.fail_after(5):
+        await sender.send(data)
+        return await receiver.recv(64)
+
+
+async def test_connections_made_before_add_survive_the_capture(agent: Agent, netns_pair: NetnsPair) -> None:
+    """A connection made to the pod before ADD keeps its packets (they are no capture), and so does one the pod made.
+
+    The agent advertises a pod's endpoint before the plugin programs the capture (ADD registers first), so callers
+    connect to the pod's inbound before the ruleset exists. Conntrack starts in the namespace with the ruleset and
+    picks those connections up mid-stream, taking the first packet it sees for the connection's original direction:
+    a reply of the pod's inbound, taken for a new outbound connection, was diverted to the capture listener, which
+    answered with a reset (the demo lost requests in flight on the caller's connection to a returning replica).
+    """
+    managed(agent)
+    inbound = socket_in(netns_pair.pod_path)
+    inbound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    await inbound.bind((POD_IP, 18008))
+    inbound.listen()
+    upstream = await _node_listener(netns_pair, 7070)
+    capture = await _transparent_listener(netns_pair)
+    caller, outbound = socket_in(netns_pair.node_path), socket_in(netns_pair.pod_path)
+    with inbound, upstream, capture, caller, outbound:
+        with trio.fail_after(5):
+            await caller.connect((POD_IP, 18008))
+            served, _ = await inbound.accept()
+            await outbound.connect((NODE_IP, 7070))
+            answering, _ = await upstream.accept()
+        with served, answering:
+            assert await _exchange(caller, served, b"before") == b"before"
+            assert await _exchange(outbound, answering, b"before") == b"before"
+            run = await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
+            assert run.status == 0
+            # The pod's side speaks first: the packets conntrack meets first are the pod's own.
+            assert await _exchange(served, caller, b"reply") == b"reply"
+            assert await _exchange(caller, served, b"after") == b"after"
+            assert await _exchange(outbound, answering, b"after") == b"after"
+            assert await _exchange(answering, outbound, b"reply") == b"reply"
+        # A connection made after ADD is captured as before.
+        assert await _reaches(socket_in(netns_pair.pod_path), (NODE_IP, 7070), capture) == (NODE_IP, 7070)

@@ -3,11 +3,13 @@
 The capture is a TPROXY-style mark-and-divert, so the IP header is never rewritten and the proxy sees the original
 destination:
 
-1. `divert` (route hook, output): a new outbound TCP or UDP packet of the pod gets the capture mark, unless it is
-   loopback, the proxy's own (`PASSTHROUGH_MARK` on its socket), a reply of a connection made *to* the pod,
-   DNS (port 53, which is DNATed instead), or to an excluded port or range. Changing the mark in a route chain
-   makes the kernel route the packet again: the policy rule `fwmark CAPTURE_MARK lookup CAPTURE_TABLE` finds the
-   table's one `local` route, so the packet loops back through `lo`.
+1. `divert` (route hook, output): a new outbound TCP or UDP connection of the pod gets the capture mark on its
+   first packet and on its conntrack entry, and its later packets get the mark back from the entry. Not
+   captured: loopback, the proxy's own (`PASSTHROUGH_MARK` on its socket), a reply of a connection made *to* the
+   pod, DNS (port 53, which is DNATed instead), an excluded port or range, and a TCP connection that began before
+   the capture (whose SYN this chain never saw). Changing the mark in a route chain makes the kernel route the
+   packet again: the policy rule `fwmark CAPTURE_MARK lookup CAPTURE_TABLE` finds the table's one `local` route,
+   so the packet loops back through `lo`.
 2. `steer` (filter hook, prerouting): a marked packet arriving on `lo` is handed by `tproxy` to the socket on
    18001 (TCP) or 18082 (UDP), which must have `IP_TRANSPARENT`; it sees the original destination as its local
    address (TCP) or in `IP_ORIGDSTADDR` (UDP).
@@ -215,6 +217,14 @@ def render_ruleset(plan: CapturePlan) -> str:
         '\t\toifname "lo" return',
         f"\t\tmeta mark {plan.proxy_mark:#x} return",
         "\t\tct direction reply return",
+        # Conntrack starts in the namespace with this table, and picks up a connection it did not see begin
+        # mid-stream, taking the first packet it meets for the original direction. Callers connect to a pod's
+        # inbound before ADD programs the capture (the agent advertises the pod first): the pod's answers, taken
+        # for new outbound packets, went to the capture listener, which reset the connection. So only a TCP
+        # connection whose SYN passes here is captured, and its entry remembers it (UDP has no such tell).
+        f"\t\tct mark {plan.capture_mark:#x} meta mark set {plan.capture_mark:#x} return",
+        "\t\tct state != new return",
+        "\t\tmeta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn return",
         "\t\tip daddr @excluded_ranges return",
         "\t\tmeta l4proto { tcp, udp } th dport 53 return",
     ]
@@ -222,7 +232,7 @@ def render_ruleset(plan: CapturePlan) -> str:
         ports = ", ".join(str(port) for port in plan.exclude_ports)
         lines.append(f"\t\tmeta l4proto {{ tcp, udp }} th dport {{ {ports} }} return")
     lines += [
-        f"\t\tmeta l4proto {{ tcp, udp }} meta mark set {plan.capture_mark:#x}",
+        f"\t\tmeta l4proto {{ tcp, udp }} meta mark set {plan.capture_mark:#x} ct mark set {plan.capture_mark:#x}",
         "\t}",
         "\tchain steer {",
         "\t\ttype filter hook prerouting priority mangle; policy accept;",

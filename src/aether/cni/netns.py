@@ -234,7 +234,7 @@ def _routing_present(ipr: IPRoute) -> bool:
 def _expected_summary(plan: CapturePlan) -> dict[str, Any]:
     """The summary `_summary` would make of the table `render_ruleset(plan)` creates."""
     chains = {"divert": ("route", "output"), "steer": ("filter", "prerouting")}
-    rules = {"divert": 6 + (1 if plan.exclude_ports else 0), "steer": 2}
+    rules = {"divert": 9 + (1 if plan.exclude_ports else 0), "steer": 2}
     targets: list[list[Any]] = []
     if plan.mesh_dns is not None:
         chains["dns"] = ("nat", "output")
