@@ -31,9 +31,10 @@ def test_every_service_route_retries_undelivered_requests() -> None:
 
 
 def test_idempotent_routes_also_retry_unanswered_requests() -> None:
-    """The idempotent route's policy adds `unanswered`."""
+    """The idempotent route's policy adds `unanswered`, and resets after the request was sent (`reset`)."""
     assert as_dict(retry_policy(idempotent=True)) == {
         **_COMMON,
+        "retry_on": f"{_COMMON['retry_on']},reset",
         "retriable_headers": [
             {"name": "x-aether-outcome", "string_match": {"exact": "undelivered"}},
             {"name": "x-aether-outcome", "string_match": {"exact": "unanswered"}},

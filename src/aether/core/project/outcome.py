@@ -20,8 +20,10 @@ response flag saying why; mappers match those flags and add `x-aether-outcome` (
 The caller's side (every outbound and capture service route): `retry_on` connect-failure (the callee's proxy was
 unreachable), refused-stream (HTTP/2 REFUSED_STREAM: not processed by definition), reset-before-request (reset before
 the request was sent), retriable-status-codes [503] (the app's own 503, or a callee proxy's undelivered 503) and
-retriable-headers, matching `x-aether-outcome: undelivered` on every route and also `unanswered` on the route for
-idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), which is matched on `:method` and ordered first.
+retriable-headers, matching `x-aether-outcome: undelivered` on every route. The route for idempotent methods (GET,
+HEAD, OPTIONS, TRACE, PUT, DELETE), matched on `:method` and ordered first, also matches `unanswered`, and retries on
+`reset`: a connection to the callee's proxy that goes away after the request was sent (the callee's Envoy restarted,
+its node went, a reset on the way) leaves no proxy to report the outcome, and is received-but-unanswered.
 Retries pick another host (`previous_hosts`, up to 3 selection attempts) and back off 25 ms, at most 250 ms.
 """
 
@@ -42,6 +44,8 @@ from aether.core.project.messages import milliseconds, pack
 from aether.core.project.names import IDEMPOTENT_METHODS, OUTCOME_HEADER, UNANSWERED, UNDELIVERED
 
 RETRY_ON = "connect-failure,refused-stream,reset-before-request,retriable-status-codes,retriable-headers"
+IDEMPOTENT_RETRY_ON = f"{RETRY_ON},reset"
+"""Also a reset after the request was sent (Envoy's `reset`: a disconnect, a reset, a per-try timeout)."""
 NUM_RETRIES = 2
 """The contract's two retries: with `previous_hosts`, three different endpoints see the request at most."""
 HOST_SELECTION_ATTEMPTS = 3
@@ -65,13 +69,14 @@ def _outcome_matcher(value: str) -> Any:
 
 @functools.cache
 def retry_policy(*, idempotent: bool) -> Any:
-    """Return the retry policy of a service route; `idempotent` routes also replay unanswered requests.
+    """Return the retry policy of a service route; `idempotent` routes also replay unanswered requests (reported by
+    the callee's proxy, or reset after they were sent).
 
     One shared message per flavour (every service route embeds one): embed it, which copies; never mutate it.
     """
     outcomes = (UNDELIVERED, UNANSWERED) if idempotent else (UNDELIVERED,)
     return route_components_pb2.RetryPolicy(
-        retry_on=RETRY_ON,
+        retry_on=IDEMPOTENT_RETRY_ON if idempotent else RETRY_ON,
         num_retries=wrappers_pb2.UInt32Value(value=NUM_RETRIES),
         retriable_status_codes=[503],
         retry_host_predicate=[
