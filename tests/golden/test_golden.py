@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from aether.core.events import Event, Health, Protocol
+from aether.core.events.kube import ServicePort
 from aether.core.project import project_node
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
 from aether.testing import AT, builders, fold_events
@@ -57,6 +58,8 @@ def _value(name: str, arguments: dict[str, Any]) -> Any:
         arguments["health"] = Health[arguments["health"]]
     if "protocol" in arguments:
         arguments["protocol"] = Protocol[arguments["protocol"]]
+    if name == "service" and "ports" in arguments:
+        arguments["ports"] = [ServicePort(**port) for port in arguments["ports"]]
     for field in ("cert_chain_pem", "private_key", "bundle_pem"):
         if field in arguments:
             arguments[field] = arguments[field].encode()
