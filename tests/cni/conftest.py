@@ -35,6 +35,9 @@ NODE_NAME = "node-a"
 POD_IP = "10.88.0.2"
 NODE_IP = "10.88.0.1"
 NODE_IP_2 = "10.88.0.3"
+VIP = "10.96.7.9"
+"""A ClusterIP-like address: the node namespace holds it when a test wants a real (non-mesh) server there."""
+IP_TRANSPARENT = 19
 MANAGED = {"aether.io/managed": "true"}
 PLUGIN = Path(sys.executable).parent / "aether-cni"
 
@@ -122,6 +125,43 @@ def socket_in(
     thread.start()
     thread.join()
     return trio.socket.from_stdlib_socket(made[0])
+
+
+UdpServer = trio.socket.SocketType
+
+
+async def udp_server(netns: Path, address: tuple[str, int], *, transparent: bool = False) -> UdpServer:
+    """A UDP socket in `netns` bound to `address` (`answer` answers one datagram on it)."""
+    sock = socket_in(netns, kind=socket.SOCK_DGRAM)
+    if transparent:  # what the proxy's listener of a Service destination sets: the address is not the pod's
+        sock.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+    await sock.bind(address)
+    return sock
+
+
+async def answer(server: UdpServer, tag: bytes, *, forever: bool = False) -> None:
+    """Answer the next datagram on `server` (every one, `forever`) with `<tag>:<datagram>`."""
+    while forever:
+        data, peer = await server.recvfrom(512)
+        await server.sendto(tag + b":" + data, peer)
+    data, peer = await server.recvfrom(512)
+    await server.sendto(tag + b":" + data, peer)
+
+
+async def udp_exchange(
+    netns: Path,
+    destination: tuple[str, int],
+    payload: bytes = b"ping",
+    *,
+    # A datagram lost is an answer that never comes: the deadline is the exchange's own (STYLE C5).
+    timeout: float = 5,  # noqa: ASYNC109
+) -> bytes:
+    """Send `payload` from a *connected* UDP socket in `netns` and return the answer: a connected socket only
+    takes datagrams from `destination` itself, so an answer proves it came from where the client sent."""
+    with socket_in(netns, kind=socket.SOCK_DGRAM) as client, trio.fail_after(timeout):
+        await client.connect(destination)
+        await client.send(payload)
+        return bytes(await client.recv(512))
 
 
 @attrs.define

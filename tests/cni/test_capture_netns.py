@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import socket
-import struct
 
 import pytest
 import trio
 
-from aether.cni import CAPTURE_TABLE, NFT_TABLE
+from aether.cni import CAPTURE_TABLE, NFT_TABLE, write_udp_services
 from aether.cni.server import PodMetadata
 from aether.core.events.pods import Pod
 from tests.cni.conftest import (
@@ -17,9 +16,11 @@ from tests.cni.conftest import (
     NODE_IP,
     NODE_IP_2,
     POD_IP,
+    VIP,
     Agent,
     NetnsPair,
     PluginRun,
+    answer,
     capture_routing,
     environment,
     managed,
@@ -30,12 +31,13 @@ from tests.cni.conftest import (
     run_cni,
     run_cni_process,
     socket_in,
+    udp_exchange,
+    udp_server,
 )
 
 pytestmark = needs_netns
 
 IP_TRANSPARENT = 19
-IP_RECVORIGDSTADDR = 20
 
 
 async def _transparent_listener(pair: NetnsPair) -> trio.socket.SocketType:
@@ -96,31 +98,43 @@ async def test_add_captures_tcp_to_18001_with_the_original_destination(
         )
 
 
-async def test_add_captures_udp_to_18082_with_the_original_destination(
+async def test_udp_is_captured_only_to_the_served_destinations_and_answered_from_them(
     agent: Agent, netns_pair: NetnsPair
 ) -> None:
-    """A pod's datagram to any address arrives on 18082, with the original destination in IP_ORIGDSTADDR."""
+    """A datagram to a destination of the pod's `udp_services` set reaches the transparent socket bound to that
+    very destination, whose answer comes back to the client's connected socket; the same ClusterIP on another
+    port, and any other address, pass uncaptured to the real servers (no Envoy here, so the agent adds nothing)."""
     managed(agent)
-    run = await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
-    assert run.status == 0
-    receiver = socket_in(netns_pair.pod_path, kind=socket.SOCK_DGRAM)
-    sender = socket_in(netns_pair.pod_path, kind=socket.SOCK_DGRAM)
-    with receiver, sender:
-        receiver.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
-        receiver.setsockopt(socket.SOL_IP, IP_RECVORIGDSTADDR, 1)
-        await receiver.bind(("0.0.0.0", 18082))
-        await sender.sendto(b"ping", ("10.96.7.8", 5353))
-        with trio.fail_after(5):
-            data, ancillary, _flags, peer = await receiver.recvmsg(64, 64)
-    assert (data, peer[0]) == (b"ping", POD_IP)
-    [(level, kind, raw)] = ancillary
-    port, address = struct.unpack("!2xH4s8x", raw)
-    assert (level, kind, socket.inet_ntoa(address), port) == (
-        socket.SOL_IP,
-        IP_RECVORIGDSTADDR,
-        "10.96.7.8",
-        5353,
-    )
+    assert (
+        await run_cni(environment("ADD", netns=netns_pair.pod_path), network_config(agent.socket))
+    ).status == 0
+    netns_pair.exec(netns_pair.node, "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
+    pod, node = netns_pair.pod_path, netns_pair.node_path
+    proxy = await udp_server(pod, (VIP, 5300), transparent=True)
+    real = await udp_server(node, (VIP, 5300))
+    other_port = await udp_server(node, (VIP, 9999))
+    other_host = await udp_server(node, (NODE_IP_2, 7070))
+    with proxy, real, other_port, other_host:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer, real, b"real")
+            assert await udp_exchange(pod, (VIP, 5300)) == b"real:ping"  # the set is empty: not captured
+            write_udp_services(pod, [(VIP, 5300)])
+            nursery.start_soon(answer, proxy, b"proxy")
+            nursery.start_soon(answer, other_port, b"other-port")
+            nursery.start_soon(answer, other_host, b"other-host")
+            assert await udp_exchange(pod, (VIP, 5300)) == b"proxy:ping"
+            assert await udp_exchange(pod, (VIP, 9999)) == b"other-port:ping"
+            assert await udp_exchange(pod, (NODE_IP_2, 7070)) == b"other-host:ping"
+            # A second ADD (idempotent) keeps the agent's destinations, and CHECK does not mind them.
+            config = network_config(agent.socket)
+            assert (await run_cni(environment("ADD", netns=pod), config)).status == 0
+            assert await run_cni(environment("CHECK", netns=pod), config) == PluginRun(status=0, output=None)
+            nursery.start_soon(answer, proxy, b"proxy")
+            assert await udp_exchange(pod, (VIP, 5300)) == b"proxy:ping"
+            # Gone from the set: the next datagram goes where it was sent again.
+            write_udp_services(pod, [])
+            nursery.start_soon(answer, real, b"real")
+            assert await udp_exchange(pod, (VIP, 5300)) == b"real:ping"
 
 
 async def test_excluded_ports_ranges_loopback_and_proxy_traffic_pass_straight_through(

@@ -21,6 +21,7 @@ import trio
 
 from aether.cli.render_command import OutputFormat, RenderRequest, render
 from aether.core.events import Event, Health, Protocol
+from aether.core.events.kube import ServicePort
 from aether.core.project import project_node
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
 from aether.envoy.http import HttpReader
@@ -30,7 +31,9 @@ from aether.testing import (
     AT,
     endpoints_snapshot_received,
     fold_events,
+    kube_service_upserted,
     make_endpoint,
+    make_kube_service,
     make_pod,
     make_trust_bundle,
     mesh_config_updated,
@@ -198,6 +201,47 @@ def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: st
         len(snapshot.of_type(LISTENER_TYPE)) == 16
     )  # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4)
     assert "svc6.team6.aether.internal" not in snapshot.of_type(CLUSTER_TYPE)  # expired
+    validate(snapshot, tmp_path)
+
+
+def test_a_node_serving_udp_services_passes_envoy_validation(tmp_path: Path) -> None:
+    """Per-destination UDP listeners (transparent, in the pod's namespace, `udp_proxy` by matcher) and their
+    plaintext `udp:` clusters are accepted by Envoy."""
+    pod = make_pod(
+        "web-1",
+        netns=_netns(tmp_path, "web-1"),
+        annotations={"config.aether.io/upstreams": "metrics/statsd, games/lobby"},
+    )
+    services = [
+        make_kube_service(
+            "statsd",
+            namespace="metrics",
+            cluster_ip="10.96.5.5",
+            ports=[
+                ServicePort(name="metrics", port=8125, target_port="9125", protocol="UDP"),
+                ServicePort(name="admin", port=8127, protocol="UDP"),
+            ],
+        ),
+        make_kube_service(
+            "lobby", namespace="games", cluster_ip="10.96.6.6", ports=[ServicePort(port=7777, protocol="UDP")]
+        ),
+    ]
+    state = fold_events(
+        mesh_config_updated(),
+        pod_added(pod),
+        *(kube_service_upserted(service) for service in services),
+        endpoints_snapshot_received(
+            make_endpoint("10.0.5.1", service="metrics/statsd"),
+            make_endpoint("10.0.6.1", service="games/lobby", health=Health.UNHEALTHY),
+        ),
+    )
+    snapshot = project_node(state, node_name=NODE, now=AT)
+    assert snapshot.consistent() == ()
+    assert sorted(name for name in snapshot.of_type(LISTENER_TYPE) if name.startswith("udp_")) == [
+        "udp_web-1.default_10.96.5.5_8125",
+        "udp_web-1.default_10.96.5.5_8127",
+        "udp_web-1.default_10.96.6.6_7777",
+    ]
     validate(snapshot, tmp_path)
 
 

@@ -1,6 +1,6 @@
 """`aether agent`: one node's control plane — the plane (`aether.plane.open_plane`: journal, node projection, xDS
 server, SVID files, admin socket) plus the node's own sources and sinks: the CNI service, the registrar watch and
-registrations, the Kubernetes source and the mesh-dns record file.
+registrations, the Kubernetes source, the mesh-dns record file and the pods' UDP capture sets.
 
 The root of the agent's task tree (STYLE C1): every task below is started here or in the plane, and ends with it.
 """
@@ -20,6 +20,7 @@ from aether.agent.mesh_records import serve_mesh_records
 from aether.agent.pod_lookup import StatePodLookup
 from aether.agent.registration import Registrations, serve_registrations
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
+from aether.cni.udp_services import UdpServicesWriter, serve_udp_services
 from aether.core.events import NodeCaptureConfigured
 from aether.core.project.node import NodeProjector
 from aether.core.snapshot import Snapshot
@@ -81,6 +82,8 @@ class RunningAgent:
     """The sink registering the node's pods (None without a registrar)."""
     cni: CniServer | None = None
     """The CNI service (None without a CNI socket)."""
+    udp_services: UdpServicesWriter | None = None
+    """The sink keeping each captured pod's set of served UDP destinations (None without a CNI socket)."""
 
 
 async def _record_capture(journal: Journal, *, node_name: str, captured: bool) -> None:
@@ -149,6 +152,7 @@ async def serve_agent(
         if config.dns_records is not None:
             await nursery.start(functools.partial(serve_mesh_records, config.dns_records, journal=journal))
         cni: CniServer | None = None
+        udp_services: UdpServicesWriter | None = None
         if config.cni_socket is not None:
             lookup = config.cni_pods
             if lookup is None:
@@ -163,6 +167,15 @@ async def serve_agent(
                 ack_wait=config.cni_ack_wait,
             )
             await nursery.start(functools.partial(cni.serve, socket=config.cni_socket))
+            udp_services = await nursery.start(
+                functools.partial(
+                    serve_udp_services,
+                    journal=journal,
+                    cache=cache,
+                    node_name=config.node_name,
+                    captures=lambda: projector.udp_capture,
+                )
+            )
         if config.kube is not None:
             queries = (*MESH_QUERIES, node_pod_query(config.node_name))
             await nursery.start(
@@ -188,5 +201,6 @@ async def serve_agent(
                 xds=bound,
                 registrations=registrations,
                 cni=cni,
+                udp_services=udp_services,
             )
         )

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         CapturePlan,
         CaptureSettings,
         render_ruleset,
+        render_udp_services,
         settings_from_annotations,
     )
     from aether.cni.client import call_agent
@@ -41,7 +42,13 @@ if TYPE_CHECKING:
         NetnsProgrammingFailed,
         PluginUnavailable,
     )
-    from aether.cni.netns import apply_capture, capture_problems, entered_netns, remove_capture
+    from aether.cni.netns import (
+        apply_capture,
+        capture_problems,
+        entered_netns,
+        remove_capture,
+        write_udp_services,
+    )
     from aether.cni.plugin import run_plugin
 
 __all__ = [
@@ -78,8 +85,10 @@ __all__ = [
     "entered_netns",
     "remove_capture",
     "render_ruleset",
+    "render_udp_services",
     "run_plugin",
     "settings_from_annotations",
+    "write_udp_services",
 ]
 
 _MODULES = {
@@ -96,6 +105,7 @@ _MODULES = {
     "MESH_DNS_PORT": "aether.cni.capture",
     "NFT_TABLE": "aether.cni.capture",
     "render_ruleset": "aether.cni.capture",
+    "render_udp_services": "aether.cni.capture",
     "settings_from_annotations": "aether.cni.capture",
     "call_agent": "aether.cni.client",
     "Command": "aether.cni.config",
@@ -117,6 +127,7 @@ _MODULES = {
     "capture_problems": "aether.cni.netns",
     "entered_netns": "aether.cni.netns",
     "remove_capture": "aether.cni.netns",
+    "write_udp_services": "aether.cni.netns",
     "run_plugin": "aether.cni.plugin",
 }
 """Where each exported name is defined."""

@@ -3,17 +3,26 @@
 The capture is a TPROXY-style mark-and-divert, so the IP header is never rewritten and the proxy sees the original
 destination:
 
-1. `divert` (route hook, output): a new outbound TCP or UDP connection of the pod gets the capture mark on its
-   first packet and on its conntrack entry, and its later packets get the mark back from the entry. Not
+1. `divert` (route hook, output): a new outbound TCP connection of the pod, and a new UDP flow to a destination
+   of the set `udp_services`, gets the capture mark on its first packet and on its conntrack entry, and its later
+   packets get the mark back from the entry (a UDP flow only while its destination stays in the set). Not
    captured: loopback, the proxy's own (`PASSTHROUGH_MARK` on its socket), a reply of a connection made *to* the
-   pod, DNS (port 53, which is DNATed instead), an excluded port or range, and a TCP connection that began before
-   the capture (whose SYN this chain never saw). Changing the mark in a route chain makes the kernel route the
-   packet again: the policy rule `fwmark CAPTURE_MARK lookup CAPTURE_TABLE` finds the table's one `local` route,
-   so the packet loops back through `lo`.
-2. `steer` (filter hook, prerouting): a marked packet arriving on `lo` is handed by `tproxy` to the socket on
-   18001 (TCP) or 18082 (UDP), which must have `IP_TRANSPARENT`; it sees the original destination as its local
-   address (TCP) or in `IP_ORIGDSTADDR` (UDP).
+   pod, DNS (port 53, which is DNATed instead), an excluded port or range, a TCP connection that began before
+   the capture (whose SYN this chain never saw), and every datagram to a destination outside `udp_services`.
+   Changing the mark in a route chain makes the kernel route the packet again: the policy rule
+   `fwmark CAPTURE_MARK lookup CAPTURE_TABLE` finds the table's one `local` route, so the packet loops back
+   through `lo`.
+2. `steer` (filter hook, prerouting): a marked packet arriving on `lo` is handed by `tproxy` to a socket with
+   `IP_TRANSPARENT`: TCP to the one on 18001, which sees the original destination as its local address; UDP to the
+   one bound to the datagram's own destination (the proxy's listener of that Service ClusterIP and port, which
+   answers from that address).
 3. `dns` (nat hook, output): the pod's DNS (UDP and TCP port 53, not on loopback) is DNATed to the node's mesh-dns.
+
+Why UDP is captured by a set: Envoy's UDP proxy cannot send a datagram on to its original destination, so only
+what a listener serves may be diverted; anything else must go where it was going, untouched. The set holds the
+`(ClusterIP, port)` pairs of the mesh Services the node's proxy serves (`aether.core.project.udp`), which change
+while the pod runs: the agent keeps it equal to them (`render_udp_services`, written by `aether.cni.udp_services`
+once the proxy has the listeners), and the plugin's ruleset never touches its elements.
 
 One table holds all three chains, so `nft -f` applies the whole capture or nothing.
 """
@@ -36,16 +45,17 @@ __all__ = [
     "CAPTURE_TABLE",
     "EXCLUDE_OUTBOUND_IP_RANGES",
     "EXCLUDE_OUTBOUND_PORTS",
-    "L4_PORT",
     "MESH_DNS_PORT",
     "NFT_TABLE",
     "PASSTHROUGH_MARK",
     "RULE_PRIORITY",
+    "UDP_SERVICES_SET",
     "CapturePlan",
     "CaptureSettings",
     "ip_range_problem",
     "port_problem",
     "render_ruleset",
+    "render_udp_services",
     "settings_from_annotations",
 ]
 
@@ -59,8 +69,6 @@ EXCLUDE_OUTBOUND_IP_RANGES = "capture.aether.io/exclude-outbound-ip-ranges"
 # `tests/cni/test_capture.py` checks that the values agree.
 CAPTURE_PORT = 18001
 """Where captured TCP lands (the pod's capture listener)."""
-L4_PORT = 18082
-"""Where captured UDP lands (the pod's L4 port)."""
 PASSTHROUGH_MARK = 0xAE7E
 """SO_MARK of the proxy's own connections: never captured."""
 
@@ -73,6 +81,8 @@ RULE_PRIORITY = 100
 """Priority of the `fwmark` policy rule: before `main` (32766); nothing else in a pod's netns uses rules."""
 NFT_TABLE = "aether_capture"
 """The nftables table (family `ip`) that holds the pod's whole capture."""
+UDP_SERVICES_SET = "udp_services"
+"""The set (`ipv4_addr . inet_service`) of the UDP destinations the pod's proxy serves: the only UDP captured."""
 MESH_DNS_PORT = 18054
 """Where the node's mesh-dns listens (DESIGN.md section 4)."""
 
@@ -173,7 +183,6 @@ class CapturePlan:
     mesh_dns: tuple[str, int] | None = None
     """`(IPv4, port)` of the node's mesh-dns; None: the pod's DNS is left alone."""
     tcp_port: int = CAPTURE_PORT
-    udp_port: int = L4_PORT
     proxy_mark: int = PASSTHROUGH_MARK
     capture_mark: int = CAPTURE_MARK
 
@@ -197,23 +206,39 @@ class CapturePlan:
         )
 
 
+_CHAINS = {
+    "divert": "type route hook output priority mangle; policy accept;",
+    "steer": "type filter hook prerouting priority mangle; policy accept;",
+    "dns": "type nat hook output priority -100; policy accept;",
+}
+_UDP_SET_DECLARATION = f"\tset {UDP_SERVICES_SET} {{ type ipv4_addr . inet_service; }}"
+
+
 def render_ruleset(plan: CapturePlan) -> str:
     """Return the `nft -f` script that replaces the pod's capture table with `plan`'s, in one transaction.
 
-    The script first declares the table (a no-op when it exists) and deletes it, so applying it twice gives the
-    same ruleset (ADD is idempotent) and a failure anywhere leaves the previous ruleset untouched.
+    The script first declares the table, its chains and sets (no-ops for those that exist) and deletes all but
+    the set `udp_services`, then defines them again: applying it twice gives the same ruleset (ADD is
+    idempotent), a failure anywhere leaves the previous ruleset untouched, and the UDP destinations the agent
+    wrote (before or after) are kept.
     """
     ranges = ", ".join(plan.exclude_ranges)
+    mark = f"{plan.capture_mark:#x}"
     lines = [
-        f"table ip {NFT_TABLE}",
-        f"delete table ip {NFT_TABLE}",
+        f"table ip {NFT_TABLE} {{",
+        _UDP_SET_DECLARATION,
+        "\tset excluded_ranges { type ipv4_addr; flags interval; }",
+        *(f"\tchain {name} {{ {spec} }}" for name, spec in _CHAINS.items()),
+        "}",
+        *(f"delete chain ip {NFT_TABLE} {name}" for name in _CHAINS),
+        f"delete set ip {NFT_TABLE} excluded_ranges",
         f"table ip {NFT_TABLE} {{",
         "\tset excluded_ranges {",
         "\t\ttype ipv4_addr; flags interval;",
         f"\t\telements = {{ {ranges} }}",
         "\t}",
         "\tchain divert {",
-        "\t\ttype route hook output priority mangle; policy accept;",
+        f"\t\t{_CHAINS['divert']}",
         '\t\toifname "lo" return',
         f"\t\tmeta mark {plan.proxy_mark:#x} return",
         "\t\tct direction reply return",
@@ -221,8 +246,10 @@ def render_ruleset(plan: CapturePlan) -> str:
         # mid-stream, taking the first packet it meets for the original direction. Callers connect to a pod's
         # inbound before ADD programs the capture (the agent advertises the pod first): the pod's answers, taken
         # for new outbound packets, went to the capture listener, which reset the connection. So only a TCP
-        # connection whose SYN passes here is captured, and its entry remembers it (UDP has no such tell).
-        f"\t\tct mark {plan.capture_mark:#x} meta mark set {plan.capture_mark:#x} return",
+        # connection whose SYN passes here is captured, and its entry remembers it (UDP has no such tell). A UDP
+        # flow stays captured only while the proxy serves its destination: once gone from the set, it passes.
+        f"\t\tct mark {mark} meta l4proto tcp meta mark set {mark} return",
+        f"\t\tct mark {mark} ip daddr . udp dport @{UDP_SERVICES_SET} meta mark set {mark} return",
         "\t\tct state != new return",
         "\t\tmeta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn return",
         "\t\tip daddr @excluded_ranges return",
@@ -232,19 +259,22 @@ def render_ruleset(plan: CapturePlan) -> str:
         ports = ", ".join(str(port) for port in plan.exclude_ports)
         lines.append(f"\t\tmeta l4proto {{ tcp, udp }} th dport {{ {ports} }} return")
     lines += [
-        f"\t\tmeta l4proto {{ tcp, udp }} meta mark set {plan.capture_mark:#x} ct mark set {plan.capture_mark:#x}",
+        # Only what a listener serves: the UDP proxy has no way to send other datagrams where they were going.
+        f"\t\tmeta l4proto udp ip daddr . udp dport != @{UDP_SERVICES_SET} return",
+        f"\t\tmeta l4proto {{ tcp, udp }} meta mark set {mark} ct mark set {mark}",
         "\t}",
         "\tchain steer {",
-        "\t\ttype filter hook prerouting priority mangle; policy accept;",
-        f'\t\tiifname "lo" meta mark {plan.capture_mark:#x} meta l4proto tcp tproxy to 127.0.0.1:{plan.tcp_port} accept',
-        f'\t\tiifname "lo" meta mark {plan.capture_mark:#x} meta l4proto udp tproxy to 127.0.0.1:{plan.udp_port} accept',
+        f"\t\t{_CHAINS['steer']}",
+        f'\t\tiifname "lo" meta mark {mark} meta l4proto tcp tproxy to 127.0.0.1:{plan.tcp_port} accept',
+        # No address or port given: the socket bound to the datagram's own destination takes it.
+        f'\t\tiifname "lo" meta mark {mark} meta l4proto udp tproxy ip to ip daddr accept',
         "\t}",
     ]
     if plan.mesh_dns is not None:
         host, port = plan.mesh_dns
         lines += [
             "\tchain dns {",
-            "\t\ttype nat hook output priority -100; policy accept;",
+            f"\t\t{_CHAINS['dns']}",
             f"\t\tmeta mark {plan.proxy_mark:#x} return",
             "\t\tip daddr 127.0.0.0/8 return",
             f"\t\tmeta l4proto {{ tcp, udp }} th dport 53 dnat to {host}:{port}",
@@ -252,3 +282,25 @@ def render_ruleset(plan: CapturePlan) -> str:
         ]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def render_udp_services(destinations: Iterable[tuple[str, int]]) -> str:
+    """Return the `nft -f` script that makes the pod's set `udp_services` hold exactly `destinations`.
+
+    It declares the table and the set first (no-ops when they exist), so it applies before the plugin's first
+    ruleset as well as after (which keeps the elements), in one transaction.
+    """
+    elements = ", ".join(f"{address} . {port}" for address, port in sorted(set(destinations), key=_pair_key))
+    lines = [
+        f"table ip {NFT_TABLE} {{",
+        _UDP_SET_DECLARATION,
+        "}",
+        f"flush set ip {NFT_TABLE} {UDP_SERVICES_SET}",
+    ]
+    if elements:
+        lines.append(f"add element ip {NFT_TABLE} {UDP_SERVICES_SET} {{ {elements} }}")
+    return "\n".join(lines) + "\n"
+
+
+def _pair_key(pair: tuple[str, int]) -> tuple[int, int]:
+    return int(ipaddress.IPv4Address(pair[0])), pair[1]

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from aether.cni.capture import (
     RULE_PRIORITY,
     CapturePlan,
     render_ruleset,
+    render_udp_services,
 )
 from aether.cni.errors import NetnsProgrammingFailed
 
@@ -39,6 +40,7 @@ __all__ = [
     "entered_netns",
     "find_nft",
     "remove_capture",
+    "write_udp_services",
 ]
 
 _CLONE_NEWNET = 0x40000000
@@ -171,6 +173,20 @@ def apply_capture(netns: Path, plan: CapturePlan) -> None:
             raise
 
 
+def write_udp_services(netns: Path, destinations: Iterable[tuple[str, int]]) -> None:
+    """Make the capture's set of served UDP destinations in the namespace at `netns` hold exactly `destinations`.
+
+    One `nft -f` transaction; it creates the table and the set when the plugin has not programmed them yet (the
+    plugin's ruleset then keeps the elements).
+
+    Raises:
+        NetnsProgrammingFailed: `nft` failed.
+        FileNotFoundError: `netns` does not exist (the pod is gone).
+    """
+    with entered_netns(netns):
+        _nft(["-f", "-"], script=render_udp_services(destinations))
+
+
 def _remove_routing() -> None:
     with IPRoute() as ipr:
         _route_rule(ipr, "del")
@@ -196,8 +212,9 @@ def remove_capture(netns: Path) -> None:
 def capture_problems(netns: Path, plan: CapturePlan | None) -> tuple[str, ...]:
     """Return how the namespace at `netns` differs from `plan` (None: no capture at all); empty when it matches.
 
-    Compared: the table's chains (type, hook) and rule counts, the excluded ranges and ports, the tproxy ports,
-    the DNS target, and the policy rule and local route.
+    Compared: the table's chains (type, hook) and rule counts, the excluded ranges and ports, the tproxy targets,
+    the DNS target, and the policy rule and local route. Not the elements of `udp_services`: the agent changes
+    them while the pod runs.
 
     Raises:
         FileNotFoundError: `netns` does not exist.
@@ -234,13 +251,13 @@ def _routing_present(ipr: IPRoute) -> bool:
 def _expected_summary(plan: CapturePlan) -> dict[str, Any]:
     """The summary `_summary` would make of the table `render_ruleset(plan)` creates."""
     chains = {"divert": ("route", "output"), "steer": ("filter", "prerouting")}
-    rules = {"divert": 9 + (1 if plan.exclude_ports else 0), "steer": 2}
+    rules = {"divert": 11 + (1 if plan.exclude_ports else 0), "steer": 2}
     targets: list[list[Any]] = []
     if plan.mesh_dns is not None:
         chains["dns"] = ("nat", "output")
         rules["dns"] = 3
         targets.append(["dnat", plan.mesh_dns[0], plan.mesh_dns[1]])
-    targets += [["tproxy", "127.0.0.1", plan.tcp_port], ["tproxy", "127.0.0.1", plan.udp_port]]
+    targets += [["tproxy", "127.0.0.1", plan.tcp_port], ["tproxy", "ip daddr", 0]]
     return {
         "chains": {name: list(hook) for name, hook in sorted(chains.items())},
         "rules": dict(sorted(rules.items())),
@@ -271,7 +288,9 @@ def _summary(document: dict[str, Any]) -> dict[str, Any]:
             for expression in rule["expr"]:
                 for kind in ("tproxy", "dnat"):
                     if kind in expression:
-                        targets.append([kind, expression[kind]["addr"], expression[kind]["port"]])
+                        targets.append(
+                            [kind, _address(expression[kind]["addr"]), expression[kind].get("port", 0)]
+                        )
                 right = expression.get("match", {}).get("right")
                 if rule["chain"] == "divert" and isinstance(right, dict) and "set" in right:
                     ports += [value for value in right["set"] if isinstance(value, int)]
@@ -286,6 +305,13 @@ def _summary(document: dict[str, Any]) -> dict[str, Any]:
         "ports": sorted(ports),
         "targets": sorted(targets),
     }
+
+
+def _address(value: Any) -> str:
+    """A target address as text: `10.0.0.1`, or `ip daddr` for the packet's own destination."""
+    if isinstance(value, dict) and "payload" in value:
+        return f"{value['payload']['protocol']} {value['payload']['field']}"
+    return str(value)
 
 
 def _range_key(text: str) -> tuple[int, int]:

@@ -35,9 +35,10 @@ def tcp_cluster_name(service: str, *, mesh_domain: str) -> str:
     return f"tcp:{service_fqdn(service, mesh_domain=mesh_domain)}"
 
 
-def udp_cluster_name(service: str, *, mesh_domain: str) -> str:
-    """Return `udp:<sa>.<ns>.<meshDomain>`, the cluster of a UDP service."""
-    return f"udp:{service_fqdn(service, mesh_domain=mesh_domain)}"
+def udp_cluster_name(service: str, *, mesh_domain: str, port: int | None = None) -> str:
+    """Return `udp:<sa>.<ns>.<meshDomain>`, or `udp:<sa>.<ns>.<meshDomain>:<port>`: datagrams to the service's
+    endpoints at their UDP `port` (a Service's target port)."""
+    return f"udp:{http_cluster_name(service, mesh_domain=mesh_domain, port=port)}"
 
 
 @attrs.frozen(kw_only=True)

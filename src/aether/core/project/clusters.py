@@ -7,6 +7,8 @@ Service clusters (all EDS over ADS, their ClusterLoadAssignment named like the c
 * `<sa>.<ns>.<meshDomain>:<port>`: HTTP to `port` on the endpoints advertising it; SNI = the port selects the
   callee's `in_<pod>_<port>` chain (the original system's SNI-per-port demultiplexing).
 * `tcp:<sa>.<ns>.<meshDomain>`: raw TCP, TLS with neither ALPN nor SNI: the callee's default (TCP) chain.
+* `udp:<sa>.<ns>.<meshDomain>:<port>`: datagrams in plaintext straight to the endpoints' UDP `port` (no proxy on the
+  callee's side: DTLS is not implemented, and mTLS is a TCP construct).
 
 A cluster that routes send Services' selections to subsets its endpoints by their labels (`aether.core.project.subsets`).
 """
@@ -120,6 +122,20 @@ def service_cluster(
         sni=sni if http else "",
     )
     return cluster
+
+
+def udp_cluster(name: str) -> Any:
+    """Return the EDS cluster `name` of a mesh service's UDP port: plaintext, no health checks of its own (the
+    registry's endpoint health applies), Envoy's default of one session per client address and port."""
+    return cluster_pb2.Cluster(
+        name=name,
+        type=cluster_pb2.Cluster.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads()),
+        # 0, as for every service cluster: never send to unhealthy or draining endpoints.
+        common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
+            healthy_panic_threshold=percent_pb2.Percent(value=0)
+        ),
+    )
 
 
 def app_cluster(pod: Pod, port: int) -> Any:

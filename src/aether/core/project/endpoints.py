@@ -1,6 +1,6 @@
 """ClusterLoadAssignments from registry endpoints: address, health, weight, locality and priority.
 
-Every endpoint is dialled at `<pod ip>:18008`, the callee's mesh inbound listener. Priority prefers the node's own
+Every endpoint is dialled at `<pod ip>:18008`, the callee's mesh inbound listener (a `udp:` cluster's at its UDP port). Priority prefers the node's own
 zone, then its region: 0 for the same zone, 1 for the same region, 2 elsewhere; when the node's locality is unknown
 every endpoint is priority 0 (Envoy fails over from one priority to the next only when the first has too few
 healthy endpoints, so a preference never strands traffic).
@@ -59,9 +59,9 @@ def priority(endpoint: Endpoint, *, locality: Locality | None) -> int:
     return SAME_ZONE if endpoint.zone == zone else SAME_REGION
 
 
-def _lb_endpoint(endpoint: Endpoint, subsets: SelectorKeys) -> Any:
+def _lb_endpoint(endpoint: Endpoint, subsets: SelectorKeys, port: int) -> Any:
     result = endpoint_components_pb2.LbEndpoint(
-        endpoint=endpoint_components_pb2.Endpoint(address=socket_address(endpoint.ip, MESH_INBOUND_PORT)),
+        endpoint=endpoint_components_pb2.Endpoint(address=socket_address(endpoint.ip, port)),
         health_status=_HEALTH[endpoint.health],
         # Envoy sums the weights of a locality into a uint32; the registry does not bound them, pods do.
         load_balancing_weight=wrappers_pb2.UInt32Value(value=min(endpoint.weight, MAX_WEIGHT)),
@@ -79,11 +79,13 @@ def load_assignment(
     *,
     locality: Locality | None,
     subsets: SelectorKeys = (),
+    port: int = MESH_INBOUND_PORT,
 ) -> Any:
-    """Return the ClusterLoadAssignment of `cluster_name` holding `endpoints`.
+    """Return the ClusterLoadAssignment of `cluster_name` holding `endpoints`, each dialled at its IP and `port`.
 
-    Endpoints are grouped by (priority, region, zone), groups in that order and endpoints by IP within a group.
-    With `subsets` (the cluster's selector key sets), each endpoint carries its labels of those keys.
+    Endpoints are grouped by (priority, region, zone), groups in that order and endpoints by IP within a group
+    (one per IP). With `subsets` (the cluster's selector key sets), each endpoint carries its labels of those keys.
+    The port is the mesh inbound, but for a `udp:` cluster, whose datagrams go straight to the app's UDP port.
     """
     groups: dict[tuple[int, str, str], dict[str, Endpoint]] = {}
     for endpoint in endpoints:
@@ -95,7 +97,7 @@ def load_assignment(
             endpoint_components_pb2.LocalityLbEndpoints(
                 locality=base_pb2.Locality(region=region, zone=zone),
                 priority=level,
-                lb_endpoints=[_lb_endpoint(item, subsets) for _, item in sorted_items(members)],
+                lb_endpoints=[_lb_endpoint(item, subsets, port) for _, item in sorted_items(members)],
             )
             for (level, region, zone), members in sorted_items(groups)
         ],

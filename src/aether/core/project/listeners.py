@@ -9,8 +9,9 @@ in local mode (no namespace) on the pod's own IP, the first of `pod.ips`.
   its original destination (`passthrough_original_dst`).
 * GAMMA L4 (TCPRoute, TLSRoute with a Service parent): on both transparent listeners, a chain per routed
   ClusterIP and port (and SNI name) proxies to the route's backends (`l4_chains`).
-* `l4_tcp_<pod>` (18082, transparent): TCP through to the original destination. The UDP half of the L4 port
-  (`udp_proxy`) is not projected: GAMMA UDPRoutes are refused for now, and nothing else needs it.
+* `l4_tcp_<pod>` (18082, transparent): TCP through to the original destination.
+* `udp_<pod>_<address>_<port>` (transparent, UDP): one per Service ClusterIP and UDP port the node serves, bound to
+  that destination itself (see `aether.core.project.udp`): `udp_proxy` to its `udp:` cluster.
 * `inbound_<pod>` (18008): mTLS with the pod's own SVID, client certificates required and checked against the
   trust bundle; the caller's identity is recorded in `x-forwarded-client-cert` (SANITIZE_SET: URI and Subject)
   and the request delivered to the app through `app_<pod>_<port>`. SNI = a port selects that port's chain, ALPN
@@ -22,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, substitution_format_string_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_listener_config_pb2
 from envoy.extensions.filters.common.set_filter_state.v3 import value_pb2
 from envoy.extensions.filters.http.on_demand.v3 import on_demand_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
@@ -33,7 +34,10 @@ from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.filters.network.set_filter_state.v3 import set_filter_state_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2, udp_proxy_pb2
 from google.protobuf import wrappers_pb2
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2
 
 from aether.core.gateway.contract import MeshL4Destination
 from aether.core.project.l4_chains import l4_chains, needs_sni
@@ -56,10 +60,12 @@ from aether.core.project.names import (
     outbound_listener_name,
     pod_token,
     spiffe_id,
+    udp_listener_name,
 )
 from aether.core.project.outcome import inbound_local_replies
 from aether.core.project.routes import inbound_route_configuration
 from aether.core.project.tls import downstream_socket
+from aether.core.project.udp import UdpDestination
 from aether.core.state.pods import PodRecord
 
 ON_DEMAND_TIMEOUT_MS = 2_000
@@ -222,6 +228,34 @@ def l4_tcp_listener(record: PodRecord, *, l4: Sequence[MeshL4Destination] = ()) 
         listener.listener_filters_timeout.CopyFrom(milliseconds(LISTENER_FILTERS_TIMEOUT_MS))
         listener.continue_on_listener_filters_timeout = True
     return listener
+
+
+def udp_listener(record: PodRecord, destination: UdpDestination) -> Any:
+    """Return `udp_<pod>_<address>_<port>`: the pod's datagrams to one Service destination, to its `udp:` cluster.
+
+    Bound to the destination itself inside the pod's namespace (transparent: the address is not the pod's), so
+    the capture hands it exactly the datagrams sent there and its answers leave from the address and port the
+    client sent to.
+    """
+    pod = record.pod
+    name = udp_listener_name(pod, destination.address, destination.port)
+    address = socket_address(destination.address, destination.port, netns=pod.netns)
+    address.socket_address.protocol = address_pb2.SocketAddress.UDP
+    # Every datagram goes to the one cluster: the matcher's `on_no_match` (the `cluster` field is deprecated).
+    route = matcher_pb2.Matcher.OnMatch(
+        action=xds_extension_pb2.TypedExtensionConfig(
+            name="route", typed_config=pack(route_pb2.Route(cluster=destination.cluster))
+        )
+    )
+    proxy = udp_proxy_pb2.UdpProxyConfig(stat_prefix=name, matcher=matcher_pb2.Matcher(on_no_match=route))
+    return listener_pb2.Listener(
+        name=name,
+        address=address,
+        traffic_direction=base_pb2.OUTBOUND,
+        transparent=wrappers_pb2.BoolValue(value=True),
+        udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
+        listener_filters=[_listener_filter("envoy.filters.udp_listener.udp_proxy", proxy)],
+    )
 
 
 def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:

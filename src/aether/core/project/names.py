@@ -21,7 +21,8 @@ MESH_INBOUND_PORT = 18008
 OUTBOUND_HTTP_PORT = 18081
 """The per-pod explicit HTTP proxy port (on loopback inside the pod); the Host header names service and port."""
 L4_PORT = 18082
-"""The per-pod L4 port (TCP here; the UDP half is not projected yet)."""
+"""The per-pod L4 port (TCP). Captured UDP does not land here: a UDP listener answers from the port it is bound to,
+so each served UDP destination has its own listener on that destination (`udp_listener_name`)."""
 
 LOOPBACK = "127.0.0.1"
 ANY_ADDRESS = "0.0.0.0"
@@ -85,6 +86,11 @@ def capture_listener_name(pod: Pod) -> str:
 def l4_tcp_listener_name(pod: Pod) -> str:
     """`l4_tcp_<pod>`: the TCP half of the pod's L4 port (18082)."""
     return f"l4_tcp_{pod_token(pod)}"
+
+
+def udp_listener_name(pod: Pod, address: str, port: int) -> str:
+    """`udp_<pod>_<address>_<port>`: the pod's `udp_proxy` listener of one Service's ClusterIP and UDP port."""
+    return f"udp_{pod_token(pod)}_{address}_{port}"
 
 
 def inbound_listener_name(pod: Pod) -> str:

@@ -35,6 +35,13 @@ from aether.core.project.routes import catch_all_vhost, route_configuration_body
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
 from aether.core.project.tls import UpstreamIdentity, upstream_identity
+from aether.core.project.udp import (
+    UdpCapture,
+    UdpDestination,
+    udp_captures,
+    udp_destinations,
+    udp_ports_by_service,
+)
 from aether.core.snapshot import ROUTE_TYPE, Resource, Snapshot
 from aether.core.state.state import State
 
@@ -69,6 +76,15 @@ class _L4InSet:
 
     destinations: tuple[MeshL4Destination, ...]
     backends: frozenset[str]
+
+
+@attrs.frozen(kw_only=True)
+class _UdpInSet:
+    """The UDP Service destinations the node serves, and per mesh service the target ports of its `udp:`
+    clusters."""
+
+    destinations: tuple[UdpDestination, ...]
+    ports: Mapping[str, tuple[int, ...]]
 
 
 @attrs.frozen(kw_only=True)
@@ -156,6 +172,9 @@ class NodeProjector:
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
         self._gateway, self._routed_demand, self._l4_in_set = _Last(), _Last(), _Last()
         self._subsets_in_set = _Last()
+        self._udp_in_set, self._udp_capture_of = _Last(), _Last()
+        self._udp_held: _UdpInSet | None = None
+        self._udp_capture: tuple[UdpCapture, ...] = ()
         self._subsets: Mapping[str, SelectorKeys] = {}
         self._routings: Mapping[str, MeshRouting] = {}
         self._l4: Mapping[str, MeshL4Routing] = {}
@@ -179,6 +198,12 @@ class NodeProjector:
     def dependencies(self) -> tuple[str, ...]:
         """The node's dependency set as of the last projection, sorted: the registrar watch's service filter."""
         return self._dependencies
+
+    @property
+    def udp_capture(self) -> tuple[UdpCapture, ...]:
+        """Per captured pod, the UDP destinations its listeners serve as of the last projection: what the pod's
+        capture must divert (the agent keeps each pod's nftables set equal to it)."""
+        return self._udp_capture
 
     def statistics(self) -> ProjectorStatistics:
         """Return what the projector did, as of its last projection."""
@@ -208,6 +233,7 @@ class NodeProjector:
         self._dependencies = demand.services
         l4_in_set = self._l4_of(demand, l4)
         subsets = self._subsets_of(demand, routings, mesh.mesh_domain)
+        udp = self._udp_of(state, demand)
         service_context = _interned(
             self._service_context,
             ServiceContext(
@@ -224,9 +250,15 @@ class NodeProjector:
 
         changes = _Changes()
         services_projected, vhosts_changed = self._project_services(
-            state, demand, service_context, routings, l4_in_set.backends, subsets, changes
+            state, demand, service_context, routings, l4_in_set.backends, subsets, udp.ports, changes
         )
-        pods_projected = self._project_pods(local, pod_context, l4_in_set.destinations, changes)
+        pods_projected = self._project_pods(
+            local, pod_context, l4_in_set.destinations, udp.destinations, changes
+        )
+        self._udp_capture = self._udp_capture_of.get(
+            (local, udp.destinations),
+            lambda: udp_captures(local.records, bound=local.bound, destinations=udp.destinations),
+        )
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
         self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
         if not self._passthrough:
@@ -334,6 +366,34 @@ class NodeProjector:
         self._subsets = subsets
         return subsets
 
+    def _udp_of(self, state: State, demand: Demand) -> _UdpInSet:
+        """Return the UDP Service destinations of the dependency set (the same objects while equal, so that pod
+        and service units stay reused)."""
+        mesh_domain = state.kube.mesh_config.mesh_domain
+
+        def compute() -> _UdpInSet:
+            destinations = udp_destinations(
+                state.kube.services,
+                state.pods.values(),
+                in_set=frozenset(demand.services),
+                mesh_domain=mesh_domain,
+            )
+            previous = self._udp_held
+            if previous is not None and previous.destinations == destinations:
+                return previous
+            held = previous.ports if previous is not None else {}
+            ports = {
+                service: held[service] if held.get(service) == value else value
+                for service, value in udp_ports_by_service(destinations).items()
+            }
+            return _UdpInSet(destinations=destinations, ports=ports)
+
+        udp: _UdpInSet = self._udp_in_set.get(
+            (state.kube.services, state.pods, demand.services, mesh_domain), compute
+        )
+        self._udp_held = udp
+        return udp
+
     def _dependency_set(
         self,
         state: State,
@@ -402,6 +462,7 @@ class NodeProjector:
         routings: Mapping[str, MeshRouting],
         tcp_backends: frozenset[str],
         subsets: Mapping[str, SelectorKeys],
+        udp_ports: Mapping[str, tuple[int, ...]],
         changes: _Changes,
     ) -> tuple[int, bool]:
         """Bring the service units in line; return how many were computed and whether a virtual host changed."""
@@ -435,6 +496,13 @@ class NodeProjector:
                     for service in {*subsets, *old_subsets}.intersection(deps)
                     if subsets.get(service) is not old_subsets.get(service)
                 )
+            if udp_ports is not previous[7]:
+                old_ports = previous[7]
+                candidates.update(
+                    service
+                    for service in {*udp_ports, *old_ports}.intersection(deps)
+                    if udp_ports.get(service) is not old_ports.get(service)
+                )
             order: Iterable[str] = sorted(candidates)
         else:
             refs = list(map(registry.endpoints.get, deps))
@@ -449,6 +517,7 @@ class NodeProjector:
             routings,
             tcp_backends,
             subsets,
+            udp_ports,
         )
         self._endpoint_refs = refs
         projected, vhosts_changed = 0, False
@@ -459,7 +528,17 @@ class NodeProjector:
             routing = routings.get(service)
             tcp_backend = service in tcp_backends
             service_subsets = subsets.get(service, ())
-            inputs = (endpoints, service_demand, in_catalog, context, routing, tcp_backend, service_subsets)
+            service_udp = udp_ports.get(service, ())
+            inputs = (
+                endpoints,
+                service_demand,
+                in_catalog,
+                context,
+                routing,
+                tcp_backend,
+                service_subsets,
+                service_udp,
+            )
             held = self._services.get(service)
             if held is not None and _same(held[0], inputs):
                 continue
@@ -473,6 +552,7 @@ class NodeProjector:
                 routing=routing,
                 tcp_backend=tcp_backend,
                 subsets=service_subsets,
+                udp_ports=service_udp,
             )
             vhosts = old.vhosts if old.vhosts == new.vhosts else new.vhosts
             vhosts_changed = vhosts_changed or vhosts is not old.vhosts
@@ -489,6 +569,7 @@ class NodeProjector:
         local: LocalPods,
         context: PodContext,
         l4: tuple[MeshL4Destination, ...],
+        udp: tuple[UdpDestination, ...],
         changes: _Changes,
     ) -> int:
         present = {record.pod.key for record in local.records}
@@ -497,11 +578,11 @@ class NodeProjector:
         projected = 0
         for record in local.records:
             bound = record.pod.key in local.bound
-            inputs = (record, bound, context, l4)
+            inputs = (record, bound, context, l4, udp)
             held = self._pods.get(record.pod.key)
             if held is not None and _same(held[0], inputs):
                 continue
-            new = project_pod(record, bound=bound, context=context, l4=l4)
+            new = project_pod(record, bound=bound, context=context, l4=l4, udp=udp)
             self._pods[record.pod.key] = (inputs, changes.replace(held[1] if held else (), new))
             projected += 1
         return projected

@@ -1,7 +1,7 @@
 """The resources of one local pod: its listeners and the app clusters its inbound delivers to.
 
-Every pod gets the explicit outbound listener (18081) and the mesh inbound (18008). The capture listeners (18001
-and the L4 port 18082) exist only for a pod with a network namespace: capture is programmed there by the CNI
+Every pod gets the explicit outbound listener (18081) and the mesh inbound (18008). The capture listeners (18001,
+the L4 port 18082, and one per UDP Service destination the node serves) exist only for a pod with a network namespace: capture is programmed there by the CNI
 plugin, which is also what reports the namespace. A pod known without one (local mode, a pod the CNI never saw)
 has nothing diverting its traffic, and a transparent listener on a host address would need privileges for no
 purpose. On a captured node (`State.captured_nodes`) a pod without a namespace gets nothing at all until its CNI
@@ -21,8 +21,10 @@ from aether.core.project.listeners import (
     inbound_listener,
     l4_tcp_listener,
     outbound_listener,
+    udp_listener,
 )
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE
+from aether.core.project.udp import UdpDestination
 from aether.core.snapshot import Resource
 from aether.core.state.pods import PodRecord
 
@@ -37,11 +39,17 @@ class PodContext:
 
 
 def project_pod(
-    record: PodRecord, *, bound: bool, context: PodContext, l4: Sequence[MeshL4Destination] = ()
+    record: PodRecord,
+    *,
+    bound: bool,
+    context: PodContext,
+    l4: Sequence[MeshL4Destination] = (),
+    udp: Sequence[UdpDestination] = (),
 ) -> tuple[Resource, ...]:
     """Return the listeners and app clusters of `record`'s pod; nothing when it has no place to bind (`bound`).
 
-    `l4` are the GAMMA L4 destinations of the node's dependency set, matched on the pod's capture and L4 ports.
+    `l4` are the GAMMA L4 destinations of the node's dependency set, matched on the pod's capture and L4 ports;
+    `udp` the UDP Service destinations the node serves, each a listener of its own.
     """
     if not bound:
         return ()
@@ -53,6 +61,7 @@ def project_pod(
                 capture_listener(record, trust_domain=trust_domain, l4=l4), references=(CAPTURE_ROUTE,)
             ),
             Resource.from_message(l4_tcp_listener(record, l4=l4)),
+            *(Resource.from_message(udp_listener(record, destination)) for destination in udp),
         )
     return (
         Resource.from_message(

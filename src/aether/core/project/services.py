@@ -8,7 +8,9 @@ Which clusters a service gets:
 * `<fqdn>:<port>` for each port its HTTP endpoints advertise besides their primary ports (the `ports` endpoint
   annotation), and for a primary port when that exact name was requested on demand (so the request that asked for
   it is answered with it);
-* `tcp:<fqdn>` when it has TCP endpoints, or a GAMMA L4 route of the node forwards to it.
+* `tcp:<fqdn>` when it has TCP endpoints, or a GAMMA L4 route of the node forwards to it;
+* `udp:<fqdn>:<port>` for each target port of the UDP Service destinations the node serves for it
+  (`aether.core.project.udp`): every endpoint, at that port.
 
 A service only requested on demand gets nothing while it is not in the registry catalog, and every requested name it
 cannot serve (not in the catalog, a port it does not advertise, `udp:`) is reported as not found.
@@ -27,9 +29,15 @@ import attrs
 from aether.core.events.registry import Endpoint, Protocol
 from aether.core.gateway.contract import MeshRouting
 from aether.core.gateway.ir import SelectorKeys
-from aether.core.mesh_names import http_cluster_name, parse_cluster_name, service_fqdn, tcp_cluster_name
+from aether.core.mesh_names import (
+    http_cluster_name,
+    parse_cluster_name,
+    service_fqdn,
+    tcp_cluster_name,
+    udp_cluster_name,
+)
 from aether.core.order import sorted_values
-from aether.core.project.clusters import service_cluster
+from aether.core.project.clusters import service_cluster, udp_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.endpoints import Locality, load_assignment
 from aether.core.project.gateway_routes import envoy_route_list
@@ -128,6 +136,7 @@ def project_service(
     routing: MeshRouting | None = None,
     tcp_backend: bool = False,
     subsets: SelectorKeys = (),
+    udp_ports: tuple[int, ...] = (),
 ) -> ServiceProjection:
     """Return the resources of `service` (see the module docstring for which).
 
@@ -136,7 +145,8 @@ def project_service(
     the default routes. A `tcp_backend` (a GAMMA TCPRoute or TLSRoute of the node forwards to it) gets its `tcp:`
     cluster even before its first TCP endpoint registers, so no `tcp_proxy` names a missing cluster. `subsets`
     (the label key sets of the Service selectors routes send to its bare cluster with) subset that cluster's
-    endpoints by their labels (`aether.core.project.subsets`).
+    endpoints by their labels (`aether.core.project.subsets`). Each of `udp_ports` (target ports of the Service UDP
+    destinations the node serves) gets a `udp:` cluster.
     """
     if not demand.declared and not in_catalog:
         return ServiceProjection(not_found=demand.requested) if demand.requested else NOTHING
@@ -168,6 +178,13 @@ def project_service(
             )
         )
     names = {item.name for item in clusters}
+    for port in udp_ports:
+        name = udp_cluster_name(service, mesh_domain=context.mesh_domain, port=port)
+        names.add(name)
+        resources.append(Resource.from_message(udp_cluster(name), references=(name,)))
+        resources.append(
+            Resource.from_message(load_assignment(name, members, locality=context.locality, port=port))
+        )
     return ServiceProjection(
         resources=tuple(resources),
         vhosts=b"".join(
