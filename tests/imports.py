@@ -7,8 +7,11 @@ from pathlib import Path
 
 import attrs
 
-SOURCE_ROOT = Path(__file__).resolve().parent.parent / "src"
-"""`src/`: where the `aether` package lives."""
+import aether
+
+SOURCE_ROOT = Path(aether.__file__).resolve().parent.parent
+"""Where the `aether` package under test lives: `src/` in an editable install, `site-packages/` in the wheel that
+`nox -s tests` installs (the same files the core purity test walks)."""
 
 
 @attrs.frozen(kw_only=True)
