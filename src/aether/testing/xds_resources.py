@@ -196,15 +196,23 @@ def make_route_configuration(
     return route_pb2.RouteConfiguration(name=name, virtual_hosts=[virtual_host])
 
 
+_HANDED_OUT: set[int] = set()
+"""Every port `pick_free_port` returned in this process: the kernel may offer a released port again at once, and a
+test that picks two ports before binding either would get the same one twice."""
+
+
 def pick_free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listened on a moment ago.
+    """Return a TCP port on 127.0.0.1 that nothing listened on a moment ago, and that this process was never given.
 
     The port is free when this returns but not reserved: hand it to the listener soon.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        port: int = probe.getsockname()[1]
-    return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((LOOPBACK, 0))
+            port: int = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _ads_config_source() -> Any:
