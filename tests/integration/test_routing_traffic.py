@@ -99,11 +99,18 @@ spec:
 """
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports `free_port` returned: a test picks two before binding either, and the kernel may offer a released one again."""
+
+
 def free_port(host: str = EDGE_ADDRESS) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    while True:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port: int = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @attrs.frozen(kw_only=True)
