@@ -76,8 +76,13 @@ def _envoys_of(work_dir: Path) -> list[str]:
 
 
 def _wait_gone(work_dir: Path) -> None:
-    deadline = time.monotonic() + 10
-    while _envoys_of(work_dir) and time.monotonic() < deadline:
+    def everything_gone() -> bool:
+        return not _envoys_of(work_dir) and all(
+            _bindable(ip, port) for ip in POD_ADDRESSES for port in (18081, 18008)
+        )
+
+    deadline = time.monotonic() + 10  # an exiting process releases its sockets a moment after its pid is gone
+    while not everything_gone() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _envoys_of(work_dir) == []
     assert all(_bindable(ip, port) for ip in POD_ADDRESSES for port in (18081, 18008))
