@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import sysconfig
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +73,8 @@ def _python_paths() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def shim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("shim")
-    yield compile_shim(directory)
+def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_shim(tmp_path_factory.mktemp("shim"))
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +116,9 @@ async def run_hidden(
     )
     assert done.returncode != PYTHON_HIDDEN, "python3 still runs in the namespace meant to hide it"
     text = done.stdout.decode().strip()
-    return ShimRun(status=done.returncode, output=json.loads(text) if text else None, stderr=done.stderr.decode())
+    return ShimRun(
+        status=done.returncode, output=json.loads(text) if text else None, stderr=done.stderr.decode()
+    )
 
 
 @pytest.mark.parametrize(

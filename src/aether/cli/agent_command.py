@@ -80,7 +80,9 @@ def run_agent(arguments: argparse.Namespace) -> int:
     """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start)."""
     configure_logging(arguments)
     if arguments.cni_plugin_socket is not None and arguments.cni_socket is None:
-        print("aether: error: --cni-plugin-socket needs --cni-socket (the CNI service it runs)", file=sys.stderr)
+        print(
+            "aether: error: --cni-plugin-socket needs --cni-socket (the CNI service it runs)", file=sys.stderr
+        )
         return 2
     try:
         cluster = cluster_config(arguments, required=False)

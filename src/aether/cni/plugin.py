@@ -125,7 +125,9 @@ class LocalChannel:
         self, config: NetworkConfig, method: str, request: Message, response_type: type[ResponseT]
     ) -> ResponseT:
         response = await self.handle(method, request)
-        assert isinstance(response, response_type), f"{method} returns {response_type.__name__}; this is a bug"
+        assert isinstance(response, response_type), (
+            f"{method} returns {response_type.__name__}; this is a bug"
+        )
         return response
 
 
@@ -307,7 +309,9 @@ async def _add(run: _Run) -> str:
             try:
                 await run.call("RemovePod", removal, cni_pb2.RemovePodResponse)
             except CniError as exc:
-                run.warnings.append(f"aether-cni: pod {pod.key!r}: could not take the registration back: {exc}")
+                run.warnings.append(
+                    f"aether-cni: pod {pod.key!r}: could not take the registration back: {exc}"
+                )
         raise
     return _passthrough(config)
 

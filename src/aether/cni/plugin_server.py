@@ -65,7 +65,9 @@ class PluginServer:
 
     def statistics(self) -> PluginServerStatistics:
         """Return the server's counters."""
-        return PluginServerStatistics(commands=self._commands, failed=self._failed, bad_frames=self._bad_frames)
+        return PluginServerStatistics(
+            commands=self._commands, failed=self._failed, bad_frames=self._bad_frames
+        )
 
     async def serve(self, *, task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the socket until cancelled (`aether.rpc.listen.serve_unix_streams`: mode 0660)."""
