@@ -165,7 +165,7 @@ def test_a_conflist_that_changes_under_the_installer_is_not_replaced(tmp_path: P
 
 async def _wait_for(condition: Callable[[], bool]) -> None:
     with trio.fail_after(20):
-        while not condition():
+        while not condition():  # noqa: ASYNC110 - files and counters have no event to wait on
             await trio.sleep(0.01)
 
 

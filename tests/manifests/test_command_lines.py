@@ -8,7 +8,6 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,15 +140,14 @@ static uint32_t get_u32(const unsigned char *at) {
     return (uint32_t)at[0] << 24 | (uint32_t)at[1] << 16 | (uint32_t)at[2] << 8 | (uint32_t)at[3];
 }
 
-static int send_all(int fd, const void *data, size_t length) {
-    const char *at = data;
+static int write_all(int fd, const char *data, size_t length) {
     while (length > 0) {
-        ssize_t count = send(fd, at, length, MSG_NOSIGNAL);
+        ssize_t count = write(fd, data, length);
         if (count < 0) {
             if (errno == EINTR) continue;
             return -1;
         }
-        at += count;
+        data += count;
         length -= (size_t)count;
     }
     return 0;
@@ -209,20 +209,8 @@ static char *receive_block(int fd, uint32_t *length, long long deadline, int *to
     return block;
 }
 
-static int write_all(int fd, const char *data, size_t length) {
-    while (length > 0) {
-        ssize_t count = write(fd, data, length);
-        if (count < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        data += count;
-        length -= (size_t)count;
-    }
-    return 0;
-}
-
 int main(void) {
+    signal(SIGPIPE, SIG_IGN); /* an agent gone mid-request is EPIPE, answered as code 11, not a silent death */
     size_t stdin_length = 0;
     int too_large = 0;
     char *config = read_stdin(&stdin_length, &too_large);
@@ -287,12 +275,12 @@ int main(void) {
     put_u32(at, (uint32_t)stdin_length);
     at += 4;
     memcpy(at, config, stdin_length);
-    if (send_all(fd, request, request_length) != 0) {
+    if (write_all(fd, (const char *)request, request_length) != 0) {
         snprintf(message, sizeof message,
                  "aether-cni: the aether agent at '%s' closed the connection before taking the request;"
                  " the pod's network namespace is untouched; retry",
                  path);
-        snprintf(details, sizeof details, "send: %s", strerror(errno));
+        snprintf(details, sizeof details, "write: %s", strerror(errno));
         return fail(version, absent_code, message, details);
     }
     shutdown(fd, SHUT_WR);
