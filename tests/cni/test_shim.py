@@ -21,10 +21,10 @@ import attrs
 import pytest
 import trio
 
-from aether.cni import CAPTURE_TABLE, NFT_TABLE
+from aether.cni import CAPTURE_TABLE, EXCLUDE_OUTBOUND_PORTS, NFT_TABLE, settings_from_annotations
 from aether.cni.config import version_result
 from aether.cni.plugin import run_plugin
-from aether.cni.wire import MAGIC, PLUGIN_SOCKET_VARIABLE, PluginResponse
+from aether.cni.wire import MAGIC, MAX_STDIN, PLUGIN_SOCKET_VARIABLE, PluginResponse
 from aether.testing.cni_shim import compile_shim
 from tests.cni.conftest import (
     Agent,
@@ -239,3 +239,35 @@ async def test_a_frame_of_another_wire_is_refused_with_a_precise_error(agent: Ag
     assert agent.running.cni_plugin is not None
     statistics = agent.running.cni_plugin.statistics()
     assert (statistics.bad_frames, statistics.commands) == (2, 0)
+
+
+async def test_the_agents_warnings_reach_the_runtime_on_stderr(
+    shim: Path, hidden: tuple[Path, Path], agent: Agent, netns_pair: NetnsPair
+) -> None:
+    """An annotation entry that does not parse is skipped with a warning: the executable prints it on stderr, as
+    the Python plugin does, and ADD succeeds with the rest."""
+    annotations = {EXCLUDE_OUTBOUND_PORTS: "9090,99999"}
+    managed(agent, annotations=annotations)
+    _settings, warnings = settings_from_annotations(annotations)
+    assert warnings
+    run = await run_hidden(
+        shim,
+        hidden,
+        environment("ADD", netns=netns_pair.pod_path),
+        network_config(agent.socket),
+        socket=agent.plugin_socket,
+    )
+    assert (run.status, run.output) == (0, prev_result())
+    assert run.stderr == "".join(f"aether-cni: pod 'default/web-1': {warning}\n" for warning in warnings)
+
+
+async def test_a_config_larger_than_the_wire_allows_is_refused_before_dialling(
+    shim: Path, hidden: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A network config over 4 MiB is a decode failure (code 6), answered by the executable itself."""
+    stdin = b'{"cniVersion": "1.0.0", "pad": "' + b"x" * MAX_STDIN + b'"}'
+    run = await run_hidden(shim, hidden, {"CNI_COMMAND": "ADD"}, stdin, socket=tmp_path / "none.sock")
+    assert (run.status, run.output) == (
+        1,
+        {"cniVersion": "1.1.0", "code": 6, "msg": f"network config: stdin is larger than {MAX_STDIN} bytes"},
+    )

@@ -102,12 +102,12 @@ static char *read_stdin(size_t *length, int *too_large) {
     if (buffer == NULL) return NULL;
     for (;;) {
         if (used == capacity) {
-            if (capacity >= MAX_STDIN) {
+            if (capacity > MAX_STDIN) { /* one byte past the limit was read: too large */
                 *too_large = 1;
                 free(buffer);
                 return NULL;
             }
-            capacity *= 2;
+            capacity = capacity * 2 > MAX_STDIN ? MAX_STDIN + 1 : capacity * 2;
             char *larger = realloc(buffer, capacity + 1);
             if (larger == NULL) {
                 free(buffer);
