@@ -8,6 +8,7 @@ import copy
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -97,19 +98,36 @@ def _client(api: KubeApi) -> KubeClient:
     return KubeClient(ClusterConfig.from_url(api.url))
 
 
-async def _start(
-    nursery: trio.Nursery, api: KubeApi, identity: str
-) -> tuple[RunningController, trio.CancelScope]:
-    """Start one replica in its own cancel scope (cancelling it kills the replica, as a crash would)."""
+@attrs.frozen
+class _Replica:
+    """One started replica: its controller, and `kill()`, which ends it as a crash would."""
+
+    controller: RunningController
+    scope: trio.CancelScope
+    gone: trio.Event
+
+    async def kill(self) -> None:
+        """Cancel the replica and wait until its task has ended: a write whose answer it had read when killed
+        still counts (closing the connection is shielded), one it had not does not."""
+        self.scope.cancel()
+        with trio.fail_after(WAIT):
+            await self.gone.wait()
+
+
+async def _start(nursery: trio.Nursery, api: KubeApi, identity: str) -> _Replica:
+    """Start one replica in its own cancel scope."""
     scope = trio.CancelScope()
+    gone = trio.Event()
 
     async def replica(task_status: trio.TaskStatus[RunningController]) -> None:
-        with scope:
-            config = ControllerConfig(identity=identity, lease=LEASE, timing=TIMING)
-            await serve_controller(_client(api), config, task_status=task_status)
+        try:
+            with scope:
+                config = ControllerConfig(identity=identity, lease=LEASE, timing=TIMING)
+                await serve_controller(_client(api), config, task_status=task_status)
+        finally:
+            gone.set()
 
-    running: RunningController = await nursery.start(replica)
-    return running, scope
+    return _Replica(await nursery.start(replica), scope, gone)
 
 
 async def _wait_until(condition: Callable[[], bool]) -> None:
@@ -179,26 +197,26 @@ async def test_two_replicas_one_writes_and_the_other_takes_over_when_the_leader_
     """Of two replicas only the Lease's holder writes; once it is killed, the other takes the Lease after it expires
     and writes the status of the next change."""
     async with trio.open_nursery() as nursery:
-        first, first_scope = await _start(nursery, api, "controller-a")
-        second, second_scope = await _start(nursery, api, "controller-b")
+        first = await _start(nursery, api, "controller-a")
+        second = await _start(nursery, api, "controller-b")
         await _wait_until(lambda: _accepted(api))
-        replicas = {"controller-a": (first, first_scope), "controller-b": (second, second_scope)}
+        replicas = {"controller-a": first, "controller-b": second}
         leader = _holder(api)
         [follower] = set(replicas) - {leader}
-        assert replicas[leader][0].statistics().status_writes > 0
-        assert replicas[follower][0].statistics().status_writes == 0
-        assert not replicas[follower][0].statistics().leading
+        assert replicas[leader].controller.statistics().status_writes > 0
+        assert replicas[follower].controller.statistics().status_writes == 0
+        assert not replicas[follower].controller.statistics().leading
 
-        replicas[leader][1].cancel()
-        killed_writes = replicas[leader][0].statistics().status_writes
+        await replicas[leader].kill()
+        killed_writes = replicas[leader].controller.statistics().status_writes
         route = _stored(api, HTTP_ROUTES, "web", "shop")
         route["spec"] = _route(path="/v2")["spec"]
         api.store.update(HTTP_ROUTES, route)
         # The store holds a write before its writer has read the answer: wait for both.
-        taken_over = replicas[follower][0]
+        taken_over = replicas[follower].controller
         await _wait_until(lambda: _accepted(api, generation=2) and taken_over.statistics().status_writes > 0)
         assert _holder(api) == follower
-        assert replicas[leader][0].statistics().status_writes == killed_writes
+        assert replicas[leader].controller.statistics().status_writes == killed_writes
         nursery.cancel_scope.cancel()
 
 
@@ -271,11 +289,11 @@ async def test_another_controllers_parent_status_is_kept(api: KubeApi) -> None:
 async def test_an_unchanged_status_is_not_written_again(api: KubeApi) -> None:
     """A new leader finding every status current (the last leader wrote it) issues no write."""
     async with trio.open_nursery() as nursery:
-        _, scope = await _start(nursery, api, "controller-a")
+        first = await _start(nursery, api, "controller-a")
         await _wait_until(lambda: _accepted(api))
-        scope.cancel()
+        await first.kill()
         revision = api.store.revision
-        second, _ = await _start(nursery, api, "controller-b")
+        second = (await _start(nursery, api, "controller-b")).controller
         await _wait_until(lambda: second.statistics().reconciles >= 1)
         assert second.statistics().status_writes == 0
         writes = [
