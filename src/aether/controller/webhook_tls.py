@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from aether.kube.access import MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from aether.kube.api import KubeClient
 from aether.kube.errors import ApiStatusError
 from aether.kube.resources import SECRETS, JsonObject, ResourceType
@@ -47,20 +48,6 @@ SERVING_SECRET = ("aether-system", "aether-controller-webhook-tls")
 SERVICE = ("aether-system", "aether-controller")
 """The Service the webhook configurations name: the certificate's DNS names are its."""
 
-VALIDATING = ResourceType(
-    group="admissionregistration.k8s.io",
-    version="v1",
-    plural="validatingwebhookconfigurations",
-    kind="ValidatingWebhookConfiguration",
-    namespaced=False,
-)
-MUTATING = ResourceType(
-    group="admissionregistration.k8s.io",
-    version="v1",
-    plural="mutatingwebhookconfigurations",
-    kind="MutatingWebhookConfiguration",
-    namespaced=False,
-)
 VALIDATING_CONFIGURATIONS = ("aether-validation",)
 MUTATING_CONFIGURATIONS = ("aether-pod-mutation",)
 _CONFLICT_RETRIES = 5
@@ -303,7 +290,10 @@ async def ensure_ca_bundles(client: KubeClient, ca_pem: bytes) -> int:
     configurations were written."""
     bundle = base64.b64encode(ca_pem).decode("ascii")
     written = 0
-    for resource, names in ((VALIDATING, VALIDATING_CONFIGURATIONS), (MUTATING, MUTATING_CONFIGURATIONS)):
+    for resource, names in (
+        (VALIDATING_WEBHOOK_CONFIGURATIONS, VALIDATING_CONFIGURATIONS),
+        (MUTATING_WEBHOOK_CONFIGURATIONS, MUTATING_CONFIGURATIONS),
+    ):
         for name in names:
             written += await _ensure_ca_bundle(client, resource, name, bundle)
     return written

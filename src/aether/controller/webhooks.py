@@ -68,12 +68,29 @@ async def own_image(client: KubeClient, options: WebhookOptions) -> str:
     )
 
 
+CA_BUNDLE_RESYNC = 60.0
+"""Seconds between checks of our webhook configurations' caBundle in generated mode: a configuration applied (or
+replaced) after the replica started gets it within this."""
+
+
+def _mounted(options: WebhookOptions) -> bool:
+    return options.cert_file is not None and options.key_file is not None
+
+
 async def _certificate(client: KubeClient, options: WebhookOptions) -> ServingCertificate:
     if options.cert_file is not None and options.key_file is not None:
         return await trio.to_thread.run_sync(load_serving_certificate, options.cert_file, options.key_file)
-    pair = await shared_serving_certificate(client, now=datetime.datetime.now(datetime.UTC))
-    await ensure_ca_bundles(client, pair.ca_pem)
-    return pair
+    return await shared_serving_certificate(client, now=datetime.datetime.now(datetime.UTC))
+
+
+async def _keep_ca_bundles(client: KubeClient, ca_pem: bytes) -> None:
+    """Write the caBundle now and every `CA_BUNDLE_RESYNC` where it differs; a failure is logged and retried."""
+    while True:
+        try:
+            await ensure_ca_bundles(client, ca_pem)
+        except KubeError as error:
+            LOG.warning("webhook caBundle not written (tried again in %g s): %s", CA_BUNDLE_RESYNC, error)
+        await trio.sleep(CA_BUNDLE_RESYNC)
 
 
 async def serve_webhooks(
@@ -101,5 +118,7 @@ async def serve_webhooks(
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(server.serve, host=options.host, port=options.port))
+        if not _mounted(options):
+            nursery.start_soon(_keep_ca_bundles, client, pair.ca_pem)
         LOG.info("admission webhooks served on %s:%d", options.host, server.port)
         task_status.started(server)
