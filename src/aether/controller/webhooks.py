@@ -83,14 +83,18 @@ async def _certificate(client: KubeClient, options: WebhookOptions) -> ServingCe
     return await shared_serving_certificate(client, now=datetime.datetime.now(datetime.UTC))
 
 
+async def _write_ca_bundles(client: KubeClient, ca_pem: bytes) -> None:
+    try:
+        await ensure_ca_bundles(client, ca_pem)
+    except KubeError as error:
+        LOG.warning("webhook caBundle not written (tried again in %g s): %s", CA_BUNDLE_RESYNC, error)
+
+
 async def _keep_ca_bundles(client: KubeClient, ca_pem: bytes) -> None:
-    """Write the caBundle now and every `CA_BUNDLE_RESYNC` where it differs; a failure is logged and retried."""
+    """Write the caBundle every `CA_BUNDLE_RESYNC` where it differs; a failure is logged and retried."""
     while True:
-        try:
-            await ensure_ca_bundles(client, ca_pem)
-        except KubeError as error:
-            LOG.warning("webhook caBundle not written (tried again in %g s): %s", CA_BUNDLE_RESYNC, error)
         await trio.sleep(CA_BUNDLE_RESYNC)
+        await _write_ca_bundles(client, ca_pem)
 
 
 async def serve_webhooks(
@@ -119,6 +123,8 @@ async def serve_webhooks(
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(server.serve, host=options.host, port=options.port))
         if not _mounted(options):
+            # Serving already: a caBundle written from here on is answered by this replica.
+            await _write_ca_bundles(client, pair.ca_pem)
             nursery.start_soon(_keep_ca_bundles, client, pair.ca_pem)
         LOG.info("admission webhooks served on %s:%d", options.host, server.port)
         task_status.started(server)
