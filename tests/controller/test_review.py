@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from aether.controller import (
-    CONFIG_SCHEMAS,
     IDENTITY_READY_CONTAINER,
     ROUTE_KINDS_VALIDATED,
     PodMutation,
@@ -27,6 +26,7 @@ from aether.controller import (
     pod_verdict,
     route_verdict,
 )
+from aether.kube.config_schemas import CONFIG_SCHEMAS
 from tests.golden.gateway_manifests import read_documents
 from tests.golden.test_gateway_golden import CASES, TESTDATA, project_case
 
@@ -105,7 +105,8 @@ def test_a_route_with_one_rule_of_two_dropped_is_admitted_with_a_warning() -> No
     route = copy.deepcopy(BAD_REGEX_ROUTE)
     route["spec"]["rules"].append({"matches": [{"path": {"type": "PathPrefix", "value": "/ok"}}]})
     verdict = route_verdict("HTTPRoute", route)
-    assert verdict.allowed and len(verdict.warnings) == 1
+    assert verdict.allowed
+    assert len(verdict.warnings) == 1
     assert verdict.warnings[0].startswith("spec.rules[0] dropped: ")
 
 
@@ -201,12 +202,14 @@ def test_the_pod_patch_meshes_the_pod_and_is_idempotent() -> None:
     assert patched["spec"]["dnsConfig"] == {"options": [{"name": "ndots", "value": "3"}]}
     assert [c["name"] for c in patched["spec"]["initContainers"]] == [IDENTITY_READY_CONTAINER, "migrate"]
     ready = patched["spec"]["initContainers"][0]
-    assert ready["image"] == MUTATION.image and ready["command"][-1] == "identity-ready"
+    assert ready["image"] == MUTATION.image
+    assert ready["command"][-1] == "identity-ready"
     assert pod_verdict(patched, namespace="shop", mutation=MUTATION).patch == ()
 
 
 def test_ndots_follows_the_mesh_domain_and_replaces_a_different_value() -> None:
-    assert mesh_ndots("aether.internal") == 3 and mesh_ndots("mesh") == 2
+    assert mesh_ndots("aether.internal") == 3
+    assert mesh_ndots("mesh") == 2
     pod = _pod(dnsConfig={"options": [{"name": "edns0"}, {"name": "ndots", "value": "5"}]})
     patched = jsonpatch.apply_patch(pod, list(pod_verdict(pod, namespace="shop", mutation=MUTATION).patch))
     assert patched["spec"]["dnsConfig"]["options"] == [{"name": "edns0"}, {"name": "ndots", "value": "3"}]
@@ -224,7 +227,9 @@ def test_a_review_answer_carries_the_uid_the_patch_and_the_denial() -> None:
     status, answer = answer_review("/mutate-pod", _review(_pod(), kind="Pod"), mutation=MUTATION)
     assert status is HTTPStatus.OK
     response = answer["response"]
-    assert response["uid"] == "0d3c7a4e-1" and response["allowed"] and response["patchType"] == "JSONPatch"
+    assert response["uid"] == "0d3c7a4e-1"
+    assert response["allowed"]
+    assert response["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["patch"])) == [
         dict(op) for op in pod_verdict(_pod(), namespace="shop", mutation=MUTATION).patch
     ]

@@ -77,7 +77,8 @@ async def test_the_generated_certificate_is_shared_and_its_ca_written(
     api, _ = cluster
     namespace, name = SERVING_SECRET
     secret = api.store.get(SECRETS, name=name, namespace=namespace)
-    assert secret is not None and secret["type"] == "kubernetes.io/tls"
+    assert secret is not None
+    assert secret["type"] == "kubernetes.io/tls"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         [configuration] = api.store.objects_at(
             (_resource(api, kind).group, _resource(api, kind).plural), revision=api.store.revision
@@ -135,12 +136,14 @@ async def test_a_pod_elsewhere_is_not_sent_and_a_dead_webhook_is_ignored(
         obj={"metadata": {"name": "p", "namespace": "default"}, "spec": {}},
         old=None,
     )
-    assert admitted.object["spec"] == {} and server.statistics().reviews == before
+    assert admitted.object["spec"] == {}
+    assert server.statistics().reviews == before
     api.webhooks.service_addresses[SERVICE] = f"127.0.0.1:{pick_free_port()}"
     admitted = await api.webhooks.admit(
         _resource(api, "HTTPRoute"), operation="CREATE", namespace="shop", obj=dict(BAD_REGEX_ROUTE), old=None
     )
-    assert admitted.object == BAD_REGEX_ROUTE and api.webhooks.failures == 1
+    assert admitted.object == BAD_REGEX_ROUTE
+    assert api.webhooks.failures == 1
 
 
 async def _post(port: int, ca_pem: bytes, request: bytes) -> bytes:
@@ -188,10 +191,8 @@ async def test_broken_clients_get_clear_answers_and_the_server_goes_on(
         ca_pem,
         b"POST /validate-route HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
     )
-    assert (
-        answer.startswith(b"HTTP/1.1 400 ")
-        and b"not an AdmissionReview admission.k8s.io/v1 request" in answer
-    )
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"not an AdmissionReview admission.k8s.io/v1 request" in answer
     answer = await _post(server.port, ca_pem, b"NOT HTTP AT ALL\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400 ")
     review = _review(BAD_REGEX_ROUTE, kind="HTTPRoute")
@@ -200,4 +201,5 @@ async def test_broken_clients_get_clear_answers_and_the_server_goes_on(
         ca_pem,
         b"POST /validate-route HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(review), review),
     )
-    assert answer.startswith(b"HTTP/1.1 200 ") and b'"allowed":false' in answer
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert b'"allowed":false' in answer

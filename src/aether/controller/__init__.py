@@ -10,7 +10,7 @@ from aether.controller.app import (
     RunningController,
     serve_controller,
 )
-from aether.controller.config_admission import CONFIG_SCHEMAS, config_verdict
+from aether.controller.config_admission import config_verdict
 from aether.controller.election import (
     DEFAULT_TIMING,
     Deposed,
@@ -46,7 +46,6 @@ from aether.controller.webhooks import WebhookOptions, serve_webhooks
 
 __all__ = [
     "ADMISSION_API_VERSION",
-    "CONFIG_SCHEMAS",
     "DEFAULT_LEASE",
     "DEFAULT_RESYNC",
     "DEFAULT_TIMING",
