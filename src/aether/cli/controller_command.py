@@ -1,9 +1,11 @@
-"""`aether controller`: take part in the leader election and, while leading, write the Gateway API status back."""
+"""`aether controller`: take part in the leader election and, while leading, write the Gateway API status back and
+project the MeshConfigs; serve the admission webhooks on every replica."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from aether.controller import (
     LeaseName,
     WebhookOptions,
     serve_controller,
+    serve_mesh_config_projection,
     serve_webhooks,
 )
 from aether.kube import KubeClient, KubeError
@@ -155,7 +158,12 @@ def run_controller(arguments: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_webhooks, client, webhook_options)
-            await nursery.start(serve_controller, client, config)
+            running = await nursery.start(serve_controller, client, config)
+            await nursery.start(
+                functools.partial(
+                    serve_mesh_config_projection, client, leading=lambda: running.statistics().leading
+                )
+            )
             print(
                 f"aether controller {config.identity}: api {cluster.server}, lease {config.lease}",
                 file=sys.stderr,

@@ -1,5 +1,5 @@
 """The controller (`aether controller`): leader election over a Lease, Gateway API status written back, and the
-admission webhooks every replica serves."""
+admission webhooks every replica serves, and the MeshConfig projection."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ from aether.controller.leader import (
     LeadershipStatistics,
     LeaseName,
     serve_leader_election,
+)
+from aether.controller.mesh_config_projection import (
+    MeshConfigProjection,
+    MeshConfigProjectionStatistics,
+    serve_mesh_config_projection,
 )
 from aether.controller.pod_mutation import IDENTITY_READY_CONTAINER, PodMutation, mesh_ndots, pod_verdict
 from aether.controller.review import ADMISSION_API_VERSION, WEBHOOK_PATHS, ReviewInvalid, answer_review
@@ -67,6 +72,8 @@ __all__ = [
     "LeadershipStatistics",
     "LeaseName",
     "LeaseRecord",
+    "MeshConfigProjection",
+    "MeshConfigProjectionStatistics",
     "PodMutation",
     "ReadLease",
     "ReviewInvalid",
@@ -87,6 +94,7 @@ __all__ = [
     "route_verdict",
     "serve_controller",
     "serve_leader_election",
+    "serve_mesh_config_projection",
     "serve_webhooks",
     "status_update",
     "write_status",

@@ -13,6 +13,7 @@ import attrs
 
 from aether.kube.convert import TLS_SECRET_TYPE
 from aether.kube.endpoints import MANAGED_SELECTOR
+from aether.kube.mesh_config import CONFIG_MAPS, MESH_CONFIGS
 from aether.kube.resources import (
     GATEWAY_CLASSES,
     GATEWAYS,
@@ -186,7 +187,7 @@ narrow a list to one Secret type, so the grant is every Secret; the field select
 CONTROLLER_ACCESS = RoleAccess(
     role="controller",
     service_account="aether-controller",
-    watches=tuple(query.resource for query in CONTROLLER_QUERIES),
+    watches=(*(query.resource for query in CONTROLLER_QUERIES), MESH_CONFIGS, CONFIG_MAPS),
     status_writes=STATUS_RESOURCES,
     namespaced=(
         (CONTROLLER_NAMESPACE, LEASES, LEASE_VERBS),
@@ -194,11 +195,13 @@ CONTROLLER_ACCESS = RoleAccess(
         (CONTROLLER_NAMESPACE, SECRETS, ("create", "get")),
     ),
     cluster=(
+        (CONFIG_MAPS, ("create", "update")),
         (VALIDATING_WEBHOOK_CONFIGURATIONS, WEBHOOK_CONFIGURATION_VERBS),
         (MUTATING_WEBHOOK_CONFIGURATIONS, WEBHOOK_CONFIGURATION_VERBS),
     ),
 )
-"""`aether controller`: the agent's reads cluster-wide, the Gateway API's status, and its Lease; for the webhooks,
+"""`aether controller`: the agent's reads cluster-wide, the Gateway API's status, and its Lease; the MeshConfigs and
+the ConfigMaps it projects them into (every namespace that has one); for the webhooks,
 its own pod (the init container's image), the serving certificate's Secret, and our two webhook configurations'
 caBundle (get and update, narrowed by resourceNames in the manifest)."""
 
