@@ -60,7 +60,10 @@ DEFAULT_PROJECTION_RESYNC = 10.0
 class MeshConfigProjectionStatistics:
     """Counters of the projection."""
 
+    rounds: int
+    """Times the owner loop woke (a change or a resync), leading or not."""
     passes: int
+    """Rounds that reconciled (synced and leading)."""
     writes: int
     """ConfigMaps created or replaced."""
     failures: int
@@ -78,7 +81,7 @@ class MeshConfigProjection:
         self._maps: dict[str, JsonObject] = {}
         self._unsynced = set(MESH_CONFIG_QUERIES)
         self._problems: dict[str, str] = {}
-        self._counts = {"passes": 0, "writes": 0, "failures": 0}
+        self._counts = {"rounds": 0, "passes": 0, "writes": 0, "failures": 0}
 
     def statistics(self) -> MeshConfigProjectionStatistics:
         """Return the counters."""
@@ -194,5 +197,6 @@ async def serve_mesh_config_projection(
                             projection.fold(*receive.receive_nowait())
                         except trio.WouldBlock:
                             break
+                projection._counts["rounds"] += 1
                 if projection.synced and leading():
                     await projection.reconcile()
