@@ -20,7 +20,7 @@ from aether.core.project.names import ANY_ADDRESS
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
 from aether.kube.directory import ManifestSource, serve_manifest_directory
-from aether.kube.mesh_config_file import serve_mesh_config_file
+from aether.kube.mesh_config_file import MeshConfigFileSource, serve_mesh_config_file
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
 from aether.rpc.listen import ListenAddress
@@ -68,6 +68,8 @@ class RunningEdge:
     manifests: ManifestSource
     xds: ListenAddress
     """Where xDS is served (the real port when port 0 was asked)."""
+    mesh_config: MeshConfigFileSource | None = None
+    """The projected MeshConfig file's source (None without `EdgeConfig.mesh_config`)."""
 
 
 async def serve_edge(
@@ -97,8 +99,9 @@ async def serve_edge(
                 logged=plane.journal.state,  # the replayed state: a restart appends only what changed meanwhile
             )
         )
+        mesh_config: MeshConfigFileSource | None = None
         if config.mesh_config is not None:
-            await nursery.start(
+            mesh_config = await nursery.start(
                 functools.partial(
                     serve_mesh_config_file,
                     config.mesh_config,
@@ -113,6 +116,11 @@ async def serve_edge(
         )
         task_status.started(
             RunningEdge(
-                journal=plane.journal, cache=plane.cache, server=plane.server, manifests=manifests, xds=bound
+                journal=plane.journal,
+                cache=plane.cache,
+                server=plane.server,
+                manifests=manifests,
+                xds=bound,
+                mesh_config=mesh_config,
             )
         )
