@@ -54,6 +54,14 @@ async def cluster() -> AsyncIterator[tuple[KubeApi, WebhookServer]]:
             nursery.cancel_scope.cancel()
 
 
+def _secret(api: KubeApi) -> dict[str, Any]:
+    """The Secret holding the replicas' generated pair."""
+    namespace, name = SERVING_SECRET
+    secret = api.store.get(SECRETS, name=name, namespace=namespace)
+    assert secret is not None
+    return secret
+
+
 def _resource(api: KubeApi, kind: str) -> Any:
     return next(resource for resource in api.store.kinds.values() if resource.kind == kind)
 
@@ -75,9 +83,7 @@ async def test_the_generated_certificate_is_shared_and_its_ca_written(
     cluster: tuple[KubeApi, WebhookServer],
 ) -> None:
     api, _ = cluster
-    namespace, name = SERVING_SECRET
-    secret = api.store.get(SECRETS, name=name, namespace=namespace)
-    assert secret is not None
+    secret = _secret(api)
     assert secret["type"] == "kubernetes.io/tls"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         [configuration] = api.store.objects_at(
@@ -174,10 +180,7 @@ async def test_broken_clients_get_clear_answers_and_the_server_goes_on(
     cluster: tuple[KubeApi, WebhookServer],
 ) -> None:
     api, server = cluster
-    namespace, name = SERVING_SECRET
-    secret = api.store.get(SECRETS, name=name, namespace=namespace)
-    assert secret is not None
-    ca_pem = base64.b64decode(secret["data"]["ca.crt"])
+    ca_pem = base64.b64decode(_secret(api)["data"]["ca.crt"])
     # Plain TCP garbage where TLS is expected: that connection only is dropped.
     tcp = await trio.open_tcp_stream("127.0.0.1", server.port)
     async with tcp:

@@ -58,6 +58,16 @@ class Admitted:
     warnings: tuple[str, ...] = ()
 
 
+@attrs.frozen(kw_only=True)
+class _Request:
+    """What one write asks of the webhooks (the object itself changes as mutating webhooks patch it)."""
+
+    resource: ResourceType
+    operation: str
+    namespace: str
+    old: JsonObject | None
+
+
 def _selector(value: Any) -> LabelSelector:
     """A metav1.LabelSelector (`matchLabels`, `matchExpressions`); absent selects everything."""
     value = value or {}
@@ -120,15 +130,13 @@ class WebhookCaller:
         # The API server labels every namespace with its name (since 1.21).
         return {**_labels(found), "kubernetes.io/metadata.name": namespace}
 
-    def _matches(
-        self,
-        hook: Mapping[str, Any],
-        resource: ResourceType,
-        operation: str,
-        namespace: str,
-        obj: JsonObject,
-        old: JsonObject | None,
-    ) -> bool:
+    def _matches(self, hook: Mapping[str, Any], request: _Request, obj: JsonObject) -> bool:
+        resource, operation, namespace, old = (
+            request.resource,
+            request.operation,
+            request.namespace,
+            request.old,
+        )
         if not any(_rule_matches(rule, resource, operation) for rule in hook.get("rules") or ()):
             return False
         if resource.namespaced and not _selector(hook.get("namespaceSelector")).matches(
@@ -153,60 +161,44 @@ class WebhookCaller:
             Rejected: A webhook denied the request, or failed under `failurePolicy: Fail`.
         """
         warnings: list[str] = []
+        request = _Request(resource=resource, operation=operation, namespace=namespace, old=old)
         for kind in ADMISSION_KINDS:
             for configuration in self._configurations(kind):
                 for hook in configuration.get("webhooks") or ():
-                    if not self._matches(hook, resource, operation, namespace, obj, old):
-                        continue
-                    obj = await self._review(
-                        hook,
-                        resource,
-                        operation=operation,
-                        namespace=namespace,
-                        obj=obj,
-                        old=old,
-                        mutating=kind == ADMISSION_KINDS[0],
-                        warnings=warnings,
-                    )
+                    if self._matches(hook, request, obj):
+                        mutating = kind == ADMISSION_KINDS[0]
+                        obj = await self._review(hook, request, obj, mutating=mutating, warnings=warnings)
         return Admitted(object=obj, warnings=tuple(warnings))
 
     async def _review(
         self,
         hook: Mapping[str, Any],
-        resource: ResourceType,
-        *,
-        operation: str,
-        namespace: str,
+        request: _Request,
         obj: JsonObject,
-        old: JsonObject | None,
+        *,
         mutating: bool,
         warnings: list[str],
     ) -> JsonObject:
+        resource = request.resource
         name = str(hook.get("name", ""))
+        kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
+        plural = {"group": resource.group, "version": resource.version, "resource": resource.plural}
         uid = str(uuid.uuid4())
         review = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": {
                 "uid": uid,
-                "kind": {"group": resource.group, "version": resource.version, "kind": resource.kind},
-                "resource": {
-                    "group": resource.group,
-                    "version": resource.version,
-                    "resource": resource.plural,
-                },
-                "requestKind": {"group": resource.group, "version": resource.version, "kind": resource.kind},
-                "requestResource": {
-                    "group": resource.group,
-                    "version": resource.version,
-                    "resource": resource.plural,
-                },
+                "kind": kind,
+                "resource": plural,
+                "requestKind": kind,
+                "requestResource": plural,
                 "name": (obj.get("metadata") or {}).get("name", ""),
-                "namespace": namespace if resource.namespaced else "",
-                "operation": operation,
+                "namespace": request.namespace if resource.namespaced else "",
+                "operation": request.operation,
                 "userInfo": {"username": "aether-test"},
                 "object": obj,
-                "oldObject": old,
+                "oldObject": request.old,
                 "dryRun": False,
             },
         }
