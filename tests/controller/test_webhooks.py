@@ -110,6 +110,12 @@ async def test_kubectl_apply_is_denied_admitted_and_mutated(
     good["spec"]["rules"][0]["matches"][0]["path"] = {"type": "RegularExpression", "value": "/api/v[0-9]+"}
     admitted = await _kubectl(tmp_path, api, "apply", "--validate=false", "-f", "-", stdin=json.dumps(good))
     assert admitted.returncode == 0, admitted.stderr
+    partly = json.loads(json.dumps(BAD_REGEX_ROUTE))
+    partly["metadata"]["name"] = "partly"
+    partly["spec"]["rules"].append(good["spec"]["rules"][0])
+    warned = await _kubectl(tmp_path, api, "apply", "--validate=false", "-f", "-", stdin=json.dumps(partly))
+    assert warned.returncode == 0, warned.stderr
+    assert f"Warning: {expected}" in warned.stderr.decode(), warned.stderr
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
