@@ -21,6 +21,7 @@ from aether.kube import ClusterConfig, KubeClient
 from aether.kube.resources import NAMESPACES, SECRETS
 from aether.testing.kubeapi import KubeApi, open_kube_api
 from aether.testing.kubediscovery import served_resources
+from aether.testing.kubewrites import Rejected
 from aether.testing.xds_resources import pick_free_port
 from tests.controller.test_review import BAD_REGEX_ROUTE, _review
 from tests.manifests.test_apply import KUBECONFIG
@@ -212,3 +213,30 @@ async def test_broken_clients_get_clear_answers_and_the_server_goes_on(
     )
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert b'"allowed":false' in answer
+
+
+async def test_failure_policy_fail_refuses_as_the_api_server_does(
+    cluster: tuple[KubeApi, WebhookServer],
+) -> None:
+    """Under `failurePolicy: Fail` a webhook that cannot be called refuses the write with 500 InternalError."""
+    api, _ = cluster
+    validating = _resource(api, "ValidatingWebhookConfiguration")
+    stored = api.store.get(validating, name="aether-validation")
+    assert stored is not None
+    for hook in stored["webhooks"]:
+        hook["failurePolicy"] = "Fail"
+    api.store.update(validating, stored)
+    api.webhooks.service_addresses[SERVICE] = f"127.0.0.1:{pick_free_port()}"
+    with pytest.raises(Rejected) as raised:
+        await api.webhooks.admit(
+            _resource(api, "HTTPRoute"),
+            operation="CREATE",
+            namespace="shop",
+            obj=dict(BAD_REGEX_ROUTE),
+            old=None,
+        )
+    assert (raised.value.code, raised.value.reason) == (500, "InternalError")
+    assert raised.value.message.startswith(
+        'Internal error occurred: failed calling webhook "routes.validate.gateway.aether.io": failed to call '
+        'webhook: Post "https://aether-controller.aether-system.svc:443/validate-route": dial tcp'
+    ), raised.value.message

@@ -56,6 +56,8 @@ class Admitted:
 
     object: JsonObject
     warnings: tuple[str, ...] = ()
+    reviews: int = 0
+    """How many webhooks matched (and were called, or skipped under Ignore)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -161,14 +163,16 @@ class WebhookCaller:
             Rejected: A webhook denied the request, or failed under `failurePolicy: Fail`.
         """
         warnings: list[str] = []
+        reviews = 0
         request = _Request(resource=resource, operation=operation, namespace=namespace, old=old)
         for kind in ADMISSION_KINDS:
             for configuration in self._configurations(kind):
                 for hook in configuration.get("webhooks") or ():
                     if self._matches(hook, request, obj):
+                        reviews += 1
                         mutating = kind == ADMISSION_KINDS[0]
                         obj = await self._review(hook, request, obj, mutating=mutating, warnings=warnings)
-        return Admitted(object=obj, warnings=tuple(warnings))
+        return Admitted(object=obj, warnings=tuple(warnings), reviews=reviews)
 
     async def _review(
         self,
@@ -230,12 +234,13 @@ class WebhookCaller:
             return _patched(name, obj, answer)
         return obj
 
-    def _target(self, hook: Mapping[str, Any]) -> tuple[str, int, str, str]:
-        """`(host, port, server name to verify, path)` of a webhook's clientConfig."""
+    def _target(self, hook: Mapping[str, Any]) -> tuple[str, int, str, str, str]:
+        """`(host, port, server name to verify, path, the URL as the API server names it)` of a clientConfig."""
         client = hook.get("clientConfig") or {}
         if client.get("url"):
             url = urllib.parse.urlsplit(client["url"])
-            return url.hostname or "", url.port or 443, url.hostname or "", url.path or "/"
+            hostname = url.hostname or ""
+            return hostname, url.port or 443, hostname, url.path or "/", str(client["url"])
         service = client.get("service") or {}
         port = int(service.get("port") or 443)
         key = f"{service.get('namespace')}/{service.get('name')}:{port}"
@@ -243,15 +248,12 @@ class WebhookCaller:
         if address is None:
             raise WebhookCallFailed(f"service {key} has no address in this test server (service_addresses)")
         host, _, mapped = address.rpartition(":")
-        return (
-            host,
-            int(mapped),
-            f"{service.get('name')}.{service.get('namespace')}.svc",
-            service.get("path") or "/",
-        )
+        server_name = f"{service.get('name')}.{service.get('namespace')}.svc"
+        path = service.get("path") or "/"
+        return host, int(mapped), server_name, path, f"https://{server_name}:{port}{path}"
 
     async def _call(self, hook: Mapping[str, Any], body: bytes) -> bytes:
-        host, port, server_name, path = self._target(hook)
+        host, port, server_name, path, url = self._target(hook)
         bundle = (hook.get("clientConfig") or {}).get("caBundle")
         try:
             context = ssl.create_default_context(
@@ -259,7 +261,7 @@ class WebhookCaller:
             )
         except (ValueError, ssl.SSLError) as error:
             raise WebhookCallFailed(f"caBundle: not PEM certificates ({error})") from None
-        where = f'Post "https://{server_name}:{port}{path}"'
+        where = f'Post "{url}"'
         try:
             tcp = await trio.open_tcp_stream(host, port)
         except OSError as error:
@@ -373,8 +375,9 @@ async def admit_write(
     content_type: str,
 ) -> AdmittedWrite:
     """Run the webhooks on a create (POST) or update (PUT, merge PATCH) of `resource`; other requests, and ones
-    the write itself refuses (bad JSON, not found), pass unchanged for `write` to answer. A merge patch is applied
-    first and becomes a PUT of the object the webhooks left (its resourceVersion kept: no conflict is invented).
+    the write itself refuses (bad JSON, not found), and writes no webhook matches, pass unchanged for `write` to
+    answer. A reviewed merge patch is applied first and becomes a PUT of the object the webhooks left (its
+    resourceVersion kept: no conflict is invented).
 
     Raises:
         Rejected: A webhook denied the request, or failed under `failurePolicy: Fail`.
@@ -399,6 +402,8 @@ async def admit_write(
     if resource.namespaced and namespace is not None:
         obj.setdefault("metadata", {}).setdefault("namespace", namespace)
     admitted = await caller.admit(resource, operation=operation, namespace=namespace or "", obj=obj, old=old)
+    if not admitted.reviews:
+        return unchanged
     return AdmittedWrite(
         method="PUT" if method == "PATCH" else method,
         body=json.dumps(admitted.object).encode(),
