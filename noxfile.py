@@ -85,6 +85,7 @@ def bench(session: nox.Session) -> None:
             "bench_append.py",
             "bench_cli.py",
             "bench_cni.py",
+            "bench_cni_add.py",
             "bench_demo.py",
             "bench_dns.py",
             "bench_fold.py",

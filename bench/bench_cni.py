@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import logging
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,7 @@ from pathlib import Path
 
 import attrs
 import trio
+from _cni import cni_config, cni_environment, latency_ms
 from _common import write_results
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
@@ -39,42 +38,6 @@ PLUGIN = Path(sys.executable).parent / "aether-cni"
 MANAGED = PodMetadata(service_account="web", labels={"aether.io/managed": "true"})
 
 
-def _quantiles(samples: list[float]) -> dict[str, float]:
-    """p50 and p99 in milliseconds (p99 of 100 samples is the 99th)."""
-    ordered = sorted(samples)
-    cut = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {
-        "p50_ms": round(cut[49] * 1000, 2),
-        "p99_ms": round(cut[98] * 1000, 2),
-        "max_ms": round(ordered[-1] * 1000, 2),
-    }
-
-
-def _environment(command: str, index: int, netns: Path) -> dict[str, str]:
-    return {
-        "CNI_COMMAND": command,
-        "CNI_CONTAINERID": f"bench{index}",
-        "CNI_NETNS": str(netns),
-        "CNI_IFNAME": "eth0",
-        "CNI_ARGS": f"K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-{index};K8S_POD_UID=uid-{index}",
-        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin"),
-    }
-
-
-def _config(socket: Path, index: int) -> bytes:
-    prev = {"cniVersion": "1.1.0", "ips": [{"address": f"10.{index // 250}.{index % 250}.2/24"}]}
-    document = {
-        "cniVersion": "1.1.0",
-        "name": "bench",
-        "type": "aether-cni",
-        "agentSocket": str(socket),
-        "meshDNS": "10.255.0.1",
-        "excludeOutboundPorts": [22],
-        "prevResult": prev,
-    }
-    return json.dumps(document).encode()
-
-
 async def _timed(action: Callable[[], Awaitable[None]]) -> float:
     start = time.perf_counter()
     await action()
@@ -83,7 +46,7 @@ async def _timed(action: Callable[[], Awaitable[None]]) -> float:
 
 async def _in_process(command: str, index: int, netns: Path, socket: Path) -> None:
     output, status = await trio.to_thread.run_sync(
-        run_plugin, _environment(command, index, netns), _config(socket, index)
+        run_plugin, cni_environment(command, index, netns), cni_config(socket, index)
     )
     assert status == 0, output
 
@@ -91,8 +54,8 @@ async def _in_process(command: str, index: int, netns: Path, socket: Path) -> No
 async def _executable(command: str, index: int, netns: Path, socket: Path) -> None:
     done = await trio.run_process(
         [str(PLUGIN)],
-        stdin=_config(socket, index),
-        env=_environment(command, index, netns),
+        stdin=cni_config(socket, index),
+        env=cni_environment(command, index, netns),
         capture_stdout=True,
         check=False,
     )
@@ -128,7 +91,7 @@ async def _measure(
                 for index, netns in enumerate(namespaces):
                     call = functools.partial(run, command, index, netns, config.cni_socket)
                     samples[command].append(await _timed(call))
-            figures[label] = {command.lower(): _quantiles(values) for command, values in samples.items()}
+            figures[label] = {command.lower(): latency_ms(values) for command, values in samples.items()}
         assert agent.cni is not None
         figures["agent"] = {
             "cni": {key: float(value) for key, value in attrs.asdict(agent.cni.statistics()).items()}

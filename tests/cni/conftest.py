@@ -170,6 +170,8 @@ class Agent:
 
     running: RunningAgent
     socket: Path
+    plugin_socket: Path
+    """Where the host's Python-free executable reaches this agent (`aether.cni.plugin_server`)."""
     records: Path
     pods: dict[tuple[str, str], PodMetadata]
 
@@ -210,6 +212,7 @@ def agent_config(directory: Path, *, lookup: PodLookup, ack_wait: float) -> Agen
         xds=ListenAddress.unix(directory / "xds.sock"),
         admin_socket=directory / "admin.sock",
         cni_socket=directory / "cni.sock",
+        cni_plugin_socket=directory / "cni-plugin.sock",
         cni_pods=lookup,
         cni_ack_wait=ack_wait,
         dns_records=directory / "records.json",
@@ -223,7 +226,11 @@ async def agent(nursery: trio.Nursery, short_dir: Path) -> Agent:
     config = agent_config(short_dir, lookup=dict_lookup(pods), ack_wait=0.2)
     running: RunningAgent = await nursery.start(serve_agent, config)
     return Agent(
-        running=running, socket=short_dir / "cni.sock", records=short_dir / "records.json", pods=pods
+        running=running,
+        socket=short_dir / "cni.sock",
+        plugin_socket=short_dir / "cni-plugin.sock",
+        records=short_dir / "records.json",
+        pods=pods,
     )
 
 

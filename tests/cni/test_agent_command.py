@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
+from aether.cli.main import main
 from aether.testing.envoy import wait_for
 from tests.cni.conftest import PluginRun, run_cni_process
 
@@ -43,3 +45,14 @@ async def test_the_agent_command_serves_the_cni_socket_and_writes_the_record_fil
         document = json.loads(await trio.Path(records).read_text())
         assert (document["generation"], document["records"]) == (1, {})
         nursery.cancel_scope.cancel()
+
+
+def test_the_plugin_socket_without_the_cni_socket_is_refused(
+    short_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--cni-plugin-socket` runs commands against the CNI service: without `--cni-socket` it is a usage error."""
+    argv = ["agent", "--node-name", "node-a", "--log-dir", str(short_dir / "log")]
+    assert main([*argv, "--cni-plugin-socket", str(short_dir / "cni-plugin.sock")]) == 2
+    assert capsys.readouterr().err == (
+        "aether: error: --cni-plugin-socket needs --cni-socket (the CNI service it runs)\n"
+    )

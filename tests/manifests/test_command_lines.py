@@ -8,7 +8,6 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,8 @@ pytestmark = needs("kubectl")
 AETHER = "/opt/aether/bin/aether"
 ENVOY = "/usr/local/bin/envoy"
 IMAGE_PREFIX = "/opt/aether"
+SHIM_IN_IMAGE = "/opt/aether/libexec/aether-cni"
+"""Where the Containerfile copies the host executable (checked by test_containerfile)."""
 """The image's virtualenv (Containerfile): here, this interpreter's `sys.prefix`."""
 PENDING_ROLES: dict[str, str] = {}
 """Roles the manifests run that the CLI does not have yet; each must not be in `aether`'s table (so that once it
@@ -104,7 +105,15 @@ def test_every_aether_command_line_parses(overlay: list[Object]) -> None:
         if words[0] == "registrar" and arguments.backend == "embedded":
             assert arguments.data_dir is not None, f"{where}: --backend embedded needs --data-dir"
         checked.append(words[0])
-    assert sorted(set(checked)) == ["agent", "bootstrap", "controller", "edge", "mesh-dns", "registrar"]
+    assert sorted(set(checked)) == [
+        "agent",
+        "bootstrap",
+        "cni-install",
+        "controller",
+        "edge",
+        "mesh-dns",
+        "registrar",
+    ]
 
 
 def test_a_refused_command_line_fails_the_check() -> None:
@@ -140,15 +149,19 @@ def test_every_proxy_validates_on_its_bootstrap(overlay: list[Object], tmp_path:
     assert sorted(validated) == ["aether-agent", "aether-edge"]
 
 
-def test_the_cni_installer_names_only_what_the_image_holds(overlay: list[Object]) -> None:
-    """The installer script copies `aether-cni` from the image's virtualenv (a placeholder until issue 16 item 3:
-    a Python-free plugin, chained into the primary CNI's conflist)."""
+def test_the_cni_installer_installs_the_images_executable_into_the_mounted_host_paths(
+    overlay: list[Object],
+) -> None:
+    """`aether cni-install` copies the executable the Containerfile's shim stage puts in the image, into the host's
+    CNI bin directory, and chains it into the host's CNI config directory, as the container mounts them."""
     [(workload, container)] = [
         (workload, container)
         for workload, _, container in containers(overlay)
         if container["name"] == "install-cni"
     ]
-    assert container["command"][:2] == ["/bin/sh", "-c"]
-    named = sorted(set(re.findall(r"/opt/aether/\S+", container["command"][2])))
-    assert named == ["/opt/aether/bin/aether-cni"]
-    assert (Path(sys.prefix) / "bin" / "aether-cni").is_file(), name_of(workload)
+    arguments = _parsed(_expanded(overlay, workload, container)[1:], f"{name_of(workload)} install-cni")
+    assert str(arguments.plugin) == SHIM_IN_IMAGE
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert str(arguments.bin_dir) in mounts
+    assert str(arguments.net_dir.parent) in mounts
+    assert (arguments.once, arguments.uninstall) == (False, False), "the container watches until stopped"

@@ -15,6 +15,8 @@ from tests.manifests.rendered import ROOT, Object, containers
 from tests.needs import needs
 
 CONTAINERFILE = ROOT / "Containerfile"
+SHIM_IN_IMAGE = "/opt/aether/libexec/aether-cni"
+"""Where the image holds the host's CNI executable (what the installer container copies)."""
 IMAGE_VENV = "/opt/aether"
 
 
@@ -42,7 +44,7 @@ def test_every_copied_path_exists() -> None:
         rest for keyword, rest in _instructions() if keyword == "COPY" and not rest.startswith("--from")
     ]
     sources = [source for rest in copied for source in shlex.split(rest)[:-1]]
-    assert sources == ["pyproject.toml", "README.md", "src"]
+    assert sources == ["src/aether/cni/shim/aether-cni.c", "pyproject.toml", "README.md", "src"]
     assert [source for source in sources if not (ROOT / source).exists()] == []
 
 
@@ -84,7 +86,7 @@ def test_every_program_the_manifests_run_is_in_the_image(rendered: dict[str, lis
     programs = {
         container["command"][0] for objects in rendered.values() for _, _, container in containers(objects)
     }
-    assert programs == {"/opt/aether/bin/aether", "/usr/local/bin/envoy", "/bin/sh"}
+    assert programs == {"/opt/aether/bin/aether", "/usr/local/bin/envoy"}
     assert _image_path("/opt/aether/bin/aether").is_file()
     done = subprocess.run(
         [str(_image_path("/opt/aether/bin/aether")), "--help"],
@@ -94,3 +96,36 @@ def test_every_program_the_manifests_run_is_in_the_image(rendered: dict[str, lis
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+@needs("cc")
+def test_the_shim_stage_builds_the_executable_the_installer_copies(tmp_path: Path) -> None:
+    """The shim stage's own compile command, run here, makes a static executable that answers VERSION with no
+    agent; the final stage copies it where `aether cni-install --plugin` reads it."""
+    instructions = _instructions()
+    [compile_line] = [rest for keyword, rest in instructions if keyword == "RUN" and rest.startswith("cc ")]
+    command = shlex.split(compile_line.split("&&")[0])
+    assert "-static" in command
+    source, output = command[command.index("-o") + 2], command[command.index("-o") + 1]
+    assert ("COPY", f"src/aether/cni/shim/aether-cni.c {source}") in instructions
+    assert ("COPY", f"--from=shim {output} {SHIM_IN_IMAGE}") in instructions
+    built = tmp_path / "aether-cni"
+    local = [
+        str(built)
+        if word == output
+        else str(ROOT / "src/aether/cni/shim/aether-cni.c")
+        if word == source
+        else word
+        for word in command
+    ]
+    subprocess.run(local, check=True, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [str(built)],
+        input=b'{"cniVersion": "1.0.0"}',
+        env={"CNI_COMMAND": "VERSION"},
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout == b'{"cniVersion": "1.0.0", "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"]}\n'
+    assert "nftables" in " ".join(rest for keyword, rest in instructions if keyword == "RUN")

@@ -13,15 +13,18 @@ from tests.needs import needs
 pytestmark = needs("kubectl")
 
 ADDED_CAPABILITIES = {
-    ("aether-agent", "install-cni"): ("CHOWN",),
+    ("aether-agent", "agent"): ("NET_ADMIN", "SYS_ADMIN"),
     ("aether-agent", "proxy"): ("NET_ADMIN", "SYS_ADMIN"),
 }
-"""(workload, container) → the capabilities it adds; every other container adds none. The same containers are the
-only ones that run as uid 0 (Kubernetes gives added capabilities to root only)."""
+"""(workload, container) → the capabilities it adds; every other container adds none. The same containers run as
+uid 0 (Kubernetes gives added capabilities to root only), and so do those of `ROOT_WITHOUT_CAPABILITIES`."""
+ROOT_WITHOUT_CAPABILITIES = {("aether-agent", "install-cni")}
+"""uid 0 with every capability dropped: the CNI installer writes the host's root-owned /opt/cni/bin and
+/etc/cni/net.d as their owner."""
 HOST_NETWORK = {"aether-mesh-dns"}
 """mesh-dns answers on the node's IP, where the pods' DNS is DNATed."""
 HOST_PATHS = {
-    "aether-agent": {"/opt/cni/bin", "/run/aether", "/var/lib/aether", "/var/run/netns"},
+    "aether-agent": {"/etc/cni", "/opt/cni/bin", "/run/aether", "/var/lib/aether", "/var/run/netns"},
     "aether-mesh-dns": {"/run/aether/dns"},
 }
 ALL_INTERFACES = {
@@ -111,7 +114,9 @@ def test_every_container_is_locked_down(overlay: list[Object]) -> None:
         if added != ADDED_CAPABILITIES.get(key, ()):
             problems.append(f"{where}: adds {added!r}")
         root = context.get("runAsUser", pod.get("runAsUser")) == 0
-        if root != (key in ADDED_CAPABILITIES) or (root and context.get("runAsNonRoot") is not False):
+        if root != (key in ADDED_CAPABILITIES or key in ROOT_WITHOUT_CAPABILITIES) or (
+            root and context.get("runAsNonRoot") is not False
+        ):
             problems.append(f"{where}: runs as root without needing a capability (or the reverse)")
     assert problems == []
 

@@ -69,6 +69,13 @@ async def register(path: Path, ip: str, **fields: Any) -> None:
     await rpc(path, "RegisterEndpoint", registration(ip, **fields))
 
 
+WATCH_DEADLINE = 120
+"""Seconds a test's watch stream may live: a bound for a hung test, far above what a loaded machine needs."""
+NEXT_TIMEOUT = 60
+"""Seconds `Watch.next` waits for the next item before failing the test (a fresh CI run with the other core busy
+once took over 10 s to deliver a stalled stream's first buffered 1.5 MB message)."""
+
+
 class Watch:
     """A WatchEndpoints stream read by a thread: every response (then the error, or `ENDED`) lands in `inbox`."""
 
@@ -78,10 +85,15 @@ class Watch:
         if read:
             self.reading.set()
         # Its own connection: a stalled stream must not share HTTP/2 flow control with the others.
-        self._channel = grpc.insecure_channel(f"unix:{path}", options=[("grpc.use_local_subchannel_pool", 1)])
+        options: list[tuple[str, int]] = [("grpc.use_local_subchannel_pool", 1)]
+        if not read:
+            # A stream that is not read must stall: without these, gRPC's BDP probing grows the receive window
+            # until it has taken in every change (16 MB in the slow-watcher test) and the server never sees it lag.
+            options += [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65_535)]
+        self._channel = grpc.insecure_channel(f"unix:{path}", options=options)
         self.call = method(
             self._channel, "WatchEndpoints", pb.WatchEndpointsRequest, pb.WatchEndpointsResponse, stream=True
-        )(request, timeout=20)
+        )(request, timeout=WATCH_DEADLINE)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -96,7 +108,7 @@ class Watch:
             self.inbox.put(ENDED)
 
     async def next(self) -> Any:
-        return await trio.to_thread.run_sync(self.inbox.get, True, 10)
+        return await trio.to_thread.run_sync(self.inbox.get, True, NEXT_TIMEOUT)
 
     async def until_complete(self) -> list[tuple[int, str, str, str]]:
         """Return (type, service, ip, version) of every event up to and including SNAPSHOT_COMPLETE."""

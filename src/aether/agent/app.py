@@ -19,6 +19,7 @@ from aether.agent.kube_source import MESH_QUERIES, known_objects, node_pod_query
 from aether.agent.mesh_records import serve_mesh_records
 from aether.agent.pod_lookup import StatePodLookup
 from aether.agent.registration import Registrations, serve_registrations
+from aether.cni.plugin_server import PluginServer
 from aether.cni.server import ACK_WAIT, CniServer, PodLookup
 from aether.cni.udp_services import UdpServicesWriter, serve_udp_services
 from aether.core.events import NodeCaptureConfigured
@@ -57,6 +58,10 @@ class AgentConfig:
     registrar authorizes, it accepts only this node's endpoints from it. None: plaintext (a Unix socket, tests)."""
     cni_socket: Path | None = None
     """Serve the CNI service (`aether-cni` registers pods) on this Unix socket; None: pods come from elsewhere."""
+    cni_plugin_socket: Path | None = None
+    """Run the host's Python-free `aether-cni` executable's commands, forwarded on this Unix socket
+    (`aether.cni.plugin_server`): the agent programs the pods' namespaces (root, CAP_NET_ADMIN, CAP_SYS_ADMIN).
+    Needs `cni_socket` (the CNI service it calls in-process); None: no executable is served."""
     cni_pods: PodLookup | None = None
     """The pod metadata the CNI service decides with (labels, service account); None: the pods of the agent's
     own log (`aether.agent.pod_lookup.StatePodLookup`), and what the plugin sends for a pod the log lacks."""
@@ -86,6 +91,8 @@ class RunningAgent:
     """The sink registering the node's pods (None without a registrar)."""
     cni: CniServer | None = None
     """The CNI service (None without a CNI socket)."""
+    cni_plugin: PluginServer | None = None
+    """The host executable's server (None without a CNI plugin socket)."""
     udp_services: UdpServicesWriter | None = None
     """The sink keeping each captured pod's set of served UDP destinations (None without a CNI socket)."""
 
@@ -156,6 +163,7 @@ async def serve_agent(
         if config.dns_records is not None:
             await nursery.start(functools.partial(serve_mesh_records, config.dns_records, journal=journal))
         cni: CniServer | None = None
+        cni_plugin: PluginServer | None = None
         udp_services: UdpServicesWriter | None = None
         if config.cni_socket is not None:
             lookup = config.cni_pods
@@ -171,6 +179,9 @@ async def serve_agent(
                 ack_wait=config.cni_ack_wait,
             )
             await nursery.start(functools.partial(cni.serve, socket=config.cni_socket))
+            if config.cni_plugin_socket is not None:
+                cni_plugin = PluginServer(cni=cni, socket=config.cni_plugin_socket)
+                await nursery.start(cni_plugin.serve)
             udp_services = await nursery.start(
                 functools.partial(
                     serve_udp_services,
@@ -214,6 +225,7 @@ async def serve_agent(
                 xds=bound,
                 registrations=registrations,
                 cni=cni,
+                cni_plugin=cni_plugin,
                 udp_services=udp_services,
             )
         )

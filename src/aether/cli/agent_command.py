@@ -21,6 +21,7 @@ from aether.cli.common import (
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
+from aether.cni.wire import DEFAULT_PLUGIN_SOCKET
 from aether.kube import KubeClient, KubeError
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.rpc.listen import ListenAddress
@@ -58,6 +59,14 @@ def add_parser(roles: Any) -> None:
         help=f"serve the CNI service for aether-cni on this Unix socket (the plugin's default: {DEFAULT_CNI_SOCKET})",
     )
     parser.add_argument(
+        "--cni-plugin-socket",
+        type=Path,
+        metavar="PATH",
+        help=f"run the commands of the host's aether-cni executable, forwarded on this Unix socket (its default:"
+        f" {DEFAULT_PLUGIN_SOCKET}); the agent then programs pod namespaces (root, NET_ADMIN, SYS_ADMIN);"
+        " needs --cni-socket",
+    )
+    parser.add_argument(
         "--dns-records",
         type=Path,
         metavar="FILE",
@@ -77,6 +86,11 @@ def _registrar_tls(arguments: argparse.Namespace) -> ssl.SSLContext | None:
 def run_agent(arguments: argparse.Namespace) -> int:
     """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start)."""
     configure_logging(arguments)
+    if arguments.cni_plugin_socket is not None and arguments.cni_socket is None:
+        print(
+            "aether: error: --cni-plugin-socket needs --cni-socket (the CNI service it runs)", file=sys.stderr
+        )
+        return 2
     try:
         cluster = cluster_config(arguments, required=False)
         registrar_tls = _registrar_tls(arguments)
@@ -92,6 +106,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         registrar=arguments.registrar,
         cluster_name=arguments.cluster_name,
         cni_socket=arguments.cni_socket,
+        cni_plugin_socket=arguments.cni_plugin_socket,
         dns_records=arguments.dns_records,
         mesh_config=arguments.mesh_config,
         kube=None if cluster is None else KubeClient(cluster),

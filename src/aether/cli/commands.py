@@ -63,6 +63,11 @@ COMMANDS = (
         summary="print the ADS bootstrap a node's or the edge's Envoy starts with",
     ),
     Command(
+        name="cni-install",
+        module="aether.cli.cni_install_command",
+        summary="install the host's aether-cni and keep it chained into the primary CNI's conflist",
+    ),
+    Command(
         name="controller",
         module="aether.cli.controller_command",
         summary="elect a leader over a Lease; the leader writes the Gateway API status back",

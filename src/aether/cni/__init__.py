@@ -1,7 +1,12 @@
 """The CNI plugin (`aether-cni`) and its pod-netns programming (pyroute2 + nftables).
 
-The agent's side of the CNI service lives in `aether.cni.server` and is not re-exported here on purpose: it
-loads the journal, the log and the projection, and every plugin run imports this package.
+On a node the plugin is the Python-free executable of `shim/aether-cni.c`, which forwards each request over the
+wire of `aether.cni.wire` to the agent; the agent runs it with `run_command`, the Python console script's own code.
+`aether.cni.install` puts the executable on the host and keeps it chained into the primary CNI's conflist.
+
+The agent's side of the CNI service lives in `aether.cni.server` and `aether.cni.plugin_server` and is not
+re-exported here on purpose: it loads the journal, the log and the projection, and every plugin run imports this
+package.
 
 Every name is imported on first use (PEP 562): `aether-cni VERSION` reads `aether.cni.config` without loading
 trio, gRPC or netlink.
@@ -37,10 +42,12 @@ if TYPE_CHECKING:
         CniError,
         DecodeFailure,
         IncompatibleVersion,
+        InstallFailed,
         InvalidEnvironment,
         InvalidNetworkConfig,
         NetnsProgrammingFailed,
         PluginUnavailable,
+        WireMismatch,
     )
     from aether.cni.netns import (
         apply_capture,
@@ -49,7 +56,7 @@ if TYPE_CHECKING:
         remove_capture,
         write_udp_services,
     )
-    from aether.cni.plugin import run_plugin
+    from aether.cni.plugin import PluginOutcome, run_command, run_plugin
 
 __all__ = [
     "BUILTIN_EXCLUDED_RANGES",
@@ -72,13 +79,16 @@ __all__ = [
     "Command",
     "DecodeFailure",
     "IncompatibleVersion",
+    "InstallFailed",
     "InvalidEnvironment",
     "InvalidNetworkConfig",
     "Invocation",
     "NetnsProgrammingFailed",
     "NetworkConfig",
+    "PluginOutcome",
     "PluginUnavailable",
     "PodArgs",
+    "WireMismatch",
     "apply_capture",
     "call_agent",
     "capture_problems",
@@ -86,6 +96,7 @@ __all__ = [
     "remove_capture",
     "render_ruleset",
     "render_udp_services",
+    "run_command",
     "run_plugin",
     "settings_from_annotations",
     "write_udp_services",
@@ -119,15 +130,19 @@ _MODULES = {
     "CniError": "aether.cni.errors",
     "DecodeFailure": "aether.cni.errors",
     "IncompatibleVersion": "aether.cni.errors",
+    "InstallFailed": "aether.cni.errors",
     "InvalidEnvironment": "aether.cni.errors",
     "InvalidNetworkConfig": "aether.cni.errors",
     "NetnsProgrammingFailed": "aether.cni.errors",
     "PluginUnavailable": "aether.cni.errors",
+    "WireMismatch": "aether.cni.errors",
     "apply_capture": "aether.cni.netns",
     "capture_problems": "aether.cni.netns",
     "entered_netns": "aether.cni.netns",
     "remove_capture": "aether.cni.netns",
     "write_udp_services": "aether.cni.netns",
+    "PluginOutcome": "aether.cni.plugin",
+    "run_command": "aether.cni.plugin",
     "run_plugin": "aether.cni.plugin",
 }
 """Where each exported name is defined."""

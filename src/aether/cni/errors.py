@@ -9,7 +9,10 @@
     ├── PluginUnavailable        50   STATUS: the agent is not reachable, no pod can be added now
     ├── AgentRefused           1001   the agent answered with an error about this pod (a proxy NACK included)
     ├── NetnsProgrammingFailed 1002   the capture rules could not be applied (none are left behind)
-    └── CaptureDrifted         1003   CHECK: the pod's namespace does not hold the capture it should
+    ├── CaptureDrifted         1003   CHECK: the pod's namespace does not hold the capture it should
+    ├── WireMismatch           1004   the host's executable and the agent do not speak the same wire (aether.cni.wire)
+    └── InstallFailed          1010   `aether cni-install` could not install or chain the plugin (never printed
+                                      to a runtime: the installer's own messages, with the same fields)
 
 Codes 0-99 are the spec's (https://github.com/containernetworking/cni/blob/main/SPEC.md#error); plugin-specific
 codes are 100 and up, and ours start at 1001 so that they read as ours at a glance.
@@ -26,10 +29,12 @@ __all__ = [
     "CniError",
     "DecodeFailure",
     "IncompatibleVersion",
+    "InstallFailed",
     "InvalidEnvironment",
     "InvalidNetworkConfig",
     "NetnsProgrammingFailed",
     "PluginUnavailable",
+    "WireMismatch",
 ]
 
 
@@ -112,3 +117,17 @@ class CaptureDrifted(CniError):
     """CHECK found the pod's namespace without the capture the agent's settings call for (or with a stale one)."""
 
     code = 1003
+
+
+class WireMismatch(CniError):
+    """The host's `aether-cni` executable sent a frame the agent does not read (another wire version, or bytes
+    that are no frame): install the executable of the agent's own image."""
+
+    code = 1004
+
+
+class InstallFailed(CniError):
+    """The installer could not install the executable or chain it into the primary CNI's conflist; the message
+    names the file and the rule, and the installer retries when the file or directory changes."""
+
+    code = 1010

@@ -6,6 +6,13 @@ The previous plugin's result is our result, unchanged but for `cniVersion`. A po
 (no `K8S_POD_NAME`) is not a Kubernetes pod: every command passes it through.
 
 Errors are the spec's JSON error objects on stdout, with exit status 1; warnings go to stderr (the runtime logs it).
+
+The commands run in one of two places, with the same code (`run_command`):
+
+* the Python console script (`run_plugin`, `main`) on a host that has this package: it reaches the agent's CNI
+  service over gRPC (`GrpcChannel`) and programs the namespace itself;
+* the agent, for the host's Python-free executable (`shim/aether-cni.c`, `aether.cni.plugin_server`): the agent
+  calls its own CNI service in-process (`LocalChannel`) and programs the namespace, privileged on the host.
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
+import attrs
 import trio
 from google.protobuf.message import Message
 
@@ -37,7 +45,17 @@ from aether.cni.errors import (
 from aether.cni.netns import apply_capture, capture_problems, remove_capture
 from aether.proto.cni.v1 import cni_pb2
 
-__all__ = ["EXIT_FAILED", "main", "run_plugin"]
+__all__ = [
+    "EXIT_FAILED",
+    "GRPC_CHANNEL",
+    "AgentChannel",
+    "GrpcChannel",
+    "LocalChannel",
+    "PluginOutcome",
+    "main",
+    "run_command",
+    "run_plugin",
+]
 
 EXIT_FAILED = 1
 """Exit status of a failed command (the error object is on stdout)."""
@@ -46,6 +64,71 @@ ResultT = TypeVar("ResultT")
 
 ROLLBACK_TIMEOUT = 2.0
 """Seconds to undo a registration after programming failed: best effort, the runtime's DEL follows anyway."""
+
+
+@attrs.frozen(kw_only=True)
+class PluginOutcome:
+    """What one command answers: `output` for stdout (the result or the error object; may be empty), the exit
+    `status`, and `warnings` for stderr (one line each)."""
+
+    output: str
+    status: int
+    warnings: tuple[str, ...] = ()
+
+
+class AgentChannel(Protocol):
+    """How a command reaches the agent's CNI service (`aether.cni.server.CniServer`)."""
+
+    def address(self, config: NetworkConfig) -> Path:
+        """Where the agent is, as messages name it."""
+        ...
+
+    async def call(
+        self, config: NetworkConfig, method: str, request: Message, response_type: type[ResponseT]
+    ) -> ResponseT:
+        """Call `method`; raise what `aether.cni.client.agent_errors` translates (gRPC errors, OSError)."""
+        ...
+
+
+@attrs.frozen
+class GrpcChannel:
+    """The Python plugin's channel: one gRPC call over the config's `agentSocket`."""
+
+    def address(self, config: NetworkConfig) -> Path:
+        return config.agent_socket
+
+    async def call(
+        self, config: NetworkConfig, method: str, request: Message, response_type: type[ResponseT]
+    ) -> ResponseT:
+        return await call_agent(config.agent_socket, method, request, response_type)
+
+
+GRPC_CHANNEL = GrpcChannel()
+
+
+@attrs.frozen(kw_only=True)
+class LocalChannel:
+    """The agent's own channel: its CNI service's handler, called in-process (for the host's executable).
+
+    Args:
+        handle: `CniServer.handle`.
+        where: What messages name as the agent (the socket the executable dialled).
+    """
+
+    handle: Callable[[str, Message], Awaitable[Message]]
+    where: Path
+
+    def address(self, config: NetworkConfig) -> Path:
+        return self.where
+
+    async def call(
+        self, config: NetworkConfig, method: str, request: Message, response_type: type[ResponseT]
+    ) -> ResponseT:
+        response = await self.handle(method, request)
+        assert isinstance(response, response_type), (
+            f"{method} returns {response_type.__name__}; this is a bug"
+        )
+        return response
 
 
 def main() -> None:
@@ -57,26 +140,56 @@ def main() -> None:
 
 
 def run_plugin(environ: Mapping[str, str], stdin: bytes) -> tuple[str, int]:
-    """Run one CNI command; return what to print on stdout and the exit status.
+    """Run one CNI command over gRPC (`GrpcChannel`), warnings to stderr; return stdout's text and the exit status.
 
     Never raises for bad input or a failed operation: every `CniError` becomes the spec's error object.
     """
+    if environ.get("CNI_COMMAND") == Command.VERSION.value:
+        return version_result(stdin), 0
+    outcome = trio.run(run_command, environ, stdin, GRPC_CHANNEL)
+    for warning in outcome.warnings:
+        print(warning, file=sys.stderr)
+    return outcome.output, outcome.status
+
+
+async def run_command(environ: Mapping[str, str], stdin: bytes, channel: AgentChannel) -> PluginOutcome:
+    """Run one CNI command (CNI_* in `environ`, the network config in `stdin`), reaching the agent by `channel`.
+
+    Never raises for bad input or a failed operation: every `CniError` becomes the spec's error object, and a bug
+    becomes one too (its traceback among the warnings).
+    """
+    warnings: list[str] = []
     try:
         invocation = Invocation.from_environ(environ)
         if invocation.command is Command.VERSION:
-            return version_result(stdin), 0
+            return PluginOutcome(output=version_result(stdin), status=0)
         config = NetworkConfig.from_json(stdin)
-        return trio.run(_run, invocation, config), 0
+        output = await _run(_Run(invocation=invocation, config=config, channel=channel, warnings=warnings))
+        return PluginOutcome(output=output, status=0, warnings=tuple(warnings))
     except CniError as exc:
-        return exc.to_json(cni_version=NetworkConfig.version_of(stdin)), EXIT_FAILED
-    except (
-        Exception
-    ) as exc:  # a bug: the runtime still gets the spec's error object; the traceback goes to stderr
-        traceback.print_exc(file=sys.stderr)
+        output = exc.to_json(cni_version=NetworkConfig.version_of(stdin))
+    except Exception as exc:  # a bug: the runtime still gets the spec's error object, the traceback on stderr
+        warnings.append(traceback.format_exc().rstrip())
         error = CniError(
             f"aether-cni failed unexpectedly (this is a bug): {type(exc).__name__}", details=str(exc)
         )
-        return error.to_json(cni_version=NetworkConfig.version_of(stdin)), EXIT_FAILED
+        output = error.to_json(cni_version=NetworkConfig.version_of(stdin))
+    return PluginOutcome(output=output, status=EXIT_FAILED, warnings=tuple(warnings))
+
+
+@attrs.define(kw_only=True)
+class _Run:
+    """One command's inputs, and the warnings it collects for stderr."""
+
+    invocation: Invocation
+    config: NetworkConfig
+    channel: AgentChannel
+    warnings: list[str]
+
+    async def call(self, method: str, request: Message, response_type: type[ResponseT]) -> ResponseT:
+        where = self.channel.address(self.config)
+        with agent_errors(where, method), trio.fail_after(self.config.agent_timeout):
+            return await self.channel.call(self.config, method, request, response_type)
 
 
 async def _in_netns(function: Callable[..., ResultT], netns: Path, *arguments: object) -> ResultT:
@@ -93,20 +206,21 @@ async def _in_netns(function: Callable[..., ResultT], netns: Path, *arguments: o
         ) from exc
 
 
-async def _run(invocation: Invocation, config: NetworkConfig) -> str:
+async def _run(run: _Run) -> str:
+    invocation, config = run.invocation, run.config
     match invocation.command:
         case Command.ADD:
-            return await _add(invocation, config)
+            return await _add(run)
         case Command.DEL:
-            await _delete(invocation, config)
+            await _delete(run)
         case Command.CHECK:
-            await _check(invocation, config)
+            await _check(run)
         case Command.GC:
             request = cni_pb2.CollectGarbageRequest(valid_container_ids=list(config.valid_container_ids))
-            await _call(config, "CollectGarbage", request, cni_pb2.CollectGarbageResponse)
+            await run.call("CollectGarbage", request, cni_pb2.CollectGarbageResponse)
         case Command.STATUS:
             try:
-                await _call(config, "Status", cni_pb2.StatusRequest(), cni_pb2.StatusResponse)
+                await run.call("Status", cni_pb2.StatusRequest(), cni_pb2.StatusResponse)
             except AgentUnavailable as exc:
                 raise PluginUnavailable(
                     f"aether-cni cannot add pods: {exc.message}", details=exc.details
@@ -114,13 +228,6 @@ async def _run(invocation: Invocation, config: NetworkConfig) -> str:
         case _:  # pragma: no cover - VERSION is answered before the config is read
             raise AssertionError(f"unhandled command {invocation.command!r}; this is a bug")
     return ""
-
-
-async def _call(
-    config: NetworkConfig, method: str, request: Message, response_type: type[ResponseT]
-) -> ResponseT:
-    with agent_errors(config.agent_socket, method), trio.fail_after(config.agent_timeout):
-        return await call_agent(config.agent_socket, method, request, response_type)
 
 
 def _pod_message(invocation: Invocation, config: NetworkConfig, pod: PodArgs) -> cni_pb2.CNIPod:
@@ -175,22 +282,22 @@ def _chained(config: NetworkConfig) -> None:
         )
 
 
-async def _add(invocation: Invocation, config: NetworkConfig) -> str:
+async def _add(run: _Run) -> str:
+    invocation, config = run.invocation, run.config
     pod = invocation.pod
     if pod is None:
         return _passthrough(config)
     _chained(config)
     netns = _existing_netns(invocation)
     request = cni_pb2.AddPodRequest(pod=_pod_message(invocation, config, pod))
-    response = await _call(config, "AddPod", request, cni_pb2.AddPodResponse)
+    response = await run.call("AddPod", request, cni_pb2.AddPodResponse)
     if response.result == cni_pb2.RESULT_IGNORED:
         # A pod that left the mesh keeps no capture from an earlier ADD.
         await _in_netns(remove_capture, netns)
         return _passthrough(config)
     if response.result != cni_pb2.RESULT_SUCCESS:
         raise AgentRefused(f"pod {pod.key!r}: the agent refused it", details=response.message)
-    for warning in response.warnings:
-        print(f"aether-cni: pod {pod.key!r}: {warning}", file=sys.stderr)
+    run.warnings.extend(f"aether-cni: pod {pod.key!r}: {warning}" for warning in response.warnings)
     try:
         await _in_netns(apply_capture, netns, _plan(config, response.capture))
     except (NetnsProgrammingFailed, InvalidEnvironment):
@@ -200,17 +307,17 @@ async def _add(invocation: Invocation, config: NetworkConfig) -> str:
         )
         with trio.move_on_after(ROLLBACK_TIMEOUT):
             try:
-                await _call(config, "RemovePod", removal, cni_pb2.RemovePodResponse)
+                await run.call("RemovePod", removal, cni_pb2.RemovePodResponse)
             except CniError as exc:
-                print(
-                    f"aether-cni: pod {pod.key!r}: could not take the registration back: {exc}",
-                    file=sys.stderr,
+                run.warnings.append(
+                    f"aether-cni: pod {pod.key!r}: could not take the registration back: {exc}"
                 )
         raise
     return _passthrough(config)
 
 
-async def _delete(invocation: Invocation, config: NetworkConfig) -> None:
+async def _delete(run: _Run) -> None:
+    invocation = run.invocation
     pod = invocation.pod
     if pod is None:
         return
@@ -220,19 +327,20 @@ async def _delete(invocation: Invocation, config: NetworkConfig) -> None:
     request = cni_pb2.RemovePodRequest(
         name=pod.name, namespace=pod.namespace, container_id=invocation.container_id
     )
-    response = await _call(config, "RemovePod", request, cni_pb2.RemovePodResponse)
+    response = await run.call("RemovePod", request, cni_pb2.RemovePodResponse)
     if response.result != cni_pb2.RESULT_SUCCESS:
         raise AgentRefused(f"pod {pod.key!r}: the agent did not remove it", details=response.message)
 
 
-async def _check(invocation: Invocation, config: NetworkConfig) -> None:
+async def _check(run: _Run) -> None:
+    invocation, config = run.invocation, run.config
     pod = invocation.pod
     if pod is None:
         return
     _chained(config)
     netns = _existing_netns(invocation)
     request = cni_pb2.CheckPodRequest(pod=_pod_message(invocation, config, pod))
-    response = await _call(config, "CheckPod", request, cni_pb2.CheckPodResponse)
+    response = await run.call("CheckPod", request, cni_pb2.CheckPodResponse)
     if response.result == cni_pb2.RESULT_ERROR:
         raise AgentRefused(
             f"pod {pod.key!r}: the agent's registration does not match", details=response.message

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 import purerpc
 import trio
+from google.protobuf.message import Message
 
 from aether.cni.api import METHODS, SERVICE_NAME
 from aether.cni.capture import settings_from_annotations
@@ -320,20 +322,33 @@ class CniServer:
         state = self._journal.state
         return cni_pb2.StatusResponse(seq=state.seq, pods=len(state.pods))
 
-    def service(self) -> purerpc.Service:
-        """Return the purerpc service definition (every method unary)."""
-        service = purerpc.Service(SERVICE_NAME)
-        handlers = {
+    def _handlers(self) -> dict[str, Callable[[Any], Awaitable[Message]]]:
+        return {
             "AddPod": self._add,
             "RemovePod": self._remove,
             "CheckPod": self._check,
             "CollectGarbage": self._collect,
             "Status": self._status,
         }
+
+    def service(self) -> purerpc.Service:
+        """Return the purerpc service definition (every method unary)."""
+        service = purerpc.Service(SERVICE_NAME)
+        handlers = self._handlers()
         for method, (request_type, response_type) in METHODS.items():
             signature = purerpc.RPCSignature(purerpc.Cardinality.UNARY_UNARY, request_type, response_type)
             service.add_method(method, handlers[method], signature)
         return service
+
+    async def handle(self, method: str, request: Message) -> Message:
+        """Answer one call in-process, as the gRPC service would (`aether.cni.plugin.LocalChannel`).
+
+        Raises:
+            purerpc.GRPCError: what the gRPC service answers with a status (UNAVAILABLE: retry).
+        """
+        request_type, _response_type = METHODS[method]
+        assert isinstance(request, request_type), f"{method} takes {request_type.__name__}; this is a bug"
+        return await self._handlers()[method](request)
 
     async def serve(
         self, *, socket: Path, task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED

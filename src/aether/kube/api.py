@@ -346,33 +346,52 @@ class KubeClient:
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         if body is not None:
             headers += [("Content-Type", content_type), ("Content-Length", str(len(payload)))]
+        for attempt in range(2):
+            stream, response, code = await self._send(method, target, headers, payload, path=path)
+            try:
+                if code == 401 and attempt == 0 and self.config.refused():
+                    # A renewable credential (an exec plugin's) was revoked early: run the plugin again, once.
+                    LOG.info(
+                        "%s answered 401 to %s %s; renewing the credential", self.config.server, method, path
+                    )
+                    continue
+                if not 200 <= code < 300:
+                    refusal = await response.body()
+                    try:
+                        status: Any = json.loads(refusal)
+                    except ValueError:
+                        status = refusal.decode("utf-8", "replace")
+                    raise status_error(path, code=code, status=status)
+                # Not inside _map_errors: the caller's own failures pass through untranslated.
+                yield response
+                return
+            finally:
+                await trio.aclose_forcefully(stream)
+
+    async def _send(
+        self, method: str, target: str, headers: list[tuple[str, str]], payload: bytes, *, path: str
+    ) -> tuple[trio.abc.Stream, _Response, int]:
+        """Connect, send one request with the credential of the moment, and read the response's head."""
         bearer = await self.config.bearer()
         if bearer is not None:
-            headers.append(("Authorization", f"Bearer {bearer}"))
+            headers = [*headers, ("Authorization", f"Bearer {bearer}")]
+        host, port = self.config.host_and_port
         self._requests += 1
         with _map_errors(self.config.server):
             stream = await self._connect(host, port)
         try:
             with _map_errors(self.config.server):
                 connection = h11.Connection(h11.CLIENT)
-                request = h11.Request(method=method, target=target, headers=headers)
-                data = connection.send(request) or b""
+                data = connection.send(h11.Request(method=method, target=target, headers=headers)) or b""
                 if payload:
                     data += connection.send(h11.Data(data=payload)) or b""
                 await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
                 response = _Response(connection, stream, path=path, server=self.config.server)
                 code = await response.read_head()
-            if not 200 <= code < 300:
-                refusal = await response.body()
-                try:
-                    status: Any = json.loads(refusal)
-                except ValueError:
-                    status = refusal.decode("utf-8", "replace")
-                raise status_error(path, code=code, status=status)
-            # Not inside _map_errors: the caller's own failures pass through untranslated.
-            yield response
-        finally:
+        except BaseException:
             await trio.aclose_forcefully(stream)
+            raise
+        return stream, response, code
 
     async def _connect(self, host: str, port: int) -> trio.abc.Stream:
         with trio.fail_after(CONNECT_TIMEOUT):

@@ -20,6 +20,7 @@ import trio
 import yaml
 
 from aether.core.values import Redacted
+from aether.kube.credentials import ExecPlugin
 from aether.kube.errors import ConfigError
 from aether.kube.yaml_documents import RefusedDocument, load_documents
 
@@ -43,6 +44,8 @@ class ClusterConfig:
     """A bearer token file, re-read for each connection (it rotates in-cluster); wins over `token`."""
     ssl_context: ssl.SSLContext | None = attrs.field(default=None, eq=False)
     """The TLS client context for `https` servers (CA, client certificate); None for `http`."""
+    exec_plugin: ExecPlugin | None = attrs.field(default=None, eq=False)
+    """A kubeconfig user's credential plugin (see `aether.kube.credentials`); wins over the token fields."""
 
     @property
     def host_and_port(self) -> tuple[str, int]:
@@ -56,11 +59,16 @@ class ClusterConfig:
         return _split(self.server, source=self.source).scheme == "https"
 
     async def bearer(self) -> str | None:
-        """Return the bearer token to present now (the file's content, stripped), or None.
+        """Return the bearer token to present now (the file's content, stripped; the plugin's token), or None.
+
+        With a credential plugin that gives a client certificate, the TLS context is updated to present it
+        and None is returned.
 
         Raises:
-            ConfigError: If the token file cannot be read.
+            ConfigError: If the token file cannot be read, or the credential plugin fails.
         """
+        if self.exec_plugin is not None:
+            return await self.exec_plugin.bearer(self.ssl_context)
         if self.token_file is not None:
             try:
                 text = await trio.Path(self.token_file).read_text()
@@ -68,6 +76,16 @@ class ClusterConfig:
                 raise ConfigError(str(self.token_file), problem=f"cannot read the token: {error}") from error
             return text.strip()
         return None if self.token is None else self.token.secret.decode()
+
+    def refused(self) -> bool:
+        """The server answered 401: drop a credential that can be renewed; return whether a retry may succeed.
+
+        Only a plugin's credential is renewable (a fixed token stays refused; a token file is re-read anyway).
+        """
+        if self.exec_plugin is None:
+            return False
+        self.exec_plugin.refused()
+        return True
 
     @classmethod
     def from_url(
@@ -123,11 +141,12 @@ class ClusterConfig:
     def from_kubeconfig(cls, path: Path, *, context: str | None = None) -> ClusterConfig:
         """Return the configuration of a kubeconfig context (the file's current context by default).
 
-        Supported user credentials: `token`, `tokenFile`, and client certificates (files or inline data).
+        Supported user credentials: `token`, `tokenFile`, client certificates (files or inline data), and `exec`
+        credential plugins (`aether.kube.credentials`), run when a request needs them.
 
         Raises:
-            ConfigError: If the file does not parse, the context, cluster or user is missing, or the user
-                authenticates some other way (`exec`, `auth-provider`).
+            ConfigError: If the file does not parse, the context, cluster or user is missing, the `exec` section
+                is malformed, or the user has an `auth-provider` (removed from kubectl).
         """
         source = str(path)
         try:
@@ -149,13 +168,12 @@ class ClusterConfig:
             if chosen.get("user")
             else {}
         )
-        for unsupported in ("exec", "auth-provider"):
-            if unsupported in user:
-                raise ConfigError(
-                    source,
-                    problem=f"user of context {name!r}: {unsupported!r} credentials are not supported; "
-                    "use a token or a client certificate",
-                )
+        if "auth-provider" in user:
+            raise ConfigError(
+                source,
+                problem=f"user of context {name!r}: 'auth-provider' credentials were removed from kubectl in "
+                "Kubernetes 1.26; use the provider's exec plugin (users[].user.exec), a token or a client certificate",
+            )
         server = str(cluster.get("server", ""))
         split = _split(server, source=source)
         base = path.parent
@@ -171,12 +189,20 @@ class ClusterConfig:
                     key_file=files.file(user, "client-key"),
                 )
         token_file = user.get("tokenFile")
+        plugin = (
+            ExecPlugin.from_kubeconfig(
+                user["exec"], source=source, user=str(chosen.get("user")), base=base, cluster=cluster
+            )
+            if "exec" in user
+            else None
+        )
         return cls(
             server=server.rstrip("/"),
             source=source,
             token=Redacted(str(user["token"]).encode()) if user.get("token") else None,
             token_file=None if not token_file else base / str(token_file),
             ssl_context=ssl_context,
+            exec_plugin=plugin,
         )
 
 

@@ -30,6 +30,7 @@ from aether.rpc.listen import (
     ListenAddress,
     current_peer_certificate,
     serve_grpc,
+    serve_unix_streams,
 )
 from aether.rpc.tls import client_tls_context, server_tls_context
 
@@ -58,6 +59,7 @@ __all__ = [
     "current_peer_certificate",
     "open_grpc_socket",
     "serve_grpc",
+    "serve_unix_streams",
     "server_tls_context",
     "unary_call",
 ]

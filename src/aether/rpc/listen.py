@@ -16,7 +16,7 @@ import os
 import socket
 import ssl
 import stat
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "ListenAddress",
     "current_peer_certificate",
     "serve_grpc",
+    "serve_unix_streams",
 ]
 
 LOG = logging.getLogger("aether.rpc")
@@ -291,6 +292,22 @@ async def _serve_tcp(
         assert len(sockets) == len(listener.listeners), "anyio's TCP listeners are socket listeners"
         task_status.started(attrs.evolve(listen, port=port))
         await _serve_listeners(handler, sockets)
+
+
+async def serve_unix_streams(
+    handler: Callable[[anyio.abc.SocketStream], Awaitable[None]],
+    *,
+    path: Path,
+    task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve each connection to the Unix socket `path` with `handler`, each in its own task, until cancelled.
+
+    The socket is made as `serve_grpc` makes its own: mode `UNIX_SOCKET_MODE`, its directory created, a stale
+    socket file replaced, one in use refused (`ListenError`), and the file removed on exit. The stream is closed
+    after `handler` returns; a handler's exception ends the server (handle what a peer can cause).
+    """
+    listen = ListenAddress.unix(path)
+    await _serve_unix(handler, listen=listen, path=path, task_status=task_status)
 
 
 async def _serve_unix(
