@@ -94,6 +94,7 @@ def bench(session: nox.Session) -> None:
             "bench_projection.py",
             "bench_registrar.py",
             "bench_replay.py",
+            "bench_webhooks.py",
             "bench_xds.py",
         )
     ):

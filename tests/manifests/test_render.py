@@ -24,6 +24,8 @@ EXPECTED = {
     "ClusterRoleBinding aether-controller",
     "Role aether-system/aether-controller-leader-election",
     "RoleBinding aether-system/aether-controller-leader-election",
+    "Role aether-system/aether-controller-webhooks",
+    "RoleBinding aether-system/aether-controller-webhooks",
     "ConfigMap aether-system/aether-edge-manifests",
     "Service aether-system/aether-controller",
     "Service aether-system/aether-edge",

@@ -27,6 +27,7 @@ from aether.core.project.node import NodeProjector
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
 from aether.kube import KubeClient
+from aether.kube.mesh_config_file import serve_mesh_config_file
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
@@ -71,6 +72,9 @@ class AgentConfig:
     """Seconds AddPod waits for the proxy's ACK of a new pod's listeners."""
     dns_records: Path | None = None
     """Keep the mesh-dns record file here; None: no record file."""
+    mesh_config: Path | None = None
+    """Read the projected MeshConfig file (`aether.kube.mesh_config_file`); None: the mesh settings come from
+    elsewhere (or stay the defaults)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -185,6 +189,15 @@ async def serve_agent(
                     cache=cache,
                     node_name=config.node_name,
                     captures=lambda: projector.udp_capture,
+                )
+            )
+        if config.mesh_config is not None:
+            await nursery.start(
+                functools.partial(
+                    serve_mesh_config_file,
+                    config.mesh_config,
+                    send=journal.sender(),
+                    current=lambda: journal.state.kube.mesh_config,
                 )
             )
         if config.kube is not None:

@@ -12,7 +12,13 @@ import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli.commands import summary
-from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging, tls_files
+from aether.cli.common import (
+    add_mesh_config_argument,
+    add_serving_arguments,
+    add_verbose_argument,
+    configure_logging,
+    tls_files,
+)
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.cni.wire import DEFAULT_PLUGIN_SOCKET
@@ -67,6 +73,7 @@ def add_parser(roles: Any) -> None:
         help="write the mesh-dns record file here (for aether mesh-dns)",
     )
     add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
+    add_mesh_config_argument(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_agent)
 
@@ -101,6 +108,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         cni_socket=arguments.cni_socket,
         cni_plugin_socket=arguments.cni_plugin_socket,
         dns_records=arguments.dns_records,
+        mesh_config=arguments.mesh_config,
         kube=None if cluster is None else KubeClient(cluster),
         registrar_tls=registrar_tls,
     )

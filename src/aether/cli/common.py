@@ -39,6 +39,17 @@ def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) ->
     parser.add_argument("--svid-dir", type=Path, metavar="DIR", help=svid_help)
 
 
+def add_mesh_config_argument(parser: Any) -> None:
+    """`--mesh-config FILE`: the projected MeshConfig (the ConfigMap aether-mesh-config mounted) read as a source."""
+    parser.add_argument(
+        "--mesh-config",
+        type=Path,
+        metavar="FILE",
+        help="read the mesh settings from this projected MeshConfig file, e.g. "
+        "/etc/aether/mesh-config/mesh-config.yaml (a missing file keeps the defaults; a bad one the last good)",
+    )
+
+
 def tls_files(arguments: argparse.Namespace, *, prefix: str) -> dict[str, Path] | None:
     """The `--<prefix>-cert`, `--<prefix>-key` and `--<prefix>-bundle` files as the keyword arguments of
     `aether.rpc.tls`'s context builders, or None when none is given.

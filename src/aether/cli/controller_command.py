@@ -1,10 +1,13 @@
-"""`aether controller`: take part in the leader election and, while leading, write the Gateway API status back."""
+"""`aether controller`: take part in the leader election and, while leading, write the Gateway API status back and
+project the MeshConfigs; serve the admission webhooks on every replica."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -15,10 +18,15 @@ from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.controller import (
     DEFAULT_LEASE,
     DEFAULT_TIMING,
+    DEFAULT_WEBHOOK_PORT,
+    SERVING_SECRET,
     ControllerConfig,
     ElectionTiming,
     LeaseName,
+    WebhookOptions,
     serve_controller,
+    serve_mesh_config_projection,
+    serve_webhooks,
 )
 from aether.kube import KubeClient, KubeError
 
@@ -59,8 +67,64 @@ def add_parser(roles: Any) -> None:
         metavar="SECONDS",
         help=f"between attempts to take or renew the lease (default {DEFAULT_TIMING.retry_period:g})",
     )
+    _add_webhook_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_controller)
+
+
+def _add_webhook_arguments(parser: Any) -> None:
+    webhooks = parser.add_argument_group("admission webhooks (served by every replica)")
+    webhooks.add_argument(
+        "--webhook-listen",
+        default=f"0.0.0.0:{DEFAULT_WEBHOOK_PORT}",
+        metavar="HOST:PORT",
+        help=f"where the HTTPS webhooks listen (default 0.0.0.0:{DEFAULT_WEBHOOK_PORT})",
+    )
+    webhooks.add_argument(
+        "--webhook-cert",
+        type=Path,
+        metavar="FILE",
+        help="the serving certificate (PEM, e.g. a mounted Secret's tls.crt); without it the replicas share a "
+        f"generated one in Secret {'/'.join(SERVING_SECRET)} and write its CA into the caBundles",
+    )
+    webhooks.add_argument("--webhook-key", type=Path, metavar="FILE", help="its private key (PEM, tls.key)")
+    webhooks.add_argument(
+        "--init-image",
+        metavar="IMAGE",
+        help="the aether-identity-ready init container's image (default: this replica's own image, read from "
+        "its pod --pod-namespace/--pod-name)",
+    )
+    webhooks.add_argument(
+        "--pod-namespace",
+        default="aether-system",
+        help="this replica's namespace (default aether-system)",
+    )
+    webhooks.add_argument(
+        "--mesh-domain",
+        default="aether.internal",
+        help="the mesh domain mutated pods get DNS ndots for (default aether.internal)",
+    )
+
+
+def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
+    host, _, port = arguments.webhook_listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(
+            f"--webhook-listen: expected HOST:PORT such as 0.0.0.0:{DEFAULT_WEBHOOK_PORT} "
+            f"(got {arguments.webhook_listen!r})"
+        )
+    if (arguments.webhook_cert is None) != (arguments.webhook_key is None):
+        raise ValueError("--webhook-cert and --webhook-key: give both or neither")
+    return WebhookOptions(
+        host=host.strip("[]"),
+        port=int(port),
+        cert_file=arguments.webhook_cert,
+        key_file=arguments.webhook_key,
+        image=arguments.init_image,
+        pod_namespace=arguments.pod_namespace,
+        pod_name=arguments.pod_name,
+        mesh_domain=arguments.mesh_domain,
+    )
 
 
 def _lease(text: str) -> LeaseName:
@@ -84,6 +148,7 @@ def run_controller(arguments: argparse.Namespace) -> int:
                 retry_period=arguments.retry_period,
             ),
         )
+        webhook_options = _webhook_options(arguments)
     except (KubeError, OSError, ValueError) as error:
         print(f"aether: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -92,7 +157,13 @@ def run_controller(arguments: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_controller, client, config)
+            await nursery.start(serve_webhooks, client, webhook_options)
+            running = await nursery.start(serve_controller, client, config)
+            await nursery.start(
+                functools.partial(
+                    serve_mesh_config_projection, client, leading=lambda: running.statistics().leading
+                )
+            )
             print(
                 f"aether controller {config.identity}: api {cluster.server}, lease {config.lease}",
                 file=sys.stderr,

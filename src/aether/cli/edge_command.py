@@ -10,7 +10,12 @@ from typing import Any
 import trio
 
 from aether.cli.commands import summary
-from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging
+from aether.cli.common import (
+    add_mesh_config_argument,
+    add_serving_arguments,
+    add_verbose_argument,
+    configure_logging,
+)
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
@@ -48,6 +53,7 @@ def add_parser(roles: Any) -> None:
         default="spiffe",
         help="none: cleartext HTTP/2 to backends (default spiffe: mTLS with the edge's SVID)",
     )
+    add_mesh_config_argument(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_edge)
 
@@ -73,6 +79,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
         service=arguments.service,
         bind=arguments.bind,
         cleartext=arguments.identity == "none",
+        mesh_config=arguments.mesh_config,
     )
 
     async def main() -> None:

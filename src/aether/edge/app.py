@@ -1,7 +1,8 @@
 """`aether edge`: the edge's control plane — the plane (`aether.plane.open_plane`) with the edge projection.
 
 The agent minus CNI and local pods (DESIGN.md section 2): one identity, the Gateways of the edge's class. Its inputs
-for now are a manifest directory (objects, and their pods standing in for the registry) and SVID files.
+for now are a manifest directory (objects, and their pods standing in for the registry), SVID files and the
+projected MeshConfig file.
 
     manifests, SVID files ──events──▶ journal (log + state) ──state──▶ project_edge ──snapshot──▶ cache ──▶ xDS ──▶ Envoy
 """
@@ -19,6 +20,7 @@ from aether.core.project.names import ANY_ADDRESS
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
 from aether.kube.directory import ManifestSource, serve_manifest_directory
+from aether.kube.mesh_config_file import MeshConfigFileSource, serve_mesh_config_file
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
 from aether.rpc.listen import ListenAddress
@@ -52,6 +54,8 @@ class EdgeConfig:
     cleartext: bool = False
     """Identity none: dial backends in HTTP/2 without TLS."""
     manifest_poll_interval: float = 1.0
+    mesh_config: Path | None = None
+    """Read the projected MeshConfig file (`aether.kube.mesh_config_file`); None: the defaults."""
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +68,8 @@ class RunningEdge:
     manifests: ManifestSource
     xds: ListenAddress
     """Where xDS is served (the real port when port 0 was asked)."""
+    mesh_config: MeshConfigFileSource | None = None
+    """The projected MeshConfig file's source (None without `EdgeConfig.mesh_config`)."""
 
 
 async def serve_edge(
@@ -93,6 +99,16 @@ async def serve_edge(
                 logged=plane.journal.state,  # the replayed state: a restart appends only what changed meanwhile
             )
         )
+        mesh_config: MeshConfigFileSource | None = None
+        if config.mesh_config is not None:
+            mesh_config = await nursery.start(
+                functools.partial(
+                    serve_mesh_config_file,
+                    config.mesh_config,
+                    send=plane.journal.sender(),
+                    current=lambda: plane.journal.state.kube.mesh_config,
+                )
+            )
         bound = await nursery.start(
             functools.partial(
                 plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts={"manifests": manifests}
@@ -100,6 +116,11 @@ async def serve_edge(
         )
         task_status.started(
             RunningEdge(
-                journal=plane.journal, cache=plane.cache, server=plane.server, manifests=manifests, xds=bound
+                journal=plane.journal,
+                cache=plane.cache,
+                server=plane.server,
+                manifests=manifests,
+                xds=bound,
+                mesh_config=mesh_config,
             )
         )

@@ -13,6 +13,7 @@ import attrs
 
 from aether.kube.convert import TLS_SECRET_TYPE
 from aether.kube.endpoints import MANAGED_SELECTOR
+from aether.kube.mesh_config import CONFIG_MAPS, MESH_CONFIGS
 from aether.kube.resources import (
     GATEWAY_CLASSES,
     GATEWAYS,
@@ -38,10 +39,13 @@ __all__ = [
     "CONTROLLER_QUERIES",
     "LEASE_VERBS",
     "MESH_RESOURCES",
+    "MUTATING_WEBHOOK_CONFIGURATIONS",
     "REGISTRAR_KUBERNETES_ACCESS",
     "ROLE_ACCESS",
     "STATUS_RESOURCES",
+    "VALIDATING_WEBHOOK_CONFIGURATIONS",
     "WATCH_VERBS",
+    "WEBHOOK_CONFIGURATION_VERBS",
     "RoleAccess",
     "Rule",
 ]
@@ -51,6 +55,23 @@ WATCH_VERBS = ("list", "watch")
 STATUS_VERBS = ("update",)
 """What a status writer asks for on `<plural>/status`: a PUT conditional on the resourceVersion."""
 LEASE_VERBS = ("create", "get", "update")
+"""What leader election asks for on its Lease: read it, create it once, replace it (acquire, renew)."""
+WEBHOOK_CONFIGURATION_VERBS = ("get", "update")
+"""What the controller asks for on its webhook configurations: read them, replace them with the caBundle set."""
+VALIDATING_WEBHOOK_CONFIGURATIONS = ResourceType(
+    group="admissionregistration.k8s.io",
+    version="v1",
+    plural="validatingwebhookconfigurations",
+    kind="ValidatingWebhookConfiguration",
+    namespaced=False,
+)
+MUTATING_WEBHOOK_CONFIGURATIONS = ResourceType(
+    group="admissionregistration.k8s.io",
+    version="v1",
+    plural="mutatingwebhookconfigurations",
+    kind="MutatingWebhookConfiguration",
+    namespaced=False,
+)
 """What leader election asks for on its Lease: read it, create it once, replace it (acquire, renew)."""
 
 
@@ -80,12 +101,16 @@ class RoleAccess:
     and `update` of `<plural>/status`."""
     namespaced: tuple[tuple[str, ResourceType, tuple[str, ...]], ...] = ()
     """`(namespace, resource, verbs)`: what the role does in one namespace only (a Role, not a ClusterRole)."""
+    cluster: tuple[tuple[ResourceType, tuple[str, ...]], ...] = ()
+    """`(resource, verbs)`: further cluster-wide grants (the manifest narrows them with resourceNames)."""
 
     def rules(self) -> tuple[Rule, ...]:
         """The ClusterRole's rules granting exactly the watches and status writes, in group order."""
         found = _grouped(self.watches, WATCH_VERBS)
         found += _grouped(self.status_writes, ("get",))
         found += _grouped(self.status_writes, STATUS_VERBS, subresource="status")
+        for resource, verbs in self.cluster:
+            found += _grouped((resource,), verbs)
         return tuple(sorted(found, key=lambda rule: (rule.api_group, rule.verbs, rule.resources)))
 
     def namespace_rules(self) -> dict[str, tuple[Rule, ...]]:
@@ -162,11 +187,23 @@ narrow a list to one Secret type, so the grant is every Secret; the field select
 CONTROLLER_ACCESS = RoleAccess(
     role="controller",
     service_account="aether-controller",
-    watches=tuple(query.resource for query in CONTROLLER_QUERIES),
+    watches=(*(query.resource for query in CONTROLLER_QUERIES), MESH_CONFIGS, CONFIG_MAPS),
     status_writes=STATUS_RESOURCES,
-    namespaced=((CONTROLLER_NAMESPACE, LEASES, LEASE_VERBS),),
+    namespaced=(
+        (CONTROLLER_NAMESPACE, LEASES, LEASE_VERBS),
+        (CONTROLLER_NAMESPACE, PODS, ("get",)),
+        (CONTROLLER_NAMESPACE, SECRETS, ("create", "get")),
+    ),
+    cluster=(
+        (CONFIG_MAPS, ("create", "update")),
+        (VALIDATING_WEBHOOK_CONFIGURATIONS, WEBHOOK_CONFIGURATION_VERBS),
+        (MUTATING_WEBHOOK_CONFIGURATIONS, WEBHOOK_CONFIGURATION_VERBS),
+    ),
 )
-"""`aether controller`: the agent's reads cluster-wide, the Gateway API's status, and its Lease."""
+"""`aether controller`: the agent's reads cluster-wide, the Gateway API's status, and its Lease; the MeshConfigs and
+the ConfigMaps it projects them into (every namespace that has one); for the webhooks,
+its own pod (the init container's image), the serving certificate's Secret, and our two webhook configurations'
+caBundle (get and update, narrowed by resourceNames in the manifest)."""
 
 ROLE_ACCESS: Mapping[str, RoleAccess] = {
     access.service_account: access

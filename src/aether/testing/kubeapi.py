@@ -6,7 +6,8 @@ paging; watch streams of JSON lines (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) 
 410 Gone (reason Expired) once that version is compacted; bearer tokens; and test controls to cut watches,
 force bookmarks, compact history and restart. Objects are written by tests through the store, or over HTTP
 (`aether.testing.kubewrites`: create, replace, merge-patch, delete, the status subresource). It answers the
-legacy discovery documents kubectl reads (`aether.testing.kubediscovery`), and runs on its own for kubectl:
+legacy discovery documents kubectl reads (`aether.testing.kubediscovery`), calls the admission webhooks the stored
+webhook configurations declare (`aether.testing.kubeadmission`), and runs on its own for kubectl:
 
     python -m aether.testing.kubeapi --listen 127.0.0.1:PORT
 """
@@ -28,6 +29,7 @@ import h11
 import trio
 
 from aether.kube.resources import BUILTIN_RESOURCES, JsonObject, ResourceType
+from aether.testing.kubeadmission import AdmittedWrite, WebhookCaller, admit_write
 from aether.testing.kubediscovery import api_versions, group_list, resource_list, served_resources
 from aether.testing.kubequery import (
     Query,
@@ -90,8 +92,11 @@ class KubeApi:
         token: str | None,
         bookmark_interval: float | None,
         ssl_context: ssl.SSLContext | None,
+        webhook_addresses: Mapping[str, str],
     ) -> None:
         self.store = store
+        self.webhooks = WebhookCaller(store, service_addresses=webhook_addresses)
+        """Calls the admission webhooks of the stored webhook configurations on every create and update."""
         self.host = host
         self.port = 0
         self.token = token
@@ -221,17 +226,35 @@ class KubeApi:
             if method != "GET":
                 headers = {key.lower(): value for key, value in request.headers}
                 content_type = headers.get(b"content-type", b"").decode("ascii", "replace").partition(";")[0]
+                admitted = AdmittedWrite(method=method, body=body, content_type=content_type.strip())
+                if not subresource:
+                    admitted = await admit_write(
+                        self.webhooks,
+                        resource,
+                        method=method,
+                        namespace=namespace,
+                        name=name,
+                        body=body,
+                        content_type=admitted.content_type,
+                    )
                 code, written = write(
                     self.store,
                     resource,
-                    method=method,
+                    method=admitted.method,
                     namespace=namespace,
                     name=name,
                     subresource=subresource,
-                    body=body,
-                    content_type=content_type.strip(),
+                    body=admitted.body,
+                    content_type=admitted.content_type,
                 )
-                await _send(connection, stream, code, _encode(render(written, resource, in_list=False)))
+                warnings = [("Warning", f'299 - "{text}"') for text in admitted.warnings]
+                await _send(
+                    connection,
+                    stream,
+                    code,
+                    _encode(render(written, resource, in_list=False)),
+                    headers=warnings,
+                )
                 return True
             query = Query(
                 resource=resource,
@@ -461,6 +484,7 @@ async def open_kube_api(
     bookmark_interval: float | None = None,
     resources: Iterable[ResourceType] = BUILTIN_RESOURCES,
     ssl_context: ssl.SSLContext | None = None,
+    webhook_addresses: Mapping[str, str] | None = None,
 ) -> AsyncIterator[KubeApi]:
     """Serve a test Kubernetes API on `host` (an ephemeral port) until the block exits.
 
@@ -473,10 +497,17 @@ async def open_kube_api(
             when the test calls `send_bookmarks`, and before a watch's timeout ends it.
         resources: The kinds served (the mesh's builtin table by default).
         ssl_context: Serve HTTPS with this server context instead of plain HTTP.
+        webhook_addresses: Where a webhook's `clientConfig.service` is reached: `namespace/name:port` →
+            `host:port` (`aether.testing.kubeadmission`).
     """
     store = ObjectStore(resources=resources, history_limit=history_limit)
     api = KubeApi(
-        store=store, host=host, token=token, bookmark_interval=bookmark_interval, ssl_context=ssl_context
+        store=store,
+        host=host,
+        token=token,
+        bookmark_interval=bookmark_interval,
+        ssl_context=ssl_context,
+        webhook_addresses=webhook_addresses or {},
     )
     api.port = port
     async with trio.open_nursery() as nursery:
@@ -495,14 +526,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--listen", default="127.0.0.1:0", metavar="HOST:PORT", help="default 127.0.0.1:0 (a free port)"
     )
     parser.add_argument("--token", help="the bearer token every request must present (default: none needed)")
+    parser.add_argument(
+        "--webhook-service",
+        action="append",
+        default=[],
+        metavar="NS/NAME:PORT=HOST:PORT",
+        help="where a webhook configuration's clientConfig.service is reached (repeatable)",
+    )
     arguments = parser.parse_args(argv)
+    addresses = dict(item.partition("=")[::2] for item in arguments.webhook_service)
+    if any(not key or not value for key, value in addresses.items()):
+        parser.error(
+            f"--webhook-service: expected NS/NAME:PORT=HOST:PORT (got {arguments.webhook_service!r})"
+        )
     host, _, port = arguments.listen.rpartition(":")
     if not host or not port.isdigit():
         parser.error(f"--listen: expected HOST:PORT such as 127.0.0.1:6443 (got {arguments.listen!r})")
 
     async def serve() -> None:
         async with open_kube_api(
-            host=host, port=int(port), token=arguments.token, resources=served_resources()
+            host=host,
+            port=int(port),
+            token=arguments.token,
+            resources=served_resources(),
+            webhook_addresses=addresses,
         ) as api:
             print(api.url, flush=True)
             await trio.sleep_forever()

@@ -61,6 +61,9 @@ INSTALL_RESOURCES: tuple[ResourceType, ...] = (
         namespaced=False,
     ),
     _kind("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
+    # The mesh's own CRDs (manifests/base/crds): served as the API server serves a CRD once it is established.
+    _kind("config.aether.io", "v1", "meshconfigs", "MeshConfig", namespaced=True),
+    _kind("config.aether.io", "v1", "edgeconfigs", "EdgeConfig", namespaced=True),
 )
 """The built-in kinds `kubectl apply -k manifests/overlays/...` creates (or the roles will use) beyond the mesh's
 own table (`aether.kube.resources.BUILTIN_RESOURCES`): serve both to install the mesh."""

@@ -1,0 +1,120 @@
+"""What the mutating webhook does to a pod created in a namespace labelled for the mesh, as RFC 6902 JSONPatch.
+
+Three changes, each made only when missing, so the patch of a pod that has them is empty (a reinvocation changes
+nothing) and the same pod always gets the same patch:
+
+1. the label `aether.io/managed: "true"` (the agent, the CNI and the registrar select meshed pods by it);
+2. the DNS option `ndots` so that a mesh name, `<sa>.<ns>.<meshDomain>`, is tried as an absolute name first
+   instead of walking the cluster's search domains (Kubernetes' default `ndots: 5` would try five of them);
+3. the init container `aether-identity-ready`, first of all, running `aether identity-ready`: it holds the app's
+   containers until the pod's SVID is issued.
+
+A pod that opts out with `aether.io/managed: "false"`, or lives in a namespace that is never meshed, is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from aether.controller.verdict import ALLOWED, Verdict
+from aether.core.reduce.annotations import MANAGED_LABEL, NEVER_MESHED
+
+__all__ = ["IDENTITY_READY_CONTAINER", "PodMutation", "mesh_ndots", "pod_verdict"]
+
+IDENTITY_READY_CONTAINER = "aether-identity-ready"
+"""The init container's name (also how the webhook knows a pod already has it)."""
+IDENTITY_READY_COMMAND = ("/opt/aether/bin/aether", "identity-ready")
+"""Its command: the image's `aether` (manifests/base/controller.yaml runs the same path)."""
+
+
+def mesh_ndots(mesh_domain: str) -> int:
+    """The `ndots` at which a mesh name `<sa>.<ns>.<mesh_domain>` counts as absolute: its number of dots."""
+    return mesh_domain.count(".") + 2
+
+
+@attrs.frozen(kw_only=True)
+class PodMutation:
+    """What the webhook adds: the init container's image, and the mesh domain `ndots` is set for."""
+
+    image: str
+    mesh_domain: str = "aether.internal"
+
+    def init_container(self) -> dict[str, Any]:
+        """The `aether-identity-ready` container spec (restricted: no privileges, read-only root)."""
+        return {
+            "name": IDENTITY_READY_CONTAINER,
+            "image": self.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": list(IDENTITY_READY_COMMAND),
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": True,
+                "runAsNonRoot": True,
+            },
+        }
+
+
+def _pointer(token: str) -> str:
+    """One RFC 6901 reference token (`aether.io/managed` → `aether.io~1managed`)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _label_patch(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    labels = metadata.get("labels")
+    if not isinstance(labels, Mapping):
+        return [{"op": "add", "path": "/metadata/labels", "value": {MANAGED_LABEL: "true"}}]
+    if labels.get(MANAGED_LABEL) == "true":
+        return []
+    return [{"op": "add", "path": f"/metadata/labels/{_pointer(MANAGED_LABEL)}", "value": "true"}]
+
+
+def _dns_patch(spec: Mapping[str, Any], ndots: str) -> list[dict[str, Any]]:
+    wanted = {"name": "ndots", "value": ndots}
+    dns = spec.get("dnsConfig")
+    if not isinstance(dns, Mapping):
+        return [{"op": "add", "path": "/spec/dnsConfig", "value": {"options": [wanted]}}]
+    options = dns.get("options")
+    if not isinstance(options, list):
+        return [{"op": "add", "path": "/spec/dnsConfig/options", "value": [wanted]}]
+    for index, option in enumerate(options):
+        if isinstance(option, Mapping) and option.get("name") == "ndots":
+            if option.get("value") == ndots:
+                return []
+            return [{"op": "replace", "path": f"/spec/dnsConfig/options/{index}", "value": wanted}]
+    return [{"op": "add", "path": "/spec/dnsConfig/options/-", "value": wanted}]
+
+
+def _init_patch(spec: Mapping[str, Any], container: dict[str, Any]) -> list[dict[str, Any]]:
+    present = spec.get("initContainers")
+    if not isinstance(present, list) or not present:
+        return [{"op": "add", "path": "/spec/initContainers", "value": [container]}]
+    if any(isinstance(item, Mapping) and item.get("name") == IDENTITY_READY_CONTAINER for item in present):
+        return []
+    return [{"op": "add", "path": "/spec/initContainers/0", "value": container}]
+
+
+def pod_verdict(pod: Mapping[str, Any], *, namespace: str, mutation: PodMutation) -> Verdict:
+    """Return the patch that meshes `pod` (created in `namespace`), or a denial naming the malformed field."""
+    metadata = pod.get("metadata", {})
+    spec = pod.get("spec")
+    if not isinstance(metadata, Mapping):
+        return Verdict(allowed=False, message=f"pod in {namespace!r}: metadata: must be an object")
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    if not isinstance(spec, Mapping):
+        return Verdict(
+            allowed=False, message=f"pod {namespace}/{name}: spec: must be an object (got {spec!r})"
+        )
+    labels = metadata.get("labels")
+    opted_out = isinstance(labels, Mapping) and labels.get(MANAGED_LABEL) == "false"
+    if opted_out or namespace in NEVER_MESHED or namespace.startswith("spire-"):
+        return ALLOWED
+    patch = [
+        *_label_patch(metadata),
+        *_dns_patch(spec, str(mesh_ndots(mutation.mesh_domain))),
+        *_init_patch(spec, mutation.init_container()),
+    ]
+    return Verdict(allowed=True, patch=tuple(patch))

@@ -1,0 +1,55 @@
+"""Whether the mesh admits a Gateway API route: the core's own parse, so a route the core would drop is denied with
+the message its `Accepted` condition would carry.
+
+The core drops a route whole in two cases, and only these are denied: its spec breaks the API's schema or CEL rules
+(`RouteRejected`: the condition's message), or none of its rules can be served (each rule dropped for an expression
+Envoy refuses: the messages joined with `"; "`, as the core's status joins them). A route with some rules dropped is
+admitted with a warning, as the core keeps serving its other rules (its status says `PartiallyInvalid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aether.controller.verdict import ALLOWED, Verdict
+from aether.core.gateway.model import Route, parse_route
+from aether.core.reduce.kube import canonical_json
+from aether.kube.convert import ObjectError, object_meta
+
+__all__ = ["ROUTE_KINDS_VALIDATED", "route_verdict"]
+
+ROUTE_KINDS_VALIDATED = ("HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute")
+"""The route kinds the validating webhook reviews."""
+
+
+def _dropped_rules(route: Route) -> list[str]:
+    """The core's wording of each dropped rule (`aether.core.gateway.projector`'s resolution)."""
+    return [f"spec.rules[{rule.index}] dropped: {rule.problem}" for rule in route.rules if rule.problem]
+
+
+def route_verdict(kind: str, obj: Mapping[str, Any]) -> Verdict:
+    """Return the verdict on route `obj` of `kind` (one of `ROUTE_KINDS_VALIDATED`).
+
+    A denial's message is the core's condition message exactly (`spec.rules[0] dropped: ...`): the API server
+    already names the object and the webhook around it.
+    """
+    try:
+        meta = object_meta(obj)
+    except ObjectError as error:
+        return Verdict(allowed=False, message=f"{kind}: {error}")
+    where = f"{kind} {meta.namespace}/{meta.name}"
+    if meta.kind != kind:
+        return Verdict(allowed=False, message=f"{where}: kind must be {kind!r} (got {meta.kind!r})")
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return Verdict(allowed=False, message=f"{where}: spec: must be an object (got {spec!r})")
+    parsed = parse_route(kind, meta, canonical_json(dict(spec)))
+    if not isinstance(parsed, Route):
+        return Verdict(allowed=False, message=parsed.message)
+    dropped = _dropped_rules(parsed)
+    if dropped and len(dropped) == len(parsed.rules):
+        return Verdict(allowed=False, message="; ".join(dropped))
+    if dropped:
+        return Verdict(allowed=True, warnings=tuple(dropped))
+    return ALLOWED

@@ -1,0 +1,130 @@
+"""`aether controller`'s webhooks: the serving certificate chosen (files, or the replicas' shared generated pair with
+the caBundle written), the init container's image found, and the HTTPS server run.
+
+Every replica serves, leader or not. A replica that cannot get its certificate or image logs why, naming the fix,
+and goes on without webhooks: the election and the status writes do not depend on them, and the webhook
+configurations' failurePolicy decides what the API server does meanwhile (README, "Admission webhooks").
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import logging
+from pathlib import Path
+
+import attrs
+import trio
+
+from aether.controller.pod_mutation import PodMutation
+from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer
+from aether.controller.webhook_tls import (
+    ServingCertificate,
+    TlsFilesInvalid,
+    ensure_ca_bundles,
+    load_serving_certificate,
+    shared_serving_certificate,
+)
+from aether.kube.api import KubeClient
+from aether.kube.errors import KubeError
+from aether.kube.resources import PODS
+
+__all__ = ["WebhookOptions", "serve_webhooks"]
+
+LOG = logging.getLogger("aether.controller.webhooks")
+
+
+@attrs.frozen(kw_only=True)
+class WebhookOptions:
+    """How a replica serves the webhooks."""
+
+    host: str = "0.0.0.0"  # the pod's port, reached through the Service
+    port: int = DEFAULT_WEBHOOK_PORT
+    cert_file: Path | None = None
+    """With `key_file`: a mounted pair (its CA is the installer's to put in the caBundle)."""
+    key_file: Path | None = None
+    image: str | None = None
+    """The `aether-identity-ready` image; None reads this replica's own pod's image."""
+    pod_namespace: str = "aether-system"
+    pod_name: str = ""
+    container: str = "controller"
+    """The container of the own pod whose image the init container runs."""
+    mesh_domain: str = "aether.internal"
+
+
+async def own_image(client: KubeClient, options: WebhookOptions) -> str:
+    """The image of this replica's `container` (its own pod, read from the API).
+
+    Raises:
+        KubeError: The pod cannot be read.
+        LookupError: The pod has no such container.
+    """
+    pod = await client.get(PODS, name=options.pod_name, namespace=options.pod_namespace)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == options.container and container.get("image"):
+            return str(container["image"])
+    raise LookupError(
+        f"pod {options.pod_namespace}/{options.pod_name}: no container {options.container!r} with an image"
+    )
+
+
+CA_BUNDLE_RESYNC = 60.0
+"""Seconds between checks of our webhook configurations' caBundle in generated mode: a configuration applied (or
+replaced) after the replica started gets it within this."""
+
+
+def _mounted(options: WebhookOptions) -> bool:
+    return options.cert_file is not None and options.key_file is not None
+
+
+async def _certificate(client: KubeClient, options: WebhookOptions) -> ServingCertificate:
+    if options.cert_file is not None and options.key_file is not None:
+        return await trio.to_thread.run_sync(load_serving_certificate, options.cert_file, options.key_file)
+    return await shared_serving_certificate(client, now=datetime.datetime.now(datetime.UTC))
+
+
+async def _write_ca_bundles(client: KubeClient, ca_pem: bytes) -> None:
+    try:
+        await ensure_ca_bundles(client, ca_pem)
+    except KubeError as error:
+        LOG.warning("webhook caBundle not written (tried again in %g s): %s", CA_BUNDLE_RESYNC, error)
+
+
+async def _keep_ca_bundles(client: KubeClient, ca_pem: bytes) -> None:
+    """Write the caBundle every `CA_BUNDLE_RESYNC` where it differs; a failure is logged and retried."""
+    while True:
+        await trio.sleep(CA_BUNDLE_RESYNC)
+        await _write_ca_bundles(client, ca_pem)
+
+
+async def serve_webhooks(
+    client: KubeClient,
+    options: WebhookOptions,
+    *,
+    task_status: trio.TaskStatus[WebhookServer | None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the webhooks until cancelled; `task_status` gets the server (its port in `.port`), or None when this
+    replica cannot serve (the error is logged)."""
+    try:
+        pair = await _certificate(client, options)
+        image = options.image or await own_image(client, options)
+        context = await trio.to_thread.run_sync(pair.server_context)
+    except (KubeError, TlsFilesInvalid, LookupError) as error:
+        LOG.error(
+            "admission webhooks not served: %s (give --webhook-cert/--webhook-key, or let the controller write "
+            "its Secret; --init-image names the init container's image)",
+            error,
+        )
+        task_status.started(None)
+        return
+    server = WebhookServer(
+        ssl_context=context, mutation=PodMutation(image=image, mesh_domain=options.mesh_domain)
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(server.serve, host=options.host, port=options.port))
+        if not _mounted(options):
+            # Serving already: a caBundle written from here on is answered by this replica.
+            await _write_ca_bundles(client, pair.ca_pem)
+            nursery.start_soon(_keep_ca_bundles, client, pair.ca_pem)
+        LOG.info("admission webhooks served on %s:%d", options.host, server.port)
+        task_status.started(server)
