@@ -1,0 +1,39 @@
+"""TLS contexts from SVIDs held in memory (the Workload API's), for mutual TLS to the SPIFFE Broker Endpoint.
+
+`ssl` loads a certificate chain and key from files only, so they are written to a private temporary directory,
+loaded, and removed at once. SPIFFE certificates name their holder in a URI SAN, not a DNS name: no hostname is
+checked; the chain is verified against the bundle, and the caller checks the peer's SPIFFE ID where it must.
+"""
+
+from __future__ import annotations
+
+import ssl
+import tempfile
+from pathlib import Path
+
+from aether.identity.workload_api import TlsMaterial
+
+__all__ = ["client_context"]
+
+_ALPN = ["h2"]
+
+
+def client_context(material: TlsMaterial) -> ssl.SSLContext:
+    """Return a TLS client context presenting `material`'s SVID and verifying the server against its bundle.
+
+    Raises:
+        ssl.SSLError: The material does not load (a key that does not match its certificate, ...).
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    with tempfile.TemporaryDirectory(prefix="aether-svid-") as directory:
+        chain, key = Path(directory) / "chain.pem", Path(directory) / "key.pem"
+        chain.write_bytes(material.cert_chain_pem)
+        key.touch(mode=0o600)
+        key.write_bytes(material.private_key_pem)
+        context.load_cert_chain(chain, key)
+    context.load_verify_locations(cadata=material.bundle_pem.decode("ascii"))
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(_ALPN)
+    return context
