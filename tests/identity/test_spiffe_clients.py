@@ -18,11 +18,13 @@ import trio
 from aether.core.events import PodAdded, PodRemoved
 from aether.core.state import RejectionReason, State
 from aether.identity.broker import BrokerClient, process_in_netns
-from aether.identity.mint import TestCA
+from aether.identity.mint import MintedSvid, TestCA
 from aether.identity.workload_api import WorkloadIdentity, endpoint_socket_from_env, serve_workload_api
 from aether.plane.journal import Journal, open_journal
 from aether.rpc.backoff import Backoff
+from aether.sync import LatestValue
 from aether.testing import make_pod
+from aether.testing.envoy import wait_for
 from aether.testing.spiffe import FakeBroker, FakeWorkloadApi
 
 TD = "aether.internal"
@@ -36,10 +38,19 @@ HOUR = 3600 * 10**9
 
 async def until(journal: Journal, predicate: Callable[[State], bool]) -> State:
     """Return the journal's state once `predicate` holds on it (bounded in real time)."""
+    states: LatestValue[State] = LatestValue(journal.state)
+    journal.subscribe(lambda state, _: states.set(state))
     with trio.fail_after(SECONDS):
-        while not predicate(journal.state):
-            await trio.sleep(0.005)
-    return journal.state
+        return await states.wait_value(predicate)
+
+
+async def counted(read: Callable[[], int], at_least: int) -> None:
+    """Wait until the counter `read()` reaches `at_least` (a client's statistics: polled, bounded in real time)."""
+
+    async def reached() -> bool:
+        return read() >= at_least
+
+    await wait_for(reached, timeout=SECONDS, interval=0.005)
 
 
 @attrs.define
@@ -98,7 +109,8 @@ async def test_the_workload_api_streams_the_agents_identity_and_the_bundles(tmp_
             await r.identity.wait_ready()
         assert r.identity.trust_domain == TD
         material = r.identity.tls_material()
-        assert material is not None and material.spiffe_id == AGENT_ID
+        assert material is not None
+        assert material.spiffe_id == AGENT_ID
         state = await until(r.journal, lambda s: TD in s.identity.trust_bundles)
         assert state.identity.trust_bundles[TD].bundle_pem == r.ca.bundle_pem
         assert not state.identity.svids, "the agent's own SVID is not a pod's: it stays out of the journal"
@@ -158,9 +170,7 @@ async def test_a_server_without_kubernetes_references_is_asked_by_pid(tmp_path: 
 async def test_a_revoked_identity_stops_being_served_and_an_unknown_pod_is_retried(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
         await r.add_pod("web-1")
-        with trio.fail_after(SECONDS):
-            while r.client.statistics().pod_failures < 2:  # NotFound, retried after a backoff
-                await trio.sleep(0.005)
+        await counted(lambda: r.client.statistics().pod_failures, 2)  # NotFound, retried after a backoff
         r.broker.set_svids("default/web-1", [r.ca.issue(WEB_ID)])
         await until(r.journal, lambda s: WEB_ID in s.identity.svids)
         r.broker.revoke("default/web-1")
@@ -170,7 +180,7 @@ async def test_a_revoked_identity_stops_being_served_and_an_unknown_pod_is_retri
 async def test_bad_svids_are_refused_with_their_reason_and_the_good_one_keeps_serving(tmp_path: Path) -> None:
     other = TestCA("evil.example")
     now = time.time_ns()
-    cases = [
+    cases: list[tuple[str, Callable[[TestCA], MintedSvid], str]] = [
         ("expired", lambda ca: ca.issue(WEB_ID, not_before=now - 2 * HOUR, not_after=now - HOUR), "expired"),
         (
             "not yet valid",
@@ -196,15 +206,14 @@ async def test_bad_svids_are_refused_with_their_reason_and_the_good_one_keeps_se
         await until(r.journal, lambda s: WEB_ID in s.identity.svids)
         for what, mint, reason in cases:
             r.broker.set_svids("default/web-1", [mint(r.ca)])
-            state = await until(
-                r.journal,
-                lambda s, reason=reason: any(
-                    reason in rejection.message for rejection in s.diagnostics.rejections.values()
-                ),
-            )
+            state = await until(r.journal, functools.partial(_rejected_for, reason))
             rejection = state.diagnostics.rejections[f"svid/{WEB_ID}"]
             assert rejection.reason is RejectionReason.INVALID_SVID, what
             assert state.identity.svids[WEB_ID].cert_chain_pem == good.cert_chain_pem, what
+
+
+def _rejected_for(reason: str, state: State) -> bool:
+    return any(reason in rejection.message for rejection in state.diagnostics.rejections.values())
 
 
 async def test_an_svid_that_expires_while_nothing_happens_stops_being_served(tmp_path: Path) -> None:
@@ -223,16 +232,12 @@ async def test_the_broker_down_at_start_and_mid_stream_keeps_the_last_good_svid(
         good = r.ca.issue(WEB_ID)
         r.broker.set_svids("default/web-1", [good])
         await r.add_pod("web-1")
-        with trio.fail_after(SECONDS):
-            while r.client.statistics().failures < 2:
-                await trio.sleep(0.005)
+        await counted(lambda: r.client.statistics().failures, 2)
         await r.nursery.start(r.broker.serve, r.broker_socket)
         await until(r.journal, lambda s: WEB_ID in s.identity.svids)
         connects = r.client.statistics().connects
-        r.broker.stop()
-        with trio.fail_after(SECONDS):
-            while r.client.statistics().failures < 3:
-                await trio.sleep(0.005)
+        await r.broker.stop()
+        await counted(lambda: r.client.statistics().failures, 3)
         assert WEB_ID in r.journal.state.identity.svids, (
             "the last good SVID stays served while the broker is down"
         )

@@ -78,6 +78,7 @@ class FakeWorkloadApi:
         self.calls: dict[str, int] = {}
         """Calls received, by method (refused ones included)."""
         self._scope: trio.CancelScope | None = None
+        self._stopped = trio.Event()
 
     def set_svids(self, svids: Iterable[MintedSvid]) -> None:
         """Serve `svids` from now on (the first is the default); open streams get a new message."""
@@ -147,17 +148,20 @@ class FakeWorkloadApi:
         self, socket: Path, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve on the Unix socket `socket` until cancelled or `stop`ped."""
+        self._stopped = trio.Event()
         with trio.CancelScope() as self._scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(
                     functools.partial(serve_grpc, [self.service()], listen=ListenAddress.unix(socket))
                 )
                 task_status.started()
+        self._stopped.set()
 
-    def stop(self) -> None:
-        """Go down: the listener closes and every open stream breaks."""
+    async def stop(self) -> None:
+        """Go down: the listener closes and every open stream breaks; returns once the socket is gone."""
         if self._scope is not None:
             self._scope.cancel()
+            await self._stopped.wait()
 
 
 @attrs.define
@@ -194,6 +198,7 @@ class FakeBroker:
         """The SPIFFE ID of each caller's client certificate, in order of calls."""
         self.open_streams: LatestValue[int] = LatestValue(0)
         self._scope: trio.CancelScope | None = None
+        self._stopped = trio.Event()
         self._tls = self._context(directory, broker_id or f"spiffe://{ca.trust_domain}/spire/agent/broker")
 
     def _moved(self, pod: str, workload: _Workload, seen: int, _: int) -> bool:
@@ -295,6 +300,7 @@ class FakeBroker:
         self, socket: Path, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve on the Unix socket `socket` until cancelled or `stop`ped."""
+        self._stopped = trio.Event()
         with trio.CancelScope() as self._scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(
@@ -303,11 +309,13 @@ class FakeBroker:
                     )
                 )
                 task_status.started()
+        self._stopped.set()
 
-    def stop(self) -> None:
-        """Go down: the listener closes and every open stream breaks."""
+    async def stop(self) -> None:
+        """Go down: the listener closes and every open stream breaks; returns once the socket is gone."""
         if self._scope is not None:
             self._scope.cancel()
+            await self._stopped.wait()
 
 
 def _uri_of(der: bytes) -> str:
