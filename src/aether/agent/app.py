@@ -25,7 +25,11 @@ from aether.core.events import NodeCaptureConfigured
 from aether.core.project.node import NodeProjector
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.identity.broker import BrokerClient
+from aether.identity.status import IDENTITY_DOCUMENT, identity_document
+from aether.identity.workload_api import WorkloadIdentity, serve_workload_api
 from aether.kube import KubeClient
+from aether.plane.admin import HasStatistics
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
@@ -66,6 +70,12 @@ class AgentConfig:
     """Seconds AddPod waits for the proxy's ACK of a new pod's listeners."""
     dns_records: Path | None = None
     """Keep the mesh-dns record file here; None: no record file."""
+    spiffe_workload_socket: Path | None = None
+    """Take the agent's own SVID and the trust bundles from the SPIFFE Workload API at this Unix socket
+    (`aether.identity.workload_api`); without a broker, the SVIDs it streams are the pods' too."""
+    spiffe_broker_socket: Path | None = None
+    """Broker every pod's SVID from the SPIFFE Broker API at this Unix socket (`aether.identity.broker`), over
+    mTLS with the agent's own SVID: needs `spiffe_workload_socket`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -84,6 +94,10 @@ class RunningAgent:
     """The CNI service (None without a CNI socket)."""
     udp_services: UdpServicesWriter | None = None
     """The sink keeping each captured pod's set of served UDP destinations (None without a CNI socket)."""
+    workload_identity: WorkloadIdentity | None = None
+    """The agent's own identity from the Workload API (None without a Workload API socket)."""
+    broker: BrokerClient | None = None
+    """The Broker API client (None without a broker socket)."""
 
 
 async def _record_capture(journal: Journal, *, node_name: str, captured: bool) -> None:
@@ -187,9 +201,24 @@ async def serve_agent(
                     known=known_objects(journal.state, queries=queries),
                 )
             )
+        workload_identity, broker = await _start_spiffe(config, journal, nursery)
+        parts: dict[str, HasStatistics] = {"projector": projector}
+        if workload_identity is not None:
+            parts["workload_api"] = workload_identity
+        if broker is not None:
+            parts["broker"] = broker
+        documents = {
+            IDENTITY_DOCUMENT: lambda: identity_document(
+                journal.state, now=time.time_ns(), broker=() if broker is None else broker.pods()
+            )
+        }
         bound = await nursery.start(
             functools.partial(
-                plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts={"projector": projector}
+                plane.serve,
+                xds=config.xds,
+                admin_socket=config.admin_socket,
+                parts=parts,
+                documents=documents,
             )
         )
         task_status.started(
@@ -202,5 +231,33 @@ async def serve_agent(
                 registrations=registrations,
                 cni=cni,
                 udp_services=udp_services,
+                workload_identity=workload_identity,
+                broker=broker,
             )
         )
+
+
+async def _start_spiffe(
+    config: AgentConfig, journal: Journal, nursery: trio.Nursery
+) -> tuple[WorkloadIdentity | None, BrokerClient | None]:
+    """Start the SPIFFE clients the configuration asks for (the Workload API first: the broker needs its SVID)."""
+    if config.spiffe_workload_socket is None:
+        if config.spiffe_broker_socket is not None:
+            raise ValueError(
+                "a SPIFFE broker socket needs the Workload API socket too (the agent's own SVID)"
+            )
+        return None, None
+    identity: WorkloadIdentity = await nursery.start(
+        functools.partial(
+            serve_workload_api,
+            config.spiffe_workload_socket,
+            send=journal.sender(),
+            publish_svids=config.spiffe_broker_socket is None,
+        )
+    )
+    if config.spiffe_broker_socket is None:
+        return identity, None
+    broker = BrokerClient(socket=config.spiffe_broker_socket, identity=identity, send=journal.sender())
+    journal.subscribe(broker.follow)
+    nursery.start_soon(broker.serve)
+    return identity, broker

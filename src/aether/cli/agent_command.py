@@ -14,6 +14,7 @@ from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli.commands import summary
 from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
+from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.kube import KubeClient, KubeError
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
@@ -58,6 +59,7 @@ def add_parser(roles: Any) -> None:
         help="write the mesh-dns record file here (for aether mesh-dns)",
     )
     add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
+    add_spiffe_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_agent)
 
@@ -73,6 +75,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
     try:
         cluster = cluster_config(arguments, required=False)
         registrar_tls = _registrar_tls(arguments)
+        workload_socket, broker_socket = spiffe_sockets(arguments)
     except (KubeError, OSError, ssl.SSLError, ValueError) as error:
         print(f"aether: error: {error}", file=sys.stderr)
         return 2
@@ -88,6 +91,8 @@ def run_agent(arguments: argparse.Namespace) -> int:
         dns_records=arguments.dns_records,
         kube=None if cluster is None else KubeClient(cluster),
         registrar_tls=registrar_tls,
+        spiffe_workload_socket=workload_socket,
+        spiffe_broker_socket=broker_socket,
     )
 
     async def main() -> None:

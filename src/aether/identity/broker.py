@@ -147,6 +147,7 @@ class BrokerClient:
         self._identity = identity
         self._send = send
         self._trust_domain = trust_domain
+        self._mesh_trust_domain = ""
         self._clock = clock
         self._backoff = backoff
         self._rng = random.Random() if rng is None else rng
@@ -162,11 +163,12 @@ class BrokerClient:
 
     @property
     def trust_domain(self) -> str:
-        """The mesh's trust domain: the one given, else the agent's own SVID's."""
-        return self._trust_domain or self._identity.trust_domain
+        """The mesh's trust domain: the one given, else the MeshConfig's (what Envoy's secrets are named after)."""
+        return self._trust_domain or self._mesh_trust_domain
 
     def follow(self, state: State, now: int) -> None:
         """Journal subscriber: the pods to broker SVIDs for are the managed pods of the state."""
+        self._mesh_trust_domain = state.kube.mesh_config.trust_domain
         pods = {key: record.pod for key, record in state.pods.items()}
         if pods != self._wanted.value:
             self._wanted.set(pods)

@@ -115,7 +115,9 @@ async def cancel_client_stream(grpc_socket: GRPCSocket, stream: GRPCStream) -> N
     """
     if stream.stream_id not in grpc_socket._streams:
         return
-    with contextlib.suppress(h2.exceptions.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+    with contextlib.suppress(
+        h2.exceptions.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError
+    ):
         grpc_socket._grpc_connection.reset_stream(stream.stream_id, h2.errors.ErrorCodes.CANCEL)
         await grpc_socket._socket.flush()
     _fail_stream(
