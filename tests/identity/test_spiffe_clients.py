@@ -246,3 +246,10 @@ async def test_the_broker_down_at_start_and_mid_stream_keeps_the_last_good_svid(
         await r.nursery.start(r.broker.serve, r.broker_socket)
         await until(r.journal, lambda s: s.identity.svids[WEB_ID].cert_chain_pem == rotated.cert_chain_pem)
         assert r.client.statistics().connects > connects
+
+
+def test_identity_ready_asks_for_the_document_the_agent_serves() -> None:
+    from aether.cli import identity_ready_command
+    from aether.identity.status import IDENTITY_DOCUMENT
+
+    assert identity_ready_command.IDENTITY_DOCUMENT == IDENTITY_DOCUMENT

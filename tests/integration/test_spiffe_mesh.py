@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cli.main import main
 from aether.envoy.bootstrap import ads_bootstrap
 from aether.envoy.process import Envoy, open_envoy
 from aether.identity.mint import TestCA
@@ -183,9 +185,12 @@ def _snapshot_secrets(node: Node) -> set[str]:
     }
 
 
-async def test_broker_issued_identities_carry_mtls_between_two_envoys(tmp_path: Path) -> None:
+async def test_broker_issued_identities_carry_mtls_between_two_envoys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The caller's SVID and the callee's both come from the broker: the callee's app sees the caller in XFCC,
-    and each agent's `/identity` says its pods' SVIDs are served."""
+    each agent's `/identity` says its pods' SVIDs are served, and `aether identity-ready` agrees (and says why
+    not for a pod the agent does not know)."""
     async with open_mesh(tmp_path) as mesh:
         answer = (await request()).json()
         assert f"URI={CLIENT_ID}" in answer["xfcc"]
@@ -194,6 +199,10 @@ async def test_broker_issued_identities_carry_mtls_between_two_envoys(tmp_path: 
         b_pods = await _identity(mesh.b)
         assert all(b_pods[f"{NAMESPACE}/{name}"]["served"] for name in CART_IPS)
         assert {kind for kind, _ in mesh.b.broker.calls} == {"kubernetes"}
+        ready = ["identity-ready", "--admin", str(mesh.a.admin_socket), "--namespace", NAMESPACE]
+        assert await trio.to_thread.run_sync(main, [*ready, "--pod", "client-1", "--timeout", "5"]) == 0
+        assert await trio.to_thread.run_sync(main, [*ready, "--pod", "ghost", "--timeout", "0.2"]) == 1
+        assert "does not know pod 'shop/ghost'" in capsys.readouterr().err
 
 
 async def test_a_rotation_by_the_broker_reaches_envoy_without_a_failed_request(tmp_path: Path) -> None:
