@@ -44,9 +44,10 @@ def add_parser(roles: Any) -> None:
     parser.add_argument("--bind", default=ANY_ADDRESS, metavar="ADDRESS", help="where Gateway listeners bind")
     parser.add_argument(
         "--identity",
-        choices=("spiffe", "none"),
+        choices=("spiffe", "spire", "none"),
         default="spiffe",
-        help="none: cleartext HTTP/2 to backends (default spiffe: mTLS with the edge's SVID)",
+        help="none: cleartext HTTP/2 to backends; spire: mTLS, Envoy fetching the SVID from the SPIRE agent's SDS"
+        " (bootstrap with --spiffe-workload-socket); default spiffe: mTLS with the SVID the edge serves",
     )
     add_verbose_argument(parser)
     parser.set_defaults(run=run_edge)
@@ -73,6 +74,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
         service=arguments.service,
         bind=arguments.bind,
         cleartext=arguments.identity == "none",
+        spire_sds=arguments.identity == "spire",
     )
 
     async def main() -> None:

@@ -18,6 +18,7 @@ from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, project_
 from aether.core.project.names import ANY_ADDRESS
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.envoy.bootstrap import SPIRE_SDS_CLUSTER
 from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
@@ -51,6 +52,9 @@ class EdgeConfig:
     """Where Gateway listener ports and the readiness port bind."""
     cleartext: bool = False
     """Identity none: dial backends in HTTP/2 without TLS."""
+    spire_sds: bool = False
+    """Identity spire: Envoy takes the edge's SVID and bundle over SDS from the SPIRE agent's socket itself (its
+    bootstrap declares it: `aether bootstrap --spiffe-workload-socket PATH`); the edge serves no secret."""
     manifest_poll_interval: float = 1.0
 
 
@@ -74,7 +78,12 @@ async def serve_edge(
     Start-up replays the log first (the snapshot served before a restart is served again), then reads the
     manifests and the SVID files.
     """
-    options = EdgeOptions(bind=config.bind, service=config.service, cleartext=config.cleartext)
+    options = EdgeOptions(
+        bind=config.bind,
+        service=config.service,
+        cleartext=config.cleartext,
+        spire_sds_cluster=SPIRE_SDS_CLUSTER if config.spire_sds else "",
+    )
 
     def project(state: State, now: int) -> Snapshot:
         del now  # the edge has no on-demand requests to expire
