@@ -26,9 +26,13 @@ import purerpc
 import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import any_pb2
 
 from aether.identity.mint import MintedSvid, TestCA
 from aether.proto.spiffe.v1 import broker_pb2, workload_pb2
+from aether.rpc.calls import CONNECTION_ERRORS
 from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
 from aether.sync import LatestValue
 
@@ -59,6 +63,15 @@ def svid_message(svid: MintedSvid, *, bundle_pem: bytes, spiffe_id: str | None =
     }
 
 
+SECRET_TYPE_URL = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+
+
+def _packed(message: Any) -> Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
 def _require_header(request: Any, header: tuple[str, str]) -> None:
     if tuple(header) not in {tuple(pair) for pair in request.custom_metadata}:
         raise purerpc.InvalidArgumentError(f"the security header {header[0]}: {header[1]} is missing")
@@ -77,6 +90,9 @@ class FakeWorkloadApi:
         )
         self.calls: dict[str, int] = {}
         """Calls received, by method (refused ones included)."""
+        self.sds_nacks: list[str] = []
+        """The error messages of the SDS responses Envoy rejected."""
+        self._nursery: trio.Nursery | None = None
         self._scope: trio.CancelScope | None = None
         self._stopped = trio.Event()
 
@@ -87,6 +103,104 @@ class FakeWorkloadApi:
     def set_bundles(self, bundles: Mapping[str, bytes]) -> None:
         """Serve `bundles` (PEM by `spiffe://<td>`) from now on; open streams get a new message."""
         self._bundles.set(dict(bundles))
+
+    def services(self) -> list[purerpc.Service]:
+        """The services of the socket: the Workload API, and Envoy's SDS (SPIRE's agent serves both there)."""
+        return [self.service(), self.sds_service()]
+
+    def sds_service(self) -> purerpc.Service:
+        """Envoy's `SecretDiscoveryService` (state of the world), as SPIRE's agent serves it on its socket: the
+        secret named by the workload's SPIFFE ID (or `default`) is its SVID, the one named `spiffe://<td>` (or
+        `ROOTCA`) is that trust domain's bundle; every change of either pushes a new response."""
+        service = purerpc.Service("envoy.service.secret.v3.SecretDiscoveryService")
+        service.add_method(
+            "StreamSecrets",
+            self._stream_secrets,
+            purerpc.RPCSignature(
+                purerpc.Cardinality.STREAM_STREAM,
+                discovery_pb2.DiscoveryRequest,
+                discovery_pb2.DiscoveryResponse,
+            ),
+        )
+        return service
+
+    def _secrets(self, names: Iterable[str]) -> list[Any]:
+        svids = self._svids.value
+        bundles = self._bundles.value
+        found = []
+        for name in sorted(set(names)):
+            svid = next((item for item in svids if item.spiffe_id == name), None)
+            if name == "default" and svids:
+                svid = svids[0]
+            if svid is not None:
+                secret = secret_pb2.Secret(name=name)
+                secret.tls_certificate.certificate_chain.inline_bytes = svid.cert_chain_pem
+                secret.tls_certificate.private_key.inline_bytes = svid.private_key_pem
+                found.append(secret)
+                continue
+            bundle = bundles.get(f"spiffe://{self.ca.trust_domain}" if name == "ROOTCA" else name)
+            if bundle is not None:
+                secret = secret_pb2.Secret(name=name)
+                secret.validation_context.trusted_ca.inline_bytes = bundle
+                found.append(secret)
+        return found
+
+    async def _stream_secrets(
+        self, requests: AsyncIterator[discovery_pb2.DiscoveryRequest], request: Any
+    ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
+        self._count("StreamSecrets")
+        assert self._nursery is not None, "serve() runs the stream's helpers"
+        send, receive = trio.open_memory_channel[discovery_pb2.DiscoveryRequest | None](16)
+        scope = trio.CancelScope()
+
+        async def pump(out: trio.MemorySendChannel[Any]) -> None:
+            async with out:
+                try:
+                    async for item in requests:
+                        await out.send(item)
+                except CONNECTION_ERRORS:
+                    pass  # Envoy went away: the stream is over
+                finally:
+                    scope.cancel()  # the stream is over: so are its watchers, and the handler's receive ends
+
+        async def watch(cell: LatestValue[Any], out: trio.MemorySendChannel[Any]) -> None:
+            async with out:
+                seen = cell.value
+                while True:
+                    seen = await cell.wait_changed(seen)
+                    await out.send(None)
+
+        async def helpers() -> None:
+            # The handler is an async generator, which must not hold a nursery across a yield: its helpers run
+            # in the server's nursery, and end with the stream.
+            with scope, send:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch, self._svids, send.clone())
+                    nursery.start_soon(watch, self._bundles, send.clone())
+                    nursery.start_soon(pump, send.clone())
+
+        self._nursery.start_soon(helpers)
+        names: tuple[str, ...] = ()
+        version = 0
+        try:
+            async with receive:
+                async for item in receive:
+                    if item is not None:
+                        if item.error_detail.code:
+                            self.sds_nacks.append(item.error_detail.message)
+                        asked = tuple(sorted(item.resource_names))
+                        if item.response_nonce and asked == names:
+                            continue  # an ACK (or NACK) of what was sent: nothing new to say
+                        names = asked
+                    version += 1
+                    yield discovery_pb2.DiscoveryResponse(
+                        version_info=str(version),
+                        type_url=SECRET_TYPE_URL,
+                        nonce=str(version),
+                        resources=[_packed(secret) for secret in self._secrets(names)],
+                    )
+        finally:
+            scope.cancel()
 
     def service(self) -> purerpc.Service:
         service = purerpc.Service("SpiffeWorkloadAPI")
@@ -151,8 +265,9 @@ class FakeWorkloadApi:
         self._stopped = trio.Event()
         with trio.CancelScope() as self._scope:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await nursery.start(
-                    functools.partial(serve_grpc, [self.service()], listen=ListenAddress.unix(socket))
+                    functools.partial(serve_grpc, self.services(), listen=ListenAddress.unix(socket))
                 )
                 task_status.started()
         self._stopped.set()
