@@ -93,6 +93,7 @@ def bench(session: nox.Session) -> None:
             "bench_projection.py",
             "bench_registrar.py",
             "bench_replay.py",
+            "bench_spiffe.py",
             "bench_xds.py",
         )
     ):
