@@ -129,7 +129,6 @@ class WorkloadIdentity:
         self._material: TlsMaterial | None = None
         self._bundles: dict[str, bytes] = {}
         self._ready = trio.Event()
-        self._changed = trio.Event()
         self.connects = self.failures = self.svid_messages = self.bundle_messages = self.events_sent = 0
         self.last_error = ""
 
@@ -150,10 +149,6 @@ class WorkloadIdentity:
         """Block until the default SVID and the bundles have arrived."""
         await self._ready.wait()
 
-    async def wait_changed(self) -> None:
-        """Block until the default SVID or a bundle changes next."""
-        await self._changed.wait()
-
     def statistics(self) -> WorkloadApiStatistics:
         """Return the client's counters."""
         return WorkloadApiStatistics(
@@ -167,11 +162,9 @@ class WorkloadIdentity:
             last_error=self.last_error,
         )
 
-    def _changed_now(self) -> None:
+    def _check_ready(self) -> None:
         if self._material is not None and self._bundles:
             self._ready.set()
-        self._changed.set()
-        self._changed = trio.Event()
 
 
 class _Client:
@@ -233,7 +226,7 @@ class _Client:
             if not bundle.problem:
                 self.identity._bundles[domain] = bundle.bundle_pem
             await self._emit(TrustBundleRotated(observed_at=now, source=SOURCE, bundle=bundle))
-        self.identity._changed_now()
+        self.identity._check_ready()
         # A bundle that arrives after an SVID may make that SVID's chain verifiable now.
         for spiffe_id in sorted(self._svids):
             await self._publish_svid(spiffe_id, now=now)
@@ -284,7 +277,7 @@ class _Client:
                 not_after=svid.not_after,
             )
             self.identity._bundles.setdefault(domain, own_bundle)
-            self.identity._changed_now()
+            self.identity._check_ready()
         if not self._publish:
             return
         fresh = {svid.spiffe_id: svid for svid in message.svids}
