@@ -17,7 +17,6 @@ import base64
 import functools
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -184,4 +183,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
