@@ -253,3 +253,31 @@ def test_identity_ready_asks_for_the_document_the_agent_serves() -> None:
     from aether.identity.status import IDENTITY_DOCUMENT
 
     assert identity_ready_command.IDENTITY_DOCUMENT == IDENTITY_DOCUMENT
+
+
+async def test_a_broker_endpoint_of_another_identity_is_refused(tmp_path: Path) -> None:
+    """The broker authenticates the server too (the Broker Endpoint spec): a pinned ID that differs is refused."""
+    ca = TestCA(TD)
+    workload = FakeWorkloadApi(ca, svids=[ca.issue(AGENT_ID)])
+    broker = FakeBroker(ca, directory=tmp_path / "broker", broker_id=f"spiffe://{TD}/impostor")
+    async with open_journal(tmp_path / "log") as journal, trio.open_nursery() as nursery:
+        await nursery.start(workload.serve, tmp_path / "workload.sock")
+        await nursery.start(broker.serve, tmp_path / "broker.sock")
+        identity = await nursery.start(
+            functools.partial(
+                serve_workload_api, tmp_path / "workload.sock", send=journal.sender(), backoff=FAST
+            )
+        )
+        client = BrokerClient(
+            socket=tmp_path / "broker.sock",
+            identity=identity,
+            send=journal.sender(),
+            server_id=f"spiffe://{TD}/spire/agent/broker",
+            backoff=FAST,
+        )
+        journal.subscribe(client.follow)
+        nursery.start_soon(client.serve)
+        await counted(lambda: client.statistics().failures, 2)
+        assert client.statistics().connects == 0
+        assert "impostor" in client.statistics().last_error
+        nursery.cancel_scope.cancel()

@@ -49,10 +49,10 @@ from aether.core.events import Event, Pod, SvidRemoved, SvidRotated
 from aether.core.state import State
 from aether.identity.files import spiffe_id_of
 from aether.identity.recheck import Rechecks
-from aether.identity.streams import BROKER_HEADER, server_stream
-from aether.identity.tls import client_context
+from aether.identity.streams import BROKER_HEADER, first_failure, server_stream
+from aether.identity.tls import client_context, peer_spiffe_id
 from aether.identity.workload_api import WorkloadIdentity
-from aether.identity.x509 import not_before_of_chain, svid_from_der
+from aether.identity.x509 import not_before_of_chain, svid_from_der, trust_domain_of_id
 from aether.proto.spiffe.v1 import broker_pb2
 from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
@@ -139,6 +139,7 @@ class BrokerClient:
         identity: WorkloadIdentity,
         send: trio.MemorySendChannel[Event],
         trust_domain: str | None = None,
+        server_id: str | None = None,
         clock: Callable[[], int] = time.time_ns,
         backoff: Backoff = DEFAULT_BACKOFF,
         rng: random.Random | None = None,
@@ -147,6 +148,7 @@ class BrokerClient:
         self._identity = identity
         self._send = send
         self._trust_domain = trust_domain
+        self._server_id = server_id
         self._mesh_trust_domain = ""
         self._clock = clock
         self._backoff = backoff
@@ -212,7 +214,7 @@ class BrokerClient:
                 try:
                     await self._run_connection()
                 except* CONNECTION_ERRORS as group:
-                    error = group.exceptions[0]
+                    error = first_failure(group)
                     self._last_error = f"{type(error).__name__}: {error}"
                     LOG.warning("SPIFFE Broker API at %s failed: %r", self._target, error)
                 self._failures += 1
@@ -224,6 +226,7 @@ class BrokerClient:
         assert material is not None, "wait_ready() returned before the agent's SVID arrived"
         tls = client_context(material)
         async with open_grpc_socket(self._target, tls=tls) as grpc_socket, trio.open_nursery() as nursery:
+            self._authenticate(peer_spiffe_id(grpc_socket))
             self._connects += 1
             running: dict[str, trio.CancelScope] = {}
             while True:
@@ -233,6 +236,21 @@ class BrokerClient:
                 for key in sorted(wanted.keys() - running.keys()):
                     running[key] = await nursery.start(self._pod_loop, grpc_socket, key, wanted[key])
                 await self._wanted.wait_changed(wanted)
+
+    def _authenticate(self, server: str) -> None:
+        """Check the Broker Endpoint's SPIFFE ID (the spec requires the broker to): the one configured, else any
+        of the mesh's trust domain (the chain was verified against its bundle by the handshake).
+
+        Raises:
+            BrokerAuthenticationError: It is another.
+        """
+        wanted = self._server_id
+        if wanted is not None and server != wanted:
+            raise BrokerAuthenticationError(f"the broker endpoint is {server!r}, not the expected {wanted!r}")
+        if wanted is None and trust_domain_of_id(server) != self.trust_domain:
+            raise BrokerAuthenticationError(
+                f"the broker endpoint is {server!r}, not of the mesh's trust domain {self.trust_domain!r}"
+            )
 
     async def _drop_departed(self) -> None:
         """Until cancelled: close the stream of every pod that left and drop its material, connected or not."""
@@ -371,6 +389,11 @@ class BrokerClient:
     async def _emit(self, event: Event) -> None:
         await self._send.send(event)
         self._events_sent += 1
+
+
+class BrokerAuthenticationError(ConnectionError):
+    """The Broker Endpoint's certificate names another SPIFFE ID than the one expected (redialled after a backoff:
+    a misdirected socket may be fixed while the agent runs)."""
 
 
 class ReferenceUnavailableError(Exception):

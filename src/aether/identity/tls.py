@@ -10,10 +10,14 @@ from __future__ import annotations
 import ssl
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import anyio.streams.tls
+from cryptography import x509
 
 from aether.identity.workload_api import TlsMaterial
 
-__all__ = ["client_context"]
+__all__ = ["client_context", "peer_spiffe_id"]
 
 _ALPN = ["h2"]
 
@@ -37,3 +41,19 @@ def client_context(material: TlsMaterial) -> ssl.SSLContext:
     context.verify_mode = ssl.CERT_REQUIRED
     context.set_alpn_protocols(_ALPN)
     return context
+
+
+def peer_spiffe_id(grpc_socket: Any) -> str:
+    """Return the SPIFFE ID (URI SAN) of the server certificate of a TLS connection `open_grpc_socket` opened, or
+    '' when it names none (a purerpc socket holds its anyio stream as `_socket._stream`)."""
+    stream = grpc_socket._socket._stream
+    der = stream.extra(anyio.streams.tls.TLSAttribute.peer_certificate_binary, None)
+    if der is None:
+        return ""
+    certificate = x509.load_der_x509_certificate(der)
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return ""
+    uris = names.get_values_for_type(x509.UniformResourceIdentifier)
+    return uris[0] if len(uris) == 1 else ""
