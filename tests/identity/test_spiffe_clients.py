@@ -15,16 +15,24 @@ from pathlib import Path
 import attrs
 import trio
 
+from aether.agent.app import AgentConfig, RunningAgent, serve_agent
+from aether.cli import identity_ready_command
 from aether.core.events import PodAdded, PodRemoved
 from aether.core.state import RejectionReason, State
 from aether.identity.broker import BrokerClient, process_in_netns
 from aether.identity.mint import MintedSvid, TestCA
+from aether.identity.status import IDENTITY_DOCUMENT
 from aether.identity.workload_api import WorkloadIdentity, endpoint_socket_from_env, serve_workload_api
 from aether.plane.journal import Journal, open_journal
+from aether.registrar import serve_registrar
+from aether.registrar.authorization import agent_spiffe_id
 from aether.rpc.backoff import Backoff
+from aether.rpc.listen import ListenAddress
+from aether.rpc.tls import server_tls_context
 from aether.sync import LatestValue
-from aether.testing import make_pod
+from aether.testing import make_pod, pod_added
 from aether.testing.envoy import wait_for
+from aether.testing.memory_backend import MemoryBackend
 from aether.testing.spiffe import FakeBroker, FakeWorkloadApi
 
 TD = "aether.internal"
@@ -249,9 +257,6 @@ async def test_the_broker_down_at_start_and_mid_stream_keeps_the_last_good_svid(
 
 
 def test_identity_ready_asks_for_the_document_the_agent_serves() -> None:
-    from aether.cli import identity_ready_command
-    from aether.identity.status import IDENTITY_DOCUMENT
-
     assert identity_ready_command.IDENTITY_DOCUMENT == IDENTITY_DOCUMENT
 
 
@@ -280,4 +285,55 @@ async def test_a_broker_endpoint_of_another_identity_is_refused(tmp_path: Path) 
         await counted(lambda: client.statistics().failures, 2)
         assert client.statistics().connects == 0
         assert "impostor" in client.statistics().last_error
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_agent_presents_its_workload_api_svid_to_the_registrar(tmp_path: Path) -> None:
+    """`registrar_spiffe`: the agent's mTLS identity towards a registrar that authorizes by it comes from the
+    Workload API (no certificate files), and its pod is registered and watched back over that connection."""
+    ca = TestCA(TD)
+    registrar = ca.issue(f"spiffe://{TD}/ns/aether-system/sa/aether-registrar")
+    for name, content in (
+        ("registrar.pem", registrar.cert_chain_pem),
+        ("registrar.key", registrar.private_key_pem),
+        ("bundle.pem", ca.bundle_pem),
+    ):
+        (tmp_path / name).write_bytes(content)
+    workload = FakeWorkloadApi(ca, svids=[ca.issue(agent_spiffe_id("node-a", trust_domain=TD))])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(workload.serve, tmp_path / "workload.sock")
+        address = await nursery.start(
+            functools.partial(
+                serve_registrar,
+                backend=MemoryBackend(),
+                listen=ListenAddress.tcp(host="127.0.0.1", port=0),
+                tls=server_tls_context(
+                    certificate=tmp_path / "registrar.pem",
+                    key=tmp_path / "registrar.key",
+                    bundle=tmp_path / "bundle.pem",
+                ),
+                trust_domain=TD,
+            )
+        )
+        config = AgentConfig(
+            node_name="node-a",
+            log_dir=tmp_path / "log",
+            xds=ListenAddress.unix(tmp_path / "xds.sock"),
+            admin_socket=tmp_path / "admin.sock",
+            registrar=address,
+            spiffe_workload_socket=tmp_path / "workload.sock",
+            registrar_spiffe=True,
+        )
+        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+        web = make_pod(
+            "web-1", namespace="shop", service_account="web", ips=("127.0.10.1",), node_name="node-a"
+        )
+        async with agent.journal.sender() as send:
+            await send.send(pod_added(web))
+        await until(
+            agent.journal,
+            lambda s: "127.0.10.1" in {ip for _, ip in s.registry.endpoints_of("shop/web")},
+        )
+        assert agent.registrations is not None
+        assert agent.registrations.statistics().registered == 1
         nursery.cancel_scope.cancel()

@@ -27,6 +27,7 @@ from aether.core.snapshot import Snapshot
 from aether.core.state import State
 from aether.identity.broker import BrokerClient
 from aether.identity.status import IDENTITY_DOCUMENT, identity_document
+from aether.identity.tls import client_context, keep_context_current
 from aether.identity.workload_api import WorkloadIdentity, serve_workload_api
 from aether.kube import KubeClient
 from aether.plane.admin import HasStatistics
@@ -73,6 +74,9 @@ class AgentConfig:
     spiffe_workload_socket: Path | None = None
     """Take the agent's own SVID and the trust bundles from the SPIFFE Workload API at this Unix socket
     (`aether.identity.workload_api`); without a broker, the SVIDs it streams are the pods' too."""
+    registrar_spiffe: bool = False
+    """mTLS to the registrar with the Workload API's SVID (needs `spiffe_workload_socket`; `registrar_tls` unset):
+    it is loaded into the context again whenever it rotates, for every later connection."""
     spiffe_broker_socket: Path | None = None
     """Broker every pod's SVID from the SPIFFE Broker API at this Unix socket (`aether.identity.broker`), over
     mTLS with the agent's own SVID: needs `spiffe_workload_socket`."""
@@ -139,6 +143,13 @@ async def serve_agent(
     ):
         journal, cache = plane.journal, plane.cache
         await _record_capture(journal, node_name=config.node_name, captured=config.cni_socket is not None)
+        workload_identity, broker = await _start_spiffe(config, journal, nursery)
+        registrar_tls = config.registrar_tls
+        if config.registrar_spiffe:
+            if workload_identity is None:
+                raise ValueError("registrar_spiffe needs the Workload API socket (the agent's own SVID)")
+            registrar_tls = client_context()
+            nursery.start_soon(keep_context_current, workload_identity, registrar_tls)
         registrations: Registrations | None = None
         if config.registrar is not None:
             client = await nursery.start(
@@ -149,7 +160,7 @@ async def serve_agent(
                     node_name=config.node_name,
                     services=lambda: frozenset(projector.dependencies),
                     send=journal.sender(),
-                    tls=config.registrar_tls,
+                    tls=registrar_tls,
                 )
             )
             clients.append(client)
@@ -159,7 +170,7 @@ async def serve_agent(
                     target=config.registrar,
                     node_name=config.node_name,
                     cluster_name=config.cluster_name,
-                    tls=config.registrar_tls,
+                    tls=registrar_tls,
                 )
             )
             journal.subscribe(registrations.update)
@@ -201,7 +212,6 @@ async def serve_agent(
                     known=known_objects(journal.state, queries=queries),
                 )
             )
-        workload_identity, broker = await _start_spiffe(config, journal, nursery)
         parts: dict[str, HasStatistics] = {"projector": projector}
         if workload_identity is not None:
             parts["workload_api"] = workload_identity

@@ -93,6 +93,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         registrar_tls=registrar_tls,
         spiffe_workload_socket=workload_socket,
         spiffe_broker_socket=broker_socket,
+        registrar_spiffe=arguments.registrar_spiffe,
     )
 
     async def main() -> None:

@@ -27,6 +27,12 @@ def add_spiffe_arguments(parser: argparse.ArgumentParser, *, broker: bool = True
     )
     if broker:
         parser.add_argument(
+            "--registrar-spiffe",
+            action="store_true",
+            help="mTLS to the registrar with the Workload API's SVID (rotated without a restart), instead of the"
+            " --registrar-cert/-key/-bundle files",
+        )
+        parser.add_argument(
             "--spiffe-broker-socket",
             type=Path,
             metavar="PATH",

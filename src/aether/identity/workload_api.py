@@ -48,6 +48,7 @@ from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
 from aether.rpc.listen import ListenAddress
+from aether.sync import LatestValue
 
 __all__ = [
     "ENDPOINT_SOCKET_ENV",
@@ -129,6 +130,8 @@ class WorkloadIdentity:
         self._material: TlsMaterial | None = None
         self._bundles: dict[str, bytes] = {}
         self._ready = trio.Event()
+        self.material_version: LatestValue[int] = LatestValue(0)
+        """Bumped whenever the default SVID or a bundle changes: `keep_context_current` follows it."""
         self.connects = self.failures = self.svid_messages = self.bundle_messages = self.events_sent = 0
         self.last_error = ""
 
@@ -165,6 +168,7 @@ class WorkloadIdentity:
     def _check_ready(self) -> None:
         if self._material is not None and self._bundles:
             self._ready.set()
+        self.material_version.set(self.material_version.value + 1)
 
 
 class _Client:
