@@ -237,7 +237,7 @@ async def test_a_rotation_by_the_broker_reaches_envoy_without_a_failed_request(t
 
 
 async def test_a_refused_svid_leaves_the_last_good_one_served_and_a_revoked_one_stops_being_served(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with open_mesh(tmp_path) as mesh:
         good_chain = await _served_chain(mesh.b.envoy)
@@ -251,6 +251,9 @@ async def test_a_refused_svid_leaves_the_last_good_one_served_and_a_revoked_one_
         await wait_for(refused, timeout=CONVERGE, interval=0.05)
         assert await _served_chain(mesh.b.envoy) == good_chain
         assert (await request()).status == 200
+        capsys.readouterr()
+        assert await trio.to_thread.run_sync(main, ["status", "--admin", str(mesh.b.admin_socket)]) == 0
+        assert "identity shop/cart-1: serving the last good SVID; rejected:" in capsys.readouterr().out
         for name in CART_IPS:
             mesh.b.broker.revoke(f"{NAMESPACE}/{name}")
 
