@@ -19,7 +19,13 @@ from cryptography import x509
 
 from aether.identity.workload_api import TlsMaterial, WorkloadIdentity
 
-__all__ = ["client_context", "keep_context_current", "load_material", "peer_spiffe_id"]
+__all__ = [
+    "certificate_spiffe_id",
+    "client_context",
+    "keep_context_current",
+    "load_material",
+    "peer_spiffe_id",
+]
 
 _ALPN = ["h2"]
 
@@ -76,8 +82,11 @@ def peer_spiffe_id(grpc_socket: Any) -> str:
     '' when it names none (a purerpc socket holds its anyio stream as `_socket._stream`)."""
     stream = grpc_socket._socket._stream
     der = stream.extra(anyio.streams.tls.TLSAttribute.peer_certificate_binary, None)
-    if der is None:
-        return ""
+    return "" if der is None else certificate_spiffe_id(der)
+
+
+def certificate_spiffe_id(der: bytes) -> str:
+    """Return the SPIFFE ID the DER certificate `der` names in its one URI SAN, or '' (none, or several)."""
     certificate = x509.load_der_x509_certificate(der)
     try:
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

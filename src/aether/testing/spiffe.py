@@ -31,6 +31,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 
 from aether.identity.mint import MintedSvid, TestCA
+from aether.identity.tls import certificate_spiffe_id
 from aether.proto.spiffe.v1 import broker_pb2, workload_pb2
 from aether.rpc.calls import CONNECTION_ERRORS
 from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
@@ -385,7 +386,7 @@ class FakeBroker:
         self, message: broker_pb2.SubscribeToX509SVIDRequest, request: Any
     ) -> AsyncIterator[broker_pb2.SubscribeToX509SVIDResponse]:
         certificate = current_peer_certificate()
-        caller = "" if certificate is None else _uri_of(certificate)
+        caller = "" if certificate is None else certificate_spiffe_id(certificate)
         self.callers.append(caller)
         _require_header(request, ("broker.spiffe.io", "true"))
         kind, pod = self._resolve(message)
@@ -431,13 +432,3 @@ class FakeBroker:
         if self._scope is not None:
             self._scope.cancel()
             await self._stopped.wait()
-
-
-def _uri_of(der: bytes) -> str:
-    certificate = x509.load_der_x509_certificate(der)
-    try:
-        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return ""
-    uris = names.get_values_for_type(x509.UniformResourceIdentifier)
-    return uris[0] if uris else ""
