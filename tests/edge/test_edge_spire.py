@@ -94,3 +94,38 @@ async def test_the_edge_envoy_fetches_its_svid_from_the_spire_agent_socket(tmp_p
             assert spire.sds_nacks == []
             assert spire.calls.get("StreamSecrets", 0) >= 1
         nursery.cancel_scope.cancel()
+
+
+async def test_the_edge_takes_its_svid_from_the_workload_api_and_serves_it(tmp_path: Path) -> None:
+    """`spiffe_workload_socket`: the edge streams its own SVID and the bundle from the Workload API into its log and
+    serves them to its Envoy over ADS, like the SVID files; a rotation there reaches Envoy."""
+    ca = TestCA("aether.internal")
+    workload = FakeWorkloadApi(ca, svids=[ca.issue(EDGE_ID)])
+    port = free_port(EDGE_ADDRESS)
+    config = EdgeConfig(
+        pod_name=POD,
+        log_dir=tmp_path / "log",
+        manifests=write_manifests(tmp_path / "manifests", ROUTES, port=port),
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        bind=EDGE_ADDRESS,
+        spiffe_workload_socket=tmp_path / "workload.sock",
+        manifest_poll_interval=0.05,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(workload.serve, tmp_path / "workload.sock")
+        await nursery.start(functools.partial(serve_edge, config))
+        bootstrap = ads_bootstrap(node_id=POD, xds_unix_socket=tmp_path / "xds.sock", delta=True)
+        async with open_envoy(
+            bootstrap, work_dir=tmp_path / "envoy", wait_live=False, log_level="warning"
+        ) as envoy:
+
+            async def served(old: str = "") -> bool:
+                chain = _secret_chain(await envoy.config_dump(), EDGE_ID)
+                return bool(chain) and chain != old
+
+            await wait_for(served, timeout=CONVERGE, interval=0.05)
+            first = _secret_chain(await envoy.config_dump(), EDGE_ID)
+            workload.set_svids([ca.issue(EDGE_ID)])
+            await wait_for(functools.partial(served, first), timeout=CONVERGE, interval=0.05)
+        nursery.cancel_scope.cancel()

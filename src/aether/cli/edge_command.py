@@ -11,6 +11,7 @@ import trio
 
 from aether.cli.commands import summary
 from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging
+from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
@@ -49,6 +50,7 @@ def add_parser(roles: Any) -> None:
         help="none: cleartext HTTP/2 to backends; spire: mTLS, Envoy fetching the SVID from the SPIRE agent's SDS"
         " (bootstrap with --spiffe-workload-socket); default spiffe: mTLS with the SVID the edge serves",
     )
+    add_spiffe_arguments(parser, broker=False)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_edge)
 
@@ -64,6 +66,11 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 def run_edge(arguments: argparse.Namespace) -> int:
     """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up."""
     configure_logging(arguments)
+    try:
+        workload_socket = None if arguments.identity == "spire" else spiffe_sockets(arguments)[0]
+    except ValueError as bad:
+        print(f"aether: error: {bad}", file=sys.stderr)
+        return 2
     config = EdgeConfig(
         pod_name=arguments.pod_name,
         log_dir=arguments.log_dir,
@@ -75,6 +82,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
         bind=arguments.bind,
         cleartext=arguments.identity == "none",
         spire_sds=arguments.identity == "spire",
+        spiffe_workload_socket=workload_socket,
     )
 
     async def main() -> None:
