@@ -95,6 +95,7 @@ def bench(session: nox.Session) -> None:
             "bench_registrar.py",
             "bench_replay.py",
             "bench_webhooks.py",
+            "bench_spiffe.py",
             "bench_xds.py",
         )
     ):

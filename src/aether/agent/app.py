@@ -26,8 +26,13 @@ from aether.core.events import NodeCaptureConfigured
 from aether.core.project.node import NodeProjector
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.identity.broker import BrokerClient
+from aether.identity.status import IDENTITY_DOCUMENT, identity_document
+from aether.identity.tls import client_context, keep_context_current
+from aether.identity.workload_api import WorkloadIdentity, serve_workload_api
 from aether.kube import KubeClient
 from aether.kube.mesh_config_file import serve_mesh_config_file
+from aether.plane.admin import HasStatistics
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
@@ -75,6 +80,15 @@ class AgentConfig:
     mesh_config: Path | None = None
     """Read the projected MeshConfig file (`aether.kube.mesh_config_file`); None: the mesh settings come from
     elsewhere (or stay the defaults)."""
+    spiffe_workload_socket: Path | None = None
+    """Take the agent's own SVID and the trust bundles from the SPIFFE Workload API at this Unix socket
+    (`aether.identity.workload_api`); without a broker, the SVIDs it streams are the pods' too."""
+    registrar_spiffe: bool = False
+    """mTLS to the registrar with the Workload API's SVID (needs `spiffe_workload_socket`; `registrar_tls` unset):
+    it is loaded into the context again whenever it rotates, for every later connection."""
+    spiffe_broker_socket: Path | None = None
+    """Broker every pod's SVID from the SPIFFE Broker API at this Unix socket (`aether.identity.broker`), over
+    mTLS with the agent's own SVID: needs `spiffe_workload_socket`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +109,10 @@ class RunningAgent:
     """The host executable's server (None without a CNI plugin socket)."""
     udp_services: UdpServicesWriter | None = None
     """The sink keeping each captured pod's set of served UDP destinations (None without a CNI socket)."""
+    workload_identity: WorkloadIdentity | None = None
+    """The agent's own identity from the Workload API (None without a Workload API socket)."""
+    broker: BrokerClient | None = None
+    """The Broker API client (None without a broker socket)."""
 
 
 async def _record_capture(journal: Journal, *, node_name: str, captured: bool) -> None:
@@ -136,6 +154,13 @@ async def serve_agent(
     ):
         journal, cache = plane.journal, plane.cache
         await _record_capture(journal, node_name=config.node_name, captured=config.cni_socket is not None)
+        workload_identity, broker = await _start_spiffe(config, journal, nursery)
+        registrar_tls = config.registrar_tls
+        if config.registrar_spiffe:
+            if workload_identity is None:
+                raise ValueError("registrar_spiffe needs the Workload API socket (the agent's own SVID)")
+            registrar_tls = client_context()
+            nursery.start_soon(keep_context_current, workload_identity, registrar_tls)
         registrations: Registrations | None = None
         if config.registrar is not None:
             client = await nursery.start(
@@ -146,7 +171,7 @@ async def serve_agent(
                     node_name=config.node_name,
                     services=lambda: frozenset(projector.dependencies),
                     send=journal.sender(),
-                    tls=config.registrar_tls,
+                    tls=registrar_tls,
                 )
             )
             clients.append(client)
@@ -156,7 +181,7 @@ async def serve_agent(
                     target=config.registrar,
                     node_name=config.node_name,
                     cluster_name=config.cluster_name,
-                    tls=config.registrar_tls,
+                    tls=registrar_tls,
                 )
             )
             journal.subscribe(registrations.update)
@@ -211,9 +236,23 @@ async def serve_agent(
                     known=known_objects(journal.state, queries=queries),
                 )
             )
+        parts: dict[str, HasStatistics] = {"projector": projector}
+        if workload_identity is not None:
+            parts["workload_api"] = workload_identity
+        if broker is not None:
+            parts["broker"] = broker
+        documents = {
+            IDENTITY_DOCUMENT: lambda: identity_document(
+                journal.state, now=time.time_ns(), broker=() if broker is None else broker.pods()
+            )
+        }
         bound = await nursery.start(
             functools.partial(
-                plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts={"projector": projector}
+                plane.serve,
+                xds=config.xds,
+                admin_socket=config.admin_socket,
+                parts=parts,
+                documents=documents,
             )
         )
         task_status.started(
@@ -227,5 +266,33 @@ async def serve_agent(
                 cni=cni,
                 cni_plugin=cni_plugin,
                 udp_services=udp_services,
+                workload_identity=workload_identity,
+                broker=broker,
             )
         )
+
+
+async def _start_spiffe(
+    config: AgentConfig, journal: Journal, nursery: trio.Nursery
+) -> tuple[WorkloadIdentity | None, BrokerClient | None]:
+    """Start the SPIFFE clients the configuration asks for (the Workload API first: the broker needs its SVID)."""
+    if config.spiffe_workload_socket is None:
+        if config.spiffe_broker_socket is not None:
+            raise ValueError(
+                "a SPIFFE broker socket needs the Workload API socket too (the agent's own SVID)"
+            )
+        return None, None
+    identity: WorkloadIdentity = await nursery.start(
+        functools.partial(
+            serve_workload_api,
+            config.spiffe_workload_socket,
+            send=journal.sender(),
+            publish_svids=config.spiffe_broker_socket is None,
+        )
+    )
+    if config.spiffe_broker_socket is None:
+        return identity, None
+    broker = BrokerClient(socket=config.spiffe_broker_socket, identity=identity, send=journal.sender())
+    journal.subscribe(broker.follow)
+    nursery.start_soon(broker.serve)
+    return identity, broker

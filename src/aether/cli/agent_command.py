@@ -20,6 +20,7 @@ from aether.cli.common import (
     tls_files,
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
+from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.cni.wire import DEFAULT_PLUGIN_SOCKET
 from aether.kube import KubeClient, KubeError
@@ -74,6 +75,7 @@ def add_parser(roles: Any) -> None:
     )
     add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
     add_mesh_config_argument(parser)
+    add_spiffe_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_agent)
 
@@ -94,6 +96,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
     try:
         cluster = cluster_config(arguments, required=False)
         registrar_tls = _registrar_tls(arguments)
+        workload_socket, broker_socket = spiffe_sockets(arguments)
     except (KubeError, OSError, ssl.SSLError, ValueError) as error:
         print(f"aether: error: {error}", file=sys.stderr)
         return 2
@@ -111,6 +114,9 @@ def run_agent(arguments: argparse.Namespace) -> int:
         mesh_config=arguments.mesh_config,
         kube=None if cluster is None else KubeClient(cluster),
         registrar_tls=registrar_tls,
+        spiffe_workload_socket=workload_socket,
+        spiffe_broker_socket=broker_socket,
+        registrar_spiffe=arguments.registrar_spiffe,
     )
 
     async def main() -> None:

@@ -40,6 +40,13 @@ def add_parser(roles: Any) -> None:
         help="Envoy's admin API, on loopback only (default 127.0.0.1:0: a free port)",
     )
     parser.add_argument(
+        "--spiffe-workload-socket",
+        type=Path,
+        metavar="PATH",
+        help="declare the SPIRE agent's Workload API socket as cluster spire_agent: the edge's Envoy takes its"
+        " SVID and bundle from SPIRE's SDS there (aether edge --identity spire)",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         metavar="FILE",
@@ -70,6 +77,7 @@ def bootstrap_of(arguments: argparse.Namespace) -> dict[str, Any]:
         xds_tcp=None if xds.path is not None else (xds.host, xds.port),
         delta=True,
         admin_port=admin.port,
+        spire_socket=arguments.spiffe_workload_socket,
     )
 
 

@@ -53,6 +53,11 @@ COMMANDS = (
         summary="show each connected Envoy's xDS sync state, like istioctl proxy-status",
     ),
     Command(
+        name="identity-ready",
+        module="aether.cli.identity_ready_command",
+        summary="wait until this pod's SVID is served by its node agent (the init container's check)",
+    ),
+    Command(
         name="render",
         module="aether.cli.render_command",
         summary="project Kubernetes manifests offline into Envoy config",

@@ -16,6 +16,7 @@ from aether.cli.common import (
     add_verbose_argument,
     configure_logging,
 )
+from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
@@ -49,11 +50,13 @@ def add_parser(roles: Any) -> None:
     parser.add_argument("--bind", default=ANY_ADDRESS, metavar="ADDRESS", help="where Gateway listeners bind")
     parser.add_argument(
         "--identity",
-        choices=("spiffe", "none"),
+        choices=("spiffe", "spire", "none"),
         default="spiffe",
-        help="none: cleartext HTTP/2 to backends (default spiffe: mTLS with the edge's SVID)",
+        help="none: cleartext HTTP/2 to backends; spire: mTLS, Envoy fetching the SVID from the SPIRE agent's SDS"
+        " (bootstrap with --spiffe-workload-socket); default spiffe: mTLS with the SVID the edge serves",
     )
     add_mesh_config_argument(parser)
+    add_spiffe_arguments(parser, broker=False)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_edge)
 
@@ -69,6 +72,11 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 def run_edge(arguments: argparse.Namespace) -> int:
     """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up."""
     configure_logging(arguments)
+    try:
+        workload_socket = None if arguments.identity == "spire" else spiffe_sockets(arguments)[0]
+    except ValueError as bad:
+        print(f"aether: error: {bad}", file=sys.stderr)
+        return 2
     config = EdgeConfig(
         pod_name=arguments.pod_name,
         log_dir=arguments.log_dir,
@@ -80,6 +88,8 @@ def run_edge(arguments: argparse.Namespace) -> int:
         bind=arguments.bind,
         cleartext=arguments.identity == "none",
         mesh_config=arguments.mesh_config,
+        spire_sds=arguments.identity == "spire",
+        spiffe_workload_socket=workload_socket,
     )
 
     async def main() -> None:

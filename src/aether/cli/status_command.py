@@ -31,7 +31,23 @@ def run_status(arguments: argparse.Namespace) -> int:
         return 1
     if not document["streams"]:
         print("no Envoy is connected")
-        return 0
-    for line in render_status(document):
+    for line in render_status(document) if document["streams"] else ():
+        print(line)
+    for line in _identity_lines(arguments.admin):
         print(line)
     return 0
+
+
+def _identity_lines(admin: Path) -> list[str]:
+    """The pods whose SVID is not served or was rejected, with the reason (from the agent's `/identity`)."""
+    try:
+        document = fetch_admin(admin, "/identity")
+    except (OSError, ValueError):
+        return []  # an agent without the document (an older one): nothing to add
+    lines = []
+    for pod in document["pods"]:
+        if not pod["served"]:
+            lines.append(f"identity {pod['pod']}: NOT SERVED ({pod['spiffeId']}) {pod['rejection']}".rstrip())
+        elif pod["rejection"]:
+            lines.append(f"identity {pod['pod']}: serving the last good SVID; rejected: {pod['rejection']}")
+    return lines

@@ -19,8 +19,11 @@ from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, project_
 from aether.core.project.names import ANY_ADDRESS
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.envoy.bootstrap import SPIRE_SDS_CLUSTER
+from aether.identity.workload_api import serve_workload_api
 from aether.kube.directory import ManifestSource, serve_manifest_directory
 from aether.kube.mesh_config_file import MeshConfigFileSource, serve_mesh_config_file
+from aether.plane.admin import HasStatistics
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
 from aether.rpc.listen import ListenAddress
@@ -53,6 +56,12 @@ class EdgeConfig:
     """Where Gateway listener ports and the readiness port bind."""
     cleartext: bool = False
     """Identity none: dial backends in HTTP/2 without TLS."""
+    spiffe_workload_socket: Path | None = None
+    """Take the edge's SVID and the bundles from the SPIFFE Workload API at this Unix socket into the log (the
+    edge serves them over ADS, checked like every SVID); None: from `svid_dir`, or from Envoy's own SDS."""
+    spire_sds: bool = False
+    """Identity spire: Envoy takes the edge's SVID and bundle over SDS from the SPIRE agent's socket itself (its
+    bootstrap declares it: `aether bootstrap --spiffe-workload-socket PATH`); the edge serves no secret."""
     manifest_poll_interval: float = 1.0
     mesh_config: Path | None = None
     """Read the projected MeshConfig file (`aether.kube.mesh_config_file`); None: the defaults."""
@@ -80,7 +89,12 @@ async def serve_edge(
     Start-up replays the log first (the snapshot served before a restart is served again), then reads the
     manifests and the SVID files.
     """
-    options = EdgeOptions(bind=config.bind, service=config.service, cleartext=config.cleartext)
+    options = EdgeOptions(
+        bind=config.bind,
+        service=config.service,
+        cleartext=config.cleartext,
+        spire_sds_cluster=SPIRE_SDS_CLUSTER if config.spire_sds else "",
+    )
 
     def project(state: State, now: int) -> Snapshot:
         del now  # the edge has no on-demand requests to expire
@@ -109,10 +123,18 @@ async def serve_edge(
                     current=lambda: plane.journal.state.kube.mesh_config,
                 )
             )
-        bound = await nursery.start(
-            functools.partial(
-                plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts={"manifests": manifests}
+        parts: dict[str, HasStatistics] = {"manifests": manifests}
+        if config.spiffe_workload_socket is not None:
+            parts["workload_api"] = await nursery.start(
+                functools.partial(
+                    serve_workload_api,
+                    config.spiffe_workload_socket,
+                    send=plane.journal.sender(),
+                    publish_svids=True,
+                )
             )
+        bound = await nursery.start(
+            functools.partial(plane.serve, xds=config.xds, admin_socket=config.admin_socket, parts=parts)
         )
         task_status.started(
             RunningEdge(

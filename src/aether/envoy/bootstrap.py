@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_NODE_CLUSTER", "XDS_CLUSTER", "ads_bootstrap", "loopback_admin"]
+__all__ = ["DEFAULT_NODE_CLUSTER", "SPIRE_SDS_CLUSTER", "XDS_CLUSTER", "ads_bootstrap", "loopback_admin"]
 
 XDS_CLUSTER = "xds_cluster"
 """The name of the bootstrap cluster that points Envoy at the control plane."""
+
+SPIRE_SDS_CLUSTER = "spire_agent"
+"""The bootstrap cluster of the SPIRE agent's Workload API socket, whose SDS serves the edge its SVID and bundle
+(`aether.core.project.edge.EdgeOptions.spire_sds_cluster`)."""
 
 DEFAULT_NODE_CLUSTER = "aether-test"
 """The `node.cluster` every bootstrap built here reports."""
@@ -24,6 +28,7 @@ def ads_bootstrap(
     xds_tcp: tuple[str, int] | None = None,
     delta: bool = False,
     admin_port: int = 0,
+    spire_socket: Path | None = None,
 ) -> dict[str, Any]:
     """Build a bootstrap that takes CDS and LDS (and so EDS and RDS) from one ADS stream.
 
@@ -33,6 +38,8 @@ def ads_bootstrap(
         xds_tcp: The control plane's `(host, port)`; give exactly one of this and `xds_unix_socket`.
         delta: True for incremental xDS (`DELTA_GRPC`), False for state of the world (`GRPC`).
         admin_port: The admin port on 127.0.0.1; 0 lets Envoy pick one (see `Envoy.admin_address`).
+        spire_socket: The SPIRE agent's Workload API socket: declare it as the static cluster `SPIRE_SDS_CLUSTER`
+            (HTTP/2), so the edge's transport sockets can take their secrets from SPIRE's SDS.
 
     Returns:
         The bootstrap as JSON-ready dicts.
@@ -50,8 +57,30 @@ def ads_bootstrap(
         assert xds_tcp is not None
         address = {"socket_address": {"address": xds_tcp[0], "port_value": xds_tcp[1]}}
     ads_source = {"ads": {}, "resource_api_version": "V3"}
-    xds_cluster = {
-        "name": XDS_CLUSTER,
+    clusters = [_grpc_cluster(XDS_CLUSTER, address)]
+    if spire_socket is not None:
+        clusters.append(_grpc_cluster(SPIRE_SDS_CLUSTER, {"pipe": {"path": str(spire_socket)}}))
+    return {
+        "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "DELTA_GRPC" if delta else "GRPC",
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": True,
+                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+            },
+            "cds_config": dict(ads_source),
+            "lds_config": dict(ads_source),
+        },
+        "static_resources": {"clusters": clusters},
+        "admin": loopback_admin(admin_port),
+    }
+
+
+def _grpc_cluster(name: str, address: dict[str, Any]) -> dict[str, Any]:
+    """A static cluster of one gRPC server (the control plane, or the SPIRE agent's socket)."""
+    return {
+        "name": name,
         "type": "STATIC",
         "connect_timeout": "1s",
         # https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#aggregated-discovery-service:
@@ -65,24 +94,9 @@ def ads_bootstrap(
             }
         },
         "load_assignment": {
-            "cluster_name": XDS_CLUSTER,
+            "cluster_name": name,
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}],
         },
-    }
-    return {
-        "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
-        "dynamic_resources": {
-            "ads_config": {
-                "api_type": "DELTA_GRPC" if delta else "GRPC",
-                "transport_api_version": "V3",
-                "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
-            },
-            "cds_config": dict(ads_source),
-            "lds_config": dict(ads_source),
-        },
-        "static_resources": {"clusters": [xds_cluster]},
-        "admin": loopback_admin(admin_port),
     }
 
 

@@ -19,7 +19,7 @@ import trio
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
 from aether.identity.files import serve_svid_files
-from aether.plane.admin import HasStatistics, plane_documents, serve_admin
+from aether.plane.admin import Documents, HasStatistics, plane_documents, serve_admin
 from aether.plane.journal import Journal, open_journal
 from aether.plane.publisher import Publisher
 from aether.rpc.listen import ListenAddress, serve_grpc
@@ -51,15 +51,17 @@ class Plane:
         xds: ListenAddress,
         admin_socket: Path,
         parts: Mapping[str, HasStatistics],
+        documents: Documents | None = None,
         task_status: trio.TaskStatus[ListenAddress] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve xDS at `xds` and the admin documents (with the counters of the publisher and of the role's `parts`)
         on `admin_socket` until cancelled; `task_status.started` receives where xDS is served (the real port when
-        port 0 was asked)."""
+        port 0 was asked). The role's own `documents` are served beside the plane's."""
         async with trio.open_nursery() as nursery:
             bound = await nursery.start(functools.partial(serve_grpc, [self.server.service()], listen=xds))
-            documents = plane_documents(self.journal, self.server, publisher=self.publisher, **parts)
-            await nursery.start(functools.partial(serve_admin, path=admin_socket, documents=documents))
+            served = dict(plane_documents(self.journal, self.server, publisher=self.publisher, **parts))
+            served.update(documents or {})
+            await nursery.start(functools.partial(serve_admin, path=admin_socket, documents=served))
             task_status.started(bound)
 
 

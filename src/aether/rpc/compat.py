@@ -39,7 +39,7 @@ from purerpc.grpclib.status import Status, StatusCode
 
 from aether.rpc.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
 
-__all__ = ["PURERPC_VERSION", "apply_purerpc_fixes"]
+__all__ = ["PURERPC_VERSION", "apply_purerpc_fixes", "cancel_client_stream"]
 
 PURERPC_VERSION = "0.8.0"
 """The only purerpc release these patches are written for (and read against, line by line)."""
@@ -103,6 +103,28 @@ _UPSTREAM: dict[tuple[Any, str], Any] = {}
 
 def _upstream(owner: Any, name: str) -> Any:
     return _UPSTREAM[owner, name]
+
+
+async def cancel_client_stream(grpc_socket: GRPCSocket, stream: GRPCStream) -> None:
+    """Cancel a client's `stream` that has not ended: reset it (RST_STREAM CANCEL, as gRPC clients cancel a call)
+    so the server stops answering, and fail it locally so nothing is delivered to it any more.
+
+    purerpc has no way to cancel a call: a client that stops reading leaves the stream open on both sides, and its
+    late messages pile up in the stream's buffer. Call it shielded from cancellation (it flushes the socket).
+    A stream that already ended, or a connection that is gone, is left as it is.
+    """
+    if stream.stream_id not in grpc_socket._streams:
+        return
+    with contextlib.suppress(
+        h2.exceptions.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError
+    ):
+        grpc_socket._grpc_connection.reset_stream(stream.stream_id, h2.errors.ErrorCodes.CANCEL)
+        await grpc_socket._socket.flush()
+    _fail_stream(
+        grpc_socket,
+        stream,
+        functools.partial(PeerGoneError, stream_id=stream.stream_id, error_code=h2.errors.ErrorCodes.CANCEL),
+    )
 
 
 # --- Fix a: Unix sockets ---------------------------------------------------------------------------

@@ -127,6 +127,18 @@ def test_an_svid_whose_leaf_names_its_id_is_adopted_and_an_unstated_expiry_is_no
     )
 
 
+def test_a_rejected_svid_observed_after_the_one_in_force_expired_drops_that_one() -> None:
+    """The re-check of a source that keeps time: its latest SVID, re-sent once its `not_after` passed, is rejected
+    as expired, and the SVID in force (expired by then too) is no longer served. Before that moment, a rejected
+    SVID leaves the one in force serving."""
+    expiry = SVID.not_after
+    early = fold_events(svid_rotated(make_svid(WEB_ID, problem="bad"), at=expiry - 1), state=_with_svid())
+    assert early.identity.svids[WEB_ID] == SVID
+    late = fold_events(svid_rotated(SVID, at=expiry), state=_with_svid())
+    assert WEB_ID not in late.identity.svids
+    assert "the certificate expired" in late.diagnostics.rejections[f"svid/{WEB_ID}"].message
+
+
 def test_a_later_valid_svid_lifts_the_rejection() -> None:
     """A rejected SVID followed by a valid one for the same ID: adopted, rejection lifted."""
     state = fold_events(svid_rotated(make_svid(WEB_ID, private_key=b"")), svid_rotated(SVID))

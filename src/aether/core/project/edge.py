@@ -62,6 +62,9 @@ class EdgeOptions:
     """The edge's own mesh service `<ns>/<sa>`: its SVID is the one presented to backends."""
     cleartext: bool = False
     """True for identity none: backends are dialled in HTTP/2 without TLS (routing tests without SPIFFE)."""
+    spire_sds_cluster: str = ""
+    """Envoy fetches the edge's SVID and bundle over SDS from this static cluster of its bootstrap (the SPIRE
+    agent's Workload API socket: `aether.envoy.bootstrap.SPIRE_SDS_CLUSTER`), not from the edge over ADS."""
 
 
 def project_edge(state: State, *, node_id: str, options: EdgeOptions = EdgeOptions()) -> Snapshot:
@@ -79,7 +82,11 @@ def edge_snapshot(view: GatewayView, state: State, *, node_id: str, options: Edg
     """Return the edge snapshot of an already computed `view` of `state` (what `project_edge` does after the view)."""
     mesh = state.kube.mesh_config
     edge_id = spiffe_id(options.service, trust_domain=mesh.trust_domain)
-    identity = PLAINTEXT if options.cleartext else UpstreamIdentity(fallback=edge_id)
+    identity = (
+        PLAINTEXT
+        if options.cleartext
+        else UpstreamIdentity(fallback=edge_id, sds_cluster=options.spire_sds_cluster)
+    )
     context = ServiceContext(
         mesh_domain=mesh.mesh_domain, trust_domain=mesh.trust_domain, identity=identity, locality=None
     )

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
-from envoy.config.core.v3 import base_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2
 from envoy.extensions.matching.common_inputs.transport_socket.v3 import transport_socket_inputs_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from envoy.type.matcher.v3 import string_pb2
@@ -50,6 +50,10 @@ class UpstreamIdentity:
     """SPIFFE IDs of the local workloads holding an SVID, sorted: each gets its own transport socket."""
     fallback: str = ""
     """The SPIFFE ID presented for callers without an SVID of their own."""
+    sds_cluster: str = ""
+    """Fetch the SVID and the trust bundle over SDS from this static cluster of the bootstrap (the SPIRE agent's
+    Workload API socket: `aether bootstrap --spiffe-workload-socket`), not from the control plane's ADS; empty:
+    ADS. SPIRE names its secrets as Aether does (the SPIFFE ID, and `spiffe://<trustDomain>` for the bundle)."""
 
     @property
     def plaintext(self) -> bool:
@@ -73,34 +77,55 @@ def upstream_identity(local_identities: Iterable[str], svids: Mapping[str, Svid]
     return UpstreamIdentity(sources=sources, fallback=sources[0] if sources else min(svids))
 
 
-def _sds(name: str) -> Any:
-    return secret_pb2.SdsSecretConfig(name=name, sds_config=ads())
+def _sds(name: str, *, cluster: str = "") -> Any:
+    if not cluster:
+        return secret_pb2.SdsSecretConfig(name=name, sds_config=ads())
+    source = config_source_pb2.ConfigSource(
+        api_config_source=config_source_pb2.ApiConfigSource(
+            api_type=config_source_pb2.ApiConfigSource.GRPC,
+            transport_api_version=config_source_pb2.V3,
+            grpc_services=[
+                grpc_service_pb2.GrpcService(
+                    envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster)
+                )
+            ],
+        ),
+        resource_api_version=config_source_pb2.V3,
+    )
+    return secret_pb2.SdsSecretConfig(name=name, sds_config=source)
 
 
 def _san(matcher: Any) -> Any:
     return common_pb2.SubjectAltNameMatcher(san_type=common_pb2.SubjectAltNameMatcher.URI, matcher=matcher)
 
 
-def _common(identity: str, *, trust_domain: str, peer: Any, alpn: Iterable[str]) -> Any:
+def _common(
+    identity: str, *, trust_domain: str, peer: Any, alpn: Iterable[str], sds_cluster: str = ""
+) -> Any:
     return tls_pb2.CommonTlsContext(
-        tls_certificate_sds_secret_configs=[_sds(identity)],
+        tls_certificate_sds_secret_configs=[_sds(identity, cluster=sds_cluster)],
         combined_validation_context=tls_pb2.CommonTlsContext.CombinedCertificateValidationContext(
             default_validation_context=common_pb2.CertificateValidationContext(
                 match_typed_subject_alt_names=[_san(peer)]
             ),
-            validation_context_sds_secret_config=_sds(trust_bundle_name(trust_domain)),
+            validation_context_sds_secret_config=_sds(trust_bundle_name(trust_domain), cluster=sds_cluster),
         ),
         alpn_protocols=list(alpn),
     )
 
 
 def upstream_socket(
-    identity: str, *, peer: str, trust_domain: str, alpn: Iterable[str], sni: str = ""
+    identity: str, *, peer: str, trust_domain: str, alpn: Iterable[str], sni: str = "", sds_cluster: str = ""
 ) -> Any:
-    """Return a TLS transport socket presenting `identity`'s SVID and accepting only the SPIFFE ID `peer`."""
+    """Return a TLS transport socket presenting `identity`'s SVID and accepting only the SPIFFE ID `peer` (the
+    secrets from `sds_cluster`'s SDS when given, else from ADS)."""
     context = tls_pb2.UpstreamTlsContext(
         common_tls_context=_common(
-            identity, trust_domain=trust_domain, peer=string_pb2.StringMatcher(exact=peer), alpn=alpn
+            identity,
+            trust_domain=trust_domain,
+            peer=string_pb2.StringMatcher(exact=peer),
+            alpn=alpn,
+            sds_cluster=sds_cluster,
         ),
         sni=sni,
     )
@@ -140,14 +165,26 @@ def apply_upstream_tls(
     alpn = tuple(alpn)
     if not identity.sources:  # one certificate for every caller: no choice to make
         cluster.transport_socket.CopyFrom(
-            upstream_socket(identity.fallback, peer=peer, trust_domain=trust_domain, alpn=alpn, sni=sni)
+            upstream_socket(
+                identity.fallback,
+                peer=peer,
+                trust_domain=trust_domain,
+                alpn=alpn,
+                sni=sni,
+                sds_cluster=identity.sds_cluster,
+            )
         )
         return
     for source in identity.sources:
         cluster.transport_socket_matches.add(
             name=source,
             transport_socket=upstream_socket(
-                source, peer=peer, trust_domain=trust_domain, alpn=alpn, sni=sni
+                source,
+                peer=peer,
+                trust_domain=trust_domain,
+                alpn=alpn,
+                sni=sni,
+                sds_cluster=identity.sds_cluster,
             ),
         )
     matcher = cluster.transport_socket_matcher

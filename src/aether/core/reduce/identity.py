@@ -12,16 +12,26 @@ from aether.core.validation import spiffe_id_problem, trust_domain_problem
 
 
 def svid_rotated(state: State, event: SvidRotated, seq: int) -> State:
-    """Adopt the SVID; a bad one is a rejection and the SVID in force for its SPIFFE ID stays.
+    """Adopt the SVID; a bad one is a rejection and the SVID in force for its SPIFFE ID stays until it expires.
 
     An SVID is bad when its SPIFFE ID is malformed, when its source reported a problem with the material, when its
     leaf certificate names another SPIFFE ID than the one it is delivered for, when it has no certificate or no
     key, or when it expired before it was observed (`not_after` at or before `observed_at`; 0 means not stated).
+
+    When a bad one comes and the SVID in force has expired by then too, that one is dropped as well: it is no
+    longer served. A source that keeps time re-sends its latest SVID when its `not_after` passes (the SPIFFE
+    clients of `aether.identity` do), so an SVID that expires while nothing else happens stops being served, and
+    the rejection says why.
     """
     problem = _svid_problem(event)
     if problem is not None:
         message = f"svid {event.svid.spiffe_id!r}: {problem}"
-        return rejected(state, event, seq, reason=RejectionReason.INVALID_SVID, message=message)
+        state = rejected(state, event, seq, reason=RejectionReason.INVALID_SVID, message=message)
+        in_force = state.identity.svids.get(event.svid.spiffe_id)
+        if in_force is not None and in_force.not_after and in_force.not_after <= event.observed_at:
+            svids = state.identity.svids.delete(event.svid.spiffe_id)
+            state = attrs.evolve(state, identity=attrs.evolve(state.identity, svids=svids))
+        return state
     svid = event.svid
     identity = attrs.evolve(state.identity, svids=state.identity.svids.set(svid.spiffe_id, svid))
     return applied(state, event, seq, identity=identity)
