@@ -32,6 +32,7 @@ SUPPORTED_FEATURES: tuple[str, ...] = (
     "GRPCRoute",
     "Gateway",
     "HTTPRoute",
+    "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteQueryParamMatching",

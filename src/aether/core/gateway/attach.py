@@ -194,6 +194,9 @@ class Resolved:
     """Per rule, its mirrors' backendRefs resolved."""
     problems: tuple[str, ...]
     """Rules that cannot be served (an invalid regex) or answer 500 (an unsupported filter), described."""
+    refused: tuple[str, ...] = ()
+    """backendRefs whose own filters cannot apply to one backend (a redirect, rewrite or mirror), described: their
+    share answers 500, and the route is not Accepted (the API's rule for a filter the implementation cannot do)."""
 
     def entries(self, *, host: str = "", listener_port: int = 0, listener_scheme: str = "") -> list[Entry]:
         """Return an entry per match of every working rule, matched through route hostname `host` on an edge
