@@ -4,7 +4,7 @@ Service (GAMMA), with the Accepted reason the API gives when it cannot attach.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -12,7 +12,7 @@ from aether.core.gateway.contract import EDGE_CONTROLLER, MESH_CONTROLLER
 from aether.core.gateway.entries import Entry
 from aether.core.gateway.hostnames import intersect
 from aether.core.gateway.listeners import ListenerState
-from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL, AllowedRoutes
+from aether.core.gateway.model.gateways import AllowedRoutes
 from aether.core.gateway.model.refs import ParentRef
 from aether.core.gateway.model.routes import TCP_ROUTE, UDP_ROUTE, Route
 from aether.core.gateway.resolve import Backend, Resolver
@@ -55,9 +55,8 @@ class ParentResult:
         return not self.reason
 
 
-def _selected(allowed: AllowedRoutes, namespace: str) -> bool:
-    """True when a namespace selector selects `namespace`, knowing only its `kubernetes.io/metadata.name` label."""
-    labels = {NAMESPACE_NAME_LABEL: namespace}
+def _selected(allowed: AllowedRoutes, labels: Mapping[str, str]) -> bool:
+    """True when a namespace selector selects the Namespace whose labels are `labels`."""
     if any(labels.get(key) != value for key, value in allowed.match_labels):
         return False
     for requirement in allowed.match_expressions:
@@ -74,18 +73,26 @@ def _selected(allowed: AllowedRoutes, namespace: str) -> bool:
     return True
 
 
-def namespace_allowed(state: ListenerState, namespace: str) -> bool:
-    """True when the listener's `allowedRoutes.namespaces` admits routes from `namespace`."""
+def namespace_allowed(state: ListenerState, namespace: str, *, labels: Mapping[str, str]) -> bool:
+    """True when the listener's `allowedRoutes.namespaces` admits routes from `namespace`, whose Namespace has
+    `labels` (a selector matches them)."""
     allowed = state.listener.allowed
     if allowed.namespaces == "All":
         return True
     if allowed.namespaces == "Same":
         return namespace == state.gateway.meta.namespace
-    return _selected(allowed, namespace)
+    return _selected(allowed, labels)
 
 
-def attach_to_gateway(route: Route, ref: ParentRef, listeners: Sequence[ListenerState]) -> ParentResult:
-    """Attach `route` to the listeners of one Gateway (all of them, sorted in listener order)."""
+def attach_to_gateway(
+    route: Route,
+    ref: ParentRef,
+    listeners: Sequence[ListenerState],
+    *,
+    namespace_labels: Mapping[str, str],
+) -> ParentResult:
+    """Attach `route` to the listeners of one Gateway (all of them, sorted in listener order); `namespace_labels`
+    are the labels of the route's Namespace (what listener namespace selectors match)."""
     named = [
         state
         for state in listeners
@@ -110,7 +117,9 @@ def attach_to_gateway(route: Route, ref: ParentRef, listeners: Sequence[Listener
     allowed = [
         state
         for state in named
-        if state.usable and route.kind in state.kinds and namespace_allowed(state, route.meta.namespace)
+        if state.usable
+        and route.kind in state.kinds
+        and namespace_allowed(state, route.meta.namespace, labels=namespace_labels)
     ]
     if not allowed:
         return ParentResult(

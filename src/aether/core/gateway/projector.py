@@ -142,7 +142,9 @@ class _Parents:
             )
         if route is None:
             return ParentResult(ref=ref, controller=EDGE_CONTROLLER)
-        return attach_to_gateway(route, ref, listeners)
+        return attach_to_gateway(
+            route, ref, listeners, namespace_labels=self._resolver.namespace_labels(route.meta.namespace)
+        )
 
 
 def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
@@ -314,7 +316,7 @@ class GatewayProjector:
         self._parsed: dict[str, tuple[KubeObject, object]] = {}
         self._grants: tuple[object, list[ReferenceGrant]] | None = None
         self._states: list[ListenerState] = []
-        self._shared: tuple[object, ...] = (None, None, None, None, None)
+        self._shared: tuple[object, ...] = (None, None, None, None, None, None)
         self._resolved: dict[str, tuple[tuple[object, ...], Resolved]] = {}
         self._statuses: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
         self._parsed_count = 0
@@ -373,7 +375,12 @@ class GatewayProjector:
         objects = self._parse(kube.gateway_objects)
         if self._grants is None or self._grants[0] is not kube.reference_grants:
             self._grants = (kube.reference_grants, _grants(kube.reference_grants))
-        resolver = Resolver(services=kube.services, pods=state.pods.values(), grants=self._grants[1])
+        resolver = Resolver(
+            services=kube.services,
+            pods=state.pods.values(),
+            grants=self._grants[1],
+            namespaces=kube.namespaces,
+        )
         statuses: dict[str, ObjectStatus] = {}
 
         edge_classes = _class_statuses(objects.classes, statuses)
@@ -399,7 +406,14 @@ class GatewayProjector:
         gateways_seen = (known, refused)
         if gateways_seen == previous[4]:
             gateways_seen = previous[4]
-        shared: tuple[object, ...] = (states, kube.services, state.pods, kube.reference_grants, gateways_seen)
+        shared: tuple[object, ...] = (
+            states,
+            kube.services,
+            state.pods,
+            kube.reference_grants,
+            gateways_seen,
+            kube.namespaces,
+        )
         if all(a is b for a, b in zip(previous, shared, strict=True)):
             shared = previous
         self._shared = shared
