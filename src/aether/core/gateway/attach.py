@@ -159,6 +159,17 @@ def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
             reason=NO_MATCHING_PARENT,
             message=f"Service {ref.namespace}/{ref.name} not found",
         )
+    kube = resolver.kube_service(ref.namespace, ref.name)
+    if ref.port and kube is not None and all(item.port != ref.port for item in kube.ports):
+        return ParentResult(
+            ref=ref,
+            controller=MESH_CONTROLLER,
+            reason=NO_MATCHING_PARENT,
+            message=(
+                f"Service {ref.namespace}/{ref.name} has no port {ref.port} "
+                f"(it has {sorted(item.port for item in kube.ports)})"
+            ),
+        )
     return ParentResult(ref=ref, controller=MESH_CONTROLLER, service=service)
 
 

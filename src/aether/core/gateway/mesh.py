@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import attrs
 import immutables
 
+from aether.core.gateway import ir
 from aether.core.gateway.attach import Resolved
-from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting
+from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting, PortRouting
 from aether.core.gateway.entries import Entry, translate
 from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.memo import Memo
@@ -33,29 +34,57 @@ class _Service:
     """`(route key, message)` of the matches lost to older routes."""
 
 
-def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Service:
+def _ports(item: Resolved, service: str) -> frozenset[int]:
+    """The Service ports the route's parentRefs to `service` name (0: a parentRef naming none)."""
+    return frozenset(
+        result.ref.port
+        for result in item.parents
+        if result.accepted and result.controller == MESH_CONTROLLER and result.service == service
+    )
+
+
+def _translated(
+    service: str, contributors: Sequence[Resolved], memo: Memo, notes: dict[tuple[str, str], None]
+) -> tuple[tuple[ir.HTTPRoute, ...], tuple[ir.HTTPRoute, ...], set[str]]:
+    """Return the HTTP and gRPC routes of `contributors` in precedence order and the services they send to; the
+    matches lost to older routes are added to `notes`."""
     http: list[Entry] = []
     grpc: list[Entry] = []
     for item in contributors:
         (grpc if item.route.kind == GRPC_ROUTE else http).extend(item.entries())
     translated = []
     targets: set[str] = set()
-    notes: list[tuple[str, str]] = []
     for entries in (http, grpc):
         kept, lost = ordered(entries)
-        notes.extend(
-            (loser.route.key, shadow_note(f"mesh service {service}", loser, winner)) for loser, winner in lost
-        )
+        for loser, winner in lost:
+            notes[(loser.route.key, shadow_note(f"mesh service {service}", loser, winner))] = None
         routes, services = translate(kept, routes_of=memo.entry_routes)
         translated.append(tuple(routes))
         targets.update(services)
+    return translated[0], translated[1], targets
+
+
+def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Service:
+    notes: dict[tuple[str, str], None] = {}
+    ports = {item.route.key: _ports(item, service) for item in contributors}
+    anywhere = [item for item in contributors if 0 in ports[item.route.key]]
+    http, grpc, targets = _translated(service, anywhere, memo, notes)
+    by_port = []
+    for port in sorted({port for named in ports.values() for port in named if port}):
+        scoped = [item for item in contributors if ports[item.route.key] & {0, port}]
+        port_http, port_grpc, port_targets = _translated(service, scoped, memo, notes)
+        by_port.append(PortRouting(port=port, http_routes=port_http, grpc_routes=port_grpc))
+        targets.update(port_targets)
+    every = (*http, *grpc, *(route for item in by_port for route in item.all_routes))
     routing = MeshRouting(
         service=service,
-        http_routes=translated[0],
-        grpc_routes=translated[1],
+        http_routes=http,
+        grpc_routes=grpc,
         routes=tuple(sorted({item.route.key for item in contributors})),
         backend_services=tuple(sorted(targets)),
-        backend_selectors=immutables.Map(selector_keys((*translated[0], *translated[1]))),
+        backend_selectors=immutables.Map(selector_keys(every)),
+        every_port=bool(anywhere),
+        ports=tuple(by_port),
     )
     return _Service(routing=routing, notes=tuple(notes))
 
