@@ -149,8 +149,8 @@ def attach_to_gateway(
     return ParentResult(ref=ref, controller=EDGE_CONTROLLER, listeners=tuple(attached))
 
 
-def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
-    """Attach a GAMMA route to the mesh service behind a Service parent."""
+def _mesh_parent(ref: ParentRef, resolver: Resolver) -> ParentResult:
+    """Attach a GAMMA route to the mesh service behind a Service parent (any port)."""
     service = resolver.mesh_service(ref.namespace, ref.name)
     if service is None:
         return ParentResult(
@@ -159,18 +159,29 @@ def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
             reason=NO_MATCHING_PARENT,
             message=f"Service {ref.namespace}/{ref.name} not found",
         )
+    return ParentResult(ref=ref, controller=MESH_CONTROLLER, service=service)
+
+
+def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
+    """Attach a GAMMA HTTPRoute or GRPCRoute to the mesh service behind a Service parent; a parentRef port must be
+    one of the Service's (the route then applies to that port only)."""
+    result = _mesh_parent(ref, resolver)
     kube = resolver.kube_service(ref.namespace, ref.name)
-    if ref.port and kube is not None and all(item.port != ref.port for item in kube.ports):
-        return ParentResult(
-            ref=ref,
-            controller=MESH_CONTROLLER,
+    if (
+        result.accepted
+        and ref.port
+        and kube is not None
+        and all(item.port != ref.port for item in kube.ports)
+    ):
+        return attrs.evolve(
+            result,
             reason=NO_MATCHING_PARENT,
             message=(
                 f"Service {ref.namespace}/{ref.name} has no port {ref.port} "
                 f"(it has {sorted(item.port for item in kube.ports)})"
             ),
         )
-    return ParentResult(ref=ref, controller=MESH_CONTROLLER, service=service)
+    return result
 
 
 def attach_l4_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
@@ -179,7 +190,7 @@ def attach_l4_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
     The node tells an L4 route's connections apart only by their original destination, so the Service needs a
     ClusterIP (a headless one has none: its clients dial pod IPs) and a TCP port to forward on.
     """
-    result = attach_to_service(ref, resolver)
+    result = _mesh_parent(ref, resolver)
     kube = resolver.kube_service(ref.namespace, ref.name)
     if not result.accepted or kube is None:
         return result
