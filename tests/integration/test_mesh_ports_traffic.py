@@ -9,8 +9,9 @@ HTTP backend at `<callee ip>:8080` answering with its name.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -73,40 +74,55 @@ spec:
 
 
 @asynccontextmanager
-async def open_caller(tmp_path: Path) -> AsyncIterator[Client]:
-    """Render the node, run Envoy and the echo backend, and connect to the caller's HTTP proxy port."""
-    manifests = tmp_path / "manifests"
-    manifests.mkdir()
-    (manifests / "mesh.yaml").write_text(MANIFESTS)
-    request = RenderRequest(manifests=manifests, identity=Identity.NONE, capture=False)
-    snapshot = render_snapshot(render_state(ManifestDirectory.read(manifests), capture=False), request)
-    async with (
-        open_http_upstream(name="echo-0", host=ECHO_IP, port=APP_PORT),
-        open_envoy(
-            bootstrap_document(snapshot, admin=(LOOPBACK, 0)),
-            work_dir=tmp_path / "envoy",
-            log_level="warning",
-        ),
-    ):
+async def open_mesh(
+    tmp_path: Path, manifests: str, *, apps: dict[str, str], callers: tuple[str, ...]
+) -> AsyncIterator[None]:
+    """Render `manifests` for the node (local mode, identity none), run Envoy on it and an HTTP application per
+    pod of `apps` (name → pod IP), until the HTTP proxy port of every pod of `callers` (pod IPs) listens."""
+    directory = tmp_path / "manifests"
+    directory.mkdir()
+    (directory / "mesh.yaml").write_text(manifests)
+    request = RenderRequest(manifests=directory, identity=Identity.NONE, capture=False)
+    snapshot = render_snapshot(render_state(ManifestDirectory.read(directory), capture=False), request)
+    async with AsyncExitStack() as stack:
+        for name, ip in apps.items():
+            await stack.enter_async_context(open_http_upstream(name=name, host=ip, port=APP_PORT))
+        await stack.enter_async_context(
+            open_envoy(
+                bootstrap_document(snapshot, admin=(LOOPBACK, 0)),
+                work_dir=tmp_path / "envoy",
+                log_level="warning",
+            )
+        )
+        for ip in callers:
+            await wait_for(functools.partial(_listening, ip), timeout=10.0)
+        yield
 
-        async def listening() -> bool:
-            try:
-                stream = await trio.open_tcp_stream(CALLER_IP, OUTBOUND_PORT)
-            except OSError:
-                return False
-            await stream.aclose()
-            return True
 
-        await wait_for(listening, timeout=10.0)
-        stream = await trio.open_tcp_stream(CALLER_IP, OUTBOUND_PORT)
-        async with stream:
-            yield Client(stream)
+async def _listening(ip: str) -> bool:
+    try:
+        stream = await trio.open_tcp_stream(ip, OUTBOUND_PORT)
+    except OSError:
+        return False
+    await stream.aclose()
+    return True
+
+
+@asynccontextmanager
+async def open_caller(ip: str) -> AsyncIterator[Client]:
+    """Connect to the HTTP proxy port of the pod at `ip`."""
+    stream = await trio.open_tcp_stream(ip, OUTBOUND_PORT)
+    async with stream:
+        yield Client(stream)
 
 
 async def test_a_route_for_service_port_80_applies_to_port_80_only(tmp_path: Path) -> None:
     """The Host without a port (80, HTTP's default) and with `:80` get the route's header; `:8080`, the same pods,
     does not."""
-    async with open_caller(tmp_path) as client:
+    async with (
+        open_mesh(tmp_path, MANIFESTS, apps={"echo-0": ECHO_IP}, callers=(CALLER_IP,)),
+        open_caller(CALLER_IP) as client,
+    ):
         for host in (ECHO, f"{ECHO}:80"):
             response = await client.request("/", host=host)
             assert (response.status, response.headers.get("x-upstream-name")) == (200, "echo-0")

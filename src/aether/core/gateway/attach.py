@@ -229,9 +229,12 @@ class Resolved:
     """backendRefs whose own filters cannot apply to one backend (a redirect, rewrite or mirror), described: their
     share answers 500, and the route is not Accepted (the API's rule for a filter the implementation cannot do)."""
 
-    def entries(self, *, host: str = "", listener_port: int = 0, listener_scheme: str = "") -> list[Entry]:
+    def entries(
+        self, *, host: str = "", listener_port: int = 0, listener_scheme: str = "", caller_namespace: str = ""
+    ) -> list[Entry]:
         """Return an entry per match of every working rule, matched through route hostname `host` on an edge
-        listener of `listener_port` serving `listener_scheme` (both left out for the mesh)."""
+        listener of `listener_port` serving `listener_scheme` (both left out for the mesh), for the callers of
+        `caller_namespace` only when given (a GAMMA consumer route)."""
         return [
             Entry(
                 route=self.route,
@@ -242,6 +245,7 @@ class Resolved:
                 host=host,
                 listener_port=listener_port,
                 listener_scheme=listener_scheme,
+                caller_namespace=caller_namespace,
             )
             for rule in self.route.rules
             if not rule.problem

@@ -46,6 +46,8 @@ class Entry:
     """The port of the edge listener the entry is served on (what a redirect keeps); 0 for mesh entries."""
     listener_scheme: str = ""
     """`http` or `https`: the scheme the edge listener serves; empty for mesh entries."""
+    caller_namespace: str = ""
+    """A GAMMA consumer route's namespace: the entry takes the requests of that namespace's callers only."""
 
     @property
     def match(self) -> HTTPMatch | GRPCMatch:
@@ -173,6 +175,8 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
     rule = entry.rule
     filters = rule.filters
     match = route_match(entry.match)
+    if entry.caller_namespace:
+        match = attrs.evolve(match, caller_namespace=entry.caller_namespace)
     rule_request, rule_response = _changes(filters.request_headers), _changes(filters.response_headers)
 
     def route(

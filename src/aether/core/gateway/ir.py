@@ -55,6 +55,8 @@ class RouteMatch:
     query_params: tuple[NamedMatch, ...] = ()
     per_million: int | None = None
     """Take only this share of the requests that match, in millionths; None takes every one."""
+    caller_namespace: str = ""
+    """Take only the requests of callers in this namespace (a GAMMA consumer route's); empty: any caller's."""
 
 
 # --- what a route does ---

@@ -15,6 +15,7 @@ from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
 from aether.core.gateway.precedence import ordered, shadow_note
+from aether.core.mesh_names import http_cluster_name
 
 
 @attrs.frozen(kw_only=True)
@@ -43,25 +44,55 @@ def _ports(item: Resolved, service: str) -> frozenset[int]:
     )
 
 
+def _caller_namespace(item: Resolved, service: str) -> str:
+    """The route's namespace when it is a consumer route of `service` (in another namespace than the Services it
+    routes, whose namespace is the mesh service's); empty for a producer route."""
+    namespace = item.route.meta.namespace
+    return namespace if namespace != service.partition("/")[0] else ""
+
+
 def _translated(
     service: str, contributors: Sequence[Resolved], memo: Memo, notes: dict[tuple[str, str], None]
 ) -> tuple[tuple[ir.HTTPRoute, ...], tuple[ir.HTTPRoute, ...], set[str]]:
     """Return the HTTP and gRPC routes of `contributors` in precedence order and the services they send to; the
-    matches lost to older routes are added to `notes`."""
-    http: list[Entry] = []
-    grpc: list[Entry] = []
+    matches lost to older routes are added to `notes`.
+
+    Consumer routes (GEP-1294) come first, grouped by namespace (sorted), each taking its own namespace's callers
+    only: for those callers they take precedence over the producer's routes, which come last and take every
+    caller's requests that no consumer route took. Precedence and conflicts are decided within each group.
+    """
+    groups: dict[str, tuple[list[Entry], list[Entry]]] = {}
     for item in contributors:
-        (grpc if item.route.kind == GRPC_ROUTE else http).extend(item.entries())
-    translated = []
+        caller = _caller_namespace(item, service)
+        http, grpc = groups.setdefault(caller, ([], []))
+        (grpc if item.route.kind == GRPC_ROUTE else http).extend(item.entries(caller_namespace=caller))
+    translated: tuple[list[ir.HTTPRoute], list[ir.HTTPRoute]] = ([], [])
     targets: set[str] = set()
-    for entries in (http, grpc):
-        kept, lost = ordered(entries)
-        for loser, winner in lost:
-            notes[(loser.route.key, shadow_note(f"mesh service {service}", loser, winner))] = None
-        routes, services = translate(kept, routes_of=memo.entry_routes)
-        translated.append(tuple(routes))
-        targets.update(services)
-    return translated[0], translated[1], targets
+    for caller in sorted(groups, key=lambda namespace: (not namespace, namespace)):
+        for entries, into in zip(groups[caller], translated, strict=True):
+            kept, lost = ordered(entries)
+            for loser, winner in lost:
+                notes[(loser.route.key, shadow_note(f"mesh service {service}", loser, winner))] = None
+            routes, services = translate(kept, routes_of=memo.entry_routes)
+            into.extend(routes)
+            targets.update(services)
+    if groups and "" not in groups:
+        # Only consumer routes: every other caller keeps the service's default routing.
+        translated[0].append(_default_route(service, mesh_domain=memo.mesh_domain))
+    return tuple(translated[0]), tuple(translated[1]), targets
+
+
+def _default_route(service: str, *, mesh_domain: str) -> ir.HTTPRoute:
+    """The route of a service without GAMMA routes: every request to its own cluster."""
+    return ir.HTTPRoute(
+        name="",
+        match=ir.RouteMatch(path=ir.StringMatch(kind=ir.PREFIX, value="/")),
+        action=ir.Forward(
+            destinations=(
+                ir.Destination(cluster=http_cluster_name(service, mesh_domain=mesh_domain), weight=1),
+            )
+        ),
+    )
 
 
 def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Service:

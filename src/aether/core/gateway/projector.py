@@ -151,9 +151,12 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
     results = tuple(
         result for ref in route.parents if (result := parents.attach(route.kind, route, ref)) is not None
     )
+    services = frozenset((ref.namespace, ref.name) for ref in route.parents if ref.is_service)
     backends = tuple(
         tuple(
-            resolver.backend(ref, route_kind=route.kind, route_namespace=route.meta.namespace)
+            resolver.backend(
+                ref, route_kind=route.kind, route_namespace=route.meta.namespace, parents=services
+            )
             for ref in rule.backends
         )
         for rule in route.rules

@@ -155,15 +155,26 @@ class Resolver:
             for grant in self._grants.get(to_namespace, ())
         )
 
-    def backend(self, ref: BackendRef, *, route_kind: str, route_namespace: str) -> Backend:
-        """Resolve one backendRef of a route of `route_kind` in `route_namespace`."""
+    def backend(
+        self,
+        ref: BackendRef,
+        *,
+        route_kind: str,
+        route_namespace: str,
+        parents: frozenset[tuple[str, str]] = frozenset(),
+    ) -> Backend:
+        """Resolve one backendRef of a route of `route_kind` in `route_namespace`.
+
+        `parents` are the `(namespace, name)` of the route's Service parents: a GAMMA consumer route (in the
+        caller's namespace) refers to the Service it routes without a ReferenceGrant (GEP-1294).
+        """
         if not ref.is_service:
             return Backend(
                 ref=ref,
                 reason=INVALID_KIND,
                 message=f"backendRef {ref.key}: only core Services are supported (got group {ref.group!r}, kind {ref.kind!r})",
             )
-        if not self.permitted(
+        if (ref.namespace, ref.name) not in parents and not self.permitted(
             from_kind=route_kind,
             from_namespace=route_namespace,
             to_group=CORE_GROUP,
