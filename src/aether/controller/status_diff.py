@@ -31,6 +31,7 @@ ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute", "UDPR
 SUPPORTED_FEATURES: tuple[str, ...] = (
     "GRPCRoute",
     "Gateway",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "HTTPRoute",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteHostRewrite",
