@@ -603,25 +603,35 @@ async def _serve_tls_backend(
     await trio.serve_listeners(answer, listeners, task_status=task_status)
 
 
+def _secure_route(name: str, hostname: str, backend: str) -> str:
+    """An HTTPRoute of `hostname` to `backend` on the Gateway `secure`."""
+    return http_route(name, hostname, f"  - backendRefs: [{{name: {backend}, port: 80}}]\n").replace(
+        "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
+    )
+
+
+def _https_manifests(ca: TestCA, port: int, passthrough_port: int, *more: str) -> str:
+    """The Gateway `secure` (HTTPS shop.example and api.example on `port`, each with its certificate from `ca`,
+    passthrough on `passthrough_port`), a route of shop.example to alpha, and `more` documents."""
+    return "---\n".join(
+        [
+            _https_gateway(port, passthrough_port),
+            _tls_secret("shop-cert", ca.issue(SHOP_ID)),
+            _tls_secret("api-cert", ca.issue(API_ID)),
+            _secure_route("shop", "shop.example", "alpha"),
+            *more,
+        ]
+    )
+
+
 async def test_https_serves_the_certificate_of_each_hostname_and_passthrough_routes_by_sni(
     tmp_path: Path,
 ) -> None:
     """HTTPS listeners on one port: SNI `shop.example` gets the shop certificate, `api.example` the api one, and
     the request inside is routed; on the passthrough port the client's TLS reaches the backend its SNI names."""
     ca = TestCA("certs.example")
-    shop, api = ca.issue(SHOP_ID), ca.issue(API_ID)
     port, passthrough_port = free_port(), free_port()
-    routes = "---\n".join(
-        [
-            _https_gateway(port, passthrough_port),
-            _tls_secret("shop-cert", shop),
-            _tls_secret("api-cert", api),
-            http_route("shop", "shop.example", "  - backendRefs: [{name: alpha, port: 80}]\n").replace(
-                "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
-            ),
-            _passthrough_manifests(),
-        ]
-    )
+    routes = _https_manifests(ca, port, passthrough_port, _passthrough_manifests())
     context = _client_context(ca)
     async with open_edge(tmp_path, routes), trio.open_nursery() as nursery:
         backend_ca = TestCA("backends.example")
@@ -650,21 +660,8 @@ async def test_a_request_for_a_host_another_chain_serves_is_misdirected(tmp_path
     """On a connection whose SNI chose the shop certificate, a request for api.example (which the api listener
     serves with its own certificate) is answered 421 and never routed; shop.example is routed, an unknown host 404."""
     ca = TestCA("certs.example")
-    shop, api = ca.issue(SHOP_ID), ca.issue(API_ID)
     port, passthrough_port = free_port(), free_port()
-    routes = "---\n".join(
-        [
-            _https_gateway(port, passthrough_port),
-            _tls_secret("shop-cert", shop),
-            _tls_secret("api-cert", api),
-            http_route("shop", "shop.example", "  - backendRefs: [{name: alpha, port: 80}]\n").replace(
-                "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
-            ),
-            http_route("api", "api.example", "  - backendRefs: [{name: beta, port: 80}]\n").replace(
-                "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
-            ),
-        ]
-    )
+    routes = _https_manifests(ca, port, passthrough_port, _secure_route("api", "api.example", "beta"))
     async with open_edge(tmp_path, routes) as edge:
         async with await _tls_handshake(port, "shop.example", _client_context(ca)) as stream:
             client = Client(stream)
