@@ -274,5 +274,8 @@ def translate(
     for entry in entries:
         routes.extend(routes_of(entry))
         if entry.rule.filters.redirect is None and not entry.rule.filters.unsupported:
-            services.update(item.service for item in (*entry.backends, *entry.mirrors) if item.service)
+            # A backend whose own filters are refused is never sent to: its cluster is not needed.
+            refused = _refused(entry)
+            sent = (item for index, item in enumerate(entry.backends) if index not in refused)
+            services.update(item.service for item in (*sent, *entry.mirrors) if item.service)
     return routes, services
