@@ -31,12 +31,15 @@ from aether.core.events import (
     GatewayObjectUpserted,
     Health,
     HealthCheckMode,
+    KubeNamespace,
     KubeObject,
     KubeService,
     KubeServiceDeleted,
     KubeServiceUpserted,
     MeshConfig,
     MeshConfigUpdated,
+    NamespaceDeleted,
+    NamespaceUpserted,
     NodeCaptureConfigured,
     ObjectMeta,
     OnDemandClusterRequested,
@@ -319,6 +322,22 @@ gateway_metas = object_metas(_GATEWAY_KINDS, bad_kinds=("ReferenceGrant", "Ingre
 reference_grant_metas = object_metas(("ReferenceGrant",), bad_kinds=("HTTPRoute", "Ingress"))
 service_metas = object_metas(("Service",), bad_kinds=("Endpoints", "HTTPRoute"))
 secret_metas = object_metas(("Secret",), bad_kinds=("ConfigMap",))
+namespace_metas = st.builds(
+    ObjectMeta,
+    kind=_among(("Namespace",), ("Service",)),
+    namespace=mostly(st.just(""), namespaces),
+    name=_among(("default", "shop", "edge"), ("Bad Name", "")),
+    uid=uids,
+)
+
+
+def kube_namespaces() -> st.SearchStrategy[KubeNamespace]:
+    """Namespaces of a few names, with or without a `team` label."""
+    return st.builds(
+        KubeNamespace,
+        meta=namespace_metas,
+        labels=st.sampled_from(({}, {"team": "shop"}, {"team": "edge", "tier": "front"})),
+    )
 
 
 def kube_objects(metas: st.SearchStrategy[ObjectMeta]) -> st.SearchStrategy[KubeObject]:
@@ -443,6 +462,8 @@ EVENT_STRATEGIES: Mapping[type[Event], st.SearchStrategy[Any]] = {
     ReferenceGrantDeleted: _event(ReferenceGrantDeleted, meta=reference_grant_metas),
     TlsSecretUpserted: _event(TlsSecretUpserted, secret=tls_secrets()),
     TlsSecretDeleted: _event(TlsSecretDeleted, meta=secret_metas),
+    NamespaceUpserted: _event(NamespaceUpserted, namespace=kube_namespaces()),
+    NamespaceDeleted: _event(NamespaceDeleted, meta=namespace_metas),
     MeshConfigUpdated: _event(MeshConfigUpdated, config=mesh_configs()),
     SvidRotated: _event(SvidRotated, svid=svids()),
     SvidRemoved: _event(SvidRemoved, spiffe_id=spiffe_ids),

@@ -29,6 +29,7 @@ from aether.kube import (
     GATEWAYS,
     HTTP_ROUTES,
     LEASES,
+    NAMESPACES,
     SECRETS,
     SERVICES,
     ClusterConfig,
@@ -376,3 +377,40 @@ async def test_an_https_listener_whose_tls_secret_is_watched_is_programmed(api: 
     assert found["https-shop-cert"]["ResolvedRefs"] == "True/ResolvedRefs"
     assert found["https-shop-cert"]["Programmed"] == "True/Programmed"
     assert found["https-opaque"]["ResolvedRefs"] == "False/InvalidCertificateRef"
+
+
+async def test_a_listener_namespace_selector_follows_the_labels_of_the_watched_namespace(
+    api: KubeApi,
+) -> None:
+    """A listener selecting `team: shop` admits the route of Namespace shop while it has that label, and refuses it
+    (NotAllowedByListeners) once the Namespace is relabelled: the controller watches Namespaces."""
+    selective = copy.deepcopy(GATEWAY)
+    selective["metadata"]["name"] = "selective"
+    selective["spec"]["listeners"][0]["port"] = 9090
+    selective["spec"]["listeners"][0]["allowedRoutes"] = {
+        "namespaces": {"from": "Selector", "selector": {"matchLabels": {"team": "shop"}}}
+    }
+    api.store.create(GATEWAYS, selective)
+    route = _route()
+    route["metadata"]["name"] = "selected"
+    route["spec"]["parentRefs"][0]["name"] = "selective"
+    api.store.create(HTTP_ROUTES, route)
+    namespace = api.store.create(
+        NAMESPACES,
+        {"metadata": {"name": "shop", "labels": {"kubernetes.io/metadata.name": "shop", "team": "shop"}}},
+    )
+
+    def reason() -> str:
+        parents = (_stored(api, HTTP_ROUTES, "selected", "shop").get("status") or {}).get("parents", [])
+        return next(
+            (c["reason"] for parent in parents for c in parent["conditions"] if c["type"] == "Accepted"), ""
+        )
+
+    async with trio.open_nursery() as nursery:
+        await _start(nursery, api, "controller-a")
+        await _wait_until(lambda: reason() == "Accepted")
+        relabelled = copy.deepcopy(namespace)
+        relabelled["metadata"]["labels"]["team"] = "other"
+        api.store.update(NAMESPACES, relabelled)
+        await _wait_until(lambda: reason() == "NotAllowedByListeners")
+        nursery.cancel_scope.cancel()

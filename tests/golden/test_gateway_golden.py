@@ -17,7 +17,7 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
-from aether.core.gateway import GatewayView, gateway_view
+from aether.core.gateway import GatewayView, MeshRouting, gateway_view
 from aether.core.project.gateway_routes import envoy_route_list, envoy_virtual_host
 from aether.testing import fold_events
 from tests.golden.gateway_manifests import manifest_events, read_documents
@@ -50,6 +50,19 @@ def _mesh_l4(view: GatewayView) -> dict[str, Any]:
     }
 
 
+def _ports(routing: MeshRouting) -> dict[str, Any]:
+    """The routes per Service port (MeshPorts); left out of cases whose routes name no port (most of them)."""
+    if not routing.ports:
+        return {}
+    return {
+        "every_port": routing.every_port,
+        "ports": {
+            item.port: [_message(route) for route in envoy_route_list(item.all_routes, mesh=True)]
+            for item in routing.ports
+        },
+    }
+
+
 def _routes(view: GatewayView) -> dict[str, Any]:
     return {
         **_mesh_l4(view),
@@ -59,6 +72,7 @@ def _routes(view: GatewayView) -> dict[str, Any]:
                 "http": [_message(route) for route in envoy_route_list(routing.http_routes, mesh=True)],
                 "backend_services": list(routing.backend_services),
                 "routes": list(routing.routes),
+                **_ports(routing),
             }
             for service, routing in sorted(view.mesh_routes.items())
         },

@@ -15,11 +15,14 @@ import ssl
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import attrs
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 import trio
 
@@ -600,25 +603,35 @@ async def _serve_tls_backend(
     await trio.serve_listeners(answer, listeners, task_status=task_status)
 
 
+def _secure_route(name: str, hostname: str, backend: str) -> str:
+    """An HTTPRoute of `hostname` to `backend` on the Gateway `secure`."""
+    return http_route(name, hostname, f"  - backendRefs: [{{name: {backend}, port: 80}}]\n").replace(
+        "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
+    )
+
+
+def _https_manifests(ca: TestCA, port: int, passthrough_port: int, *more: str) -> str:
+    """The Gateway `secure` (HTTPS shop.example and api.example on `port`, each with its certificate from `ca`,
+    passthrough on `passthrough_port`), a route of shop.example to alpha, and `more` documents."""
+    return "---\n".join(
+        [
+            _https_gateway(port, passthrough_port),
+            _tls_secret("shop-cert", ca.issue(SHOP_ID)),
+            _tls_secret("api-cert", ca.issue(API_ID)),
+            _secure_route("shop", "shop.example", "alpha"),
+            *more,
+        ]
+    )
+
+
 async def test_https_serves_the_certificate_of_each_hostname_and_passthrough_routes_by_sni(
     tmp_path: Path,
 ) -> None:
     """HTTPS listeners on one port: SNI `shop.example` gets the shop certificate, `api.example` the api one, and
     the request inside is routed; on the passthrough port the client's TLS reaches the backend its SNI names."""
     ca = TestCA("certs.example")
-    shop, api = ca.issue(SHOP_ID), ca.issue(API_ID)
     port, passthrough_port = free_port(), free_port()
-    routes = "---\n".join(
-        [
-            _https_gateway(port, passthrough_port),
-            _tls_secret("shop-cert", shop),
-            _tls_secret("api-cert", api),
-            http_route("shop", "shop.example", "  - backendRefs: [{name: alpha, port: 80}]\n").replace(
-                "parentRefs: [{name: edge}]", "parentRefs: [{name: secure}]"
-            ),
-            _passthrough_manifests(),
-        ]
-    )
+    routes = _https_manifests(ca, port, passthrough_port, _passthrough_manifests())
     context = _client_context(ca)
     async with open_edge(tmp_path, routes), trio.open_nursery() as nursery:
         backend_ca = TestCA("backends.example")
@@ -641,6 +654,53 @@ async def test_https_serves_the_certificate_of_each_hostname_and_passthrough_rou
                 assert _uri_san(stream) == f"spiffe://backends.example/{name}"
                 assert await stream.receive_some(100) == f"{name}\n".encode()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_request_for_a_host_another_chain_serves_is_misdirected(tmp_path: Path) -> None:
+    """On a connection whose SNI chose the shop certificate, a request for api.example (which the api listener
+    serves with its own certificate) is answered 421 and never routed; shop.example is routed, an unknown host 404."""
+    ca = TestCA("certs.example")
+    port, passthrough_port = free_port(), free_port()
+    routes = _https_manifests(ca, port, passthrough_port, _secure_route("api", "api.example", "beta"))
+    async with open_edge(tmp_path, routes) as edge:
+        async with await _tls_handshake(port, "shop.example", _client_context(ca)) as stream:
+            client = Client(stream)
+            assert await client.landed("/", host="shop.example") == "alpha"
+            assert await client.landed("/", host="api.example") == "<421>"
+            assert await client.landed("/", host="unknown.example") == "<404>"
+        h2_context = _client_context(ca)
+        h2_context.set_alpn_protocols(["h2"])
+        async with await _tls_handshake(port, "shop.example", h2_context) as stream:
+            assert stream.selected_alpn_protocol() == "h2"
+            assert await _h2_statuses(stream, ("shop.example", "api.example")) == [200, 421]
+        assert not edge.backends["beta"].requests
+
+
+async def _h2_statuses(stream: trio.SSLStream[trio.SocketStream], authorities: Sequence[str]) -> list[int]:
+    """Send a GET for each of `authorities` on one HTTP/2 connection, one after the other; return the statuses."""
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    connection.initiate_connection()
+    await stream.send_all(connection.data_to_send())
+    statuses = []
+    with trio.fail_after(REQUEST_TIMEOUT):
+        for authority in authorities:
+            stream_id = connection.get_next_available_stream_id()
+            headers = [(":method", "GET"), (":scheme", "https"), (":authority", authority), (":path", "/")]
+            connection.send_headers(stream_id, headers, end_stream=True)
+            await stream.send_all(connection.data_to_send())
+            status = 0
+            ended = False
+            while not ended:
+                data = await stream.receive_some(65536)
+                assert data, "the edge closed the HTTP/2 connection"
+                for event in connection.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream_id:
+                        status = int(dict(event.headers)[b":status"])
+                    elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
+                        ended = True
+                await stream.send_all(connection.data_to_send())
+            statuses.append(status)
+    return statuses
 
 
 def _invalid_certificate_gateway(port: int) -> str:

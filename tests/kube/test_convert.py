@@ -10,10 +10,13 @@ import pytest
 from aether.core.events import (
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeNamespace,
     KubeObject,
     KubeService,
     KubeServiceDeleted,
     KubeServiceUpserted,
+    NamespaceDeleted,
+    NamespaceUpserted,
     ObjectMeta,
     Pod,
     PodAdded,
@@ -171,6 +174,20 @@ def test_a_reference_grant_has_events_of_its_own() -> None:
     assert deletion_events(grant, **KW) == (
         ReferenceGrantDeleted(observed_at=AT, source="directory", meta=meta),
     )
+
+
+def test_a_namespace_converts_to_its_labels_with_the_name_label_the_api_server_sets() -> None:
+    """A Namespace (cluster-scoped) keeps its labels; `kubernetes.io/metadata.name` is its name even when a
+    manifest leaves it out; its deletion carries its key."""
+    obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"team": "shop"}}}
+    meta = ObjectMeta(kind="Namespace", name="shop")
+    labels = {"kubernetes.io/metadata.name": "shop", "team": "shop"}
+    assert object_events(obj, **KW) == (
+        NamespaceUpserted(
+            observed_at=AT, source="directory", namespace=KubeNamespace(meta=meta, labels=labels)
+        ),
+    )
+    assert deletion_events(obj, **KW) == (NamespaceDeleted(observed_at=AT, source="directory", meta=meta),)
 
 
 def test_a_tls_secret_decodes_its_data_and_string_data_wins() -> None:

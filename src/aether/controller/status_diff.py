@@ -31,7 +31,9 @@ ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute", "UDPR
 SUPPORTED_FEATURES: tuple[str, ...] = (
     "GRPCRoute",
     "Gateway",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "HTTPRoute",
+    "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteQueryParamMatching",

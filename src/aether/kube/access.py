@@ -20,6 +20,7 @@ from aether.kube.resources import (
     GRPC_ROUTES,
     HTTP_ROUTES,
     LEASES,
+    NAMESPACES,
     NODES,
     PODS,
     REFERENCE_GRANTS,
@@ -178,11 +179,13 @@ CONTROLLER_QUERIES: tuple[WatchQuery, ...] = (
     *(WatchQuery(resource=resource) for resource in MESH_RESOURCES),
     WatchQuery(resource=PODS, label_selector=MANAGED_SELECTOR),
     WatchQuery(resource=SECRETS, field_selector=f"type={TLS_SECRET_TYPE}"),
+    WatchQuery(resource=NAMESPACES),
 )
 """What the controller folds: what every node reads, every meshed pod (a Service's backends are the service
 account of the pods it selects), and the TLS Secrets (a Gateway listener's certificateRefs decide its ResolvedRefs
 and Programmed conditions; without them every HTTPS listener would be reported InvalidCertificateRef). RBAC cannot
-narrow a list to one Secret type, so the grant is every Secret; the field selector keeps the others off the wire."""
+narrow a list to one Secret type, so the grant is every Secret; the field selector keeps the others off the wire),
+and the Namespaces (their labels decide which routes a listener's `allowedRoutes.namespaces.selector` admits)."""
 
 CONTROLLER_ACCESS = RoleAccess(
     role="controller",

@@ -19,10 +19,13 @@ from aether.core.events import (
     Event,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeNamespace,
     KubeObject,
     KubeService,
     KubeServiceDeleted,
     KubeServiceUpserted,
+    NamespaceDeleted,
+    NamespaceUpserted,
     Pod,
     PodAdded,
     PodRemoved,
@@ -37,7 +40,7 @@ from aether.core.state import State
 
 __all__ = ["Baseline", "LoggedObject", "event_object", "logged_objects"]
 
-LoggedObject = KubeService | KubeObject | TlsSecret | Pod
+LoggedObject = KubeService | KubeObject | TlsSecret | KubeNamespace | Pod
 """What the state keeps of an object: the payload of its last applied upsert."""
 
 
@@ -54,6 +57,7 @@ def logged_objects(state: State, *, kinds: Collection[str] | None = None) -> dic
         *kube.gateway_objects.values(),
         *kube.reference_grants.values(),
         *kube.tls_secrets.values(),
+        *kube.namespaces.values(),
     ):
         found[item.meta.key] = item
     for record in state.pods.values():
@@ -67,11 +71,13 @@ def event_object(event: Event) -> tuple[str, LoggedObject | None] | None:
     match event:
         case KubeServiceUpserted(service=item) | TlsSecretUpserted(secret=item):
             return item.meta.key, item
+        case NamespaceUpserted(namespace=item):
+            return item.meta.key, item
         case GatewayObjectUpserted(object=item) | ReferenceGrantUpserted(object=item):
             return item.meta.key, item
         case PodAdded(pod=pod) | PodUpdated(pod=pod):
             return _pod_key(pod.namespace, pod.name), pod
-        case KubeServiceDeleted(meta=meta) | TlsSecretDeleted(meta=meta):
+        case KubeServiceDeleted(meta=meta) | TlsSecretDeleted(meta=meta) | NamespaceDeleted(meta=meta):
             return meta.key, None
         case GatewayObjectDeleted(meta=meta) | ReferenceGrantDeleted(meta=meta):
             return meta.key, None
@@ -90,6 +96,8 @@ def _deletion(item: LoggedObject, *, source: str, observed_at: int) -> Event:
             return KubeServiceDeleted(observed_at=observed_at, source=source, meta=item.meta)
         case TlsSecret():
             return TlsSecretDeleted(observed_at=observed_at, source=source, meta=item.meta)
+        case KubeNamespace():
+            return NamespaceDeleted(observed_at=observed_at, source=source, meta=item.meta)
         case KubeObject() if item.meta.kind == "ReferenceGrant":
             return ReferenceGrantDeleted(observed_at=observed_at, source=source, meta=item.meta)
         case KubeObject():

@@ -19,10 +19,13 @@ from aether.core.events import (
     Event,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeNamespace,
     KubeObject,
     KubeService,
     KubeServiceDeleted,
     KubeServiceUpserted,
+    NamespaceDeleted,
+    NamespaceUpserted,
     ObjectMeta,
     Pod,
     PodAdded,
@@ -35,6 +38,7 @@ from aether.core.events import (
     TlsSecretDeleted,
     TlsSecretUpserted,
 )
+from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
 from aether.core.values import Redacted
 from aether.kube.errors import KubeError
@@ -46,7 +50,7 @@ DEFAULT_NAMESPACE = "default"
 """The namespace of a namespaced object that names none (what `kubectl apply` does with a manifest)."""
 
 TLS_SECRET_TYPE = "kubernetes.io/tls"
-_CLUSTER_SCOPED = frozenset(("GatewayClass",))
+_CLUSTER_SCOPED = frozenset(("GatewayClass", "Namespace"))
 """Kinds read here that have no namespace."""
 
 
@@ -208,6 +212,13 @@ def _service(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeService:
     )
 
 
+def _namespace(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeNamespace:
+    metadata = _mapping(obj.get("metadata"), "metadata")
+    # The API server labels every Namespace with its name; a manifest may leave it out, so it is added here.
+    labels = {NAMESPACE_NAME_LABEL: meta.name, **_string_map(metadata.get("labels"), "metadata.labels")}
+    return KubeNamespace(meta=meta, labels=labels)
+
+
 def _spec_object(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeObject:
     return KubeObject(meta=meta, spec_json=canonical_json(dict(_mapping(obj.get("spec"), "spec"))))
 
@@ -245,6 +256,10 @@ def _service_event(obj: Mapping[str, Any], meta: ObjectMeta, *, at: int, source:
     return KubeServiceUpserted(observed_at=at, source=source, service=_service(obj, meta))
 
 
+def _namespace_event(obj: Mapping[str, Any], meta: ObjectMeta, *, at: int, source: str, known: bool) -> Event:
+    return NamespaceUpserted(observed_at=at, source=source, namespace=_namespace(obj, meta))
+
+
 def _gateway_event(obj: Mapping[str, Any], meta: ObjectMeta, *, at: int, source: str, known: bool) -> Event:
     return GatewayObjectUpserted(observed_at=at, source=source, object=_spec_object(obj, meta))
 
@@ -265,6 +280,8 @@ def _deleted(obj: Mapping[str, Any], meta: ObjectMeta, *, at: int, source: str) 
             )
         case "Service":
             return KubeServiceDeleted(observed_at=at, source=source, meta=meta)
+        case "Namespace":
+            return NamespaceDeleted(observed_at=at, source=source, meta=meta)
         case "Gateway":
             return GatewayObjectDeleted(observed_at=at, source=source, meta=meta)
         case "ReferenceGrant":
@@ -277,6 +294,7 @@ def _deleted(obj: Mapping[str, Any], meta: ObjectMeta, *, at: int, source: str) 
 _UPSERTS: Mapping[str, _Convert] = {
     "Pod": _pod_event,
     "Service": _service_event,
+    "Namespace": _namespace_event,
     "Gateway": _gateway_event,
     "ReferenceGrant": _grant_event,
     "TlsSecret": _secret_event,
@@ -291,7 +309,7 @@ def _family(obj: Mapping[str, Any], meta: ObjectMeta) -> str | None:
         if meta.kind == "Secret":
             secret_type = _string(obj.get("type"), "type")
             return "TlsSecret" if secret_type == TLS_SECRET_TYPE else None
-        return meta.kind if meta.kind in ("Pod", "Service") else None
+        return meta.kind if meta.kind in ("Pod", "Service", "Namespace") else None
     if group == GATEWAY_API_GROUP:
         if meta.kind in GATEWAY_KINDS:
             return "Gateway"
@@ -313,8 +331,8 @@ def object_events(
             `PodAdded`; both upsert, the kind records what the source saw).
 
     Returns:
-        One upsert event for a Pod, a Service, a Gateway API object, a ReferenceGrant or a `kubernetes.io/tls`
-        Secret; none for any other kind.
+        One upsert event for a Pod, a Service, a Namespace, a Gateway API object, a ReferenceGrant or a
+        `kubernetes.io/tls` Secret; none for any other kind.
 
     Raises:
         ObjectError: `obj` is not a Kubernetes object, or a field the mesh reads has the wrong type.

@@ -22,12 +22,15 @@ from aether.core.events import (
     GatewayObjectUpserted,
     Health,
     HealthCheckMode,
+    KubeNamespace,
     KubeObject,
     KubeService,
     KubeServiceDeleted,
     KubeServiceUpserted,
     MeshConfig,
     MeshConfigUpdated,
+    NamespaceDeleted,
+    NamespaceUpserted,
     NodeCaptureConfigured,
     ObjectMeta,
     OnDemandClusterRequested,
@@ -425,6 +428,25 @@ def tls_secret_deleted(meta: ObjectMeta, *, at: int = AT, source: str = "kuberne
     return TlsSecretDeleted(observed_at=at, source=source, meta=meta)
 
 
+def namespace_upserted(
+    name: str = "default",
+    labels: Mapping[str, str] | None = None,
+    *,
+    at: int = AT,
+    source: str = "kubernetes",
+) -> NamespaceUpserted:
+    """Return the event of Namespace `name` with `labels` being created or changed (the API server's
+    `kubernetes.io/metadata.name` label is added, as it always is)."""
+    meta = ObjectMeta(kind="Namespace", name=name, uid=f"uid-namespace-{name}", generation=1)
+    every = {"kubernetes.io/metadata.name": name, **(labels or {})}
+    return NamespaceUpserted(observed_at=at, source=source, namespace=KubeNamespace(meta=meta, labels=every))
+
+
+def namespace_deleted(name: str, *, at: int = AT, source: str = "kubernetes") -> NamespaceDeleted:
+    """Return the event of Namespace `name` being deleted."""
+    return NamespaceDeleted(observed_at=at, source=source, meta=ObjectMeta(kind="Namespace", name=name))
+
+
 def mesh_config_updated(
     config: MeshConfig | None = None, *, at: int = AT, source: str = "kubernetes"
 ) -> MeshConfigUpdated:
@@ -550,6 +572,8 @@ def one_event_of_each_type() -> tuple[Event, ...]:
         reference_grant_deleted(make_meta("allow-shop", kind="ReferenceGrant")),
         tls_secret_upserted(),
         tls_secret_deleted(make_meta("web-cert", kind="Secret")),
+        namespace_upserted("shop", {"team": "shop"}),
+        namespace_deleted("shop"),
         mesh_config_updated(),
         svid_rotated(),
         svid_removed(),

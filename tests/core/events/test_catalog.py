@@ -59,6 +59,8 @@ def test_kind_names_are_the_snake_case_class_names() -> None:
         "ReferenceGrantDeleted": "reference_grant_deleted",
         "TlsSecretUpserted": "tls_secret_upserted",
         "TlsSecretDeleted": "tls_secret_deleted",
+        "NamespaceUpserted": "namespace_upserted",
+        "NamespaceDeleted": "namespace_deleted",
         "MeshConfigUpdated": "mesh_config_updated",
         "SvidRotated": "svid_rotated",
         "SvidRemoved": "svid_removed",

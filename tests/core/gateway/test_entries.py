@@ -125,3 +125,48 @@ def test_a_backend_timeout_alone_bounds_each_attempt_and_not_the_request() -> No
     (route,) = entry_routes(_entry(rule), mesh_domain=MESH_DOMAIN)
     assert isinstance(route.action, ir.Forward)
     assert (route.action.timeout_ms, route.action.per_try_timeout_ms) == (0, 0)
+
+
+def test_header_changes_then_applies_the_later_changes_after_the_first() -> None:
+    """What the later changes set or remove drops the first's sets and appends of that header; appends add up."""
+    first = ir.HeaderChanges(
+        set=(("X-A", "1"), ("x-b", "1")), add=(("x-c", "1"), ("x-d", "1")), remove=("x-e",)
+    )
+    later = ir.HeaderChanges(set=(("x-a", "2"),), add=(("x-c", "2"),), remove=("X-D", "x-e", "x-b"))
+    assert first.then(later) == ir.HeaderChanges(
+        set=(("x-a", "2"),),
+        add=(("x-c", "1"), ("x-c", "2")),
+        remove=("x-e", "X-D", "x-b"),
+    )
+
+
+def test_a_backend_with_a_filter_it_cannot_apply_alone_answers_its_share_500() -> None:
+    """A backendRef with its own URLRewrite takes no traffic: its share answers 500, saying why."""
+    rule = {
+        "backendRefs": [
+            {"name": "web", "port": 80},
+            {
+                "name": "api",
+                "port": 80,
+                "filters": [{"type": "URLRewrite", "urlRewrite": {"hostname": "x.example"}}],
+            },
+        ]
+    }
+    share, forward = entry_routes(
+        _entry(rule, resolved=("default/web", "default/api")), mesh_domain=MESH_DOMAIN
+    )
+    assert share.action == ir.DirectResponse(
+        status=500,
+        body="aether: HTTPRoute/default/r rule 0: backendRefs[1] has filter URLRewrite, which cannot apply to one "
+        "backend\n",
+    )
+    assert share.match.per_million == 500_000
+    assert forward.clusters == (WEB,)
+    (only,) = entry_routes(
+        _entry({"backendRefs": rule["backendRefs"][1:]}, resolved=("default/api",)), mesh_domain=MESH_DOMAIN
+    )
+    assert only.action == ir.DirectResponse(
+        status=500,
+        body="aether: HTTPRoute/default/r rule 0: backendRefs[0] has filter URLRewrite, which cannot apply to one "
+        "backend\n",
+    )

@@ -21,6 +21,7 @@ CONTRACT = [
     "MeshRouting",
     "ObjectStatus",
     "ParentStatus",
+    "PortRouting",
     "WeightedBackend",
     "gateway_view",
 ]

@@ -195,7 +195,11 @@ def test_https_chains_select_their_certificate_by_sni_and_share_one_chain_per_ho
         ["api.shop.example"],
         ["*"],
     ]
-    assert [vhost.name for vhost in tables["edge_443_*"].virtual_hosts] == ["all"]  # `*` claimed: no 404 host
+    # `*` claimed: no 404 host; the shop chain's hosts are misdirected on the chain for any other name.
+    assert [(vhost.name, list(vhost.domains)) for vhost in tables["edge_443_*"].virtual_hosts] == [
+        ("all", ["*"]),
+        ("edge_misdirected", ["api.shop.example", "shop.example"]),
+    ]
     secrets = messages(snapshot, SECRET_TYPE)
     assert sorted(secrets) == [certificate_name("default/any-cert"), certificate_name("default/shop-cert")]
     assert (

@@ -24,6 +24,8 @@ from aether.testing import (
 from tests.core.project._helpers import messages
 
 NODE = "node-a"
+WEB_PORT_80 = "gamma:web.default.aether.internal:80"
+"""The virtual host of the GAMMA routes for web's Service port 80 (their parentRefs name port 80)."""
 
 
 def _route(name: str, spec: dict[str, Any], *, generation: int = 1) -> KubeObject:
@@ -88,8 +90,8 @@ def test_gamma_routes_replace_the_service_routes_and_bring_their_backends() -> N
         "HTTPRoute/default/canary/rule/1/match/0",
         "HTTPRoute/default/canary/rule/1/match/0",
     ]
-    assert _vhost_routes(snapshot, "out_http", "web.default.aether.internal") == expected
-    assert _vhost_routes(snapshot, "cap_http", "web.default.aether.internal") == expected
+    assert _vhost_routes(snapshot, "out_http", WEB_PORT_80) == expected
+    assert _vhost_routes(snapshot, "cap_http", WEB_PORT_80) == expected
     assert "beta.default.aether.internal" in messages(snapshot, CLUSTER_TYPE)
     assert _vhost_routes(snapshot, "out_http", "db.default.aether.internal") == ["", ""]
     assert snapshot.consistent() == ()
@@ -152,7 +154,7 @@ def test_a_route_change_within_the_same_dependency_set_reprojects_only_its_servi
     snapshot = projector.project(state, now=AT)
     assert snapshot == project_node(state, node_name=NODE, now=AT)
     assert projector.statistics().services_projected == 1
-    assert _vhost_routes(snapshot, "out_http", "web.default.aether.internal") == [
+    assert _vhost_routes(snapshot, "out_http", WEB_PORT_80) == [
         "HTTPRoute/default/own/rule/0/match/0",
         "HTTPRoute/default/own/rule/0/match/0",
     ]

@@ -6,7 +6,7 @@ import attrs
 import immutables
 import pytest
 
-from aether.core.events import KubeObject, KubeService, MeshConfig, ServicePort, TlsSecret
+from aether.core.events import KubeObject, KubeService, MeshConfig, ObjectMeta, ServicePort, TlsSecret
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
 from aether.core.state import Diagnostics, KubeState, Rejection, RejectionReason, State
 from aether.testing import (
@@ -22,6 +22,8 @@ from aether.testing import (
     make_meta,
     make_tls_secret,
     mesh_config_updated,
+    namespace_deleted,
+    namespace_upserted,
     reference_grant_deleted,
     reference_grant_upserted,
     tls_secret_deleted,
@@ -423,6 +425,46 @@ def test_an_older_mesh_config_generation_is_rejected_and_the_newer_stays() -> No
         RejectionReason.INVALID_MESH_CONFIG,
         "meshconfig: generation 2 is older than the applied 5",
     )
+
+
+# --- Namespaces ---
+
+
+def test_a_namespace_is_stored_relabelled_and_deleted() -> None:
+    """A Namespace is stored under `Namespace//<name>` with its labels, replaced when relabelled, and deleted."""
+    first, relabelled = (
+        namespace_upserted("shop", {"team": "shop"}),
+        namespace_upserted("shop", {"team": "b"}),
+    )
+    state = fold_events(first, relabelled)
+    assert state == State(
+        seq=2, kube=KubeState(namespaces=immutables.Map({"Namespace//shop": relabelled.namespace}))
+    )
+    assert fold_events(namespace_deleted("shop"), state=state) == State(seq=3)
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        (ObjectMeta(kind="Service", name="shop"), "Service//shop: kind must be 'Namespace' (got 'Service')"),
+        (
+            ObjectMeta(kind="Namespace", namespace="default", name="shop"),
+            "Namespace/default/shop: a Namespace has no namespace (got 'default')",
+        ),
+        (
+            ObjectMeta(kind="Namespace", name="Bad_Name"),
+            "Namespace//Bad_Name: name must be an RFC 1123 label (lowercase alphanumerics and '-', at most 63) (got 'Bad_Name')",
+        ),
+    ],
+)
+def test_a_bad_namespace_is_rejected_and_the_previous_one_stays(meta: ObjectMeta, message: str) -> None:
+    """Another kind, a namespace on the Namespace or a name that is not a DNS label is an invalid spec."""
+    stored = fold_events(namespace_upserted("shop"))
+    event = namespace_upserted("shop")
+    event = attrs.evolve(event, namespace=attrs.evolve(event.namespace, meta=meta))
+    state = fold_events(event, state=stored)
+    assert domain_of(state) == domain_of(stored)
+    assert state.diagnostics == _rejected(meta.key, RejectionReason.INVALID_SPEC, message, seq=2)
 
 
 # --- TLS Secrets ---

@@ -1,5 +1,5 @@
-"""Kubernetes events: Services, Gateway API objects, ReferenceGrants, TLS Secrets and the MeshConfig, as the watches
-see them."""
+"""Kubernetes events: Services, Namespaces, Gateway API objects, ReferenceGrants, TLS Secrets and the MeshConfig, as
+the watches see them."""
 
 from __future__ import annotations
 
@@ -65,6 +65,16 @@ class KubeService:
     selector: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
     ports: tuple[ServicePort, ...] = attrs.field(default=(), converter=_freeze_ports)
     cluster_ip: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class KubeNamespace:
+    """A Namespace: its labels are what a Gateway listener's `allowedRoutes.namespaces.selector` matches."""
+
+    meta: ObjectMeta
+    """Kind `Namespace`, namespace empty."""
+    labels: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
+    """The Namespace's labels as observed (the API server always sets `kubernetes.io/metadata.name`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -189,3 +199,28 @@ class MeshConfigUpdated(Event):
     @property
     def subject(self) -> str:
         return "meshconfig"
+
+
+@attrs.frozen(kw_only=True)
+class NamespaceUpserted(Event):
+    """A Namespace was created or its labels changed.
+
+    Added after the other Kubernetes events (wire field 46): logs written before it simply have none.
+    """
+
+    namespace: KubeNamespace
+
+    @property
+    def subject(self) -> str:
+        return self.namespace.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class NamespaceDeleted(Event):
+    """A Namespace was deleted."""
+
+    meta: ObjectMeta
+
+    @property
+    def subject(self) -> str:
+        return self.meta.key

@@ -18,6 +18,7 @@ from aether.core.gateway.view import (
     MeshRouting,
     ObjectStatus,
     ParentStatus,
+    PortRouting,
     WeightedBackend,
     gateway_view,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "MeshRouting",
     "ObjectStatus",
     "ParentStatus",
+    "PortRouting",
     "WeightedBackend",
     "gateway_view",
 ]

@@ -4,7 +4,7 @@ Service (GAMMA), with the Accepted reason the API gives when it cannot attach.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -12,7 +12,7 @@ from aether.core.gateway.contract import EDGE_CONTROLLER, MESH_CONTROLLER
 from aether.core.gateway.entries import Entry
 from aether.core.gateway.hostnames import intersect
 from aether.core.gateway.listeners import ListenerState
-from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL, AllowedRoutes
+from aether.core.gateway.model.gateways import AllowedRoutes
 from aether.core.gateway.model.refs import ParentRef
 from aether.core.gateway.model.routes import TCP_ROUTE, UDP_ROUTE, Route
 from aether.core.gateway.resolve import Backend, Resolver
@@ -55,9 +55,8 @@ class ParentResult:
         return not self.reason
 
 
-def _selected(allowed: AllowedRoutes, namespace: str) -> bool:
-    """True when a namespace selector selects `namespace`, knowing only its `kubernetes.io/metadata.name` label."""
-    labels = {NAMESPACE_NAME_LABEL: namespace}
+def _selected(allowed: AllowedRoutes, labels: Mapping[str, str]) -> bool:
+    """True when a namespace selector selects the Namespace whose labels are `labels`."""
     if any(labels.get(key) != value for key, value in allowed.match_labels):
         return False
     for requirement in allowed.match_expressions:
@@ -74,18 +73,26 @@ def _selected(allowed: AllowedRoutes, namespace: str) -> bool:
     return True
 
 
-def namespace_allowed(state: ListenerState, namespace: str) -> bool:
-    """True when the listener's `allowedRoutes.namespaces` admits routes from `namespace`."""
+def namespace_allowed(state: ListenerState, namespace: str, *, labels: Mapping[str, str]) -> bool:
+    """True when the listener's `allowedRoutes.namespaces` admits routes from `namespace`, whose Namespace has
+    `labels` (a selector matches them)."""
     allowed = state.listener.allowed
     if allowed.namespaces == "All":
         return True
     if allowed.namespaces == "Same":
         return namespace == state.gateway.meta.namespace
-    return _selected(allowed, namespace)
+    return _selected(allowed, labels)
 
 
-def attach_to_gateway(route: Route, ref: ParentRef, listeners: Sequence[ListenerState]) -> ParentResult:
-    """Attach `route` to the listeners of one Gateway (all of them, sorted in listener order)."""
+def attach_to_gateway(
+    route: Route,
+    ref: ParentRef,
+    listeners: Sequence[ListenerState],
+    *,
+    namespace_labels: Mapping[str, str],
+) -> ParentResult:
+    """Attach `route` to the listeners of one Gateway (all of them, sorted in listener order); `namespace_labels`
+    are the labels of the route's Namespace (what listener namespace selectors match)."""
     named = [
         state
         for state in listeners
@@ -110,7 +117,9 @@ def attach_to_gateway(route: Route, ref: ParentRef, listeners: Sequence[Listener
     allowed = [
         state
         for state in named
-        if state.usable and route.kind in state.kinds and namespace_allowed(state, route.meta.namespace)
+        if state.usable
+        and route.kind in state.kinds
+        and namespace_allowed(state, route.meta.namespace, labels=namespace_labels)
     ]
     if not allowed:
         return ParentResult(
@@ -140,8 +149,8 @@ def attach_to_gateway(route: Route, ref: ParentRef, listeners: Sequence[Listener
     return ParentResult(ref=ref, controller=EDGE_CONTROLLER, listeners=tuple(attached))
 
 
-def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
-    """Attach a GAMMA route to the mesh service behind a Service parent."""
+def _mesh_parent(ref: ParentRef, resolver: Resolver) -> ParentResult:
+    """Attach a GAMMA route to the mesh service behind a Service parent (any port)."""
     service = resolver.mesh_service(ref.namespace, ref.name)
     if service is None:
         return ParentResult(
@@ -153,13 +162,35 @@ def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
     return ParentResult(ref=ref, controller=MESH_CONTROLLER, service=service)
 
 
+def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
+    """Attach a GAMMA HTTPRoute or GRPCRoute to the mesh service behind a Service parent; a parentRef port must be
+    one of the Service's (the route then applies to that port only)."""
+    result = _mesh_parent(ref, resolver)
+    kube = resolver.kube_service(ref.namespace, ref.name)
+    if (
+        result.accepted
+        and ref.port
+        and kube is not None
+        and all(item.port != ref.port for item in kube.ports)
+    ):
+        return attrs.evolve(
+            result,
+            reason=NO_MATCHING_PARENT,
+            message=(
+                f"Service {ref.namespace}/{ref.name} has no port {ref.port} "
+                f"(it has {sorted(item.port for item in kube.ports)})"
+            ),
+        )
+    return result
+
+
 def attach_l4_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
     """Attach a GAMMA TCPRoute or TLSRoute: the mesh service behind the Service, and where its clients connect.
 
     The node tells an L4 route's connections apart only by their original destination, so the Service needs a
     ClusterIP (a headless one has none: its clients dial pod IPs) and a TCP port to forward on.
     """
-    result = attach_to_service(ref, resolver)
+    result = _mesh_parent(ref, resolver)
     kube = resolver.kube_service(ref.namespace, ref.name)
     if not result.accepted or kube is None:
         return result
@@ -194,10 +225,16 @@ class Resolved:
     """Per rule, its mirrors' backendRefs resolved."""
     problems: tuple[str, ...]
     """Rules that cannot be served (an invalid regex) or answer 500 (an unsupported filter), described."""
+    refused: tuple[str, ...] = ()
+    """backendRefs whose own filters cannot apply to one backend (a redirect, rewrite or mirror), described: their
+    share answers 500, and the route is not Accepted (the API's rule for a filter the implementation cannot do)."""
 
-    def entries(self, *, host: str = "", listener_port: int = 0, listener_scheme: str = "") -> list[Entry]:
+    def entries(
+        self, *, host: str = "", listener_port: int = 0, listener_scheme: str = "", caller_namespace: str = ""
+    ) -> list[Entry]:
         """Return an entry per match of every working rule, matched through route hostname `host` on an edge
-        listener of `listener_port` serving `listener_scheme` (both left out for the mesh)."""
+        listener of `listener_port` serving `listener_scheme` (both left out for the mesh), for the callers of
+        `caller_namespace` only when given (a GAMMA consumer route)."""
         return [
             Entry(
                 route=self.route,
@@ -208,6 +245,7 @@ class Resolved:
                 host=host,
                 listener_port=listener_port,
                 listener_scheme=listener_scheme,
+                caller_namespace=caller_namespace,
             )
             for rule in self.route.rules
             if not rule.problem

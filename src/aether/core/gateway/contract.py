@@ -81,6 +81,22 @@ class ObjectStatus:
 
 
 @attrs.frozen(kw_only=True)
+class PortRouting:
+    """The GAMMA routes of one Service port of a mesh service: those whose parentRef names that port, merged by
+    precedence with those that name none. Its requests are those whose Host names the port (`<fqdn>:<port>`, and
+    a bare `<fqdn>` for port 80, HTTP's default)."""
+
+    port: int
+    http_routes: tuple[HTTPRoute, ...] = ()
+    grpc_routes: tuple[HTTPRoute, ...] = ()
+
+    @property
+    def all_routes(self) -> tuple[HTTPRoute, ...]:
+        """The virtual host's routes in the order Envoy evaluates them: gRPC first, then HTTP."""
+        return (*self.grpc_routes, *self.http_routes)
+
+
+@attrs.frozen(kw_only=True)
 class MeshRouting:
     """The GAMMA routes of one mesh service: they replace its default routes in `out_http` and `cap_http`.
 
@@ -100,6 +116,13 @@ class MeshRouting:
     backend_selectors: Mapping[str, SelectorKeys] = attrs.field(factory=immutables.Map)
     """Per cluster the routes send a Service's selection to, the label key sets of those selectors: the cluster
     must subset its endpoints by them (`aether.core.gateway.ir.selector_keys`)."""
+    every_port: bool = True
+    """True when some route's parentRef names no port: `http_routes` and `grpc_routes` (those routes) replace the
+    default routes of the service's own virtual host. False when every route names a port: requests of other ports
+    keep the default routes."""
+    ports: tuple[PortRouting, ...] = ()
+    """Per Service port some route's parentRef names, in port order, the routes of that port (GAMMA's MeshPorts:
+    a route for port 80 never applies to port 8080, though both target the same pods)."""
 
     @property
     def all_routes(self) -> tuple[HTTPRoute, ...]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 
 from aether.core.gateway import ir
-from aether.core.gateway.model.filters import HeaderModifier, PathModifier
+from aether.core.gateway.model.filters import HeaderModifier, PathModifier, per_backend_refused
 from aether.core.gateway.model.matches import PATH_PREFIX, GRPCMatch, HTTPMatch
 from aether.core.gateway.model.routes import Route, Rule
 from aether.core.gateway.resolve import Backend
@@ -46,6 +46,8 @@ class Entry:
     """The port of the edge listener the entry is served on (what a redirect keeps); 0 for mesh entries."""
     listener_scheme: str = ""
     """`http` or `https`: the scheme the edge listener serves; empty for mesh entries."""
+    caller_namespace: str = ""
+    """A GAMMA consumer route's namespace: the entry takes the requests of that namespace's callers only."""
 
     @property
     def match(self) -> HTTPMatch | GRPCMatch:
@@ -140,8 +142,31 @@ def _forward(entry: Entry, destinations: Sequence[ir.Destination], *, mesh_domai
     )
 
 
+def _then(first: ir.HeaderChanges | None, later: ir.HeaderChanges | None) -> ir.HeaderChanges | None:
+    if first is None or later is None:
+        return first or later
+    return first.then(later)
+
+
+def _refused(entry: Entry) -> dict[int, tuple[str, ...]]:
+    """Return, per backendRef index, the filter types of its own it has that cannot apply to it alone."""
+    found = {index: per_backend_refused(entry.rule.filters_of(index)) for index in range(len(entry.backends))}
+    return {index: kinds for index, kinds in found.items() if kinds}
+
+
+def _refusal(refused: dict[int, tuple[str, ...]]) -> str:
+    return "; ".join(
+        f"backendRefs[{index}] has filter {', '.join(kinds)}, which cannot apply to one backend"
+        for index, kinds in sorted(refused.items())
+    )
+
+
 def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
     """Return the routes of one entry, in the order they must be tried.
+
+    A backendRef's own header filters change only the requests sent to it: its destination carries the rule's
+    changes and then its own, and the route none. A backendRef whose own filters cannot apply to it alone (a
+    redirect, rewrite or mirror) is never sent to without them: its share answers 500, as an unresolved one's.
 
     Args:
         entry: The match and its rule, backends resolved.
@@ -150,15 +175,24 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
     rule = entry.rule
     filters = rule.filters
     match = route_match(entry.match)
+    if entry.caller_namespace:
+        match = attrs.evolve(match, caller_namespace=entry.caller_namespace)
+    rule_request, rule_response = _changes(filters.request_headers), _changes(filters.response_headers)
 
-    def route(action: ir.Action, *, tested: ir.RouteMatch = match) -> ir.HTTPRoute:
+    def route(
+        action: ir.Action,
+        *,
+        tested: ir.RouteMatch = match,
+        request: ir.HeaderChanges | None = rule_request,
+        response: ir.HeaderChanges | None = rule_response,
+    ) -> ir.HTTPRoute:
         return ir.HTTPRoute(
             name=entry.name,
             match=tested,
             action=action,
             method=entry.match.method if isinstance(entry.match, HTTPMatch) else "POST",
-            request_headers=_changes(filters.request_headers),
-            response_headers=_changes(filters.response_headers),
+            request_headers=request,
+            response_headers=response,
         )
 
     if filters.unsupported:
@@ -172,34 +206,58 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
         )
     if filters.redirect is not None:
         return (route(_redirect(entry)),)
+    refused = _refused(entry)
     total = sum(item.ref.weight for item in entry.backends)
+    usable = [
+        (index, item)
+        for index, item in enumerate(entry.backends)
+        if item.service and item.ref.weight > 0 and index not in refused
+    ]
+    own = [
+        (
+            _changes(rule.filters_of(index).request_headers),
+            _changes(rule.filters_of(index).response_headers),
+        )
+        for index, _ in usable
+    ]
+    per_destination = len(usable) > 1 and any(changes != (None, None) for changes in own)
     resolved = [
         ir.Destination(
             cluster=http_cluster_name(item.service, mesh_domain=mesh_domain),
             weight=item.ref.weight,
             selector=item.selector,
+            request_headers=_then(rule_request, request) if per_destination else None,
+            response_headers=_then(rule_response, response) if per_destination else None,
         )
-        for item in entry.backends
-        if item.service and item.ref.weight > 0
+        for (_, item), (request, response) in zip(usable, own, strict=True)
     ]
-    unresolved = sum(item.ref.weight for item in entry.backends if not item.service)
+    unresolved = sum(
+        item.ref.weight for index, item in enumerate(entry.backends) if not item.service or index in refused
+    )
     if not resolved:
         why = (
             "no backend"
             if not entry.backends
+            else _refusal(refused)
+            if refused
             else "no backend resolved"
             if unresolved
             else "every backend has weight 0"
         )
         body = f"aether: {entry.route.key} rule {rule.index}: {why}\n"
         return (route(ir.DirectResponse(status=UNRESOLVED_STATUS, body=body)),)
-    forward = route(_forward(entry, resolved, mesh_domain=mesh_domain))
+    request, response = own[0] if len(own) == 1 else (None, None)
+    forward = route(
+        _forward(entry, resolved, mesh_domain=mesh_domain),
+        request=None if per_destination else _then(rule_request, request),
+        response=None if per_destination else _then(rule_response, response),
+    )
     if not unresolved:
         return (forward,)
     share = route(
         ir.DirectResponse(
             status=UNRESOLVED_STATUS,
-            body=f"aether: {entry.route.key} rule {rule.index}: backend not resolved\n",
+            body=f"aether: {entry.route.key} rule {rule.index}: {_refusal(refused) if refused else 'backend not resolved'}\n",
         ),
         tested=attrs.evolve(match, per_million=unresolved * _MILLION // total),
     )
@@ -216,5 +274,8 @@ def translate(
     for entry in entries:
         routes.extend(routes_of(entry))
         if entry.rule.filters.redirect is None and not entry.rule.filters.unsupported:
-            services.update(item.service for item in (*entry.backends, *entry.mirrors) if item.service)
+            # A backend whose own filters are refused is never sent to: its cluster is not needed.
+            refused = _refused(entry)
+            sent = (item for index, item in enumerate(entry.backends) if index not in refused)
+            services.update(item.service for item in (*sent, *entry.mirrors) if item.service)
     return routes, services

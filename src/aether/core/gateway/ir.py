@@ -55,6 +55,8 @@ class RouteMatch:
     query_params: tuple[NamedMatch, ...] = ()
     per_million: int | None = None
     """Take only this share of the requests that match, in millionths; None takes every one."""
+    caller_namespace: str = ""
+    """Take only the requests of callers in this namespace (a GAMMA consumer route's); empty: any caller's."""
 
 
 # --- what a route does ---
@@ -85,6 +87,21 @@ class HeaderChanges:
     set: tuple[tuple[str, str], ...] = ()
     add: tuple[tuple[str, str], ...] = ()
     remove: tuple[str, ...] = ()
+
+    def then(self, later: HeaderChanges) -> HeaderChanges:
+        """Return the changes that do what `self` does and then what `later` does, as one set of changes.
+
+        One set of changes removes first, then sets and appends in order (Envoy's order at one level). So what
+        `later` removes or sets drops this one's sets and appends of that header (names are case-insensitive);
+        its appends come after this one's.
+        """
+        overridden = {name.lower() for name in later.remove} | {name.lower() for name, _ in later.set}
+        removed = {name.lower() for name in self.remove}
+        return HeaderChanges(
+            set=(*(pair for pair in self.set if pair[0].lower() not in overridden), *later.set),
+            add=(*(pair for pair in self.add if pair[0].lower() not in overridden), *later.add),
+            remove=(*self.remove, *(name for name in later.remove if name.lower() not in removed)),
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +135,11 @@ class Destination:
     selector: tuple[tuple[str, str], ...] = ()
     """The labels, sorted, that the cluster's endpoints must all have to take this share: the backendRef's Service
     selector (its cluster is its service account's, which other Services may share). Empty: every endpoint."""
+    request_headers: HeaderChanges | None = None
+    """The header changes of the requests this share takes (the rule's, then its backendRef's own), when it has its
+    own; then the route has none and every destination carries its whole changes. Only with several destinations:
+    one destination's changes are the route's."""
+    response_headers: HeaderChanges | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -7,13 +7,15 @@ from collections.abc import Sequence
 import attrs
 import immutables
 
+from aether.core.gateway import ir
 from aether.core.gateway.attach import Resolved
-from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting
+from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting, PortRouting
 from aether.core.gateway.entries import Entry, translate
 from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
 from aether.core.gateway.precedence import ordered, shadow_note
+from aether.core.mesh_names import http_cluster_name
 
 
 @attrs.frozen(kw_only=True)
@@ -33,29 +35,87 @@ class _Service:
     """`(route key, message)` of the matches lost to older routes."""
 
 
-def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Service:
-    http: list[Entry] = []
-    grpc: list[Entry] = []
+def _ports(item: Resolved, service: str) -> frozenset[int]:
+    """The Service ports the route's parentRefs to `service` name (0: a parentRef naming none)."""
+    return frozenset(
+        result.ref.port
+        for result in item.parents
+        if result.accepted and result.controller == MESH_CONTROLLER and result.service == service
+    )
+
+
+def _caller_namespace(item: Resolved, service: str) -> str:
+    """The route's namespace when it is a consumer route of `service` (in another namespace than the Services it
+    routes, whose namespace is the mesh service's); empty for a producer route."""
+    namespace = item.route.meta.namespace
+    return namespace if namespace != service.partition("/")[0] else ""
+
+
+def _translated(
+    service: str, contributors: Sequence[Resolved], memo: Memo, notes: dict[tuple[str, str], None]
+) -> tuple[tuple[ir.HTTPRoute, ...], tuple[ir.HTTPRoute, ...], set[str]]:
+    """Return the HTTP and gRPC routes of `contributors` in precedence order and the services they send to; the
+    matches lost to older routes are added to `notes`.
+
+    Consumer routes (GEP-1294) come first, grouped by namespace (sorted), each taking its own namespace's callers
+    only: for those callers they take precedence over the producer's routes, which come last and take every
+    caller's requests that no consumer route took. Precedence and conflicts are decided within each group.
+    """
+    groups: dict[str, tuple[list[Entry], list[Entry]]] = {}
     for item in contributors:
-        (grpc if item.route.kind == GRPC_ROUTE else http).extend(item.entries())
-    translated = []
+        caller = _caller_namespace(item, service)
+        http, grpc = groups.setdefault(caller, ([], []))
+        (grpc if item.route.kind == GRPC_ROUTE else http).extend(item.entries(caller_namespace=caller))
+    translated: tuple[list[ir.HTTPRoute], list[ir.HTTPRoute]] = ([], [])
     targets: set[str] = set()
-    notes: list[tuple[str, str]] = []
-    for entries in (http, grpc):
-        kept, lost = ordered(entries)
-        notes.extend(
-            (loser.route.key, shadow_note(f"mesh service {service}", loser, winner)) for loser, winner in lost
-        )
-        routes, services = translate(kept, routes_of=memo.entry_routes)
-        translated.append(tuple(routes))
-        targets.update(services)
+    for caller in sorted(groups, key=lambda namespace: (not namespace, namespace)):
+        for entries, into in zip(groups[caller], translated, strict=True):
+            kept, lost = ordered(entries)
+            for loser, winner in lost:
+                notes[(loser.route.key, shadow_note(f"mesh service {service}", loser, winner))] = None
+            routes, services = translate(kept, routes_of=memo.entry_routes)
+            into.extend(routes)
+            targets.update(services)
+    if groups and "" not in groups:
+        # Only consumer routes: every other caller keeps the service's default routing.
+        translated[0].append(_default_route(service, mesh_domain=memo.mesh_domain))
+    return tuple(translated[0]), tuple(translated[1]), targets
+
+
+def _default_route(service: str, *, mesh_domain: str) -> ir.HTTPRoute:
+    """The route of a service without GAMMA routes: every request to its own cluster."""
+    return ir.HTTPRoute(
+        name="",
+        match=ir.RouteMatch(path=ir.StringMatch(kind=ir.PREFIX, value="/")),
+        action=ir.Forward(
+            destinations=(
+                ir.Destination(cluster=http_cluster_name(service, mesh_domain=mesh_domain), weight=1),
+            )
+        ),
+    )
+
+
+def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Service:
+    notes: dict[tuple[str, str], None] = {}
+    ports = {item.route.key: _ports(item, service) for item in contributors}
+    anywhere = [item for item in contributors if 0 in ports[item.route.key]]
+    http, grpc, targets = _translated(service, anywhere, memo, notes)
+    by_port = []
+    for port in sorted({port for named in ports.values() for port in named if port}):
+        scoped = [item for item in contributors if ports[item.route.key] & {0, port}]
+        port_http, port_grpc, port_targets = _translated(service, scoped, memo, notes)
+        by_port.append(PortRouting(port=port, http_routes=port_http, grpc_routes=port_grpc))
+        targets.update(port_targets)
+    every = (*http, *grpc, *(route for item in by_port for route in item.all_routes))
     routing = MeshRouting(
         service=service,
-        http_routes=translated[0],
-        grpc_routes=translated[1],
+        http_routes=http,
+        grpc_routes=grpc,
         routes=tuple(sorted({item.route.key for item in contributors})),
         backend_services=tuple(sorted(targets)),
-        backend_selectors=immutables.Map(selector_keys((*translated[0], *translated[1]))),
+        backend_selectors=immutables.Map(selector_keys(every)),
+        every_port=bool(anywhere),
+        ports=tuple(by_port),
     )
     return _Service(routing=routing, notes=tuple(notes))
 

@@ -30,6 +30,7 @@ from aether.core.gateway.contract import (
 from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.listeners import ListenerState, listener_states
 from aether.core.gateway.memo import Memo
+from aether.core.gateway.model.filters import PER_BACKEND_FILTERS, per_backend_refused
 from aether.core.gateway.model.gateways import (
     INVALID_PARAMETERS,
     Gateway,
@@ -141,16 +142,21 @@ class _Parents:
             )
         if route is None:
             return ParentResult(ref=ref, controller=EDGE_CONTROLLER)
-        return attach_to_gateway(route, ref, listeners)
+        return attach_to_gateway(
+            route, ref, listeners, namespace_labels=self._resolver.namespace_labels(route.meta.namespace)
+        )
 
 
 def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
     results = tuple(
         result for ref in route.parents if (result := parents.attach(route.kind, route, ref)) is not None
     )
+    services = frozenset((ref.namespace, ref.name) for ref in route.parents if ref.is_service)
     backends = tuple(
         tuple(
-            resolver.backend(ref, route_kind=route.kind, route_namespace=route.meta.namespace)
+            resolver.backend(
+                ref, route_kind=route.kind, route_namespace=route.meta.namespace, parents=services
+            )
             for ref in rule.backends
         )
         for rule in route.rules
@@ -174,8 +180,21 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
             problems.append(
                 f"spec.rules[{rule.index}] answers 500: filter {', '.join(rule.filters.unsupported)} is not supported"
             )
+    refused = [
+        f"spec.rules[{rule.index}].backendRefs[{index}].filters: {', '.join(kinds)} cannot be applied to one "
+        f"backendRef (only {' and '.join(sorted(PER_BACKEND_FILTERS))} can; put it in the rule's filters), so "
+        "the requests for that backend are answered 500"
+        for rule in route.rules
+        for index in range(len(rule.backends))
+        if (kinds := per_backend_refused(rule.filters_of(index)))
+    ]
     return Resolved(
-        route=route, parents=results, backends=backends, mirrors=mirrors, problems=tuple(problems)
+        route=route,
+        parents=results,
+        backends=backends,
+        mirrors=mirrors,
+        problems=tuple(problems),
+        refused=tuple(refused),
     )
 
 
@@ -218,12 +237,12 @@ def _route_status(resolved: Resolved, shadowed: Iterable[str]) -> ObjectStatus:
             accepted = condition(
                 ACCEPTED, ok=False, reason=result.reason, message=result.message, generation=generation
             )
-        elif not resolved.working:
+        elif not resolved.working or resolved.refused:
             accepted = condition(
                 ACCEPTED,
                 ok=False,
                 reason=UNSUPPORTED_VALUE,
-                message="; ".join(resolved.problems),
+                message="; ".join(resolved.refused if resolved.working else resolved.problems),
                 generation=generation,
             )
         else:
@@ -300,7 +319,7 @@ class GatewayProjector:
         self._parsed: dict[str, tuple[KubeObject, object]] = {}
         self._grants: tuple[object, list[ReferenceGrant]] | None = None
         self._states: list[ListenerState] = []
-        self._shared: tuple[object, ...] = (None, None, None, None, None)
+        self._shared: tuple[object, ...] = (None, None, None, None, None, None)
         self._resolved: dict[str, tuple[tuple[object, ...], Resolved]] = {}
         self._statuses: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
         self._parsed_count = 0
@@ -359,7 +378,12 @@ class GatewayProjector:
         objects = self._parse(kube.gateway_objects)
         if self._grants is None or self._grants[0] is not kube.reference_grants:
             self._grants = (kube.reference_grants, _grants(kube.reference_grants))
-        resolver = Resolver(services=kube.services, pods=state.pods.values(), grants=self._grants[1])
+        resolver = Resolver(
+            services=kube.services,
+            pods=state.pods.values(),
+            grants=self._grants[1],
+            namespaces=kube.namespaces,
+        )
         statuses: dict[str, ObjectStatus] = {}
 
         edge_classes = _class_statuses(objects.classes, statuses)
@@ -385,7 +409,14 @@ class GatewayProjector:
         gateways_seen = (known, refused)
         if gateways_seen == previous[4]:
             gateways_seen = previous[4]
-        shared: tuple[object, ...] = (states, kube.services, state.pods, kube.reference_grants, gateways_seen)
+        shared: tuple[object, ...] = (
+            states,
+            kube.services,
+            state.pods,
+            kube.reference_grants,
+            gateways_seen,
+            kube.namespaces,
+        )
         if all(a is b for a, b in zip(previous, shared, strict=True)):
             shared = previous
         self._shared = shared

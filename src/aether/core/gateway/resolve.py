@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import attrs
+import immutables
 
-from aether.core.events.kube import KubeService
+from aether.core.events.kube import KubeNamespace, KubeService
 from aether.core.events.registry import Protocol
+from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL
 from aether.core.gateway.model.grants import ReferenceGrant
 from aether.core.gateway.model.refs import CORE_GROUP, GATEWAY_GROUP, BackendRef
 from aether.core.state.pods import PodRecord
@@ -29,6 +31,7 @@ BACKEND_NOT_FOUND = "BackendNotFound"
 REF_NOT_PERMITTED = "RefNotPermitted"
 INVALID_KIND = "InvalidKind"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
+_NO_NAMESPACES: Mapping[str, KubeNamespace] = immutables.Map()
 
 
 @attrs.frozen(kw_only=True)
@@ -54,8 +57,10 @@ class Resolver:
         services: Mapping[str, KubeService],
         pods: Iterable[PodRecord],
         grants: Iterable[ReferenceGrant],
+        namespaces: Mapping[str, KubeNamespace] = _NO_NAMESPACES,
     ) -> None:
         self._services = services
+        self._namespaces = namespaces
         self._pods: dict[str, list[PodRecord]] = {}
         for record in pods:
             self._pods.setdefault(record.pod.namespace, []).append(record)
@@ -84,6 +89,14 @@ class Resolver:
             account = f"{namespace}/{accounts[0] if accounts else name}"
         self._accounts[key] = account
         return account
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        """Return the labels of Namespace `namespace`; only `kubernetes.io/metadata.name` (which the API server
+        sets on every Namespace) when the Namespace is not known."""
+        known = self._namespaces.get(f"Namespace//{namespace}")
+        if known is None:
+            return {NAMESPACE_NAME_LABEL: namespace}
+        return {**known.labels, NAMESPACE_NAME_LABEL: namespace}
 
     def kube_service(self, namespace: str, name: str) -> KubeService | None:
         """Return the Kubernetes Service `namespace/name`, or None."""
@@ -142,15 +155,26 @@ class Resolver:
             for grant in self._grants.get(to_namespace, ())
         )
 
-    def backend(self, ref: BackendRef, *, route_kind: str, route_namespace: str) -> Backend:
-        """Resolve one backendRef of a route of `route_kind` in `route_namespace`."""
+    def backend(
+        self,
+        ref: BackendRef,
+        *,
+        route_kind: str,
+        route_namespace: str,
+        parents: frozenset[tuple[str, str]] = frozenset(),
+    ) -> Backend:
+        """Resolve one backendRef of a route of `route_kind` in `route_namespace`.
+
+        `parents` are the `(namespace, name)` of the route's Service parents: a GAMMA consumer route (in the
+        caller's namespace) refers to the Service it routes without a ReferenceGrant (GEP-1294).
+        """
         if not ref.is_service:
             return Backend(
                 ref=ref,
                 reason=INVALID_KIND,
                 message=f"backendRef {ref.key}: only core Services are supported (got group {ref.group!r}, kind {ref.kind!r})",
             )
-        if not self.permitted(
+        if (ref.namespace, ref.name) not in parents and not self.permitted(
             from_kind=route_kind,
             from_namespace=route_namespace,
             to_group=CORE_GROUP,

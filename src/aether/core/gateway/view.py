@@ -22,6 +22,7 @@ from aether.core.gateway.contract import (
     MeshRouting,
     ObjectStatus,
     ParentStatus,
+    PortRouting,
     WeightedBackend,
 )
 from aether.core.gateway.projector import GatewayProjector, GatewayStatistics
@@ -43,6 +44,7 @@ __all__ = [
     "MeshRouting",
     "ObjectStatus",
     "ParentStatus",
+    "PortRouting",
     "WeightedBackend",
     "gateway_view",
 ]

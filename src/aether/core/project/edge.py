@@ -31,6 +31,7 @@ from aether.core.project.edge_listeners import (
     certificate_secret,
     http_listener,
     https_listener,
+    misdirected_vhost,
     readiness_listener,
     route_table,
     route_table_name,
@@ -179,8 +180,15 @@ def _listeners(
                     held = chains.setdefault(item.hostname, (certificate, []))
                     held[1].extend(envoy_virtual_host(vhost) for vhost in item.virtual_hosts)
             if chains:
+                served = {
+                    hostname: {domain for vhost in vhosts for domain in vhost.domains if domain != "*"}
+                    for hostname, (_, vhosts) in chains.items()
+                }
                 port_tables = [
-                    route_table(route_table_name(port, hostname or "*"), vhosts)
+                    route_table(
+                        route_table_name(port, hostname or "*"),
+                        [*vhosts, *_misdirected(hostname, served)],
+                    )
                     for hostname, (_, vhosts) in sorted(chains.items())
                 ]
                 listener = https_listener(
@@ -197,6 +205,13 @@ def _listeners(
                 listeners.append((listener, ()))
                 unroutable = unroutable or needs_unroutable
     return listeners, tables, unroutable
+
+
+def _misdirected(hostname: str, served: dict[str, set[str]]) -> list[Any]:
+    """The `edge_misdirected` virtual host of the chain of listener `hostname`: the hosts the port's other chains
+    serve (the table keeps for the chain's own virtual hosts the domains they claim too); none when there are none."""
+    others = sorted({domain for other, domains in served.items() if other != hostname for domain in domains})
+    return [misdirected_vhost(others)] if others else []
 
 
 def _l4_listener(

@@ -8,7 +8,8 @@
 * TLS Terminate and TCP: TLS ends at the edge (TLS) or never began (TCP); the first route's backends take the bytes.
 
 Every HTTP route table ends with `edge_not_found` (`*`), a direct 404: a host no route claims is answered at once,
-never left waiting for a cluster. `edge_readiness` (18021) answers `/aether/readyz` with 200 for probes.
+never left waiting for a cluster. Before it, an HTTPS chain's table has `edge_misdirected`: the hosts the port's
+other chains serve, answered 421 (the request came on a connection whose SNI chose another certificate). `edge_readiness` (18021) answers `/aether/readyz` with 200 for probes.
 """
 
 from __future__ import annotations
@@ -103,6 +104,27 @@ def not_found_vhost() -> Any:
             route_components_pb2.Route(
                 match=route_components_pb2.RouteMatch(prefix="/"),
                 direct_response=route_components_pb2.DirectResponseAction(status=404),
+            )
+        ],
+    )
+
+
+MISDIRECTED_VHOST = "edge_misdirected"
+MISDIRECTED_STATUS = 421
+"""Misdirected Request (RFC 9110 section 15.5.20): the connection's TLS server name selected another certificate
+than the one of the request's host, so this connection must not answer for it (a client reusing an HTTP/2
+connection for another host it resolves to the same address sends such requests; it retries on a new one)."""
+
+
+def misdirected_vhost(domains: Sequence[str]) -> Any:
+    """`edge_misdirected`: the hosts other chains of an HTTPS port serve, answered 421 at once."""
+    return route_components_pb2.VirtualHost(
+        name=MISDIRECTED_VHOST,
+        domains=list(domains),
+        routes=[
+            route_components_pb2.Route(
+                match=route_components_pb2.RouteMatch(prefix="/"),
+                direct_response=route_components_pb2.DirectResponseAction(status=MISDIRECTED_STATUS),
             )
         ],
     )

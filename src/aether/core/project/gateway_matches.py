@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from envoy.config.route.v3 import route_components_pb2 as rc
-from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.matcher.v3 import filter_state_pb2, regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 
 from aether.core.gateway import ir
+from aether.core.project.names import SOURCE_IDENTITY_KEY
 
 
 def string_matcher(match: ir.StringMatch) -> Any:
@@ -44,6 +46,16 @@ def envoy_match(match: ir.RouteMatch) -> Any:
         rc.QueryParameterMatcher(name=item.name, string_match=string_matcher(item.match))
         for item in match.query_params
     )
+    if match.caller_namespace:
+        # The caller's listener records its SPIFFE ID (`spiffe://<trust domain>/ns/<ns>/sa/<sa>`) in the filter
+        # state: a consumer route takes the requests of its namespace's pods only.
+        pattern = f"^spiffe://[^/]+/ns/{re.escape(match.caller_namespace)}/sa/[^/]+$"
+        result.filter_state.append(
+            filter_state_pb2.FilterStateMatcher(
+                key=SOURCE_IDENTITY_KEY,
+                string_match=string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=pattern)),
+            )
+        )
     if match.per_million is not None:
         result.runtime_fraction.default_value.CopyFrom(
             percent_pb2.FractionalPercent(

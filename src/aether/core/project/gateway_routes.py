@@ -144,6 +144,8 @@ def _forward(forward: ir.Forward) -> Any:
             if item.selector:
                 # A Service's share goes to the pods it selects, whichever others share its identity's cluster.
                 weighted.metadata_match.CopyFrom(metadata_match(item.selector))
+            # A backendRef's own header filters: only the requests sent to it (and their answers) change.
+            _header_options(weighted, request=item.request_headers, response=item.response_headers)
     if forward.timeout_ms is not None:
         action.timeout.CopyFrom(milliseconds(forward.timeout_ms))
     if forward.host_rewrite:
@@ -161,14 +163,21 @@ def _forward(forward: ir.Forward) -> Any:
     return action
 
 
+def _header_options(
+    target: Any, *, request: ir.HeaderChanges | None, response: ir.HeaderChanges | None
+) -> None:
+    """Set the header changes of `target`: a Route or a weighted cluster (their fields have the same names)."""
+    if request is not None:
+        target.request_headers_to_add.extend(_headers(request))
+        target.request_headers_to_remove.extend(name.lower() for name in request.remove)
+    if response is not None:
+        target.response_headers_to_add.extend(_headers(response))
+        target.response_headers_to_remove.extend(name.lower() for name in response.remove)
+
+
 def _base(route: ir.HTTPRoute, match: Any) -> Any:
     result = rc.Route(name=route.name, match=match)
-    if route.request_headers is not None:
-        result.request_headers_to_add.extend(_headers(route.request_headers))
-        result.request_headers_to_remove.extend(name.lower() for name in route.request_headers.remove)
-    if route.response_headers is not None:
-        result.response_headers_to_add.extend(_headers(route.response_headers))
-        result.response_headers_to_remove.extend(name.lower() for name in route.response_headers.remove)
+    _header_options(result, request=route.request_headers, response=route.response_headers)
     return result
 
 

@@ -126,6 +126,47 @@ def _clusters(
     return clusters, vhosts
 
 
+HTTP_DEFAULT_PORT = 80
+"""The port a Host without one names (HTTP's default): a GAMMA route for Service port 80 takes the bare name."""
+
+
+def port_vhost_name(fqdn: str, port: int) -> str:
+    """`gamma:<fqdn>:<port>`: the virtual host of the GAMMA routes of one Service port."""
+    return f"gamma:{fqdn}:{port}"
+
+
+def _vhosts(
+    vhosts: Sequence[tuple[str, list[str], str]], routing: MeshRouting | None, *, fqdn: str
+) -> list[bytes]:
+    """Return the service's virtual hosts, serialized: the first (its own) with the GAMMA routes that name no port
+    (or its default routes when every route names one), the others with their default routes, and one per Service
+    port routes name, which takes that port's domains from the others (Envoy refuses a domain twice)."""
+    ports = routing.ports if routing is not None else ()
+    taken: dict[int, list[str]] = {
+        item.port: [*([fqdn] if item.port == HTTP_DEFAULT_PORT else []), f"{fqdn}:{item.port}"]
+        for item in ports
+    }
+    claimed = {domain for domains in taken.values() for domain in domains}
+    entries = []
+    for index, (name, domains, cluster) in enumerate(vhosts):
+        kept = [domain for domain in domains if domain not in claimed]
+        if not kept:
+            continue
+        if routing is not None and routing.every_port and index == 0:
+            routes = envoy_route_list(routing.all_routes, mesh=True)
+            entries.append(vhost_entry(routed_vhost(name, domains=kept, routes=routes)))
+        else:
+            entries.append(vhost_entry(service_vhost(name, domains=kept, cluster=cluster)))
+    for item in ports:
+        routes = envoy_route_list(item.all_routes, mesh=True)
+        entries.append(
+            vhost_entry(
+                routed_vhost(port_vhost_name(fqdn, item.port), domains=taken[item.port], routes=routes)
+            )
+        )
+    return entries
+
+
 def project_service(
     service: str,
     endpoints: ServiceEndpoints | None,
@@ -141,8 +182,9 @@ def project_service(
     """Return the resources of `service` (see the module docstring for which).
 
     With `routing` (GAMMA routes whose parent resolves to the service), the routes of its own virtual host (the
-    one named after its bare cluster) are the GAMMA routes, in precedence order; its per-port virtual hosts keep
-    the default routes. A `tcp_backend` (a GAMMA TCPRoute or TLSRoute of the node forwards to it) gets its `tcp:`
+    one named after its bare cluster) are the GAMMA routes that name no Service port, in precedence order; its
+    per-port virtual hosts keep the default routes; each Service port GAMMA routes name gets a virtual host of its
+    own (`<fqdn>:<port>`, and `<fqdn>` for port 80), with that port's routes and those naming none. A `tcp_backend` (a GAMMA TCPRoute or TLSRoute of the node forwards to it) gets its `tcp:`
     cluster even before its first TCP endpoint registers, so no `tcp_proxy` names a missing cluster. `subsets`
     (the label key sets of the Service selectors routes send to its bare cluster with) subset that cluster's
     endpoints by their labels (`aether.core.project.subsets`). Each of `udp_ports` (target ports of the Service UDP
@@ -188,12 +230,7 @@ def project_service(
     return ServiceProjection(
         resources=tuple(resources),
         vhosts=b"".join(
-            vhost_entry(
-                routed_vhost(name, domains=domains, routes=envoy_route_list(routing.all_routes, mesh=True))
-                if routing is not None and index == 0
-                else service_vhost(name, domains=domains, cluster=cluster)
-            )
-            for index, (name, domains, cluster) in enumerate(vhosts)
+            _vhosts(vhosts, routing, fqdn=service_fqdn(service, mesh_domain=context.mesh_domain))
         ),
         not_found=tuple(name for name in demand.requested if name not in names),
     )

@@ -1,5 +1,5 @@
-"""Reducers of Kubernetes object events: Services, Gateway API objects, ReferenceGrants, TLS Secrets and the
-MeshConfig."""
+"""Reducers of Kubernetes object events: Services, Namespaces, Gateway API objects, ReferenceGrants, TLS Secrets and
+the MeshConfig."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from aether.core.events.base import Event
 from aether.core.events.kube import (
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeNamespace,
     KubeObject,
     KubeService,
     KubeServiceDeleted,
     KubeServiceUpserted,
     MeshConfigUpdated,
+    NamespaceDeleted,
+    NamespaceUpserted,
     ObjectMeta,
     ReferenceGrantDeleted,
     ReferenceGrantUpserted,
@@ -130,7 +133,9 @@ def _upsert_object(
 
 
 def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, field: str) -> State:
-    objects: immutables.Map[str, KubeObject | KubeService | TlsSecret] = getattr(state.kube, field)
+    objects: immutables.Map[str, KubeObject | KubeService | TlsSecret | KubeNamespace] = getattr(
+        state.kube, field
+    )
     known = objects.get(meta.key)
     if known is None:
         message = f"{meta.key} deleted but not known"
@@ -217,6 +222,30 @@ def tls_secret_upserted(state: State, event: TlsSecretUpserted, seq: int) -> Sta
 def tls_secret_deleted(state: State, event: TlsSecretDeleted, seq: int) -> State:
     """Forget the TLS Secret."""
     return _delete_object(state, event, seq, meta=event.meta, field="tls_secrets")
+
+
+def namespace_upserted(state: State, event: NamespaceUpserted, seq: int) -> State:
+    """Store the Namespace's labels; a bad kind, a namespace on it or a name that is not a DNS label is a
+    rejection and the previous labels stay."""
+    meta = event.namespace.meta
+    problem = (
+        f"kind must be 'Namespace' (got {meta.kind!r})"
+        if meta.kind != "Namespace"
+        else f"a Namespace has no namespace (got {meta.namespace!r})"
+        if meta.namespace
+        else dns_label_problem(meta.name, what="name")
+    )
+    if problem is not None:
+        return rejected(
+            state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{meta.key}: {problem}"
+        )
+    kube = attrs.evolve(state.kube, namespaces=state.kube.namespaces.set(meta.key, event.namespace))
+    return applied(state, event, seq, kube=kube)
+
+
+def namespace_deleted(state: State, event: NamespaceDeleted, seq: int) -> State:
+    """Forget the Namespace's labels."""
+    return _delete_object(state, event, seq, meta=event.meta, field="namespaces")
 
 
 def mesh_config_updated(state: State, event: MeshConfigUpdated, seq: int) -> State:

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from aether.core.errors import CodecError
 from aether.core.events.identity import Svid, TrustBundle
-from aether.core.events.kube import KubeObject, KubeService, MeshConfig, TlsSecret
+from aether.core.events.kube import KubeNamespace, KubeObject, KubeService, MeshConfig, TlsSecret
 from aether.core.events.registry import Endpoint
 from aether.core.events.wire import plan_for
 from aether.core.order import sorted_values
@@ -54,6 +54,7 @@ def state_to_proto(state: State) -> log_pb2.State:
     _write(sorted_values(state.kube.gateway_objects), message.gateway_objects)
     _write(sorted_values(state.kube.reference_grants), message.reference_grants)
     _write(sorted_values(state.kube.tls_secrets), message.tls_secrets)
+    _write(sorted_values(state.kube.namespaces), message.namespaces)
     plan_for(MeshConfig).encode_into(state.kube.mesh_config, message.mesh_config)
     _write(sorted_values(state.identity.svids), message.svids)
     _write(sorted_values(state.identity.trust_bundles), message.trust_bundles)
@@ -79,6 +80,7 @@ def state_from_proto(message: log_pb2.State) -> State:
     gateway_objects: list[KubeObject] = _read(KubeObject, message.gateway_objects)
     reference_grants: list[KubeObject] = _read(KubeObject, message.reference_grants)
     tls_secrets: list[TlsSecret] = _read(TlsSecret, message.tls_secrets)
+    namespaces: list[KubeNamespace] = _read(KubeNamespace, message.namespaces)
     svids: list[Svid] = _read(Svid, message.svids)
     bundles: list[TrustBundle] = _read(TrustBundle, message.trust_bundles)
     streams: list[XdsFeedback] = _read(XdsFeedback, message.xds_feedback)
@@ -95,6 +97,7 @@ def state_from_proto(message: log_pb2.State) -> State:
             reference_grants=immutables.Map((item.meta.key, item) for item in reference_grants),
             tls_secrets=immutables.Map((item.meta.key, item) for item in tls_secrets),
             mesh_config=plan_for(MeshConfig).decode(message.mesh_config),
+            namespaces=immutables.Map((item.meta.key, item) for item in namespaces),
         ),
         identity=IdentityState(
             svids=immutables.Map((svid.spiffe_id, svid) for svid in svids),

@@ -1,12 +1,12 @@
-"""The Kubernetes objects this node folds: Services, Gateway API objects, ReferenceGrants, TLS Secrets and the
-MeshConfig."""
+"""The Kubernetes objects this node folds: Services, Namespaces, Gateway API objects, ReferenceGrants, TLS Secrets
+and the MeshConfig."""
 
 from __future__ import annotations
 
 import attrs
 import immutables
 
-from aether.core.events.kube import KubeObject, KubeService, MeshConfig, TlsSecret
+from aether.core.events.kube import KubeNamespace, KubeObject, KubeService, MeshConfig, TlsSecret
 
 
 @attrs.frozen(kw_only=True)
@@ -19,3 +19,5 @@ class KubeState:
     tls_secrets: immutables.Map[str, TlsSecret] = immutables.Map()
     """Secrets of type `kubernetes.io/tls`, keyed `Secret/<namespace>/<name>`: the edge's listener certificates."""
     mesh_config: MeshConfig = MeshConfig()
+    namespaces: immutables.Map[str, KubeNamespace] = immutables.Map()
+    """Namespaces, keyed `Namespace//<name>`: their labels, for listener namespace selectors."""

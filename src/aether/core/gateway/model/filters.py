@@ -109,6 +109,25 @@ class Filters:
 
 NO_FILTERS = Filters()
 
+PER_BACKEND_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier"})
+"""What a backendRef's own filters may do here: Envoy changes headers per weighted cluster, but rewrites, redirects
+and mirrors are the route's, not a cluster's, so a backendRef cannot have its own."""
+
+
+def per_backend_refused(backend_filters: Filters) -> tuple[str, ...]:
+    """Return the filter types of a backendRef's `filters` that cannot be applied to that backend alone (in the
+    order RequestRedirect, URLRewrite, RequestMirror, then the unsupported ones as given)."""
+    refused = [
+        kind
+        for kind, present in (
+            ("RequestRedirect", backend_filters.redirect is not None),
+            ("URLRewrite", backend_filters.rewrite is not None),
+            ("RequestMirror", bool(backend_filters.mirrors)),
+        )
+        if present
+    ]
+    return (*refused, *backend_filters.unsupported)
+
 
 def _pairs(value: Any, path: str) -> tuple[tuple[str, str], ...]:
     pairs = []

@@ -69,11 +69,18 @@ class Rule:
     matches: tuple[HTTPMatch | GRPCMatch, ...] = ()
     filters: Filters = NO_FILTERS
     backends: tuple[BackendRef, ...] = ()
+    backend_filters: tuple[Filters, ...] = ()
+    """The filters of each backendRef, in order (what is done only to the requests sent to that backend); empty
+    when no backendRef has any."""
     request_timeout_ms: int | None = None
     backend_timeout_ms: int | None = None
     retry: Retry | None = None
     problem: str = ""
     """Why the rule is dropped (an expression Envoy would refuse); empty for a working rule."""
+
+    def filters_of(self, backend: int) -> Filters:
+        """Return the own filters of the rule's backendRef at index `backend`."""
+        return self.backend_filters[backend] if self.backend_filters else NO_FILTERS
 
 
 @attrs.frozen(kw_only=True)
@@ -165,6 +172,15 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         allowed=GRPC_FILTERS if grpc else HTTP_FILTERS,
     )
     backends = backend_refs(fields.get("backendRefs"), f"{path}.backendRefs", namespace=namespace)
+    per_backend = tuple(
+        filters(
+            obj(raw, f"{path}.backendRefs[{at}]").get("filters"),
+            f"{path}.backendRefs[{at}].filters",
+            namespace=namespace,
+            allowed=GRPC_FILTERS if grpc else HTTP_FILTERS,
+        )
+        for at, raw in enumerate(items(fields.get("backendRefs"), f"{path}.backendRefs", max_items=16))
+    )
     if backends and rule_filters.redirect is not None:
         raise SpecInvalid(path, "RequestRedirect filter must not be used together with backendRefs")
     timeouts = obj(fields.get("timeouts"), f"{path}.timeouts") if not grpc else {}
@@ -189,6 +205,7 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         matches=matches,
         filters=rule_filters,
         backends=backends,
+        backend_filters=per_backend if any(item is not NO_FILTERS for item in per_backend) else (),
         request_timeout_ms=request,
         backend_timeout_ms=backend,
         retry=None if grpc else _retry(fields.get("retry"), f"{path}.retry"),

@@ -351,6 +351,32 @@ class KubeService(_message.Message):
 Global___KubeService: _TypeAlias = KubeService  # noqa: Y015
 
 @_typing.final
+class KubeNamespace(_message.Message):
+    """A Namespace, for the labels listener namespace selectors match."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    META_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def meta(self) -> Global___ObjectMeta: ...
+    @_builtins.property
+    def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___StringPair]: ...
+    def __init__(
+        self,
+        *,
+        meta: Global___ObjectMeta | None = ...,
+        labels: _abc.Iterable[Global___StringPair] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "meta", b"meta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KubeNamespace: _TypeAlias = KubeNamespace  # noqa: Y015
+
+@_typing.final
 class TlsSecret(_message.Message):
     """A Secret of type kubernetes.io/tls."""
 
@@ -884,6 +910,46 @@ class TlsSecretDeleted(_message.Message):
 Global___TlsSecretDeleted: _TypeAlias = TlsSecretDeleted  # noqa: Y015
 
 @_typing.final
+class NamespaceUpserted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def namespace(self) -> Global___KubeNamespace: ...
+    def __init__(
+        self,
+        *,
+        namespace: Global___KubeNamespace | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceUpserted: _TypeAlias = NamespaceUpserted  # noqa: Y015
+
+@_typing.final
+class NamespaceDeleted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    META_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def meta(self) -> Global___ObjectMeta: ...
+    def __init__(
+        self,
+        *,
+        meta: Global___ObjectMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceDeleted: _TypeAlias = NamespaceDeleted  # noqa: Y015
+
+@_typing.final
 class MeshConfigUpdated(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1090,6 +1156,8 @@ class Event(_message.Message):
     REFERENCE_GRANT_DELETED_FIELD_NUMBER: _builtins.int
     TLS_SECRET_UPSERTED_FIELD_NUMBER: _builtins.int
     TLS_SECRET_DELETED_FIELD_NUMBER: _builtins.int
+    NAMESPACE_UPSERTED_FIELD_NUMBER: _builtins.int
+    NAMESPACE_DELETED_FIELD_NUMBER: _builtins.int
     MESH_CONFIG_UPDATED_FIELD_NUMBER: _builtins.int
     SVID_ROTATED_FIELD_NUMBER: _builtins.int
     SVID_REMOVED_FIELD_NUMBER: _builtins.int
@@ -1141,6 +1209,10 @@ class Event(_message.Message):
     @_builtins.property
     def tls_secret_deleted(self) -> Global___TlsSecretDeleted: ...
     @_builtins.property
+    def namespace_upserted(self) -> Global___NamespaceUpserted: ...
+    @_builtins.property
+    def namespace_deleted(self) -> Global___NamespaceDeleted: ...
+    @_builtins.property
     def mesh_config_updated(self) -> Global___MeshConfigUpdated: ...
     @_builtins.property
     def svid_rotated(self) -> Global___SvidRotated: ...
@@ -1180,6 +1252,8 @@ class Event(_message.Message):
         reference_grant_deleted: Global___ReferenceGrantDeleted | None = ...,
         tls_secret_upserted: Global___TlsSecretUpserted | None = ...,
         tls_secret_deleted: Global___TlsSecretDeleted | None = ...,
+        namespace_upserted: Global___NamespaceUpserted | None = ...,
+        namespace_deleted: Global___NamespaceDeleted | None = ...,
         mesh_config_updated: Global___MeshConfigUpdated | None = ...,
         svid_rotated: Global___SvidRotated | None = ...,
         svid_removed: Global___SvidRemoved | None = ...,
@@ -1189,11 +1263,11 @@ class Event(_message.Message):
         resource_nacked: Global___ResourceNacked | None = ...,
         on_demand_cluster_requested: Global___OnDemandClusterRequested | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "node_capture_configured", b"node_capture_configured", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "namespace_deleted", b"namespace_deleted", "namespace_upserted", b"namespace_upserted", "node_capture_configured", b"node_capture_configured", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "node_capture_configured", b"node_capture_configured", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "namespace_deleted", b"namespace_deleted", "namespace_upserted", b"namespace_upserted", "node_capture_configured", b"node_capture_configured", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "node_capture_configured", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "tls_secret_upserted", "tls_secret_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "node_capture_configured", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "tls_secret_upserted", "tls_secret_deleted", "namespace_upserted", "namespace_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1400,6 +1474,7 @@ class State(_message.Message):
     REJECTED_TOTAL_FIELD_NUMBER: _builtins.int
     TLS_SECRETS_FIELD_NUMBER: _builtins.int
     CAPTURED_NODES_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     rejected_total: _builtins.int
     @_builtins.property
@@ -1430,6 +1505,8 @@ class State(_message.Message):
     def captured_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The nodes whose pods are captured (`NodeCaptureConfigured`), sorted."""
 
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___KubeNamespace]: ...
     def __init__(
         self,
         *,
@@ -1448,10 +1525,11 @@ class State(_message.Message):
         rejected_total: _builtins.int = ...,
         tls_secrets: _abc.Iterable[Global___TlsSecret] | None = ...,
         captured_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        namespaces: _abc.Iterable[Global___KubeNamespace] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["mesh_config", b"mesh_config", "registry", b"registry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured_nodes", b"captured_nodes", "gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "tls_secrets", b"tls_secrets", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured_nodes", b"captured_nodes", "gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "namespaces", b"namespaces", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "tls_secrets", b"tls_secrets", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
