@@ -6,7 +6,6 @@ import base64
 import datetime
 import ipaddress
 import json
-import shutil
 import ssl
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from aether.kube.config import ClusterConfig
 from aether.kube.errors import ApiConnectionError, ConfigError
 from aether.kube.resources import PODS
 from aether.testing.kubeapi import open_kube_api
+from tests.needs import needs
 
 KUBECONFIG = """
 apiVersion: v1
@@ -243,8 +243,7 @@ async def test_an_exec_plugins_token_is_reused_until_it_expires_and_renewed_afte
     tmp_path: Path,
 ) -> None:
     """The plugin runs once for many requests while its token is fresh; a 401 (the token revoked) runs it again and
-    the request succeeds; an expired token is renewed before use. kubectl, the real client, takes the same
-    kubeconfig and plugin (so the plugin speaks the protocol kubectl expects)."""
+    the request succeeds; an expired token is renewed before use."""
     ca, certificate, key = _tls_files(tmp_path)
     (tmp_path / "token").write_text("first")
     (tmp_path / "expiry").write_text("2099-01-01T00:00:00Z")
@@ -271,15 +270,6 @@ async def test_an_exec_plugins_token_is_reused_until_it_expires_and_renewed_afte
         await client.list_all(PODS)  # 401, renewed: the new credential comes with a past expiry
         await client.list_all(PODS)  # so it is renewed again before this request
         assert _runs(tmp_path) == 4
-
-        if shutil.which("kubectl") is not None:
-            listed = await trio.run_process(
-                ["kubectl", "--kubeconfig", str(path), "get", "pods", "-n", "shop", "-o", "name"],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
-            assert (listed.returncode, listed.stdout.decode().split()) == (0, ["pod/a"]), listed.stderr
 
 
 @pytest.mark.parametrize(
@@ -361,3 +351,23 @@ print(json.dumps({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "Exe
         without = ClusterConfig.from_url(api.url, ca_file=ca)
         with pytest.raises(ApiConnectionError):
             await KubeClient(without).list_all(PODS)
+
+
+@needs("kubectl")
+async def test_kubectl_takes_the_same_kubeconfig_and_plugin(tmp_path: Path) -> None:
+    """kubectl, the real client, lists with the kubeconfig and plugin the tests above use: the plugin speaks the
+    protocol kubectl expects, so our client is tested against a faithful plugin."""
+    ca, certificate, key = _tls_files(tmp_path)
+    (tmp_path / "token").write_text("first")
+    (tmp_path / "expiry").write_text("2099-01-01T00:00:00Z")
+    async with open_kube_api(token="first", ssl_context=_server_context(certificate, key)) as api:
+        api.store.create(PODS, {"metadata": {"name": "a", "namespace": "shop"}})
+        path = _exec_kubeconfig(tmp_path, server=api.url, ca=ca, plugin=TOKEN_PLUGIN)
+        listed = await trio.run_process(
+            ["kubectl", "--kubeconfig", str(path), "get", "pods", "-n", "shop", "-o", "name"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert (listed.returncode, listed.stdout.decode().split()) == (0, ["pod/a"]), listed.stderr
+    assert _runs(tmp_path) >= 1

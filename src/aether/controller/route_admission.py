@@ -1,9 +1,11 @@
 """Whether the mesh admits a Gateway API route: the core's own parse, so a route the core would drop is denied with
 the message its `Accepted` condition would carry.
 
-The core drops a route whole in two cases, and only these are denied: its spec breaks the API's schema or CEL rules
-(`RouteRejected`: the condition's message), or none of its rules can be served (each rule dropped for an expression
-Envoy refuses: the messages joined with `"; "`, as the core's status joins them). A route with some rules dropped is
+The core refuses a route (`Accepted=False`) in three cases, and only these are denied: its spec breaks the API's
+schema or CEL rules (`RouteRejected`: the condition's message), a backendRef has filters that cannot apply to one
+backend (URLRewrite, RequestRedirect, RequestMirror: `Rule.backend_filter_refusals`), or none of its rules can be
+served (each rule dropped for an expression Envoy refuses: the messages joined with `"; "`, as the core's status
+joins them). A route with some rules dropped is
 admitted with a warning, as the core keeps serving its other rules (its status says `PartiallyInvalid`).
 """
 
@@ -47,6 +49,9 @@ def route_verdict(kind: str, obj: Mapping[str, Any]) -> Verdict:
     parsed = parse_route(kind, meta, canonical_json(dict(spec)))
     if not isinstance(parsed, Route):
         return Verdict(allowed=False, message=parsed.message)
+    refused = [message for rule in parsed.rules for message in rule.backend_filter_refusals()]
+    if refused:
+        return Verdict(allowed=False, message="; ".join(refused))
     dropped = _dropped_rules(parsed)
     if dropped and len(dropped) == len(parsed.rules):
         return Verdict(allowed=False, message="; ".join(dropped))

@@ -47,7 +47,9 @@ class ParentResult:
     address: str = ""
     """The ClusterIP of a Service parent of an L4 route (TCPRoute, TLSRoute)."""
     ports: tuple[int, ...] = ()
-    """The Service ports an L4 route forwards on: the parentRef's port, or every TCP port of the Service."""
+    """The Service ports an L4 route forwards on: the parentRef's port, or every TCP port of the Service. For an
+    HTTP or gRPC route whose parentRef names a port: every port of the Service (a Host without a port names the
+    route's port when it is the Service's only one)."""
 
     @property
     def accepted(self) -> bool:
@@ -181,6 +183,8 @@ def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
                 f"(it has {sorted(item.port for item in kube.ports)})"
             ),
         )
+    if result.accepted and ref.port and kube is not None:
+        return attrs.evolve(result, ports=tuple(sorted({item.port for item in kube.ports})))
     return result
 
 

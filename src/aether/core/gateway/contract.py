@@ -84,11 +84,15 @@ class ObjectStatus:
 class PortRouting:
     """The GAMMA routes of one Service port of a mesh service: those whose parentRef names that port, merged by
     precedence with those that name none. Its requests are those whose Host names the port (`<fqdn>:<port>`, and
-    a bare `<fqdn>` for port 80, HTTP's default)."""
+    the bare `<fqdn>` when `bare`)."""
 
     port: int
     http_routes: tuple[HTTPRoute, ...] = ()
     grpc_routes: tuple[HTTPRoute, ...] = ()
+    bare: bool = False
+    """The bare `<fqdn>` (a Host without a port) names this port too: port 80, HTTP's default, or else the only
+    port of the Service the routes name it on (a client of a one-port Service need not say the port). At most one
+    port of a mesh service is bare."""
 
     @property
     def all_routes(self) -> tuple[HTTPRoute, ...]:

@@ -44,6 +44,28 @@ def _ports(item: Resolved, service: str) -> frozenset[int]:
     )
 
 
+HTTP_DEFAULT_PORT = 80
+"""The port a Host without one names (HTTP's default): a GAMMA route for Service port 80 takes the bare name."""
+
+
+def _bare_port(named: Sequence[int], contributors: Sequence[Resolved], service: str) -> int:
+    """The port a Host without one names among `named` (the ports routes name): 80, HTTP's default; else the one
+    named port that is the whole of its Service's ports (every parent naming it says so); 0 for none."""
+    if HTTP_DEFAULT_PORT in named:
+        return HTTP_DEFAULT_PORT
+    only = {
+        result.ref.port
+        for item in contributors
+        for result in item.parents
+        if result.accepted
+        and result.controller == MESH_CONTROLLER
+        and result.service == service
+        and result.ref.port
+        and result.ports == (result.ref.port,)
+    }
+    return next(iter(only)) if len(only) == 1 else 0
+
+
 def _caller_namespace(item: Resolved, service: str) -> str:
     """The route's namespace when it is a consumer route of `service` (in another namespace than the Services it
     routes, whose namespace is the mesh service's); empty for a producer route."""
@@ -101,10 +123,14 @@ def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Ser
     anywhere = [item for item in contributors if 0 in ports[item.route.key]]
     http, grpc, targets = _translated(service, anywhere, memo, notes)
     by_port = []
-    for port in sorted({port for named in ports.values() for port in named if port}):
+    named = sorted({port for named in ports.values() for port in named if port})
+    bare = _bare_port(named, contributors, service)
+    for port in named:
         scoped = [item for item in contributors if ports[item.route.key] & {0, port}]
         port_http, port_grpc, port_targets = _translated(service, scoped, memo, notes)
-        by_port.append(PortRouting(port=port, http_routes=port_http, grpc_routes=port_grpc))
+        by_port.append(
+            PortRouting(port=port, http_routes=port_http, grpc_routes=port_grpc, bare=port == bare)
+        )
         targets.update(port_targets)
     every = (*http, *grpc, *(route for item in by_port for route in item.all_routes))
     routing = MeshRouting(

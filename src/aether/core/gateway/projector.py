@@ -30,7 +30,6 @@ from aether.core.gateway.contract import (
 from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.listeners import ListenerState, listener_states
 from aether.core.gateway.memo import Memo
-from aether.core.gateway.model.filters import PER_BACKEND_FILTERS, per_backend_refused
 from aether.core.gateway.model.gateways import (
     INVALID_PARAMETERS,
     Gateway,
@@ -180,14 +179,7 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
             problems.append(
                 f"spec.rules[{rule.index}] answers 500: filter {', '.join(rule.filters.unsupported)} is not supported"
             )
-    refused = [
-        f"spec.rules[{rule.index}].backendRefs[{index}].filters: {', '.join(kinds)} cannot be applied to one "
-        f"backendRef (only {' and '.join(sorted(PER_BACKEND_FILTERS))} can; put it in the rule's filters), so "
-        "the requests for that backend are answered 500"
-        for rule in route.rules
-        for index in range(len(rule.backends))
-        if (kinds := per_backend_refused(rule.filters_of(index)))
-    ]
+    refused = [message for rule in route.rules for message in rule.backend_filter_refusals()]
     return Resolved(
         route=route,
         parents=results,

@@ -126,10 +126,6 @@ def _clusters(
     return clusters, vhosts
 
 
-HTTP_DEFAULT_PORT = 80
-"""The port a Host without one names (HTTP's default): a GAMMA route for Service port 80 takes the bare name."""
-
-
 def port_vhost_name(fqdn: str, port: int) -> str:
     """`gamma:<fqdn>:<port>`: the virtual host of the GAMMA routes of one Service port."""
     return f"gamma:{fqdn}:{port}"
@@ -143,8 +139,7 @@ def _vhosts(
     port routes name, which takes that port's domains from the others (Envoy refuses a domain twice)."""
     ports = routing.ports if routing is not None else ()
     taken: dict[int, list[str]] = {
-        item.port: [*([fqdn] if item.port == HTTP_DEFAULT_PORT else []), f"{fqdn}:{item.port}"]
-        for item in ports
+        item.port: [*([fqdn] if item.bare else []), f"{fqdn}:{item.port}"] for item in ports
     }
     claimed = {domain for domains in taken.values() for domain in domains}
     entries = []

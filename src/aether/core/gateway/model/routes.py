@@ -23,7 +23,15 @@ from aether.core.gateway.model.fields import (
     text,
     unique,
 )
-from aether.core.gateway.model.filters import GRPC_FILTERS, HTTP_FILTERS, NO_FILTERS, Filters, filters
+from aether.core.gateway.model.filters import (
+    GRPC_FILTERS,
+    HTTP_FILTERS,
+    NO_FILTERS,
+    PER_BACKEND_FILTERS,
+    Filters,
+    filters,
+    per_backend_refused,
+)
 from aether.core.gateway.model.matches import (
     DEFAULT_GRPC_MATCH,
     DEFAULT_HTTP_MATCH,
@@ -81,6 +89,18 @@ class Rule:
     def filters_of(self, backend: int) -> Filters:
         """Return the own filters of the rule's backendRef at index `backend`."""
         return self.backend_filters[backend] if self.backend_filters else NO_FILTERS
+
+    def backend_filter_refusals(self) -> tuple[str, ...]:
+        """The status message for each backendRef whose own filters cannot be applied to it alone (its requests
+        are answered 500; the route is `Accepted=False / UnsupportedValue`, and the admission webhook denies it with
+        the same words)."""
+        return tuple(
+            f"spec.rules[{self.index}].backendRefs[{index}].filters: {', '.join(kinds)} cannot be applied to one "
+            f"backendRef (only {' and '.join(sorted(PER_BACKEND_FILTERS))} can; put it in the rule's filters), so "
+            "the requests for that backend are answered 500"
+            for index in range(len(self.backends))
+            if (kinds := per_backend_refused(self.filters_of(index)))
+        )
 
 
 @attrs.frozen(kw_only=True)
