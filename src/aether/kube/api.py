@@ -20,6 +20,7 @@ import attrs
 import h11
 import trio
 
+from aether.http1 import HttpConnection, HttpProtocolError
 from aether.kube.config import ClusterConfig
 from aether.kube.errors import (
     ApiConnectionError,
@@ -47,8 +48,6 @@ hold a source for the kernel's two-minute SYN timeout."""
 
 DEFAULT_PAGE_SIZE = 500
 """Objects per list page: client-go's reflector default, which keeps each response well under a megabyte."""
-
-_RECEIVE_SIZE = 65536
 
 _MAX_LINE = 16 * 1024 * 1024
 """The longest watch event accepted: the API server caps an object at about 1.5 MiB (etcd's request limit), so a
@@ -354,13 +353,9 @@ class KubeClient:
             stream = await self._connect(host, port)
         try:
             with _map_errors(self.config.server):
-                connection = h11.Connection(h11.CLIENT)
-                request = h11.Request(method=method, target=target, headers=headers)
-                data = connection.send(request) or b""
-                if payload:
-                    data += connection.send(h11.Data(data=payload)) or b""
-                await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
-                response = _Response(connection, stream, path=path, server=self.config.server)
+                connection = HttpConnection(stream, client=True, peer=self.config.server)
+                await connection.send_request(method, target, headers=headers, body=payload)
+                response = _Response(connection, path=path, server=self.config.server)
                 code = await response.read_head()
             if not 200 <= code < 300:
                 refusal = await response.body()
@@ -394,20 +389,13 @@ class KubeClient:
 class _Response:
     """The response side of one exchange: its head, then its body whole or line by line."""
 
-    def __init__(
-        self, connection: h11.Connection, stream: trio.abc.Stream, *, path: str, server: str
-    ) -> None:
+    def __init__(self, connection: HttpConnection, *, path: str, server: str) -> None:
         self._connection = connection
-        self._stream = stream
         self.path = path
         self._server = server
 
     async def _next(self) -> Any:
-        while True:
-            event = self._connection.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            self._connection.receive_data(bytes(await self._stream.receive_some(_RECEIVE_SIZE)))
+        return await self._connection.next_event()
 
     async def read_head(self) -> int:
         event = await self._next()
@@ -482,5 +470,7 @@ def _map_errors(server: str) -> Iterator[None]:
         # trio wraps TLS and socket failures in BrokenResourceError with an empty message: the cause says what.
         detail = str(error) or str(error.__cause__ or "") or type(error).__name__
         raise ApiConnectionError(server, reason=f"connection failed: {detail}") from error
+    except HttpProtocolError as error:
+        raise ApiConnectionError(server, reason=f"connection broke: {error.problem}") from error
     except h11.ProtocolError as error:
         raise ApiConnectionError(server, reason=f"connection broke: {error}") from error
