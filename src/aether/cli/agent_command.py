@@ -12,10 +12,18 @@ import trio
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli.commands import summary
-from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging, tls_files
+from aether.cli.common import (
+    EXIT_LOG_OWNED,
+    add_serving_arguments,
+    add_verbose_argument,
+    configure_logging,
+    leaves,
+    tls_files,
+)
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.kube import KubeClient, KubeError
+from aether.log import LogLockedError
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.rpc.listen import ListenAddress
 from aether.rpc.tls import client_tls_context
@@ -68,7 +76,9 @@ def _registrar_tls(arguments: argparse.Namespace) -> ssl.SSLContext | None:
 
 
 def run_agent(arguments: argparse.Namespace) -> int:
-    """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start)."""
+    """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start).
+
+    Exits 3 when another process owns the log (without `--standby`), naming its pid."""
     configure_logging(arguments)
     try:
         cluster = cluster_config(arguments, required=False)
@@ -88,6 +98,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         dns_records=arguments.dns_records,
         kube=None if cluster is None else KubeClient(cluster),
         registrar_tls=registrar_tls,
+        standby=arguments.standby,
     )
 
     async def main() -> None:
@@ -101,8 +112,13 @@ def run_agent(arguments: argparse.Namespace) -> int:
                 flush=True,
             )
 
+    owned: list[BaseException] = []
     try:
         trio.run(main)
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    except* LogLockedError as group:
+        owned.extend(leaves(group))
+    except* KeyboardInterrupt:
+        pass
+    for refused in owned:
+        print(f"aether agent: error: {refused}", file=sys.stderr)
+    return EXIT_LOG_OWNED if owned else 0
