@@ -29,6 +29,7 @@ from aether.plane.admin_client import fetch_admin
 from aether.plane.journal import open_journal
 from aether.testing import endpoint_added, make_endpoint, make_pod, pod_added, registry_service_added
 from aether.testing.envoy import wait_for
+from aether.testing.request_loop import RequestLoop
 from tests.needs import ROOT, needs
 
 pytestmark = needs(ROOT)
@@ -150,23 +151,7 @@ async def test_a_standby_takes_over_from_a_killed_owner_without_a_failed_request
     SYNCED again from each new owner, and a request loop through it sees no failure."""
     node = await _prepare(short_dir)
     bootstrap = ads_bootstrap(node_id=NODE, xds_unix_socket=node.xds, delta=True)
-    failures: list[str] = []
-    answered = 0
-
-    async def request_loop() -> None:
-        nonlocal answered
-        while True:
-            try:
-                response = await http_request(CLIENT_IP, 18081, "GET", "/", headers={"host": CART}, timeout=5)
-            except (OSError, ValueError, trio.TooSlowError) as error:
-                failures.append(repr(error))
-            else:
-                if response.status == 200:
-                    answered += 1
-                else:
-                    failures.append(f"{response.status} {response.body[:200]!r}")
-            await trio.sleep(0.01)  # about 100 requests/s: a steady loop, not a load test
-
+    loop = RequestLoop(CLIENT_IP, 18081, headers={"host": CART}, pause=0.01)
     async with trio.open_nursery() as nursery, open_http_upstream(name="cart-1", host=CART_IP, port=8080):
         owner = await _start(node.command(), nursery)
         await wait_for(trio.Path(node.admin).exists, timeout=CONVERGE)
@@ -181,7 +166,7 @@ async def test_a_standby_takes_over_from_a_killed_owner_without_a_failed_request
 
             await wait_for(answering, timeout=CONVERGE, interval=0.05)
             await wait_for(functools.partial(_synced, node), timeout=CONVERGE, interval=0.05)
-            nursery.start_soon(request_loop)
+            nursery.start_soon(loop.run)
             for _ in range(HANDOVERS):
                 standby = await _start(node.command("--standby"), nursery)
                 # The standby has read the log when it says so; then the owner dies without a word.
@@ -191,13 +176,14 @@ async def test_a_standby_takes_over_from_a_killed_owner_without_a_failed_request
                 await wait_for(_holds(functools.partial(_lock_names, node, standby.pid)), timeout=CONVERGE)
                 await wait_for(functools.partial(_synced, node), timeout=CONVERGE, interval=0.05)
                 await wait_for(
-                    _holds(functools.partial(lambda at: answered >= at + 20, answered)), timeout=CONVERGE
+                    _holds(functools.partial(lambda at: loop.answered >= at + 20, loop.answered)),
+                    timeout=CONVERGE,
                 )
                 owner = standby
             nursery.cancel_scope.cancel()
 
-    assert failures == []
-    assert answered > HANDOVERS * 20
+    assert loop.failures == []
+    assert loop.answered > HANDOVERS * 20
 
 
 def _holds(condition: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
