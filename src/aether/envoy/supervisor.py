@@ -341,8 +341,10 @@ class ProxySupervisor:
 
     def _signal_all(self, signum: signal.Signals) -> None:
         for running in self._running:
-            if running.process.returncode is None:
-                running.process.send_signal(signum)
+            # An Envoy that exited a moment ago (its exit not booked yet) needs no signal.
+            with contextlib.suppress(ProcessLookupError):
+                if running.process.returncode is None:
+                    running.process.send_signal(signum)
 
     async def _stop_all(self, signum: signal.Signals) -> None:
         """Forward `signum` to every Envoy, wait for them (SIGKILL after `STOP_GRACE`), and keep the newest's status."""
@@ -355,7 +357,8 @@ class ProxySupervisor:
                 await running.process.wait()
         for running in self._running:
             if running.process.returncode is None:
-                running.process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    running.process.kill()
                 await running.process.wait()
         assert newest.process.returncode is not None
         self._last_status = exit_status(newest.process.returncode)
