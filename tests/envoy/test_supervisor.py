@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from aether.envoy.process import ENVOY_VARIABLE, find_envoy_binary
 from aether.envoy.supervisor import BACKOFF_MAX, base_id_of, crash_backoff, exit_status
 from aether.http1 import http_get
 from aether.testing.envoy import direct_response_bootstrap, wait_for
@@ -60,7 +61,9 @@ class Supervised:
 
 
 @asynccontextmanager
-async def open_supervisor(short_dir: Path, *, body: str = "one") -> AsyncIterator[Supervised]:
+async def open_supervisor(
+    short_dir: Path, *, body: str = "one", env: dict[str, str] | None = None
+) -> AsyncIterator[Supervised]:
     port = pick_free_port()
     bootstrap = short_dir / "bootstrap.json"
     bootstrap.write_text(json.dumps(direct_response_bootstrap(port, body)))
@@ -73,7 +76,7 @@ async def open_supervisor(short_dir: Path, *, body: str = "one") -> AsyncIterato
     ]
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
-            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL)
+            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL, env=env)
         )
         supervised = Supervised(
             process=process, runtime=runtime, bootstrap=bootstrap, port=port, command=command
@@ -179,3 +182,23 @@ async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_exits(sh
     assert loop.failures == []
     assert new.returncode == 0
     assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
+
+
+async def test_a_new_envoy_binary_is_hot_restarted_into(short_dir: Path) -> None:
+    """Replacing the Envoy executable (here: a hard link swapped in) starts the next epoch from it; nothing fails."""
+    binary = short_dir / "bin" / "envoy"
+    binary.parent.mkdir()
+    os.link(find_envoy_binary(), binary)
+    env = {**os.environ, ENVOY_VARIABLE: str(binary)}
+    async with open_supervisor(short_dir, env=env) as supervised, trio.open_nursery() as nursery:
+        loop = RequestLoop(LOOPBACK, supervised.port)
+        nursery.start_soon(loop.run)
+        first = supervised.envoy_pid()
+        os.link(find_envoy_binary(), binary.with_name("envoy.new"))
+        os.replace(binary.with_name("envoy.new"), binary)
+        await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)
+        assert supervised.epoch() == 1
+        await wait_for(functools.partial(_answers, supervised.port), timeout=CONVERGE)
+        nursery.cancel_scope.cancel()
+
+    assert loop.failures == []

@@ -1,5 +1,7 @@
 """`aether proxy-supervisor`: PID 1 of the proxy container. It runs Envoy, restarts it after a crash (with backoff),
-and hot-restarts it (Envoy's own `--restart-epoch` hand-over) when its bootstrap file changes or on SIGHUP.
+and hot-restarts it (Envoy's own `--restart-epoch` hand-over) when its bootstrap file or its binary changes, or on
+SIGHUP. (A new binary whose hot-restart version differs cannot take over: its epoch exits, the old one serves on,
+and `statistics().failed_hot_restarts` counts it.)
 
 Hot restart, as Envoy does it: the new Envoy (epoch N+1) connects to the running one (epoch N) over a Unix socket
 (`--socket-path`) and through shared memory (`/dev/shm/envoy_shared_memory_<base id>`), takes its listening sockets,
@@ -135,7 +137,7 @@ class SupervisorStatistics:
     pid: int | None
     """The newest Envoy's pid (None between a crash and its restart)."""
     hot_restarts: int
-    """Hot restarts started (bootstrap changes and SIGHUPs)."""
+    """Hot restarts started (bootstrap or binary changes, and SIGHUPs)."""
     failed_hot_restarts: int
     """New Envoys that exited while their parent still ran (the parent keeps serving)."""
     crashes: int
@@ -229,18 +231,23 @@ class ProxySupervisor:
             async for running in exits:
                 inputs_send.send_nowait(("exit", running))
 
-        async def watch_bootstrap() -> None:
+        async def watch_files() -> None:
+            binary = await trio.to_thread.run_sync(self._binary_mark)
             while True:
                 await trio.sleep(WATCH_INTERVAL)
                 digest = await self._read_bootstrap_digest()
                 if digest and digest != self._bootstrap_digest:
                     self._bootstrap_digest = digest
-                    inputs_send.send_nowait(("changed", None))
+                    inputs_send.send_nowait(("changed", "the bootstrap changed"))
+                mark = await trio.to_thread.run_sync(self._binary_mark)
+                if mark is not None and mark != binary:
+                    binary = mark
+                    inputs_send.send_nowait(("changed", "a new Envoy binary"))
 
         async with trio.open_nursery() as pumps:
             pumps.start_soon(pump_signals)
             pumps.start_soon(pump_exits)
-            pumps.start_soon(watch_bootstrap)
+            pumps.start_soon(watch_files)
             restart_at = math.inf
             while True:
                 with trio.move_on_at(restart_at):
@@ -256,7 +263,8 @@ class ProxySupervisor:
                         else:
                             self._signal_all(signal.Signals(value))
                     elif kind == "changed":
-                        await self._hot_restart("the bootstrap changed")
+                        assert isinstance(value, str)
+                        await self._hot_restart(value)
                     else:
                         assert isinstance(value, _Running)
                         verdict = await self._exited(value)
@@ -396,6 +404,15 @@ class ProxySupervisor:
             temporary = path.with_name(path.name + ".tmp")
             temporary.write_text(text)
             os.replace(temporary, path)
+
+    def _binary_mark(self) -> tuple[int, int, int, int] | None:
+        """The Envoy binary's inode, size, modification and change times (a package upgrade replaces the file, a
+        hard link swapped in changes the inode's link count); None while it is missing (mid-replacement)."""
+        try:
+            found = os.stat(self._binary)
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
 
     async def _read_bootstrap_digest(self) -> bytes:
         """The bootstrap's digest; empty while the file is missing (mid-replacement: not a change to act on)."""
