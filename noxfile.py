@@ -90,6 +90,7 @@ def bench(session: nox.Session) -> None:
             "bench_dns.py",
             "bench_fold.py",
             "bench_gateway.py",
+            "bench_hot_restart.py",
             "bench_kube.py",
             "bench_projection.py",
             "bench_registrar.py",

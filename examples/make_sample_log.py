@@ -51,7 +51,7 @@ from aether.core.events import (
 from aether.core.reduce import fold_all
 from aether.core.state import EMPTY_STATE, encode_state
 from aether.core.values import Redacted
-from aether.log import open_event_log
+from aether.log import LOCK_NAME, open_event_log
 
 START = 1_796_000_000_000_000_000  # 2026-11-30T00:53:20Z, in nanoseconds
 STEP = 250_000_000  # a quarter of a second between observations
@@ -235,6 +235,8 @@ async def write(output: Path) -> None:
         )
         await log.write_checkpoint(seq=state.seq, payload=encode_state(state))
         await log.append_many([encode_event(event) for event in events[half:]])
+    # The lock file names the pid that wrote the log: no part of a sample that must regenerate byte for byte.
+    await trio.Path(output / LOCK_NAME).unlink()
     print(f"wrote {len(events)} records and a checkpoint at seq {half} to {output}")
 
 

@@ -20,6 +20,7 @@ RANKS = {
     "log": 1,
     "sync": 1,
     "rpc": 2,
+    "http1": 2,
     "dns": 3,
     "envoy": 3,
     "identity": 3,
@@ -38,7 +39,8 @@ RANKS = {
 """A package imports its own modules and packages of a lower rank only: never a sibling (same rank) or above.
 
 DESIGN.md's order (core ← log ← plane/rpc ← xds/registrar/cni/kube/identity ← agent/edge/controller ← cli/demo),
-refined where a package needs another of its row: `sync` (the `LatestValue` cell) sits beside the log, below every
+refined where a package needs another of its row: `http1` (HTTP/1 over h11, the one piece every HTTP/1 client
+and server uses) sits beside `rpc`, below Envoy's client, the Kubernetes client and the admin socket; `sync` (the `LatestValue` cell) sits beside the log, below every
 package that waits on a value; the registrar's Kubernetes backend uses `kube`'s client and
 reflector; the plane wires the xDS server, the SVID source and the admin socket (so it sits above xds and identity);
 the CNI server waits on the journal and the snapshot cache (so `cni` sits above the plane); `aether demo` is a

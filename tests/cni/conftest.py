@@ -11,11 +11,9 @@ import functools
 import itertools
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -187,16 +185,6 @@ def managed(agent: Agent, name: str = "web-1", *, annotations: dict[str, str] | 
     agent.pods[("default", name)] = PodMetadata(
         uid=f"uid-{name}", service_account="web", labels=MANAGED, annotations=annotations or ANNOTATIONS
     )
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A temporary directory with a short path (Unix socket paths hold at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="aecni", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def dict_lookup(pods: Mapping[tuple[str, str], PodMetadata]) -> PodLookup:

@@ -7,6 +7,7 @@ reaches Envoy without a restart.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,8 +20,8 @@ import trio
 from aether.cli import main
 from aether.edge import EdgeConfig, RunningEdge, serve_edge
 from aether.envoy.bootstrap import ads_bootstrap
-from aether.envoy.http import http_get
 from aether.envoy.process import Envoy, open_envoy
+from aether.http1 import http_get
 from aether.identity.mint import TestCA, write_bundle, write_svid
 from aether.rpc.listen import ListenAddress
 from aether.testing.envoy import wait_for
@@ -91,7 +92,15 @@ async def test_the_edge_serves_its_listeners_and_presents_its_svid_to_backends(t
             secrets = {item["name"] for item in _dynamic(dump, "SecretsConfigDump", "dynamic_active_secrets")}
             return {f"edge_{port}", "edge_readiness"} <= names and EDGE_ID in secrets
 
+        async def readiness_listens() -> bool:
+            # A listener shows as active in the config dump a moment before Envoy's workers bind it.
+            with trio.socket.socket() as probe, contextlib.suppress(ConnectionRefusedError):
+                await probe.connect((EDGE_ADDRESS, 18021))
+                return True
+            return False
+
         await wait_for(served, timeout=CONVERGE)
+        await wait_for(readiness_listens, timeout=CONVERGE)
         ready = await http_get(EDGE_ADDRESS, 18021, "/aether/readyz")
         assert (ready.status, ready.body) == (200, b"ready\n")
         dump = await envoy.config_dump()

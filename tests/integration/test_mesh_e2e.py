@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,8 @@ import trio
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.core.events import Event
 from aether.envoy.bootstrap import ads_bootstrap
-from aether.envoy.http import HttpReader
 from aether.envoy.process import Envoy, open_envoy
+from aether.http1 import HttpConnection, http_request
 from aether.identity.mint import TestCA, write_bundle, write_svid
 from aether.rpc.listen import ListenAddress
 from aether.testing import (
@@ -92,25 +92,19 @@ class App:
     async def _handle(self, stream: trio.SocketStream) -> None:
         try:
             async with stream:
-                reader = HttpReader(stream)
-                message = await reader.read_head()
-                if message is None:
+                connection = HttpConnection(stream, client=False, peer="callee's proxy")
+                request = await connection.receive_request()
+                if request is None:
                     return
-                request_line, headers = message
-                await reader.read_body(headers, delimited_by_close=False)
-                method, path = request_line.split(" ")[:2]
+                method, path = request.method, request.target
                 self.hits[f"{method} {path}"] = self.hits.get(f"{method} {path}", 0) + 1
-                self.xfcc.append(headers.get("x-forwarded-client-cert", ""))
+                xfcc = request.headers.get("x-forwarded-client-cert", "")
+                self.xfcc.append(xfcc)
                 if path == "/drop":
                     return  # received, never answered: the connection closes (FIN)
-                body = json.dumps(
-                    {"name": self.name, "xfcc": headers.get("x-forwarded-client-cert", "")}
-                ).encode()
-                await stream.send_all(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
-                    + body
-                )
+                body = json.dumps({"name": self.name, "xfcc": xfcc}).encode()
+                headers = [("content-type", "application/json"), ("connection", "close")]
+                await connection.send_response(200, headers=headers, body=body)
         except (trio.BrokenResourceError, ValueError):
             return
 
@@ -121,7 +115,7 @@ class App:
 @attrs.frozen
 class Response:
     status: int
-    headers: dict[str, str]
+    headers: Mapping[str, str]
     body: bytes
 
     def json(self) -> Any:
@@ -130,24 +124,17 @@ class Response:
 
 async def request(method: str = "GET", path: str = "/", *, authority: str = CART) -> Response:
     """Send one request from the caller pod through its outbound proxy (a fresh connection)."""
-    with trio.fail_after(REQUEST_TIMEOUT):
-        stream = await trio.open_tcp_stream(CLIENT_IP, OUTBOUND_PORT)
-        async with stream:
-            body = b"x" if method == "POST" else b""
-            head = (
-                f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\nconnection: close\r\n"
-                f"content-length: {len(body)}\r\n\r\n"
-            )
-            await stream.send_all(head.encode() + body)
-            reader = HttpReader(stream)
-            message = await reader.read_head()
-            assert message is not None, "the outbound proxy closed the connection without a response"
-            status_line, headers = message
-            return Response(
-                int(status_line.split(" ")[1]),
-                headers,
-                await reader.read_body(headers, delimited_by_close=True),
-            )
+    body = b"x" if method == "POST" else b""
+    response = await http_request(
+        CLIENT_IP,
+        OUTBOUND_PORT,
+        method,
+        path,
+        headers={"host": authority},
+        body=body,
+        timeout=REQUEST_TIMEOUT,
+    )
+    return Response(response.status, response.headers, response.body)
 
 
 # --- the mesh ---

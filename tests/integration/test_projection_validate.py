@@ -24,8 +24,8 @@ from aether.core.events import Event, Health, Protocol
 from aether.core.events.kube import ServicePort
 from aether.core.project import project_node
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, Snapshot
-from aether.envoy.http import HttpReader
 from aether.envoy.process import open_envoy
+from aether.http1 import HttpConnection, HttpResponse, http_request
 from aether.identity.mint import TestCA
 from aether.testing import (
     AT,
@@ -267,47 +267,29 @@ class App:
 
     async def handle(self, stream: trio.SocketStream) -> None:
         async with stream:
-            reader = HttpReader(stream)
-            message = await reader.read_head()
-            if message is None:
+            connection = HttpConnection(stream, client=False, peer="caller's proxy")
+            request = await connection.receive_request()
+            if request is None:
                 return
-            request_line, headers = message
-            await reader.read_body(headers, delimited_by_close=False)
-            path = request_line.split(" ")[1]
+            path = request.target
             self.hits[path] = self.hits.get(path, 0) + 1
             if path == "/reset":
                 # SO_LINGER 0: close with a TCP RST, the app "crashing" after it received the request.
                 stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 return
             status, extra = {
-                "/forge": ("200 OK", "x-aether-outcome: undelivered\r\n"),
-                "/503": ("503 Service Unavailable", ""),
-            }.get(path, ("200 OK", ""))
-            body = json.dumps({"xfcc": headers.get("x-forwarded-client-cert", "")}).encode()
-            await stream.send_all(
-                f"HTTP/1.1 {status}\r\n{extra}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
-                + body
-            )
+                "/forge": (200, [("x-aether-outcome", "undelivered")]),
+                "/503": (503, []),
+            }.get(path, (200, []))
+            body = json.dumps({"xfcc": request.headers.get("x-forwarded-client-cert", "")}).encode()
+            await connection.send_response(status, headers=[*extra, ("connection", "close")], body=body)
 
 
-async def _request(
-    host: str, port: int, method: str, path: str, *, authority: str
-) -> tuple[int, dict[str, str], bytes]:
-    with trio.fail_after(CONVERGE):
-        stream = await trio.open_tcp_stream(host, port)
-        async with stream:
-            body = b"x" if method == "POST" else b""
-            head = f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
-            await stream.send_all(head.encode() + body)
-            reader = HttpReader(stream)
-            message = await reader.read_head()
-            assert message is not None
-            status_line, headers = message
-            return (
-                int(status_line.split(" ")[1]),
-                headers,
-                await reader.read_body(headers, delimited_by_close=True),
-            )
+async def _request(host: str, port: int, method: str, path: str, *, authority: str) -> HttpResponse:
+    body = b"x" if method == "POST" else b""
+    return await http_request(
+        host, port, method, path, headers={"host": authority}, body=body, timeout=CONVERGE
+    )
 
 
 async def _stat(envoy: Any, name: str) -> int:

@@ -34,8 +34,8 @@ from aether.cli.render_command import (
     render_snapshot,
     render_state,
 )
-from aether.envoy.http import HttpReader, HttpResponse, http_get
 from aether.envoy.process import find_envoy_binary, open_envoy
+from aether.http1 import HttpConnection, HttpResponse, http_get
 from aether.identity.mint import MintedSvid, TestCA
 from aether.kube.manifests import ManifestDirectory
 from aether.testing.envoy import wait_for
@@ -160,21 +160,18 @@ class Client:
     """HTTP/1.1 requests on one keep-alive connection to the edge listener."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
-        self._stream = stream
-        self._reader = HttpReader(stream)
+        self._connection = HttpConnection(stream, client=True, peer="the edge")
 
     async def request(
         self, path: str, *, host: str, method: str = "GET", headers: Mapping[str, str] | None = None
     ) -> HttpResponse:
-        lines = [f"{method} {path} HTTP/1.1", f"host: {host}", "content-length: 0"]
-        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         with trio.fail_after(REQUEST_TIMEOUT):
-            await self._stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-            head = await self._reader.read_head()
-            assert head is not None, "the edge closed the connection"
-            status_line, response_headers = head
-            body = await self._reader.read_body(response_headers, delimited_by_close=False)
-        return HttpResponse(status=int(status_line.split(" ")[1]), headers=response_headers, body=body)
+            await self._connection.send_request(
+                method, path, headers=[("host", host), ("content-length", "0"), *(headers or {}).items()]
+            )
+            response = await self._connection.receive_response()
+        self._connection.next_cycle()  # a closed one fails the next request, loudly
+        return response
 
     async def landed(self, path: str, *, host: str, **options: object) -> str:
         """Send a request; return the backend that answered it (or `<status>` when Envoy answered itself)."""

@@ -18,8 +18,8 @@ from aether.core.events import Event, ResourceAcked, ResourceNacked
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, Resource, Snapshot
 from aether.demo.upstream import open_http_upstream
 from aether.envoy.bootstrap import ads_bootstrap
-from aether.envoy.http import http_get
 from aether.envoy.process import open_envoy
+from aether.http1 import http_get
 from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.testing.envoy import wait_for
 from aether.testing.xds_resources import (

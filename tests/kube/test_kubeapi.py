@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from aether.envoy.http import http_get
+from aether.http1 import http_get
 from aether.kube.api import KubeClient, WatchEvent
 from aether.kube.config import ClusterConfig
 from aether.kube.errors import ApiConnectionError, ApiStatusError, ResourceExpiredError

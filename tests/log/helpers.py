@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aether.log.checkpoint import checkpoint_path
 from aether.log.frame import encode_checkpoint, encode_frames, encode_segment_header
-from aether.log.layout import create_log_directory, segment_path
+from aether.log.layout import LOCK_NAME, create_log_directory, segment_path
 
 
 def payload(seq: int) -> bytes:
@@ -46,11 +46,14 @@ def write_checkpoint(directory: Path, seq: int, data: bytes = b"state") -> Path:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    """Return every file under ``directory`` (relative path to content), to prove nothing changed."""
+    """Return every file under ``directory`` (relative path to content), to prove nothing changed.
+
+    The lock file (`aether.log.lock`) is left out: it names the last process that opened the log, not its content.
+    """
     return {
         str(path.relative_to(directory)): path.read_bytes()
         for path in sorted(directory.rglob("*"))
-        if path.is_file()
+        if path.is_file() and path.name != LOCK_NAME
     }
 
 

@@ -371,7 +371,7 @@ async def test_open_finishes_a_log_whose_creation_stopped_after_the_marker(tmp_p
     async with open_event_log(tmp_path, create=False) as log:
         assert not log.recovery.created
         assert await log.append(b"one") == 1
-    assert names(tmp_path) == ["AETHER-LOG", "checkpoints", "segments"]
+    assert names(tmp_path) == ["AETHER-LOG", "LOCK", "checkpoints", "segments"]
 
 
 @pytest.mark.parametrize(

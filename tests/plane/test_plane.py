@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 
 import attrs
@@ -14,6 +15,7 @@ import trio
 from aether.core.project.node import project_node
 from aether.core.snapshot import ENDPOINT_TYPE, LISTENER_TYPE, Snapshot
 from aether.core.state import State
+from aether.log import LogLockedError
 from aether.plane.admin_client import fetch_admin
 from aether.plane.plane import open_plane
 from aether.plane.publisher import PublisherStatistics
@@ -111,3 +113,37 @@ async def test_an_inconsistent_snapshot_is_withheld_logged_and_counted(
         plane.publisher(plane.journal.state, plane.journal.last_observed_at)
         assert plane.cache.get(NODE) == _project(plane.journal.state, plane.journal.last_observed_at)
         assert plane.publisher.statistics().published == 2
+
+
+async def test_a_second_plane_on_a_log_is_refused_naming_the_owner(tmp_path: Path) -> None:
+    """One process owns a log: a second `open_plane` on it (an agent or an edge) raises with the owner's pid."""
+    async with open_plane(tmp_path / "log", project=_project):
+        with pytest.raises(LogLockedError) as refused:
+            async with open_plane(tmp_path / "log", project=_project):
+                pass  # pragma: no cover - the open fails
+    assert (refused.value.directory, refused.value.owner_pid) == (tmp_path / "log", os.getpid())
+
+
+async def test_a_standby_plane_enters_when_the_owner_leaves_with_all_it_wrote(tmp_path: Path) -> None:
+    """A standby waits while the owner runs, follows its log, and enters the moment the owner's block ends, with
+    every record the owner wrote folded and the same snapshot published."""
+    owner_left = trio.Event()
+    entered: list[tuple[bool, int, Snapshot | None]] = []
+
+    async def standby() -> None:
+        async with open_plane(tmp_path / "log", project=_project, standby=True) as plane:
+            entered.append((owner_left.is_set(), plane.journal.state.seq, plane.cache.get(NODE)))
+
+    async with trio.open_nursery() as nursery:
+        async with open_plane(tmp_path / "log", project=_project) as owner:
+            async with owner.journal.sender() as send:
+                await send.send(pod_added(make_pod("web-1", node_name=NODE)))
+                nursery.start_soon(standby)
+                await send.send(pod_added(make_pod("web-2", node_name=NODE)))
+            with trio.fail_after(5):
+                while owner.journal.state.seq < 2:
+                    await owner.cache.wait_newer(NODE, seen=owner.cache.get(NODE))
+            last = owner.cache.get(NODE)
+        owner_left.set()
+
+    assert entered == [(True, 2, last)]

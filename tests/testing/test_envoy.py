@@ -14,8 +14,8 @@ import trio.testing
 import aether.envoy.process as envoy_module
 from aether.demo.upstream import HttpUpstream, HttpUpstreamStatistics, open_http_upstream
 from aether.envoy.bootstrap import XDS_CLUSTER, ads_bootstrap
-from aether.envoy.http import HttpReader, http_get
 from aether.envoy.process import EnvoyStartFailed, open_envoy
+from aether.http1 import HttpConnection, http_get
 from aether.testing.envoy import static_bootstrap, wait_for
 from aether.testing.xds_resources import (
     LOOPBACK,
@@ -260,13 +260,12 @@ async def test_upstream_answers_keep_alive_requests_on_one_connection() -> None:
     async with open_http_upstream(name="solo") as upstream:
         stream = await trio.open_tcp_stream(*upstream.address)
         async with stream:
-            await stream.send_all(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/1.1\r\nhost: x\r\n\r\n")
-            reader = HttpReader(stream)
+            connection = HttpConnection(stream, client=True, peer="upstream")
             bodies = []
-            for _ in range(2):
-                head = await reader.read_head()
-                assert head is not None
-                bodies.append(await reader.read_body(head[1], delimited_by_close=False))
+            for path in ("/a", "/b"):
+                await connection.send_request("GET", path, headers={"host": "x"})
+                bodies.append((await connection.receive_response()).body)
+                assert connection.next_cycle()
 
     assert bodies == [b"hello from solo"] * 2
     assert upstream.statistics() == HttpUpstreamStatistics(requests=2, connections=1, paths=("/a", "/b"))
@@ -281,20 +280,6 @@ async def test_stopped_upstream_refuses_connections() -> None:
 
         with pytest.raises(OSError, match=r"all attempts to connect"):
             await http_get(*upstream.address, "/")
-
-
-async def test_http_reader_decodes_a_chunked_body() -> None:
-    """Chunked bodies (Envoy's admin API uses them) are joined, and trailers are skipped."""
-    send, receive = trio.testing.memory_stream_one_way_pair()
-    await send.send_all(
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nwiki\r\n5;x=y\r\npedia\r\n0\r\nt: 1\r\n\r\n"
-    )
-    await send.aclose()
-    reader = HttpReader(receive)
-
-    head = await reader.read_head()
-    assert head == ("HTTP/1.1 200 OK", {"transfer-encoding": "chunked"})
-    assert await reader.read_body(head[1], delimited_by_close=True) == b"wikipedia"
 
 
 async def test_wait_for_returns_once_the_predicate_holds(autojump_clock: trio.abc.Clock) -> None:

@@ -50,6 +50,9 @@ class AgentConfig:
     """The Kubernetes node name; also the node id Envoy must present."""
     log_dir: Path
     """The node's event log (created if missing)."""
+    standby: bool = False
+    """When another process owns the log: build the snapshot from its log and take over (sources, sockets) the moment
+    it exits; False: refuse to start (`aether.log.LogLockedError` names the owner's pid)."""
     xds: ListenAddress = ListenAddress.unix(DEFAULT_XDS_SOCKET)
     admin_socket: Path = DEFAULT_ADMIN_SOCKET
     svid_dir: Path | None = None
@@ -149,7 +152,9 @@ async def serve_agent(
         return snapshot
 
     async with (
-        open_plane(config.log_dir, project=project, svid_dir=config.svid_dir) as plane,
+        open_plane(
+            config.log_dir, project=project, svid_dir=config.svid_dir, standby=config.standby
+        ) as plane,
         trio.open_nursery() as nursery,
     ):
         journal, cache = plane.journal, plane.cache

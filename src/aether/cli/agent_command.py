@@ -13,10 +13,12 @@ import trio
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli.commands import summary
 from aether.cli.common import (
+    EXIT_LOG_OWNED,
     add_mesh_config_argument,
     add_serving_arguments,
     add_verbose_argument,
     configure_logging,
+    leaves,
     tls_files,
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
@@ -24,6 +26,7 @@ from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.cni.wire import DEFAULT_PLUGIN_SOCKET
 from aether.kube import KubeClient, KubeError
+from aether.log import LogLockedError
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.rpc.listen import ListenAddress
 from aether.rpc.tls import client_tls_context
@@ -86,7 +89,9 @@ def _registrar_tls(arguments: argparse.Namespace) -> ssl.SSLContext | None:
 
 
 def run_agent(arguments: argparse.Namespace) -> int:
-    """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start)."""
+    """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start).
+
+    Exits 3 when another process owns the log (without `--standby`), naming its pid."""
     configure_logging(arguments)
     if arguments.cni_plugin_socket is not None and arguments.cni_socket is None:
         print(
@@ -117,6 +122,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         spiffe_workload_socket=workload_socket,
         spiffe_broker_socket=broker_socket,
         registrar_spiffe=arguments.registrar_spiffe,
+        standby=arguments.standby,
     )
 
     async def main() -> None:
@@ -130,8 +136,13 @@ def run_agent(arguments: argparse.Namespace) -> int:
                 flush=True,
             )
 
+    owned: list[BaseException] = []
     try:
         trio.run(main)
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    except* LogLockedError as group:
+        owned.extend(leaves(group))
+    except* KeyboardInterrupt:
+        pass
+    for refused in owned:
+        print(f"aether agent: error: {refused}", file=sys.stderr)
+    return EXIT_LOG_OWNED if owned else 0

@@ -82,6 +82,11 @@ COMMANDS = (
         module="aether.cli.edge_command",
         summary="run the edge: Gateway API routes served to the edge Envoy over xDS",
     ),
+    Command(
+        name="proxy-supervisor",
+        module="aether.cli.proxy_supervisor_command",
+        summary="run Envoy as PID 1: restart it after a crash, hot-restart it on a bootstrap change or SIGHUP",
+    ),
 )
 """In the order `aether --help` lists them."""
 

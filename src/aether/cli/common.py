@@ -7,7 +7,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_serving_arguments", "add_verbose_argument", "configure_logging", "tls_files"]
+__all__ = [
+    "EXIT_LOG_OWNED",
+    "add_serving_arguments",
+    "add_verbose_argument",
+    "configure_logging",
+    "leaves",
+    "tls_files",
+]
+
+EXIT_LOG_OWNED = 3
+"""The exit status of a control plane started on a log another process owns (without `--standby`)."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -37,6 +47,12 @@ def add_serving_arguments(parser: Any, *, admin_socket: Path, svid_help: str) ->
     )
     parser.add_argument("--admin-socket", type=Path, default=admin_socket, metavar="PATH")
     parser.add_argument("--svid-dir", type=Path, metavar="DIR", help=svid_help)
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="when another process owns --log-dir: build the snapshot from its log, then bind the sockets the"
+        f" moment it exits (without it: exit {EXIT_LOG_OWNED}, naming the owner's pid)",
+    )
 
 
 def add_mesh_config_argument(parser: Any) -> None:
@@ -68,3 +84,11 @@ def tls_files(arguments: argparse.Namespace, *, prefix: str) -> dict[str, Path] 
     if not all(files.values()):
         raise ValueError(f"--{prefix}-cert, --{prefix}-key and --{prefix}-bundle go together: give all three")
     return files
+
+
+def leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions of `group`, nested groups flattened (nurseries nest them one per level)."""
+    found: list[BaseException] = []
+    for item in group.exceptions:
+        found.extend(leaves(item) if isinstance(item, BaseExceptionGroup) else [item])
+    return found

@@ -11,16 +11,19 @@ import trio
 
 from aether.cli.commands import summary
 from aether.cli.common import (
+    EXIT_LOG_OWNED,
     add_mesh_config_argument,
     add_serving_arguments,
     add_verbose_argument,
     configure_logging,
+    leaves,
 )
 from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
 from aether.kube.manifests import ManifestError
+from aether.log import LogLockedError
 
 EXIT_UNREADABLE = 1
 """The manifests could not be read at start-up."""
@@ -61,16 +64,9 @@ def add_parser(roles: Any) -> None:
     parser.set_defaults(run=run_edge)
 
 
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    """The exceptions of `group`, nested groups flattened (nurseries nest them one per level)."""
-    found: list[BaseException] = []
-    for item in group.exceptions:
-        found.extend(_leaves(item) if isinstance(item, BaseExceptionGroup) else [item])
-    return found
-
-
 def run_edge(arguments: argparse.Namespace) -> int:
-    """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up."""
+    """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up, 3 when another
+    process owns the log (without `--standby`)."""
     configure_logging(arguments)
     try:
         workload_socket = None if arguments.identity == "spire" else spiffe_sockets(arguments)[0]
@@ -90,6 +86,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
         mesh_config=arguments.mesh_config,
         spire_sds=arguments.identity == "spire",
         spiffe_workload_socket=workload_socket,
+        standby=arguments.standby,
     )
 
     async def main() -> None:
@@ -103,12 +100,15 @@ def run_edge(arguments: argparse.Namespace) -> int:
             )
 
     unreadable: list[BaseException] = []
+    owned: list[BaseException] = []
     try:
         trio.run(main)
     except* ManifestError as group:
-        unreadable.extend(_leaves(group))
+        unreadable.extend(leaves(group))
+    except* LogLockedError as group:
+        owned.extend(leaves(group))
     except* KeyboardInterrupt:
         pass
-    for error in unreadable:
+    for error in (*unreadable, *owned):
         print(f"aether edge: error: {error}", file=sys.stderr)
-    return EXIT_UNREADABLE if unreadable else 0
+    return EXIT_LOG_OWNED if owned else EXIT_UNREADABLE if unreadable else 0

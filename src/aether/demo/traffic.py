@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from aether.demo.upstream import UPSTREAM_NAME_HEADER
-from aether.envoy.http import HttpReader
+from aether.http1 import HttpConnection
 
 __all__ = ["OUTBOUND_PORT", "Connect", "Sample", "Traffic", "split_of"]
 
@@ -106,7 +106,7 @@ class Traffic:
         while idle, or drained it after a listener update) is sent again on a fresh connection before it counts
         as failed: only the first request on a connection can tell that the mesh failed.
         """
-        request = f"GET / HTTP/1.1\r\nhost: {authority}\r\nuser-agent: aether-demo\r\n\r\n".encode()
+        headers = [("host", authority), ("user-agent", "aether-demo")]
         while True:
             try:
                 with trio.fail_after(REQUEST_TIMEOUT):
@@ -116,33 +116,27 @@ class Traffic:
                 await trio.sleep(0.2)  # nothing listens yet (Envoy not configured): do not spin
                 continue
             async with stream:
-                reader = HttpReader(stream)
+                connection = HttpConnection(stream, client=True, peer=f"{service} (through the mesh)")
                 fresh = True
                 while True:
-                    sample, reusable = await self._exchange(stream, reader, request, service)
+                    sample = await self._exchange(connection, headers, service)
                     if sample.status == 0 and not fresh:
                         break  # a reused connection that went away: send again on a new one
                     self.record(sample)
-                    if not reusable:
+                    if sample.status == 0 or not connection.next_cycle():
                         break
                     fresh = False
                     await trio.sleep(PAUSE)
 
     async def _exchange(
-        self, stream: trio.SocketStream, reader: HttpReader, request: bytes, service: str
-    ) -> tuple[Sample, bool]:
-        """Send `request`, read the answer; return the sample and whether the connection may carry another."""
+        self, connection: HttpConnection, headers: Sequence[tuple[str, str]], service: str
+    ) -> Sample:
+        """Send `GET /` and read the answer; a failed exchange is a sample with the status 0."""
         try:
             with trio.fail_after(REQUEST_TIMEOUT):
-                await stream.send_all(request)
-                message = await reader.read_head()
-                if message is None:
-                    return Sample(at=self.clock(), service=service, backend="", status=0), False
-                status_line, headers = message
-                await reader.read_body(headers, delimited_by_close=False)
+                await connection.send_request("GET", "/", headers=headers)
+                response = await connection.receive_response()
         except (OSError, ValueError, trio.BrokenResourceError, trio.TooSlowError):
-            return Sample(at=self.clock(), service=service, backend="", status=0), False
-        status = int(status_line.split(" ")[1])
-        backend = headers.get(UPSTREAM_NAME_HEADER, "")
-        reusable = "close" not in headers.get("connection", "").lower()
-        return Sample(at=self.clock(), service=service, backend=backend, status=status), reusable
+            return Sample(at=self.clock(), service=service, backend="", status=0)
+        backend = response.headers.get(UPSTREAM_NAME_HEADER, "")
+        return Sample(at=self.clock(), service=service, backend=backend, status=response.status)

@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import attrs
+import h11
 import trio
 
 from aether.core.project.names import LOOPBACK
-from aether.envoy.http import HttpReader
+from aether.http1 import HttpConnection, HttpProtocolError
 
 __all__ = [
     "UPSTREAM_NAME_HEADER",
@@ -22,8 +23,6 @@ __all__ = [
 
 UPSTREAM_NAME_HEADER = "x-upstream-name"
 """The response header that carries the upstream's name."""
-
-_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
 @attrs.frozen(kw_only=True)
@@ -81,35 +80,31 @@ class HttpUpstream:
         # Invariant: trio runs these handlers on one thread, and the counters change only between checkpoints.
         self._connections += 1
         async with stream:
-            reader = HttpReader(stream)
+            connection = HttpConnection(stream, client=False, peer="client")
             try:
-                while await self._answer_one(stream, reader):
+                while await self._answer_one(connection):
                     pass
-            except ValueError:
-                await stream.send_all(_BAD_REQUEST)
+            except HttpProtocolError as exc:
+                await connection.send_response(
+                    exc.status_hint, headers=[("connection", "close")], body=f"{exc}\n".encode()
+                )
 
-    async def _answer_one(self, stream: trio.SocketStream, reader: HttpReader) -> bool:
+    async def _answer_one(self, connection: HttpConnection) -> bool:
         """Answer one request; return whether the connection stays open for another."""
-        message = await reader.read_head()
-        if message is None:
+        request = await connection.receive_request()
+        if request is None:
             return False
-        request_line, headers = message
-        parts = request_line.split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            raise ValueError(f"http request: malformed request line (got {request_line!r})")
-        await reader.read_body(headers, delimited_by_close=False)
         self._requests += 1
-        self._paths.append(parts[1])
-        keep_alive = parts[2] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
-        head = (
-            "HTTP/1.1 200 OK\r\n"
-            "content-type: text/plain\r\n"
-            f"content-length: {len(self.body)}\r\n"
-            f"{UPSTREAM_NAME_HEADER}: {self.name}\r\n"
-            f"connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-        )
-        await stream.send_all(head.encode("latin-1") + self.body)
-        return keep_alive
+        self._paths.append(request.target)
+        # h11 knows when the client asked to close (`connection: close`, or HTTP/1.0) and must close then.
+        keep_alive = connection.machine.their_state is not h11.MUST_CLOSE
+        headers = [
+            ("content-type", "text/plain"),
+            (UPSTREAM_NAME_HEADER, self.name),
+            ("connection", "keep-alive" if keep_alive else "close"),
+        ]
+        await connection.send_response(200, headers=headers, body=self.body)
+        return connection.next_cycle()
 
 
 async def serve_http_upstream(

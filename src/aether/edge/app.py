@@ -44,6 +44,9 @@ class EdgeConfig:
     """The edge pod's name: the node id its Envoy must present."""
     log_dir: Path
     """The edge's event log (created if missing)."""
+    standby: bool = False
+    """When another process owns the log: build the snapshot from its log and take over (sources, sockets) the moment
+    it exits; False: refuse to start (`aether.log.LogLockedError` names the owner's pid)."""
     manifests: Path
     """The manifest directory: Gateway API objects, Services, TLS Secrets and the pods behind the backends."""
     xds: ListenAddress = ListenAddress.unix(DEFAULT_XDS_SOCKET)
@@ -101,7 +104,9 @@ async def serve_edge(
         return project_edge(state, node_id=config.pod_name, options=options)
 
     async with (
-        open_plane(config.log_dir, project=project, svid_dir=config.svid_dir) as plane,
+        open_plane(
+            config.log_dir, project=project, svid_dir=config.svid_dir, standby=config.standby
+        ) as plane,
         trio.open_nursery() as nursery,
     ):
         manifests: ManifestSource = await nursery.start(

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from aether.envoy.guard import guard_command
-from aether.envoy.http import http_get
+from aether.http1 import http_get
 
 __all__ = [
     "ENVOY_VARIABLE",

@@ -23,6 +23,7 @@ from aether.log.errors import (
     LogClosedError,
     LogDamageError,
     LogError,
+    LogLockedError,
     LogRangeError,
     LogWriteError,
     NotALogError,
@@ -32,8 +33,9 @@ from aether.log.errors import (
     TornTailError,
 )
 from aether.log.frame import MAX_PAYLOAD
-from aether.log.layout import RUN_LOG_NAME, find_log_directory
-from aether.log.reader import read_last_seq, scan_log
+from aether.log.layout import LOCK_NAME, RUN_LOG_NAME, find_log_directory
+from aether.log.lock import LogLock, lock_log, read_lock_owner, wait_lock_log
+from aether.log.reader import read_last_seq, scan_log, tail_mark
 from aether.log.recovery import RecoveryReport, TailCut, recover_log
 from aether.log.retention import CHECKPOINTS_KEPT, DEFAULT_RETENTION_MARGIN
 from aether.log.segment import LogRecord
@@ -51,6 +53,7 @@ __all__ = [
     "CHECKPOINTS_KEPT",
     "DEFAULT_RETENTION_MARGIN",
     "DEFAULT_SEGMENT_MAX_BYTES",
+    "LOCK_NAME",
     "MAX_BATCH_BYTES",
     "MAX_BATCH_RECORDS",
     "MAX_PAYLOAD",
@@ -68,6 +71,8 @@ __all__ = [
     "LogClosedError",
     "LogDamageError",
     "LogError",
+    "LogLock",
+    "LogLockedError",
     "LogRangeError",
     "LogRecord",
     "LogStatistics",
@@ -84,11 +89,15 @@ __all__ = [
     "VerifyReport",
     "find_log_directory",
     "list_checkpoints",
+    "lock_log",
     "open_event_log",
     "read_checkpoint",
     "read_last_seq",
+    "read_lock_owner",
     "read_newest_checkpoint",
     "recover_log",
     "scan_log",
+    "tail_mark",
     "verify_log",
+    "wait_lock_log",
 ]

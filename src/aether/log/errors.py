@@ -16,6 +16,7 @@ __all__ = [
     "LogClosedError",
     "LogDamageError",
     "LogError",
+    "LogLockedError",
     "LogRangeError",
     "LogWriteError",
     "NotALogError",
@@ -33,6 +34,7 @@ class LogError(Exception):
 
         LogError
         ├── NotALogError            the directory is not an aether event log
+        ├── LogLockedError          another process owns the log (holds its lock)
         ├── LogDamageError          the bytes on disk do not form a valid log
         │   ├── BadMagicError       a segment does not start with the segment magic
         │   ├── CorruptRecordError  a frame is damaged and valid data follows it
@@ -64,6 +66,24 @@ class NotALogError(LogError):
     def __str__(self) -> str:
         nearby = "" if self.log_nearby is None else f"; the log is at {self.log_nearby}"
         return f"{self.directory}: not an aether event log ({self.found}){nearby}"
+
+
+class LogLockedError(LogError):
+    """Another process owns the log: it holds the exclusive lock on the directory's `LOCK` file."""
+
+    def __init__(self, directory: Path, *, owner_pid: int | None) -> None:
+        super().__init__(directory, owner_pid)
+        self.directory = directory
+        """The log directory."""
+        self.owner_pid = owner_pid
+        """The owner's pid as its lock file names it; None if it has not written it yet."""
+
+    def __str__(self) -> str:
+        owner = "another process" if self.owner_pid is None else f"pid {self.owner_pid}"
+        return (
+            f"{self.directory}: the log is owned by {owner} (it holds the lock on {self.directory}/LOCK); "
+            "stop it first, or start with --standby to take over when it exits"
+        )
 
 
 class LogDamageError(LogError):

@@ -18,11 +18,13 @@ from aether.log.errors import LogWriteError, NotALogError
 __all__ = [
     "DIRECTORY_MODE",
     "FILE_MODE",
+    "LOCK_NAME",
     "MARKER_CONTENT",
     "MARKER_NAME",
     "RUN_LOG_NAME",
     "SegmentFile",
     "check_log_directory",
+    "check_log_or_empty",
     "create_log_directory",
     "find_log_directory",
     "fsync_directory",
@@ -37,6 +39,9 @@ MARKER_NAME = "AETHER-LOG"
 
 MARKER_CONTENT = b"aether event log v1\n"
 """The exact content of the marker file."""
+
+LOCK_NAME = "LOCK"
+"""The file the log's one writer holds an exclusive `flock` on (`aether.log.lock`); it names the owner's pid."""
 
 SEGMENTS_DIRECTORY = "segments"
 CHECKPOINTS_DIRECTORY = "checkpoints"
@@ -120,8 +125,9 @@ def _describe_entries(entries: list[str]) -> str:
 
 
 def _is_empty(entries: list[str]) -> bool:
-    # A marker left half-written by an interrupted creation does not make the directory a non-empty one.
-    return all(entry == MARKER_NAME + TEMPORARY_SUFFIX for entry in entries)
+    # A marker left half-written by an interrupted creation does not make the directory a non-empty one, nor does
+    # the owner's lock file (`aether.log.lock`: it is taken before the log is created).
+    return all(entry in (MARKER_NAME + TEMPORARY_SUFFIX, LOCK_NAME) for entry in entries)
 
 
 def check_log_directory(directory: Path) -> None:
@@ -152,6 +158,22 @@ def check_log_directory(directory: Path) -> None:
         raise NotALogError(
             directory, found=f"{MARKER_NAME} contains {content!r}, expected {MARKER_CONTENT!r}"
         )
+
+
+def check_log_or_empty(directory: Path) -> None:
+    """Check that ``directory`` is a log, or that one can be created there (it is missing or empty).
+
+    Raises:
+        NotALogError: If it exists, is not empty and is not a log.
+    """
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise NotALogError(directory, found="not a directory") from None
+    if not _is_empty(entries):
+        check_log_directory(directory)
 
 
 def find_log_directory(directory: Path) -> Path:

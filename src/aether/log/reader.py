@@ -13,7 +13,7 @@ from aether.log.errors import LogRangeError, SequenceGapError
 from aether.log.layout import SegmentFile, check_log_directory, list_segment_files
 from aether.log.segment import DamageKind, LogRecord, SegmentDamage, scan_segment
 
-__all__ = ["read_last_seq", "scan_log"]
+__all__ = ["read_last_seq", "scan_log", "tail_mark"]
 
 
 def scan_log(directory: Path, *, from_seq: int = 1, to_seq: int | None = None) -> Iterator[LogRecord]:
@@ -73,6 +73,19 @@ def _scan(
             if item.seq == to_seq:
                 return
         previous, previous_last_seq = segment, segment_last_seq
+
+
+def tail_mark(directory: Path) -> tuple[str, int] | None:
+    """Return a cheap mark of the log's tail (the newest segment's name and size; None without segments): it changes
+    whenever records are appended or a segment rolls over, so a reader following a log can skip a re-read.
+
+    Raises:
+        OSError: The segments cannot be listed or the newest one cannot be stat'ed.
+    """
+    segments = list_segment_files(directory)
+    if not segments:
+        return None
+    return segments[-1].path.name, segments[-1].path.stat().st_size
 
 
 def read_last_seq(directory: Path) -> int:

@@ -26,6 +26,7 @@ from aether.log.errors import (
     PayloadTooLargeError,
 )
 from aether.log.frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, SEGMENT_HEADER_SIZE
+from aether.log.lock import LogLock, lock_log
 from aether.log.reader import scan_log
 from aether.log.recovery import RecoveryReport
 from aether.log.retention import DEFAULT_RETENTION_MARGIN, write_checkpoint_and_retain
@@ -414,19 +415,23 @@ async def open_event_log(
     segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
     retention_margin: int = DEFAULT_RETENTION_MARGIN,
     create: bool = True,
+    lock: LogLock | None = None,
 ) -> AsyncIterator[EventLog]:
-    """Open a log for appending: recover it, then run its committer until the block exits.
+    """Take the log's lock, open it for appending (recover it), then run its committer until the block exits.
 
     Args:
         directory: The log directory.
         segment_max_bytes: Roll over to a new segment once the active one reaches this size.
         retention_margin: Records before the newest checkpoint that retention keeps.
         create: Create the log if ``directory`` is missing or empty.
+        lock: The log's lock, already held (a standby that waited for it: `aether.log.lock.wait_lock_log`);
+            None takes it now. Either way it is released when the block exits.
 
     Yields:
         The open log; its :attr:`~EventLog.recovery` says what recovery found and did.
 
     Raises:
+        LogLockedError: If another process owns the log (it holds the lock); nothing was read or modified.
         NotALogError: If ``directory`` is not a log (and, with ``create``, not missing or empty).
         LogDamageError: If recovery found damage a crash cannot explain; nothing was modified.
         LogWriteError: If creating the log, cutting a torn tail or opening the segment failed.
@@ -445,6 +450,27 @@ async def open_event_log(
         raise ValueError(f"segment_max_bytes: must be at least 1 (got {segment_max_bytes!r})")
     if retention_margin < 0:
         raise ValueError(f"retention_margin: must be at least 0 (got {retention_margin!r})")
+    held = (
+        lock
+        if lock is not None
+        else await trio.to_thread.run_sync(functools.partial(lock_log, directory, create=create))
+    )
+    try:
+        async with _opened_log(
+            directory,
+            create=create,
+            segment_max_bytes=segment_max_bytes,
+            retention_margin=retention_margin,
+        ) as log:
+            yield log
+    finally:
+        held.release()
+
+
+@contextlib.asynccontextmanager
+async def _opened_log(
+    directory: Path, *, create: bool, segment_max_bytes: int, retention_margin: int
+) -> AsyncIterator[EventLog]:
     opened = await trio.to_thread.run_sync(functools.partial(open_for_append, directory, create=create))
     # Unbuffered: appenders block in send() while a batch is being synced, and the committer takes all of
     # them at once as the next batch. All appenders share this one send end, which only this function closes.

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         decoded_records,
         explain_resource,
         replay_log,
+        resume_replay,
     )
 
 _MODULE_OF = {
@@ -57,6 +58,7 @@ _MODULE_OF = {
     "decoded_records": "replay",
     "explain_resource": "replay",
     "replay_log": "replay",
+    "resume_replay": "replay",
 }
 """Each exported name and the module of this package that defines it."""
 
@@ -87,6 +89,7 @@ __all__ = [
     "plane_documents",
     "render_status",
     "replay_log",
+    "resume_replay",
     "serve_admin",
 ]
 

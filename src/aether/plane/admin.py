@@ -1,4 +1,4 @@
-"""A control plane's admin endpoint (agent, edge): read-only JSON documents over HTTP/1 (h11) on a Unix socket (`aether
+"""A control plane's admin endpoint (agent, edge): read-only JSON documents over HTTP/1 (`aether.http1`) on a Unix socket (`aether
 status` reads it, through `aether.plane.admin_client`).
 
 Only the plane's own user (and group) can connect: the socket is mode 0660 and never on TCP.
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import h11
 import trio
 
 from aether.core.state import summarize
+from aether.http1 import HttpConnection, HttpProtocolError, HttpRequest
 from aether.xds.status import status_document
 
 __all__ = [
@@ -88,13 +88,15 @@ async def serve_admin(
 
 async def _answer(stream: trio.SocketStream, *, documents: Documents) -> None:
     async with stream:
-        connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+        connection = HttpConnection(
+            stream, client=False, peer="admin client", max_head_size=MAX_REQUEST_BYTES
+        )
         status, document = HTTPStatus.REQUEST_TIMEOUT, {"error": f"no request within {REQUEST_TIMEOUT} s"}
         with trio.move_on_after(REQUEST_TIMEOUT):
             try:
-                request = await _receive_request(stream, connection)
-            except h11.RemoteProtocolError as exc:
-                status, document = HTTPStatus(exc.error_status_hint), {"error": f"bad request: {exc}"}
+                request = await connection.receive_request()
+            except HttpProtocolError as exc:
+                status, document = HTTPStatus(exc.status_hint), {"error": f"bad request: {exc.problem}"}
             except trio.BrokenResourceError:
                 return
             else:
@@ -102,45 +104,15 @@ async def _answer(stream: trio.SocketStream, *, documents: Documents) -> None:
                     return  # the client left before it asked anything
                 status, document = _document(request, documents)
         body = json.dumps(document, sort_keys=True).encode()
-        headers = [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-            ("Connection", "close"),
-        ]
-        response = h11.Response(status_code=status.value, reason=status.phrase.encode(), headers=headers)
+        headers = [("Content-Type", "application/json"), ("Connection", "close")]
         with contextlib.suppress(trio.BrokenResourceError):
-            await stream.send_all(
-                b"".join(
-                    _bytes(connection, event) for event in (response, h11.Data(data=body), h11.EndOfMessage())
-                )
-            )
+            await connection.send_response(status.value, headers=headers, body=body)
 
 
-def _document(request: h11.Request, documents: Documents) -> tuple[HTTPStatus, dict[str, Any]]:
-    target = request.target.decode("ascii", "replace")
-    produce = documents.get(target)
-    if request.method != b"GET" or produce is None:
-        return HTTPStatus.NOT_FOUND, {"error": f"not found: {target!r}; try one of {sorted(documents)!r}"}
+def _document(request: HttpRequest, documents: Documents) -> tuple[HTTPStatus, dict[str, Any]]:
+    produce = documents.get(request.target)
+    if request.method != "GET" or produce is None:
+        return HTTPStatus.NOT_FOUND, {
+            "error": f"not found: {request.target!r}; try one of {sorted(documents)!r}"
+        }
     return HTTPStatus.OK, produce()
-
-
-async def _receive_request(stream: trio.SocketStream, connection: h11.Connection) -> h11.Request | None:
-    """Read until `connection` has a request head; None if the client closed first.
-
-    Raises:
-        h11.RemoteProtocolError: The bytes are not an HTTP/1 request, or its head is over `MAX_REQUEST_BYTES`.
-    """
-    while True:
-        event = connection.next_event()
-        if isinstance(event, h11.Request):
-            return event
-        if isinstance(event, h11.ConnectionClosed):
-            return None
-        assert event is h11.NEED_DATA, f"an h11 server before a request got {event!r}; this is a bug"
-        connection.receive_data(await stream.receive_some(4096))
-
-
-def _bytes(connection: h11.Connection, event: h11.Response | h11.Data | h11.EndOfMessage) -> bytes:
-    data = connection.send(event)
-    assert data is not None, "h11 returns None only for ConnectionClosed; this is a bug"
-    return data

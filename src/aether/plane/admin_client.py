@@ -1,12 +1,13 @@
 """The client side of the agent's admin socket (`aether status`): fetch a JSON document, render the status table.
 
 Light on purpose (the standard library only, blocking calls): the command line imports it without the agent or trio.
-Not even h11, which the server speaks: it would double what `aether status` imports, to read one response whose
-server closes the connection after it (so the body is what follows the head).
+Not even h11, which the server speaks (through `aether.http1`): `http.client` parses the one response here, so no
+HTTP/1 is parsed by hand, and `aether status` imports nothing beyond the standard library.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 from pathlib import Path
@@ -36,23 +37,41 @@ def fetch_admin(path: Path, target: str, *, timeout: float = FETCH_TIMEOUT) -> d
 
     Raises:
         OSError: nothing listens at `path`, or it did not answer within `timeout` seconds (`TimeoutError`).
-        ValueError: the answer is not a 200 with a JSON body.
+        ValueError: the answer is not a 200 with a JSON body (or not HTTP at all: `http.client.HTTPException`s are
+            translated).
     """
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-        connection.settimeout(timeout)
-        connection.connect(str(path))
-        connection.sendall(f"GET {target} HTTP/1.0\r\n\r\n".encode())
-        answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    version, _, status = head.partition(b" ")
-    if not version.startswith(b"HTTP/1.") or not status.startswith(b"200 "):
-        raise ValueError(
-            f"admin {target!r} answered {head.splitlines()[0] if head else b''!r}: {body[:200]!r}"
-        )
+    connection = _UnixHTTPConnection(path, timeout=timeout)
+    try:
+        connection.request("GET", target)
+        response = connection.getresponse()
+        body = response.read()
+    except http.client.HTTPException as error:
+        raise ValueError(f"admin {target!r}: not an HTTP answer ({error!r})") from error
+    finally:
+        connection.close()
+    if response.status != 200:
+        status_line = f"HTTP/{response.version / 10:.1f} {response.status} {response.reason}".encode()
+        raise ValueError(f"admin {target!r} answered {status_line!r}: {body[:200]!r}")
     document: dict[str, Any] = json.loads(body)
     return document
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """The standard library's HTTP/1.1 client, connected to a Unix socket instead of a TCP address."""
+
+    def __init__(self, path: Path, *, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.settimeout(self.timeout)
+        try:
+            connection.connect(str(self._path))
+        except OSError:
+            connection.close()
+            raise
+        self.sock = connection
 
 
 def render_status(document: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ Start-up replays the newest checkpoint plus the tail, so the node serves what it
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,8 +20,8 @@ from aether.core.errors import CodecError
 from aether.core.events import Event, encode_event
 from aether.core.reduce import fold_event
 from aether.core.state import State, encode_state
-from aether.log import EventLog, open_event_log
-from aether.plane.replay import Replay, collector_paused, replay_log
+from aether.log import EventLog, LogLock, open_event_log
+from aether.plane.replay import Replay, collector_paused, replay_log, resume_replay
 
 __all__ = ["CHECKPOINT_EVERY", "MAX_BATCH", "Journal", "JournalStatistics", "open_journal"]
 
@@ -143,15 +144,28 @@ class Journal:
 
 
 @contextlib.asynccontextmanager
-async def open_journal(directory: Path) -> AsyncIterator[Journal]:
+async def open_journal(
+    directory: Path, *, lock: LogLock | None = None, warm: Replay | None = None
+) -> AsyncIterator[Journal]:
     """Open the node's log in `directory` (created if missing), replay it, and run the journal for the block.
+
+    Args:
+        directory: The log directory.
+        lock: The log's lock, already held (a standby's); None takes it now (`aether.log.open_event_log`).
+        warm: A replay of this log made before the lock was held (a standby's); only the records after it are
+            folded. None replays from the newest checkpoint.
+
+    Raises:
+        LogLockedError: Another process owns the log (the error names its pid).
 
     Resource handling:
         The appending task and the log's committer live for the block; events sent after the block ends are lost
         with a `trio.ClosedResourceError` at the sender.
     """
-    async with open_event_log(directory) as log:
-        replay = await trio.to_thread.run_sync(replay_log, directory)
+    async with open_event_log(directory, lock=lock) as log:
+        replay = await trio.to_thread.run_sync(
+            replay_log if warm is None else functools.partial(resume_replay, since=warm), directory
+        )
         # Buffer 0 would make every source wait for the fsync of each batch; a bounded buffer lets sources run
         # ahead by one batch while the journal is writing, and pushes back beyond that.
         send, receive = trio.open_memory_channel[Event](MAX_BATCH)

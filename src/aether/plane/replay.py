@@ -22,6 +22,7 @@ from aether.log import (
     CheckpointError,
     InvalidCheckpoint,
     LogError,
+    LogRangeError,
     LogRecord,
     list_checkpoints,
     read_checkpoint,
@@ -39,6 +40,7 @@ __all__ = [
     "decoded_records",
     "explain_resource",
     "replay_log",
+    "resume_replay",
 ]
 
 
@@ -153,23 +155,49 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
         state, checkpoint_seq, skipped = (
             _starting_point(directory, until=last) if use_checkpoints else (EMPTY_STATE, None, ())
         )
-        folded = 0
-        observed_at = 0
+    return _fold_tail(
+        directory,
+        Replay(state=state, checkpoint_seq=checkpoint_seq, records_folded=0, skipped_checkpoints=skipped),
+        last=last,
+    )
+
+
+def resume_replay(directory: Path, since: Replay, *, until: int | None = None) -> Replay:
+    """Fold the records of `directory` after `since` (an earlier replay of the same log) up to `until` (default:
+    its last record): what a standby does to keep up with the owner's log, and once more when it takes over.
+
+    Falls back to a whole `replay_log` when `since` is ahead of the log (a tail recovery cut) or when retention
+    has deleted records `since` did not fold yet.
+
+    Raises:
+        LogError: as `replay_log`.
+    """
+    last = read_last_seq(directory) if until is None else until
+    if since.state.seq > last:
+        return replay_log(directory, until=last)
+    try:
+        return _fold_tail(directory, since, last=last)
+    except LogRangeError:
+        return replay_log(directory, until=last)
+
+
+def _fold_tail(directory: Path, start: Replay, *, last: int) -> Replay:
+    """Fold the records after `start.state` up to `last` onto it."""
+    state = start.state
+    folded = 0
+    observed_at = start.last_observed_at
+    with collector_paused():
         for item in scan_log(directory, from_seq=state.seq + 1, to_seq=last):
             event = decode_record(item)
             state = fold_event(state, event, seq=item.seq)
             observed_at = event.observed_at
             folded += 1
-        if not folded and state.seq:
+        if not observed_at and state.seq:
             observed_at = next(
                 decoded_records(directory, from_seq=state.seq, to_seq=state.seq)
             ).event.observed_at
-    return Replay(
-        state=state,
-        last_observed_at=observed_at,
-        checkpoint_seq=checkpoint_seq,
-        records_folded=folded,
-        skipped_checkpoints=skipped,
+    return attrs.evolve(
+        start, state=state, last_observed_at=observed_at, records_folded=start.records_folded + folded
     )
 
 

@@ -20,7 +20,14 @@ from aether.envoy.bootstrap import DEFAULT_NODE_CLUSTER, loopback_admin
 from aether.envoy.process import find_envoy_binary
 from aether.testing.xds_resources import LOOPBACK
 
-__all__ = ["VALIDATE_TIMEOUT", "snapshot_bootstrap", "static_bootstrap", "validate_config", "wait_for"]
+__all__ = [
+    "VALIDATE_TIMEOUT",
+    "direct_response_bootstrap",
+    "snapshot_bootstrap",
+    "static_bootstrap",
+    "validate_config",
+    "wait_for",
+]
 
 VALIDATE_TIMEOUT = 120
 """Seconds `envoy --mode validate` may take (a few thousand resources take a few seconds on a loaded machine)."""
@@ -79,6 +86,34 @@ def static_bootstrap(
         },
         "admin": loopback_admin(admin_port),
     }
+
+
+def direct_response_bootstrap(port: int, body: str, *, host: str = "127.0.0.1") -> dict[str, Any]:
+    """A static Envoy answering every HTTP/1.1 request on `host:port` with 200 and `body` (admin on a free loopback
+    port): the smallest Envoy that serves traffic, for process-level tests and benchmarks (hot restart, crashes)."""
+    route = {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": body}}}
+    manager = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3"
+        ".HttpConnectionManager",
+        "stat_prefix": "ingress",
+        "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [route]}]},
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                },
+            }
+        ],
+    }
+    listener = {
+        "name": "ingress",
+        "address": {"socket_address": {"address": host, "port_value": port}},
+        "filter_chains": [
+            {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+        ],
+    }
+    return {"admin": loopback_admin(0), "static_resources": {"listeners": [listener]}}
 
 
 async def wait_for(

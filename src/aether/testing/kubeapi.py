@@ -28,6 +28,7 @@ import attrs
 import h11
 import trio
 
+from aether.http1 import HttpConnection, HttpProtocolError, HttpRequest
 from aether.kube.resources import BUILTIN_RESOURCES, JsonObject, ResourceType
 from aether.testing.kubeadmission import AdmittedWrite, WebhookCaller, admit_write
 from aether.testing.kubediscovery import api_versions, group_list, resource_list, served_resources
@@ -57,8 +58,6 @@ __all__ = ["DEFAULT_WATCH_TIMEOUT", "KubeApi", "KubeApiStatistics", "main", "ope
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
 """Seconds a watch without `timeoutSeconds` lasts: the real server picks 30 to 60 minutes at random."""
-
-_RECEIVE_SIZE = 65536
 
 
 @attrs.frozen(kw_only=True)
@@ -183,25 +182,22 @@ class KubeApi:
             if self._ssl_context is not None:
                 transport = trio.SSLStream(stream, self._ssl_context, server_side=True)
                 await transport.do_handshake()
-            connection = h11.Connection(h11.SERVER)
-            while (received := await _receive_request(connection, transport)) is not None:
+            connection = HttpConnection(transport, client=False, peer="client")
+            while (request := await connection.receive_request()) is not None:
                 self._counts["requests"] += 1
-                if not await self._respond(connection, transport, *received):
+                if not await self._respond(connection, request):
                     return
-                if connection.our_state is h11.MUST_CLOSE or connection.their_state is h11.MUST_CLOSE:
+                if not connection.next_cycle():
                     return
-                connection.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, HttpProtocolError, h11.ProtocolError):
             # The client went away or spoke broken HTTP: end this connection only.
             return
         finally:
             await trio.aclose_forcefully(transport)
 
-    async def _respond(
-        self, connection: h11.Connection, stream: trio.abc.Stream, request: h11.Request, body: bytes
-    ) -> bool:
+    async def _respond(self, connection: HttpConnection, request: HttpRequest) -> bool:
         """Answer one request; return False when the connection must be cut without finishing the response."""
-        target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
+        target = urllib.parse.urlsplit(request.target)
         params = {key: values[-1] for key, values in urllib.parse.parse_qs(target.query).items()}
         try:
             self._authorize(request.headers)
@@ -211,22 +207,21 @@ class KubeApi:
                     raise Rejected(429, "TooManyRequests", "too many requests, please try again later")
                 raise Rejected(code, "InternalError", "an error on the server prevented the request")
             if target.path in ("/healthz", "/readyz", "/livez"):
-                await _send(connection, stream, 200, b"ok", content_type="text/plain")
+                await _send(connection, 200, b"ok", content_type="text/plain")
                 return True
             if target.path == "/version":
                 version = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-aether-test"}
-                await _send(connection, stream, 200, _encode(version))
+                await _send(connection, 200, _encode(version))
                 return True
             discovery = self._discovery(target.path)
             if discovery is not None:
-                await _send(connection, stream, 200, _encode(discovery))
+                await _send(connection, 200, _encode(discovery))
                 return True
             resource, namespace, name, subresource = self._route(target.path)
-            method = request.method.decode("ascii", "replace")
+            method = request.method
             if method != "GET":
-                headers = {key.lower(): value for key, value in request.headers}
-                content_type = headers.get(b"content-type", b"").decode("ascii", "replace").partition(";")[0]
-                admitted = AdmittedWrite(method=method, body=body, content_type=content_type.strip())
+                content_type = request.headers.get("content-type", "").partition(";")[0].strip()
+                admitted = AdmittedWrite(method=method, body=request.body, content_type=content_type)
                 if not subresource:
                     admitted = await admit_write(
                         self.webhooks,
@@ -234,8 +229,8 @@ class KubeApi:
                         method=method,
                         namespace=namespace,
                         name=name,
-                        body=body,
-                        content_type=admitted.content_type,
+                        body=request.body,
+                        content_type=content_type,
                     )
                 code, written = write(
                     self.store,
@@ -249,11 +244,7 @@ class KubeApi:
                 )
                 warnings = [("Warning", f'299 - "{text}"') for text in admitted.warnings]
                 await _send(
-                    connection,
-                    stream,
-                    code,
-                    _encode(render(written, resource, in_list=False)),
-                    headers=warnings,
+                    connection, code, _encode(render(written, resource, in_list=False)), headers=warnings
                 )
                 return True
             query = Query(
@@ -263,10 +254,10 @@ class KubeApi:
                 fields=field_selector(resource, params.get("fieldSelector", "")),
             )
             if name is not None:
-                await _send(connection, stream, 200, _encode(self._get(query, name)))
+                await _send(connection, 200, _encode(self._get(query, name)))
                 return True
             if params.get("watch", "") in ("1", "true"):
-                return await self._watch(connection, stream, query, params)
+                return await self._watch(connection, query, params)
             listed = self._list(query, params)
         except Rejected as rejected:
             self._counts["expired"] += rejected.code == 410
@@ -274,17 +265,16 @@ class KubeApi:
                 rejected.code, rejected.reason, rejected.message, continue_token=rejected.continue_token
             )
             retry = [("Retry-After", "1")] if rejected.code == 429 else []
-            await _send(connection, stream, rejected.code, _encode(status), headers=retry)
+            await _send(connection, rejected.code, _encode(status), headers=retry)
             return True
         self._counts["lists"] += 1
-        await _send(connection, stream, 200, _encode(listed))
+        await _send(connection, 200, _encode(listed))
         return True
 
-    def _authorize(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    def _authorize(self, headers: Mapping[str, str]) -> None:
         if self.token is None:
             return
-        presented = {name.lower(): value for name, value in headers}.get(b"authorization", b"")
-        if presented != f"Bearer {self.token}".encode():
+        if headers.get("authorization", "") != f"Bearer {self.token}":
             raise Rejected(401, "Unauthorized", "Unauthorized")
 
     def _discovery(self, path: str) -> JsonObject | None:
@@ -393,9 +383,7 @@ class KubeApi:
             raise Rejected(410, "Expired", str(TooOldError(number, floor=self.store.floor)))
         return number, ""
 
-    async def _watch(
-        self, connection: h11.Connection, stream: trio.abc.Stream, query: Query, params: Mapping[str, str]
-    ) -> bool:
+    async def _watch(self, connection: HttpConnection, query: Query, params: Mapping[str, str]) -> bool:
         version = params.get("resourceVersion", "")
         storage = storage_of(query.resource)
         initial: list[JsonObject] = []
@@ -410,20 +398,19 @@ class KubeApi:
             subscription = self.store.subscribe(storage, after=after)
         except TooOldError as error:
             self._counts["expired"] += 1
-            await _start_stream(connection, stream)
-            await _send_event(connection, stream, "ERROR", status_object(410, "Expired", str(error)))
-            await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
+            await _start_stream(connection)
+            await _send_event(connection, "ERROR", status_object(410, "Expired", str(error)))
+            await connection.send(h11.EndOfMessage())
             return True
         self._counts["watches"] += 1
         timeout = float(params.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
         bookmarks = params.get("allowWatchBookmarks", "") in ("1", "true")
         try:
-            await _start_stream(connection, stream)
+            await _start_stream(connection)
             for obj in initial:
-                await _send_event(connection, stream, "ADDED", render(obj, query.resource, in_list=False))
+                await _send_event(connection, "ADDED", render(obj, query.resource, in_list=False))
             return await self._stream_changes(
                 connection,
-                stream,
                 query,
                 subscription,
                 deadline=trio.current_time() + timeout,
@@ -434,8 +421,7 @@ class KubeApi:
 
     async def _stream_changes(
         self,
-        connection: h11.Connection,
-        stream: trio.abc.Stream,
+        connection: HttpConnection,
         query: Query,
         subscription: WatchSubscription,
         *,
@@ -449,7 +435,7 @@ class KubeApi:
             while subscription.pending:
                 event = watch_event(query, subscription.pending.popleft())
                 if event is not None:
-                    await _send_event(connection, stream, *event)
+                    await _send_event(connection, *event)
                 if subscription.dropped:
                     return False
             now = trio.current_time()
@@ -457,11 +443,9 @@ class KubeApi:
                 # Invariant: nothing is pending, so every change up to this revision has been sent.
                 subscription.bookmark_requested = False
                 next_bookmark = now + (self.bookmark_interval or float("inf"))
-                await _send_event(
-                    connection, stream, "BOOKMARK", bookmark(query.resource, self.store.revision)
-                )
+                await _send_event(connection, "BOOKMARK", bookmark(query.resource, self.store.revision))
             if now >= deadline:
-                await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
+                await connection.send(h11.EndOfMessage())
                 return True
             with trio.move_on_at(min(deadline, next_bookmark) if bookmarks else deadline):
                 await subscription.wait()
@@ -561,53 +545,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-async def _receive_request(
-    connection: h11.Connection, stream: trio.abc.Stream
-) -> tuple[h11.Request, bytes] | None:
-    request: h11.Request | None = None
-    body = bytearray()
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            connection.receive_data(bytes(await stream.receive_some(_RECEIVE_SIZE)))
-        elif isinstance(event, h11.Request):
-            request = event
-        elif isinstance(event, h11.Data):
-            body += event.data
-        elif isinstance(event, h11.EndOfMessage):
-            return None if request is None else (request, bytes(body))
-        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-            return None
-
-
 async def _send(
-    connection: h11.Connection,
-    stream: trio.abc.Stream,
+    connection: HttpConnection,
     code: int,
     body: bytes,
     *,
     content_type: str = "application/json",
     headers: list[tuple[str, str]] | None = None,
 ) -> None:
-    headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *(headers or [])]
-    data = connection.send(h11.Response(status_code=code, headers=headers)) or b""
-    data += connection.send(h11.Data(data=body)) or b""
-    data += connection.send(h11.EndOfMessage()) or b""
-    await stream.send_all(data)
+    await connection.send_response(
+        code, headers=[("Content-Type", content_type), *(headers or [])], body=body
+    )
 
 
-async def _start_stream(connection: h11.Connection, stream: trio.abc.Stream) -> None:
+async def _start_stream(connection: HttpConnection) -> None:
     # No Content-Length: h11 frames the body with chunked transfer coding, as the real server streams watches.
     head = h11.Response(status_code=200, headers=[("Content-Type", "application/json")])
-    await stream.send_all(connection.send(head) or b"")
+    await connection.send(head)
 
 
-async def _send_event(
-    connection: h11.Connection, stream: trio.abc.Stream, kind: str, obj: JsonObject
-) -> None:
-    await stream.send_all(
-        connection.send(h11.Data(data=_encode({"type": kind, "object": obj}) + b"\n")) or b""
-    )
+async def _send_event(connection: HttpConnection, kind: str, obj: JsonObject) -> None:
+    await connection.send(h11.Data(data=_encode({"type": kind, "object": obj}) + b"\n"))
 
 
 def _next_bookmark(interval: float | None) -> float:

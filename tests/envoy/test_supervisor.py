@@ -1,0 +1,204 @@
+"""`aether proxy-supervisor` with a real Envoy: hot restarts (SIGHUP, a bootstrap change) under a request loop drop
+nothing, a crashed Envoy is restarted, and SIGTERM is forwarded with Envoy's status as the supervisor's."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import trio
+
+from aether.envoy.process import ENVOY_VARIABLE, find_envoy_binary
+from aether.envoy.supervisor import BACKOFF_MAX, base_id_of, crash_backoff, exit_status
+from aether.http1 import http_get
+from aether.testing.envoy import direct_response_bootstrap, wait_for
+from aether.testing.request_loop import RequestLoop
+from aether.testing.xds_resources import pick_free_port
+
+LOOPBACK = "127.0.0.1"
+CONVERGE = 20
+"""Seconds a start, a hot restart or a crash restart may take (Envoy takes well under one)."""
+
+
+def test_exit_status_is_what_a_shell_reports() -> None:
+    """A return code passes through; a death by signal N becomes 128 + N."""
+    assert [exit_status(0), exit_status(1), exit_status(-signal.SIGKILL)] == [0, 1, 137]
+
+
+def test_the_crash_backoff_doubles_up_to_its_cap() -> None:
+    """0.1 s, 0.2 s, 0.4 s... and never more than `BACKOFF_MAX`."""
+    assert [crash_backoff(n) for n in (1, 2, 3)] == [0.1, 0.2, 0.4]
+    assert crash_backoff(30) == BACKOFF_MAX
+
+
+def test_the_base_id_is_stable_per_node() -> None:
+    """The old and the new proxy pod of a node compute the same base id; another node gets another."""
+    assert base_id_of("node-a") == base_id_of("node-a") != base_id_of("node-b")
+    assert 0 <= base_id_of("node-a") < 100_000_000
+
+
+@attrs.frozen
+class Supervised:
+    process: trio.Process
+    runtime: Path
+    bootstrap: Path
+    port: int
+    command: list[str]
+
+    def envoy_pid(self) -> int:
+        return int((self.runtime / "envoy.pid").read_text())
+
+    def epoch(self) -> int:
+        return int((self.runtime / "epoch").read_text())
+
+
+@asynccontextmanager
+async def open_supervisor(
+    short_dir: Path, *, body: str = "one", env: dict[str, str] | None = None
+) -> AsyncIterator[Supervised]:
+    port = pick_free_port()
+    bootstrap = short_dir / "bootstrap.json"
+    bootstrap.write_text(json.dumps(direct_response_bootstrap(port, body)))
+    runtime = short_dir / "run"
+    command = [
+        *(sys.executable, "-m", "aether.cli", "proxy-supervisor", "--bootstrap", str(bootstrap)),
+        *("--node-name", short_dir.name, "--runtime-dir", str(runtime)),
+        *("--drain-time-s", "1", "--parent-shutdown-time-s", "2"),
+        *("--", "--concurrency", "1", "-l", "warning"),
+    ]
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL, env=env)
+        )
+        supervised = Supervised(
+            process=process, runtime=runtime, bootstrap=bootstrap, port=port, command=command
+        )
+        await wait_for(functools.partial(_answers, port), timeout=CONVERGE, interval=0.02)
+        yield supervised
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(CONVERGE):
+                await process.wait()
+
+
+async def _answers(port: int, body: str | None = None) -> bool:
+    try:
+        response = await http_get(LOOPBACK, port, "/", timeout=2)
+    except (OSError, ValueError, trio.BrokenResourceError, trio.TooSlowError):
+        return False
+    return response.status == 200 and (body is None or response.body == body.encode())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by the supervisor) counts as gone.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+async def _gone(pid: int) -> bool:
+    return not _alive(pid)
+
+
+async def test_hot_restarts_under_a_request_loop_fail_no_request(short_dir: Path) -> None:
+    """A SIGHUP and a bootstrap change each start the next epoch, which takes the listener over while the old one
+    drains and exits; requests sent all along (a fresh connection each) never fail."""
+    async with open_supervisor(short_dir) as supervised:
+        loop = RequestLoop(LOOPBACK, supervised.port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run)
+            first = supervised.envoy_pid()
+            supervised.process.send_signal(signal.SIGHUP)
+            await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)
+            assert supervised.epoch() == 1
+            second = supervised.envoy_pid()
+            supervised.bootstrap.write_text(json.dumps(direct_response_bootstrap(supervised.port, "two")))
+            await wait_for(
+                functools.partial(_answers, supervised.port, "two"), timeout=CONVERGE, interval=0.05
+            )
+            await wait_for(functools.partial(_gone, second), timeout=CONVERGE, interval=0.05)
+            assert supervised.epoch() == 2
+            nursery.cancel_scope.cancel()
+
+    assert loop.failures == []
+    assert loop.answered > 0
+    assert supervised.process.returncode == 0
+
+
+async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: Path) -> None:
+    """Envoy killed with SIGKILL comes back (a new pid, serving again); SIGTERM to the supervisor stops Envoy and
+    the supervisor exits with Envoy's status (0 for a clean stop)."""
+    async with open_supervisor(short_dir) as supervised:
+        crashed = supervised.envoy_pid()
+        os.kill(crashed, signal.SIGKILL)
+
+        async def restarted() -> bool:
+            return supervised.envoy_pid() != crashed and await _answers(supervised.port)
+
+        await wait_for(restarted, timeout=CONVERGE, interval=0.05)
+        envoy = supervised.envoy_pid()
+        supervised.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(CONVERGE):
+            await supervised.process.wait()
+
+    assert supervised.process.returncode == 0
+    assert not _alive(envoy)
+
+
+async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_exits(short_dir: Path) -> None:
+    """A DaemonSet roll: a new supervisor on the same node and runtime directory hot-restarts from the running
+    Envoy (the next epoch); the old Envoy drains and exits, and so does the old supervisor (status 0); no request
+    fails meanwhile, and on SIGTERM the last supervisor leaves no shared memory behind."""
+    async with open_supervisor(short_dir) as old:
+        old_envoy = old.envoy_pid()
+        loop = RequestLoop(LOOPBACK, old.port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run)
+            new: trio.Process = await nursery.start(
+                functools.partial(trio.run_process, old.command, check=False, stdout=subprocess.DEVNULL)
+            )
+            with trio.fail_after(CONVERGE):
+                await old.process.wait()
+            assert old.process.returncode == 0
+            assert not _alive(old_envoy)
+            assert old.epoch() == 1
+            await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
+            nursery.cancel_scope.cancel()
+        new.send_signal(signal.SIGTERM)
+        with trio.fail_after(CONVERGE):
+            await new.wait()
+
+    assert loop.failures == []
+    assert new.returncode == 0
+    assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
+
+
+async def test_a_new_envoy_binary_is_hot_restarted_into(short_dir: Path) -> None:
+    """Replacing the Envoy executable (here: a hard link swapped in) starts the next epoch from it; nothing fails."""
+    binary = short_dir / "bin" / "envoy"
+    binary.parent.mkdir()
+    os.link(find_envoy_binary(), binary)
+    env = {**os.environ, ENVOY_VARIABLE: str(binary)}
+    async with open_supervisor(short_dir, env=env) as supervised, trio.open_nursery() as nursery:
+        loop = RequestLoop(LOOPBACK, supervised.port)
+        nursery.start_soon(loop.run)
+        first = supervised.envoy_pid()
+        os.link(find_envoy_binary(), binary.with_name("envoy.new"))
+        os.replace(binary.with_name("envoy.new"), binary)
+        await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)
+        assert supervised.epoch() == 1
+        await wait_for(functools.partial(_answers, supervised.port), timeout=CONVERGE)
+        nursery.cancel_scope.cancel()
+
+    assert loop.failures == []
