@@ -14,6 +14,7 @@ from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli.commands import summary
 from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
+from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.kube import KubeClient, KubeError
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
@@ -58,6 +59,7 @@ def add_parser(roles: Any) -> None:
         help="write the mesh-dns record file here (for aether mesh-dns)",
     )
     add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
+    add_telemetry_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_agent)
 
@@ -102,7 +104,8 @@ def run_agent(arguments: argparse.Namespace) -> int:
             )
 
     try:
-        trio.run(main)
+        with running_telemetry(arguments, role="agent"):
+            trio.run(main)
     except KeyboardInterrupt:
         return 0
     return 0

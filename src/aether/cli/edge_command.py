@@ -11,6 +11,7 @@ import trio
 
 from aether.cli.commands import summary
 from aether.cli.common import add_serving_arguments, add_verbose_argument, configure_logging
+from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
@@ -48,6 +49,7 @@ def add_parser(roles: Any) -> None:
         default="spiffe",
         help="none: cleartext HTTP/2 to backends (default spiffe: mTLS with the edge's SVID)",
     )
+    add_telemetry_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_edge)
 
@@ -87,7 +89,8 @@ def run_edge(arguments: argparse.Namespace) -> int:
 
     unreadable: list[BaseException] = []
     try:
-        trio.run(main)
+        with running_telemetry(arguments, role="edge"):
+            trio.run(main)
     except* ManifestError as group:
         unreadable.extend(_leaves(group))
     except* KeyboardInterrupt:

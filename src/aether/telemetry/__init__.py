@@ -5,7 +5,7 @@ The core never imports this package: the adapters (journal, publisher, xDS serve
 """
 
 from aether.telemetry.config import TelemetryConfig, add_telemetry_arguments, telemetry_config
-from aether.telemetry.endpoint import DEFAULT_OTLP_HTTP_PORT, OtlpEndpoint
+from aether.telemetry.endpoint import DEFAULT_OTLP_GRPC_PORT, DEFAULT_OTLP_HTTP_PORT, OtlpEndpoint
 from aether.telemetry.instruments import (
     NOOP,
     Counter,
@@ -20,6 +20,7 @@ from aether.telemetry.runtime import OFF, Telemetry, TelemetryStatistics, curren
 from aether.telemetry.traces import ChangeTrace, ChangeTracer, PushTrace, change_tracer
 
 __all__ = [
+    "DEFAULT_OTLP_GRPC_PORT",
     "DEFAULT_OTLP_HTTP_PORT",
     "NOOP",
     "OFF",

@@ -69,7 +69,11 @@ def add_telemetry_arguments(parser: Any) -> None:
     group.add_argument("--otel-enabled", action="store_true", help="export metrics to --otlp-endpoint")
     group.add_argument("--trace-export", action="store_true", help="export traces to --otlp-endpoint")
     group.add_argument(
-        "--trace-sampling", type=_ratio, default=1.0, metavar="RATIO", help="ratio of changes traced (default 1)"
+        "--trace-sampling",
+        type=_ratio,
+        default=1.0,
+        metavar="RATIO",
+        help="ratio of changes traced (default 1)",
     )
     group.add_argument(
         "--otel-export-interval", type=float, default=10.0, metavar="SECONDS", help=argparse.SUPPRESS
@@ -84,7 +88,9 @@ def telemetry_config(arguments: argparse.Namespace, *, service_name: str) -> Tel
     """
     endpoint: OtlpEndpoint | None = arguments.otlp_endpoint
     if endpoint is None and (arguments.otel_enabled or arguments.trace_export):
-        raise ValueError("--otel-enabled and --trace-export need --otlp-endpoint URL (the collector's OTLP/HTTP)")
+        raise ValueError(
+            "--otel-enabled and --trace-export need --otlp-endpoint URL (the collector's OTLP/HTTP)"
+        )
     if arguments.otel_export_interval <= 0:
         raise ValueError(f"--otel-export-interval {arguments.otel_export_interval}: give a positive number")
     return TelemetryConfig(

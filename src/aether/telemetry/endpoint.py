@@ -10,10 +10,13 @@ import urllib.parse
 
 import attrs
 
-__all__ = ["DEFAULT_OTLP_HTTP_PORT", "OtlpEndpoint"]
+__all__ = ["DEFAULT_OTLP_GRPC_PORT", "DEFAULT_OTLP_HTTP_PORT", "OtlpEndpoint"]
 
 DEFAULT_OTLP_HTTP_PORT = 4318
 """OTLP/HTTP's registered port, used when the URL names none."""
+
+DEFAULT_OTLP_GRPC_PORT = 4317
+"""OTLP/gRPC's registered port (Envoy's stats sink speaks gRPC: `aether bootstrap --otlp-endpoint`)."""
 
 _SCHEMES = ("http", "https")
 
@@ -27,7 +30,9 @@ class OtlpEndpoint:
     port: int
 
     @classmethod
-    def parse(cls, text: str) -> OtlpEndpoint:
+    def parse(
+        cls, text: str, *, default_port: int = DEFAULT_OTLP_HTTP_PORT, option: str = "--otlp-endpoint"
+    ) -> OtlpEndpoint:
         """Parse `http://HOST[:PORT]` or `https://HOST[:PORT]` (IPv6 hosts in brackets).
 
         Raises:
@@ -38,21 +43,21 @@ class OtlpEndpoint:
             url = urllib.parse.urlsplit(text.strip())
             port = url.port
         except ValueError as error:
-            raise ValueError(f"--otlp-endpoint {text!r}: {error}; {expected}") from None
+            raise ValueError(f"{option} {text!r}: {error}; {expected}") from None
         if url.scheme not in _SCHEMES:
-            raise ValueError(f"--otlp-endpoint {text!r}: scheme {url.scheme or 'missing'}; {expected}")
+            raise ValueError(f"{option} {text!r}: scheme {url.scheme or 'missing'}; {expected}")
         if not url.hostname:
-            raise ValueError(f"--otlp-endpoint {text!r}: no host; {expected}")
+            raise ValueError(f"{option} {text!r}: no host; {expected}")
         if url.username is not None or url.password is not None:
-            raise ValueError(f"--otlp-endpoint {text!r}: credentials in the URL are not supported; {expected}")
+            raise ValueError(f"{option} {text!r}: credentials in the URL are not supported; {expected}")
         if url.path not in ("", "/") or url.query or url.fragment:
             raise ValueError(
-                f"--otlp-endpoint {text!r}: give the collector's base URL without a path or query"
+                f"{option} {text!r}: give the collector's base URL without a path or query"
                 " (/v1/metrics and /v1/traces are appended)"
             )
         if port == 0:
-            raise ValueError(f"--otlp-endpoint {text!r}: port 0; {expected}")
-        return cls(scheme=url.scheme, host=url.hostname, port=DEFAULT_OTLP_HTTP_PORT if port is None else port)
+            raise ValueError(f"{option} {text!r}: port 0; {expected}")
+        return cls(scheme=url.scheme, host=url.hostname, port=default_port if port is None else port)
 
     @property
     def base_url(self) -> str:

@@ -66,7 +66,10 @@ class OtlpHttpTransport:
     def _connect(self) -> http.client.HTTPConnection:
         if self._endpoint.scheme == "https":
             return http.client.HTTPSConnection(
-                self._endpoint.host, self._endpoint.port, timeout=self._timeout, context=ssl.create_default_context()
+                self._endpoint.host,
+                self._endpoint.port,
+                timeout=self._timeout,
+                context=ssl.create_default_context(),
             )
         return http.client.HTTPConnection(self._endpoint.host, self._endpoint.port, timeout=self._timeout)
 
@@ -107,7 +110,9 @@ class OtlpHttpTransport:
     def rejected(self, count: int, message: str) -> None:
         with self._lock:
             self.dropped += count
-        LOG.warning("otlp collector %s rejected %d items of %s: %s", self._endpoint, count, self._path, message)
+        LOG.warning(
+            "otlp collector %s rejected %d items of %s: %s", self._endpoint, count, self._path, message
+        )
 
     def statistics(self) -> ExportStatistics:
         return ExportStatistics(exports=self.exports, failures=self.failures, dropped=self.dropped)
@@ -126,7 +131,9 @@ class OtlpHttpMetricExporter(MetricExporter):
         super().__init__(preferred_temporality={}, preferred_aggregation={})
         self.transport = OtlpHttpTransport(endpoint, path="/v1/metrics", timeout=timeout)
 
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
         points = metric_points(metrics_data)
         answer = self.transport.post(encode_metrics(metrics_data).SerializeToString(), items=points)
         if answer is None:
@@ -165,7 +172,9 @@ class OtlpHttpSpanExporter(SpanExporter):
             self.transport.answered_garbage(len(spans), error)
             return SpanExportResult.FAILURE
         if response.partial_success.rejected_spans:
-            self.transport.rejected(response.partial_success.rejected_spans, response.partial_success.error_message)
+            self.transport.rejected(
+                response.partial_success.rejected_spans, response.partial_success.error_message
+            )
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
@@ -241,4 +250,3 @@ class BoundedSpanProcessor(SpanProcessor):
             if not batch:
                 return True
             self._exporter.export(batch)
-

@@ -7,7 +7,7 @@ instrument is `NOOP`, whose methods do nothing, and observable gauges are never 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 
@@ -26,7 +26,24 @@ __all__ = [
 
 Attributes = Mapping[str, str | int | bool]
 
-LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 """Seconds: 100 µs to 10 s (the SDK's default buckets start at 5 ms, too coarse for a fold or a commit)."""
 
 
@@ -51,7 +68,9 @@ class _Noop:
 NOOP = _Noop()
 
 
-def _counter(telemetry: Telemetry, name: str, *, unit: str, description: str, up_down: bool = False) -> Counter:
+def _counter(
+    telemetry: Telemetry, name: str, *, unit: str, description: str, up_down: bool = False
+) -> Counter:
     if telemetry.meter is None:
         return NOOP
     create = telemetry.meter.create_up_down_counter if up_down else telemetry.meter.create_counter
@@ -94,6 +113,8 @@ def observe(
 class JournalMetrics:
     """The journal (agent, edge): the log and the fold, and the projection that follows each batch."""
 
+    recording: bool
+    """False when metrics are off: the journal then skips even counting events by kind."""
     appended: Counter
     folded: Counter
     commit_duration: Histogram
@@ -102,11 +123,18 @@ class JournalMetrics:
     @classmethod
     def of(cls, telemetry: Telemetry) -> JournalMetrics:
         return cls(
+            recording=telemetry.meter is not None,
             appended=_counter(
-                telemetry, "aether.journal.events.appended", unit="{event}", description="Events appended, by kind"
+                telemetry,
+                "aether.journal.events.appended",
+                unit="{event}",
+                description="Events appended, by kind",
             ),
             folded=_counter(
-                telemetry, "aether.journal.events.folded", unit="{event}", description="Events folded, by kind"
+                telemetry,
+                "aether.journal.events.folded",
+                unit="{event}",
+                description="Events folded, by kind",
             ),
             commit_duration=_histogram(
                 telemetry,
@@ -115,7 +143,10 @@ class JournalMetrics:
                 description="Time to append and fsync one batch of events",
             ),
             projection_duration=_histogram(
-                telemetry, "aether.projection.duration", unit="s", description="Time to project one folded state"
+                telemetry,
+                "aether.projection.duration",
+                unit="s",
+                description="Time to project one folded state",
             ),
         )
 
@@ -124,6 +155,7 @@ class JournalMetrics:
 class XdsMetrics:
     """The xDS server: pushes, their ACKs and NACKs, on-demand requests."""
 
+    recording: bool
     pushes: Counter
     push_ack_duration: Histogram
     nacks: Counter
@@ -132,14 +164,19 @@ class XdsMetrics:
     @classmethod
     def of(cls, telemetry: Telemetry) -> XdsMetrics:
         return cls(
-            pushes=_counter(telemetry, "aether.xds.pushes", unit="{response}", description="xDS responses sent"),
+            recording=telemetry.meter is not None,
+            pushes=_counter(
+                telemetry, "aether.xds.pushes", unit="{response}", description="xDS responses sent"
+            ),
             push_ack_duration=_histogram(
                 telemetry,
                 "aether.xds.push.duration",
                 unit="s",
                 description="From sending an xDS response to its ACK or NACK, by type and outcome",
             ),
-            nacks=_counter(telemetry, "aether.xds.nacks", unit="{response}", description="xDS responses rejected"),
+            nacks=_counter(
+                telemetry, "aether.xds.nacks", unit="{response}", description="xDS responses rejected"
+            ),
             on_demand=_counter(
                 telemetry,
                 "aether.xds.on_demand.requests",
@@ -174,7 +211,10 @@ class RegistrarMetrics:
                 description="From a change in the store to its delivery to every watcher",
             ),
             resyncs=_counter(
-                telemetry, "aether.registrar.watch.resyncs", unit="{resync}", description="Full endpoint resyncs"
+                telemetry,
+                "aether.registrar.watch.resyncs",
+                unit="{resync}",
+                description="Full endpoint resyncs",
             ),
         )
 
@@ -190,7 +230,9 @@ class DnsMetrics:
     @classmethod
     def of(cls, telemetry: Telemetry) -> DnsMetrics:
         return cls(
-            queries=_counter(telemetry, "aether.dns.queries", unit="{query}", description="Queries, by outcome"),
+            queries=_counter(
+                telemetry, "aether.dns.queries", unit="{query}", description="Queries, by outcome"
+            ),
             cache_lookups=_counter(
                 telemetry,
                 "aether.dns.cache.lookups",
@@ -204,5 +246,3 @@ class DnsMetrics:
                 description="Time of one query forwarded upstream (semantic conventions' DNS lookup duration)",
             ),
         )
-
-

@@ -145,7 +145,9 @@ def _span(span: ReadableSpan) -> otlp.Span:
         end_time_unix_nano=span.end_time or 0,
         attributes=_attributes(span.attributes),
         events=[
-            otlp.Span.Event(time_unix_nano=event.timestamp, name=event.name, attributes=_attributes(event.attributes))
+            otlp.Span.Event(
+                time_unix_nano=event.timestamp, name=event.name, attributes=_attributes(event.attributes)
+            )
             for event in span.events
         ],
         status=otlp.Status(code=int(span.status.status_code.value), message=span.status.description or ""),

@@ -51,6 +51,8 @@ class Telemetry:
         """An `opentelemetry.metrics.Meter`, or None."""
         self.tracer = tracer
         """An `opentelemetry.trace.Tracer`, or None."""
+        self.changes: Any = None
+        """The `ChangeTracer` every adapter shares (made by `aether.telemetry.change_tracer`)."""
         self._shutdown = shutdown
         self._metric_exporter = metric_exporter
         self._span_processor = span_processor
@@ -103,7 +105,9 @@ def _start(config: TelemetryConfig) -> Telemetry:
         meter = meter_provider.get_meter(SCOPE)
         providers.append(meter_provider)
     if config.traces:
-        tracer_provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sampling)))
+        tracer_provider = TracerProvider(
+            resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sampling))
+        )
         span_processor = BoundedSpanProcessor(
             OtlpHttpSpanExporter(config.endpoint, timeout=config.export_timeout),
             queue_size=config.queue_size,

@@ -32,8 +32,14 @@ _REMEMBERED = 256
 
 
 def change_tracer(telemetry: Telemetry) -> ChangeTracer | None:
-    """The tracer of `telemetry`'s changes, or None when traces are off."""
-    return None if telemetry.tracer is None else ChangeTracer(telemetry.tracer)
+    """The tracer of `telemetry`'s changes (one per telemetry: the journal and the xDS server meet in it), or None
+    when traces are off."""
+    if telemetry.tracer is None:
+        return None
+    if telemetry.changes is None:
+        telemetry.changes = ChangeTracer(telemetry.tracer)
+    tracer: ChangeTracer = telemetry.changes
+    return tracer
 
 
 class ChangeTrace:
@@ -66,7 +72,9 @@ class PushTrace:
 
         context = trace.set_span_in_context(self.span)
         name = "aether.xds.ack" if acked else "aether.xds.nack"
-        child = self._tracer.start_span(name, context=context, attributes={"aether.xds.error": error} if error else None)
+        child = self._tracer.start_span(
+            name, context=context, attributes={"aether.xds.error": error} if error else None
+        )
         if not acked:
             child.set_status(Status(StatusCode.ERROR, error))
             self.span.set_status(Status(StatusCode.ERROR, error))
@@ -86,7 +94,9 @@ class ChangeTracer:
         self._tracer = tracer
         self._by_seq: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
-    def start_change(self, *, first_seq: int, last_seq: int, events: Sequence[tuple[int, Any]], start: int) -> ChangeTrace:
+    def start_change(
+        self, *, first_seq: int, last_seq: int, events: Sequence[tuple[int, Any]], start: int
+    ) -> ChangeTrace:
         """Start the root of the batch that appended `events` (`(seq, event)`), with one span per event."""
         from opentelemetry import trace
 
@@ -94,7 +104,11 @@ class ChangeTracer:
             "aether.change",
             context=None,
             start_time=start,
-            attributes={"aether.log.seq.first": first_seq, "aether.log.seq.last": last_seq, "aether.events": len(events)},
+            attributes={
+                "aether.log.seq.first": first_seq,
+                "aether.log.seq.last": last_seq,
+                "aether.events": len(events),
+            },
         )
         context = trace.set_span_in_context(root)
         change = ChangeTrace(self._tracer, root, context)
