@@ -8,7 +8,6 @@ rejects (the test's projection adds it once pod `broken` is folded: the real pro
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 import trio

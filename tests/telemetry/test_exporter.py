@@ -23,6 +23,7 @@ from aether.telemetry import OtlpEndpoint, TelemetryConfig, telemetry_running
 from aether.telemetry.exporter import BoundedSpanProcessor, OtlpHttpSpanExporter
 from aether.telemetry.otlp import encode_spans
 from aether.testing import make_pod, pod_added
+from aether.testing.envoy import wait_for
 from aether.testing.xds_resources import pick_free_port
 
 NODE = "node-a"
@@ -87,9 +88,12 @@ async def _register_pods(tmp_path: Path) -> int:
         async with plane.journal.sender() as send:
             for index in range(PODS):
                 await send.send(pod_added(make_pod(f"web-{index}", node_name=NODE)))
-        with trio.fail_after(30):
-            while plane.journal.state.seq < PODS:
-                await trio.sleep(0.01)
+
+        async def folded() -> bool:
+            await trio.lowlevel.checkpoint()
+            return plane.journal.state.seq >= PODS
+
+        await wait_for(folded, timeout=30)
         return plane.journal.state.seq
 
 
