@@ -62,6 +62,7 @@ class OtlpHttpTransport:
         self._connection: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
         self.exports = self.failures = self.dropped = 0
+        self._failing = False
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._endpoint.scheme == "https":
@@ -90,6 +91,9 @@ class OtlpHttpTransport:
                 self._fail(items, f"{error}")
                 return None
             self.exports += 1
+            if self._failing:
+                self._failing = False
+                LOG.warning("otlp export to %s%s works again", self._endpoint, self._path)
             return answer
 
     def _fail(self, items: int, reason: str) -> None:
@@ -98,8 +102,12 @@ class OtlpHttpTransport:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
-        # Once per failure, at warning: a collector that is down is not the role's error.
-        LOG.warning("otlp export to %s%s failed, %d dropped: %s", self._endpoint, self._path, items, reason)
+        # At warning once per outage (then at debug): a collector that is down is not the role's error.
+        level = logging.DEBUG if self._failing else logging.WARNING
+        self._failing = True
+        LOG.log(
+            level, "otlp export to %s%s failed, %d dropped: %s", self._endpoint, self._path, items, reason
+        )
 
     def answered_garbage(self, items: int, error: Exception) -> None:
         """Count an accepted request whose answer does not parse as its signal's response."""

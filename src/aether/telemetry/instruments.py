@@ -211,7 +211,7 @@ class RegistrarMetrics:
                 telemetry,
                 "aether.registrar.fan_out.duration",
                 unit="s",
-                description="From a change in the store to its delivery to every watcher",
+                description="Time to hand one change to the buffer of every watcher that wants it",
             ),
             resyncs=_counter(
                 telemetry,
