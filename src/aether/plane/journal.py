@@ -11,7 +11,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -162,7 +162,7 @@ class Journal:
             self._metrics.folded.add(count, attributes)
 
     def _trace(
-        self, batch: list[Event], seqs: list[int], *, started: int, committed: int, folded: int
+        self, batch: list[Event], seqs: Sequence[int], *, started: int, committed: int, folded: int
     ) -> None:
         assert self._tracer is not None
         change = self._tracer.start_change(

@@ -83,7 +83,9 @@ def _metric(metric: Any) -> otlp.Metric | None:
         encoded.sum.CopyFrom(
             otlp.Sum(
                 data_points=[_number_point(point) for point in data.data_points],
-                aggregation_temporality=int(data.aggregation_temporality),
+                aggregation_temporality=otlp.AggregationTemporality.ValueType(
+                    int(data.aggregation_temporality)
+                ),
                 is_monotonic=data.is_monotonic,
             )
         )
@@ -93,7 +95,9 @@ def _metric(metric: Any) -> otlp.Metric | None:
         encoded.histogram.CopyFrom(
             otlp.Histogram(
                 data_points=[_histogram_point(point) for point in data.data_points],
-                aggregation_temporality=int(data.aggregation_temporality),
+                aggregation_temporality=otlp.AggregationTemporality.ValueType(
+                    int(data.aggregation_temporality)
+                ),
             )
         )
     else:  # an exponential histogram: never configured by aether.telemetry
@@ -140,7 +144,9 @@ def _span(span: ReadableSpan) -> otlp.Span:
         span_id=context.span_id.to_bytes(8, "big"),
         flags=int(context.trace_flags),
         name=span.name,
-        kind=int(span.kind.value) + 1,  # the SDK's INTERNAL is 0, OTLP's SPAN_KIND_INTERNAL is 1
+        kind=otlp.Span.SpanKind.ValueType(
+            int(span.kind.value) + 1
+        ),  # the SDK's INTERNAL is 0, OTLP's SPAN_KIND_INTERNAL is 1
         start_time_unix_nano=span.start_time or 0,
         end_time_unix_nano=span.end_time or 0,
         attributes=_attributes(span.attributes),
@@ -150,7 +156,10 @@ def _span(span: ReadableSpan) -> otlp.Span:
             )
             for event in span.events
         ],
-        status=otlp.Status(code=int(span.status.status_code.value), message=span.status.description or ""),
+        status=otlp.Status(
+            code=otlp.Status.StatusCode.ValueType(int(span.status.status_code.value)),
+            message=span.status.description or "",
+        ),
     )
     if span.parent is not None:
         encoded.parent_span_id = span.parent.span_id.to_bytes(8, "big")

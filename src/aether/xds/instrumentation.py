@@ -113,7 +113,9 @@ class StreamTelemetry:
             {"aether.xds.type": type_name, "aether.xds.outcome": "ack" if acked else "nack"},
         )
         if trace is not None:
-            trace.answered(acked=acked, error="" if acked else event.error_message)
+            trace.answered(
+                acked=acked, error=event.error_message if isinstance(event, ResourceNacked) else ""
+            )
 
     def ended(self) -> None:
         for _, _, trace in self._pending.values():
