@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from aether.core.errors import CodecError
-from aether.core.events import Event, encode_event
+from aether.core.events import Event, ResourceAcked, encode_event
 from aether.core.reduce import fold_event
 from aether.core.state import State, encode_state
 from aether.log import EventLog, open_event_log
@@ -151,7 +151,9 @@ class Journal:
             callback(state, self._last_observed_at)
         if self._metrics.recording:
             self._record(batch, started=started, committed=committed)
-        if self._tracer is not None:
+        if self._tracer is not None and not all(type(event) is ResourceAcked for event in batch):
+            # A batch of ACKs only is the end of the changes that were pushed (their push spans end with an
+            # `aether.xds.ack`), not a change of its own: tracing it would double the cost of every push.
             self._trace(batch, seqs, started=started, committed=committed, folded=folded)
 
     def _record(self, batch: list[Event], *, started: int, committed: int) -> None:

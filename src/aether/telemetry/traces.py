@@ -8,6 +8,9 @@
     └── aether.xds.push <TYPE>  one per response sent from that snapshot, until its ACK or NACK
         └── aether.xds.ack | aether.xds.nack
 
+A batch made only of ACKs starts no trace (its ACKs already end the pushes' spans); a NACK's batch does (it
+changes what the node is told, e.g. a status).
+
 The journal's batch and the xDS server's pushes run in different tasks; they meet at the snapshot's seq: the change
 registers its context under the seq it folded to (`ChangeTracer.context_at`), and a push made from a snapshot at
 that seq becomes its child. Both maps are bounded (the oldest entries are forgotten): a trace may lose its tail,
