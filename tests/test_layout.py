@@ -19,6 +19,7 @@ RANKS = {
     "core": 0,
     "log": 1,
     "sync": 1,
+    "telemetry": 1,
     "rpc": 2,
     "http1": 2,
     "dns": 3,
@@ -40,8 +41,10 @@ RANKS = {
 
 DESIGN.md's order (core ← log ← plane/rpc ← xds/registrar/cni/kube/identity ← agent/edge/controller ← cli/demo),
 refined where a package needs another of its row: `http1` (HTTP/1 over h11, the one piece every HTTP/1 client
-and server uses) sits beside `rpc`, below Envoy's client, the Kubernetes client and the admin socket; `sync` (the `LatestValue` cell) sits beside the log, below every
-package that waits on a value; the registrar's Kubernetes backend uses `kube`'s client and
+and server uses) sits beside `rpc`, below Envoy's client, the Kubernetes client and the admin socket; `sync` (the
+`LatestValue` cell) sits beside the log, below every package that waits on a value; `telemetry` (OpenTelemetry
+set-up and instruments) imports only the SDK and the generated OTLP messages, so every adapter above it (xds, dns,
+registrar, plane, agent, edge, controller) records; the registrar's Kubernetes backend uses `kube`'s client and
 reflector; the plane wires the xDS server, the SVID source and the admin socket (so it sits above xds and identity);
 the CNI server waits on the journal and the snapshot cache (so `cni` sits above the plane); `aether demo` is a
 subcommand of the CLI. `testing` may import anything, and only tests import it.

@@ -66,3 +66,37 @@ def test_options_that_make_no_bootstrap_are_refused(
     assert main(["bootstrap", "--node-name", "node-1", *argv]) == 2
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", message)
+
+
+def test_an_otlp_endpoint_adds_envoys_opentelemetry_stats_sink_which_envoy_accepts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--otlp-endpoint http://HOST[:PORT]` (OTLP/gRPC, port 4317 by default): the sink and its cluster, validated."""
+    printed = _printed(capsys, "--node-name", "node-1", "--otlp-endpoint", "http://collector.example")
+    assert printed == ads_bootstrap(
+        node_id="node-1",
+        xds_unix_socket=Path("/run/aether/xds.sock"),
+        delta=True,
+        otlp_grpc=("collector.example", 4317),
+    )
+    sinks = printed["stats_sinks"]
+    assert isinstance(sinks, list)
+    assert [sink["name"] for sink in sinks] == ["envoy.stat_sinks.open_telemetry"]
+    validate_config(printed, tmp_path, what="the bootstrap with an OpenTelemetry stats sink")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "reason"),
+    [
+        ("https://collector:4317", "cleartext gRPC"),
+        ("collector:4317", "scheme"),
+        ("http://c:4317/v1", "path"),
+    ],
+)
+def test_an_otlp_endpoint_envoy_cannot_dial_is_refused_with_the_reason(
+    capsys: pytest.CaptureFixture[str], endpoint: str, reason: str
+) -> None:
+    assert main(["bootstrap", "--node-name", "node-1", "--otlp-endpoint", endpoint]) == 2
+    error = capsys.readouterr().err
+    assert "--otlp-endpoint" in error
+    assert reason in error

@@ -23,6 +23,7 @@ from aether.cli.common import (
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
+from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.cni.api import DEFAULT_CNI_SOCKET
 from aether.cni.wire import DEFAULT_PLUGIN_SOCKET
 from aether.kube import KubeClient, KubeError
@@ -79,6 +80,7 @@ def add_parser(roles: Any) -> None:
     add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
     add_mesh_config_argument(parser)
     add_spiffe_arguments(parser)
+    add_telemetry_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_agent)
 
@@ -138,7 +140,8 @@ def run_agent(arguments: argparse.Namespace) -> int:
 
     owned: list[BaseException] = []
     try:
-        trio.run(main)
+        with running_telemetry(arguments, role="agent"):
+            trio.run(main)
     except* LogLockedError as group:
         owned.extend(leaves(group))
     except* KeyboardInterrupt:

@@ -47,6 +47,11 @@ def add_parser(roles: Any) -> None:
         " SVID and bundle from SPIRE's SDS there (aether edge --identity spire)",
     )
     parser.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="push Envoy's stats to the OpenTelemetry collector's OTLP/gRPC receiver, e.g. http://collector:4317",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         metavar="FILE",
@@ -60,7 +65,8 @@ def bootstrap_of(arguments: argparse.Namespace) -> dict[str, Any]:
     its Envoy with.
 
     Raises:
-        ValueError: `--xds` listens on all interfaces (no address to dial), or `--admin` is not on loopback.
+        ValueError: `--xds` listens on all interfaces (no address to dial), `--admin` is not on loopback, or
+            `--otlp-endpoint` does not parse.
     """
     from aether.envoy.bootstrap import ads_bootstrap
 
@@ -71,8 +77,19 @@ def bootstrap_of(arguments: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(
             f"--admin: Envoy's admin API listens on loopback only: give 127.0.0.1:PORT (got {str(admin)!r})"
         )
+    otlp = None
+    if arguments.otlp_endpoint is not None:
+        from aether.telemetry import DEFAULT_OTLP_GRPC_PORT, OtlpEndpoint
+
+        endpoint = OtlpEndpoint.parse(arguments.otlp_endpoint, default_port=DEFAULT_OTLP_GRPC_PORT)
+        if endpoint.scheme != "http":
+            raise ValueError(
+                f"--otlp-endpoint {arguments.otlp_endpoint!r}: Envoy's stats sink dials cleartext gRPC here: give http://HOST:PORT"
+            )
+        otlp = (endpoint.host, endpoint.port)
     return ads_bootstrap(
         node_id=arguments.node_name,
+        otlp_grpc=otlp,
         xds_unix_socket=xds.path,
         xds_tcp=None if xds.path is not None else (xds.host, xds.port),
         delta=True,

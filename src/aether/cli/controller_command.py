@@ -15,6 +15,7 @@ import trio
 from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
 from aether.cli.kube_options import add_kube_arguments, cluster_config
+from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.controller import (
     DEFAULT_LEASE,
     DEFAULT_TIMING,
@@ -68,6 +69,7 @@ def add_parser(roles: Any) -> None:
         help=f"between attempts to take or renew the lease (default {DEFAULT_TIMING.retry_period:g})",
     )
     _add_webhook_arguments(parser)
+    add_telemetry_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_controller)
 
@@ -170,6 +172,6 @@ def run_controller(arguments: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt), running_telemetry(arguments, role="controller"):
         trio.run(main)
     return 0

@@ -13,6 +13,7 @@ import trio
 
 from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
+from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.dns import (
     HostPort,
     ListenAddressInvalid,
@@ -46,6 +47,7 @@ def add_parser(roles: Any) -> None:
         help=f"a resolver for names outside the mesh, repeatable (default: {RESOLV_CONF}'s nameservers)",
     )
     parser.add_argument("--mesh-domain", default=DEFAULT_MESH_DOMAIN, metavar="DOMAIN")
+    add_telemetry_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_mesh_dns)
 
@@ -97,7 +99,8 @@ def run_mesh_dns(arguments: argparse.Namespace) -> int:
             )
 
     try:
-        trio.run(main)
+        with running_telemetry(arguments, role="mesh-dns"):
+            trio.run(main)
     except KeyboardInterrupt:
         return 0
     except OSError as exc:

@@ -19,6 +19,7 @@ from aether.cli.common import (
     leaves,
 )
 from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
+from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
@@ -60,6 +61,7 @@ def add_parser(roles: Any) -> None:
     )
     add_mesh_config_argument(parser)
     add_spiffe_arguments(parser, broker=False)
+    add_telemetry_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_edge)
 
@@ -102,7 +104,8 @@ def run_edge(arguments: argparse.Namespace) -> int:
     unreadable: list[BaseException] = []
     owned: list[BaseException] = []
     try:
-        trio.run(main)
+        with running_telemetry(arguments, role="edge"):
+            trio.run(main)
     except* ManifestError as group:
         unreadable.extend(leaves(group))
     except* LogLockedError as group:

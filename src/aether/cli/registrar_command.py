@@ -16,6 +16,7 @@ import trio_asyncio
 from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
+from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.kube.api import KubeClient
 from aether.kube.errors import ConfigError
 from aether.registrar import Backend, open_embedded_backend, serve_registrar
@@ -64,6 +65,7 @@ def add_parser(roles: Any) -> None:
         metavar="NAME",
         help="accept a registration only from the agent of the endpoint's node (needs the --tls-* options)",
     )
+    add_telemetry_arguments(parser)
     add_verbose_argument(parser)
     parser.set_defaults(run=run_registrar)
 
@@ -118,7 +120,8 @@ def run_registrar(arguments: argparse.Namespace) -> int:
             print(f"aether registrar: {backend.description} on {bound}", file=sys.stderr, flush=True)
 
     try:
-        trio.run(main)
+        with running_telemetry(arguments, role="registrar"):
+            trio.run(main)
     except KeyboardInterrupt:
         return 0
     return 0

@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,8 +20,10 @@ import trio
 from aether.dns.answer import Answered, Dropped, Forward, MeshResolver, ResolverStatistics, Transport
 from aether.dns.errors import RecordsFileRejected
 from aether.dns.forward import UPSTREAM_TIMEOUT, HostPort, Upstreams, serve_upstreams
+from aether.dns.instrumentation import observe_mesh_dns
 from aether.dns.records import parse_records
 from aether.dns.wire import Question, Reply
+from aether.telemetry import DnsMetrics, current_telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +151,7 @@ async def serve_mesh_dns(
     with udp_socket:
         port = udp_socket.getsockname()[1]
         server = RunningMeshDns(address=HostPort(host=listen.host, port=port), resolver=resolver)
+        observe_mesh_dns(current_telemetry(), server.statistics)
         async with trio.open_nursery() as nursery:
             await nursery.start(_serve_records, records_path, server, poll_interval)
             pool: Upstreams = await nursery.start(
@@ -324,9 +328,10 @@ def _send_now(raw: socket.socket, response: bytes, client: tuple[object, ...]) -
 class _Flight:
     """One question on its way upstream, and the clients waiting for its answer."""
 
-    __slots__ = ("done", "message", "udp_waiters")
+    __slots__ = ("done", "message", "started", "udp_waiters")
 
     def __init__(self) -> None:
+        self.started = time.perf_counter()
         self.done = trio.Event()
         self.message: bytes | None = None
         """The upstream's reply, or None when every upstream failed (the waiters get SERVFAIL)."""
@@ -357,6 +362,7 @@ class _Flights:
         self._udp = udp
         self._nursery = flight_nursery
         self._flights: dict[bytes, _Flight] = {}
+        self._forward_duration = DnsMetrics.of(current_telemetry()).forward_duration
 
     def forward_udp(self, forward: Forward, query: bytes, client: tuple[object, ...]) -> None:
         """Answer the UDP client's `query` once the upstream has answered `forward` (now, if at capacity)."""
@@ -420,6 +426,9 @@ class _Flights:
         del self._flights[key]
         server.forwards_in_flight -= 1
         server.clients_waiting -= len(flight.udp_waiters)
+        self._forward_duration.record(
+            time.perf_counter() - flight.started, {"dns.outcome": "failed" if reply is None else "answered"}
+        )
         if reply is None:
             server.upstream_failures += 1
         else:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_NODE_CLUSTER", "SPIRE_SDS_CLUSTER", "XDS_CLUSTER", "ads_bootstrap", "loopback_admin"]
+__all__ = [
+    "DEFAULT_NODE_CLUSTER",
+    "OTEL_CLUSTER",
+    "SPIRE_SDS_CLUSTER",
+    "XDS_CLUSTER",
+    "ads_bootstrap",
+    "loopback_admin",
+    "otel_stats_sink",
+]
 
 XDS_CLUSTER = "xds_cluster"
 """The name of the bootstrap cluster that points Envoy at the control plane."""
@@ -16,6 +24,9 @@ SPIRE_SDS_CLUSTER = "spire_agent"
 
 DEFAULT_NODE_CLUSTER = "aether-test"
 """The `node.cluster` every bootstrap built here reports."""
+
+OTEL_CLUSTER = "otel_collector"
+"""The name of the bootstrap cluster that points Envoy's OpenTelemetry stats sink at the collector."""
 
 _XDS_KEEPALIVE = {"interval": "2s", "timeout": "1s"}
 # HTTP/2 PINGs on the xDS connection, so Envoy notices a vanished control plane within about 3 s.
@@ -29,6 +40,8 @@ def ads_bootstrap(
     delta: bool = False,
     admin_port: int = 0,
     spire_socket: Path | None = None,
+    otlp_grpc: tuple[str, int] | None = None,
+    stats_flush_interval: str = "10s",
 ) -> dict[str, Any]:
     """Build a bootstrap that takes CDS and LDS (and so EDS and RDS) from one ADS stream.
 
@@ -40,6 +53,8 @@ def ads_bootstrap(
         admin_port: The admin port on 127.0.0.1; 0 lets Envoy pick one (see `Envoy.admin_address`).
         spire_socket: The SPIRE agent's Workload API socket: declare it as the static cluster `SPIRE_SDS_CLUSTER`
             (HTTP/2), so the edge's transport sockets can take their secrets from SPIRE's SDS.
+        otlp_grpc: The OpenTelemetry collector's OTLP/gRPC receiver `(host, port)`: Envoy pushes its stats there
+            every `stats_flush_interval` (`otel_stats_sink`); None for no stats sink.
 
     Returns:
         The bootstrap as JSON-ready dicts.
@@ -60,7 +75,10 @@ def ads_bootstrap(
     clusters = [_grpc_cluster(XDS_CLUSTER, address)]
     if spire_socket is not None:
         clusters.append(_grpc_cluster(SPIRE_SDS_CLUSTER, {"pipe": {"path": str(spire_socket)}}))
-    return {
+    if otlp_grpc is not None:
+        sink, otel_cluster = otel_stats_sink(otlp_grpc)
+        clusters.append(otel_cluster)
+    bootstrap: dict[str, Any] = {
         "node": {"id": node_id, "cluster": DEFAULT_NODE_CLUSTER},
         "dynamic_resources": {
             "ads_config": {
@@ -75,6 +93,10 @@ def ads_bootstrap(
         "static_resources": {"clusters": clusters},
         "admin": loopback_admin(admin_port),
     }
+    if otlp_grpc is not None:
+        bootstrap["stats_sinks"] = [sink]
+        bootstrap["stats_flush_interval"] = stats_flush_interval
+    return bootstrap
 
 
 def _grpc_cluster(name: str, address: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +120,49 @@ def _grpc_cluster(name: str, address: dict[str, Any]) -> dict[str, Any]:
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}],
         },
     }
+
+
+def otel_stats_sink(collector: tuple[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Envoy's OpenTelemetry stats sink (`envoy.stat_sinks.open_telemetry`) and the static cluster it pushes to:
+    OTLP/gRPC to the collector at `(host, port)`, tags as attributes under their extracted names (so
+    `cluster.upstream_rq` carries `envoy.cluster_name` instead of the cluster's name inside the metric's)."""
+    cluster = {
+        "name": OTEL_CLUSTER,
+        "type": "STRICT_DNS",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "load_assignment": {
+            "cluster_name": OTEL_CLUSTER,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {
+                            "endpoint": {
+                                "address": {
+                                    "socket_address": {"address": collector[0], "port_value": collector[1]}
+                                }
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
+    }
+    sink = {
+        "name": "envoy.stat_sinks.open_telemetry",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig",
+            "grpc_service": {"envoy_grpc": {"cluster_name": OTEL_CLUSTER}},
+            "emit_tags_as_attributes": True,
+            "use_tag_extracted_name": True,
+        },
+    }
+    return sink, cluster
 
 
 def loopback_admin(port: int) -> dict[str, Any]:

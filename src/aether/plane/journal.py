@@ -7,21 +7,24 @@ Start-up replays the newest checkpoint plus the tail, so the node serves what it
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import attrs
 import trio
 
 from aether.core.errors import CodecError
-from aether.core.events import Event, encode_event
+from aether.core.events import Event, ResourceAcked, encode_event
 from aether.core.reduce import fold_event
 from aether.core.state import State, encode_state
 from aether.log import EventLog, LogLock, open_event_log
 from aether.plane.replay import Replay, collector_paused, replay_log, resume_replay
+from aether.telemetry import JournalMetrics, change_tracer, current_telemetry
 
 __all__ = ["CHECKPOINT_EVERY", "MAX_BATCH", "Journal", "JournalStatistics", "open_journal"]
 
@@ -59,6 +62,9 @@ class Journal:
         self._subscribers: list[Callable[[State, int], None]] = []
         self._appended = self._batches = self._checkpoints = self._refused = 0
         self._since_checkpoint = replay.records_folded
+        telemetry = current_telemetry()
+        self._metrics = JournalMetrics.of(telemetry)
+        self._tracer = change_tracer(telemetry)
 
     @property
     def state(self) -> State:
@@ -125,11 +131,14 @@ class Journal:
         batch, payloads = self._encoded(batch)
         if not batch:
             return
+        started = time.time_ns()
         seqs = await self._log.append_many(payloads)
+        committed = time.time_ns()
         state = self._state
         with collector_paused():
             for seq, event in zip(seqs, batch, strict=True):
                 state = fold_event(state, event, seq=seq)
+        folded = time.time_ns()
         self._state = state
         self._last_observed_at = batch[-1].observed_at
         self._appended += len(batch)
@@ -141,6 +150,31 @@ class Journal:
             self._since_checkpoint = 0
         for callback in self._subscribers:
             callback(state, self._last_observed_at)
+        if self._metrics.recording:
+            self._record(batch, started=started, committed=committed)
+        if self._tracer is not None and not all(type(event) is ResourceAcked for event in batch):
+            # A batch of ACKs only is the end of the changes that were pushed (their push spans end with an
+            # `aether.xds.ack`), not a change of its own: tracing it would double the cost of every push.
+            self._trace(batch, seqs, started=started, committed=committed, folded=folded)
+
+    def _record(self, batch: list[Event], *, started: int, committed: int) -> None:
+        self._metrics.commit_duration.record((committed - started) / 1e9)
+        for kind, count in collections.Counter(type(event).__name__ for event in batch).items():
+            attributes = {"aether.event.kind": kind}
+            self._metrics.appended.add(count, attributes)
+            self._metrics.folded.add(count, attributes)
+
+    def _trace(
+        self, batch: list[Event], seqs: Sequence[int], *, started: int, committed: int, folded: int
+    ) -> None:
+        assert self._tracer is not None
+        change = self._tracer.start_change(
+            first_seq=seqs[0], last_seq=seqs[-1], events=list(zip(seqs, batch, strict=True)), start=started
+        )
+        change.hop("aether.log.commit", start=started, end=committed)
+        change.hop("aether.fold", start=committed, end=folded)
+        change.hop("aether.project", start=folded, end=time.time_ns())
+        change.end()
 
 
 @contextlib.asynccontextmanager

@@ -8,12 +8,14 @@ says so), so one is a bug: it is withheld, logged with what it lacks, and counte
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 
 import attrs
 
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.telemetry import JournalMetrics, current_telemetry, observe
 from aether.xds.cache import SnapshotCache
 
 __all__ = ["Publisher", "PublisherStatistics"]
@@ -45,10 +47,41 @@ class Publisher:
         self._published = 0
         self._withheld = 0
         self._last_withheld: tuple[str, ...] = ()
+        self._last: Snapshot | None = None
+        telemetry = current_telemetry()
+        self._duration = JournalMetrics.of(telemetry).projection_duration
+        observe(
+            telemetry,
+            "aether.snapshot.resources",
+            lambda: self._sizes(bytes_=False),
+            unit="{resource}",
+            description="Resources in the last published snapshot, by xDS type",
+        )
+        observe(
+            telemetry,
+            "aether.snapshot.size",
+            lambda: self._sizes(bytes_=True),
+            unit="By",
+            description="Serialized bytes of the last published snapshot, by xDS type",
+        )
+
+    def _sizes(self, *, bytes_: bool) -> Iterable[tuple[int, dict[str, str]]]:
+        snapshot = self._last
+        if snapshot is None:
+            return []
+        return [
+            (
+                sum(len(r.body) for r in resources.values()) if bytes_ else len(resources),
+                {"aether.xds.type_url": url},
+            )
+            for url, resources in sorted(snapshot.resources.items())
+        ]
 
     def __call__(self, state: State, now: int) -> None:
         """Project `state` (observed up to `now`) and publish its snapshot if it is consistent."""
+        started = time.perf_counter()
         snapshot = self._project(state, now)
+        self._duration.record(time.perf_counter() - started)
         problems = snapshot.consistent()  # O(1) for a consistent snapshot
         if problems:
             self._withheld += 1
@@ -63,6 +96,7 @@ class Publisher:
             return
         self._cache.set_snapshot(snapshot)
         self._published += 1
+        self._last = snapshot
 
     def statistics(self) -> PublisherStatistics:
         """Return the publisher's counters."""

@@ -28,6 +28,7 @@ from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECT_TIMEOUT, CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
 from aether.rpc.listen import ListenAddress
+from aether.telemetry import RegistrarMetrics, current_telemetry
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -104,6 +105,7 @@ class RegistrarClient:
         self._restart: trio.CancelScope | None = None
         self._synced = trio.Event()
         self._connects = self._failures = self._resyncs = self._resumes = self._events_sent = 0
+        self._resync_counter = RegistrarMetrics.of(current_telemetry()).resyncs
 
     def refilter(self) -> None:
         """Restart the watch with `services()` read anew, with a full resync (a new filter has no resume point)."""
@@ -181,6 +183,7 @@ class RegistrarClient:
                 self._events_sent += 1
             if output.synced is SyncKind.RESYNC:
                 self._resyncs += 1
+                self._resync_counter.add(1, {"aether.registrar.side": "agent"})
             elif output.synced is SyncKind.RESUME:
                 self._resumes += 1
             if output.synced is not None:

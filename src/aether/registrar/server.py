@@ -10,6 +10,7 @@ import contextlib
 import functools
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -45,6 +46,7 @@ from aether.registrar.errors import (
 from aether.registrar.snapshot import (
     HISTORY_LIMIT,
     Change,
+    ChangeKind,
     Mutation,
     RegistrySnapshot,
     StoreUpdate,
@@ -54,6 +56,7 @@ from aether.registrar.snapshot import (
 )
 from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
 from aether.sync import LatestValue
+from aether.telemetry import RegistrarMetrics, current_telemetry, observe
 
 __all__ = ["SERVICE_NAME", "WRITE_WAIT", "Registrar", "RegistrarStatistics", "serve_registrar"]
 
@@ -149,6 +152,22 @@ class Registrar:
         self._unchanged = 0
         self._folded = 0
         self._waiting = 0
+        telemetry = current_telemetry()
+        self._metrics = RegistrarMetrics.of(telemetry)
+        observe(
+            telemetry,
+            "aether.registrar.watchers",
+            lambda: [(self._broadcaster.statistics().watchers, {})],
+            unit="{watcher}",
+            description="WatchEndpoints streams connected",
+        )
+        observe(
+            telemetry,
+            "aether.registrar.store.available",
+            lambda: [(int(self._availability.value.available), {})],
+            unit="1",
+            description="1 while the registry store is reachable (writes go through), else 0",
+        )
 
     @property
     def snapshot(self) -> RegistrySnapshot:
@@ -253,7 +272,9 @@ class Registrar:
             self._unchanged += 1
             await trio.lowlevel.checkpoint()
             return None
+        started = time.perf_counter()
         visible_at = await self._backend.apply(mutation, snapshot=snapshot, changes=changes)
+        self._metrics.store_write_duration.record(time.perf_counter() - started)
         self._applied += 1
         if visible_at is None:
             self._publish(snapshot, changes)
@@ -271,7 +292,10 @@ class Registrar:
         # Invariant: nothing awaits between publishing the snapshot and broadcasting its changes, so a watch
         # that reads the snapshot and subscribes (without awaiting either) misses and repeats nothing.
         self._snapshot.set(snapshot)
-        for watcher in self._broadcaster.publish(changes):
+        started = time.perf_counter()
+        fell_behind = self._broadcaster.publish(changes)
+        self._metrics.fan_out_duration.record(time.perf_counter() - started)
+        for watcher in fell_behind:
             LOG.warning(
                 "watcher %r fell behind by %d changes; disconnected", watcher.name, watcher.fell_behind_by
             )
@@ -407,6 +431,8 @@ class Registrar:
         """A new token each time the broadcaster wakes this watch: a ring while the watch yields is not lost."""
         # No checkpoint between reading the snapshot and subscribing: see the invariant in `_apply`.
         initial = resync(self.snapshot, last_version=last_version, service_filter=service_filter)
+        if initial[0].kind is ChangeKind.FULL_SNAPSHOT:
+            self._metrics.resyncs.add(1, {"aether.registrar.side": "registrar"})
         watcher = self._broadcaster.subscribe(
             name=name, service_filter=service_filter, wake=lambda: rings.set(object())
         )

@@ -21,8 +21,10 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from aether.core.events import Event
 from aether.core.snapshot import Snapshot
+from aether.telemetry import current_telemetry
 from aether.xds.cache import SnapshotCache
 from aether.xds.delta import DeltaStream
+from aether.xds.instrumentation import StreamTelemetry, XdsTelemetry
 from aether.xds.protocol import ProtocolError, StatusCode, StreamMachine, StreamOutput, TypeStatusRow
 from aether.xds.sotw import SotwStream
 
@@ -86,6 +88,7 @@ class XdsServer:
         self._streams_total = 0
         self._responses = 0
         self._errors = 0
+        self._telemetry = XdsTelemetry(current_telemetry(), machines=self._machines.values)
 
     def service(self) -> purerpc.Service:
         """Return the purerpc service definition (both ADS methods)."""
@@ -222,6 +225,7 @@ class XdsServer:
         # Buffer 0: the pump waits until this loop takes each request, so requests keep their order and the
         # watcher's "latest snapshot wins" holds (it re-reads the cache after each hand-off).
         send, receive = trio.open_memory_channel[Any](0)
+        recorder: StreamTelemetry | None = self._telemetry.stream() if self._telemetry.enabled else None
         async with send, receive, trio.open_nursery() as helpers:
             try:
                 helpers.start_soon(self._pump, requests, send.clone())
@@ -236,12 +240,20 @@ class XdsServer:
                     if not watching and machine.node_id is not None:
                         watching = True
                         helpers.start_soon(self._watch, machine.node_id, send.clone())
+                    if recorder is not None:
+                        recorder.feedback(output.events)
+                        if isinstance(item, Snapshot):
+                            recorder.seq = item.seq
                     await self._emit(output.events)
                     for response in output.responses:
                         await responses.send(response)
                         self._responses += 1
+                        if recorder is not None:
+                            recorder.sent(response, node_id=machine.node_id or "")
                 raise AssertionError("the request channel closed while its pump ran; this is a bug")
             finally:
+                if recorder is not None:
+                    recorder.ended()
                 # Invariant: the helpers are cancelled before the channels close (so none finds one broken).
                 helpers.cancel_scope.cancel()
 

@@ -1,0 +1,240 @@
+"""The instruments of each adapter, by name and unit: OTel semantic conventions where one exists, `aether.*` else.
+
+An adapter takes its set when it is made (`JournalMetrics.of(current_telemetry())`); with telemetry off every
+instrument is `NOOP`, whose methods do nothing, and observable gauges are never registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+import attrs
+
+from aether.telemetry.runtime import Telemetry
+
+__all__ = [
+    "NOOP",
+    "Counter",
+    "DnsMetrics",
+    "Histogram",
+    "JournalMetrics",
+    "RegistrarMetrics",
+    "XdsMetrics",
+    "observe",
+]
+
+Attributes = Mapping[str, str | int | bool]
+
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Seconds: 100 µs to 10 s (the SDK's default buckets start at 5 ms, too coarse for a fold or a commit)."""
+
+
+class Counter(Protocol):
+    def add(self, amount: int | float, attributes: Attributes | None = None) -> None: ...
+
+
+class Histogram(Protocol):
+    def record(self, amount: int | float, attributes: Attributes | None = None) -> None: ...
+
+
+class _Noop:
+    """An instrument that records nothing (telemetry off)."""
+
+    def add(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        pass
+
+    def record(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        pass
+
+
+NOOP = _Noop()
+
+
+def _counter(
+    telemetry: Telemetry, name: str, *, unit: str, description: str, up_down: bool = False
+) -> Counter:
+    if telemetry.meter is None:
+        return NOOP
+    create = telemetry.meter.create_up_down_counter if up_down else telemetry.meter.create_counter
+    counter: Counter = create(name, unit=unit, description=description)
+    return counter
+
+
+def _histogram(telemetry: Telemetry, name: str, *, unit: str, description: str) -> Histogram:
+    if telemetry.meter is None:
+        return NOOP
+    histogram: Histogram = telemetry.meter.create_histogram(
+        name, unit=unit, description=description, explicit_bucket_boundaries_advisory=LATENCY_BUCKETS
+    )
+    return histogram
+
+
+def observe(
+    telemetry: Telemetry,
+    name: str,
+    read: Callable[[], Iterable[tuple[int | float, Attributes]]],
+    *,
+    unit: str,
+    description: str,
+    counter: bool = False,
+) -> None:
+    """Register a gauge (a monotonic counter with `counter`) whose values `read()` returns at each collection
+    (nothing when metrics are off): for counters an adapter keeps anyway, the hot path pays nothing.
+
+    `read` runs on the metric reader's thread: it must only read values the adapter already holds.
+    """
+    if telemetry.meter is None:
+        return
+    from opentelemetry.metrics import CallbackOptions, Observation
+
+    def callback(options: CallbackOptions) -> list[Observation]:
+        return [Observation(value, dict(attributes)) for value, attributes in read()]
+
+    create = telemetry.meter.create_observable_counter if counter else telemetry.meter.create_observable_gauge
+    create(name, callbacks=[callback], unit=unit, description=description)
+
+
+@attrs.frozen(kw_only=True)
+class JournalMetrics:
+    """The journal (agent, edge): the log and the fold, and the projection that follows each batch."""
+
+    recording: bool
+    """False when metrics are off: the journal then skips even counting events by kind."""
+    appended: Counter
+    folded: Counter
+    commit_duration: Histogram
+    projection_duration: Histogram
+
+    @classmethod
+    def of(cls, telemetry: Telemetry) -> JournalMetrics:
+        return cls(
+            recording=telemetry.meter is not None,
+            appended=_counter(
+                telemetry,
+                "aether.journal.events.appended",
+                unit="{event}",
+                description="Events appended, by kind",
+            ),
+            folded=_counter(
+                telemetry,
+                "aether.journal.events.folded",
+                unit="{event}",
+                description="Events folded, by kind",
+            ),
+            commit_duration=_histogram(
+                telemetry,
+                "aether.log.commit.duration",
+                unit="s",
+                description="Time to append and fsync one batch of events",
+            ),
+            projection_duration=_histogram(
+                telemetry,
+                "aether.projection.duration",
+                unit="s",
+                description="Time to project one folded state",
+            ),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class XdsMetrics:
+    """The xDS server: pushes, their ACKs and NACKs, on-demand requests."""
+
+    recording: bool
+    pushes: Counter
+    push_ack_duration: Histogram
+    nacks: Counter
+    on_demand: Counter
+
+    @classmethod
+    def of(cls, telemetry: Telemetry) -> XdsMetrics:
+        return cls(
+            recording=telemetry.meter is not None,
+            pushes=_counter(
+                telemetry, "aether.xds.pushes", unit="{response}", description="xDS responses sent"
+            ),
+            push_ack_duration=_histogram(
+                telemetry,
+                "aether.xds.push.duration",
+                unit="s",
+                description="From sending an xDS response to its ACK or NACK, by type and outcome",
+            ),
+            nacks=_counter(
+                telemetry, "aether.xds.nacks", unit="{response}", description="xDS responses rejected"
+            ),
+            on_demand=_counter(
+                telemetry,
+                "aether.xds.on_demand.requests",
+                unit="{request}",
+                description="Clusters asked for on demand (ODCDS)",
+            ),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RegistrarMetrics:
+    """The registrar server and the agent's watch client."""
+
+    store_write_duration: Histogram
+    fan_out_duration: Histogram
+    resyncs: Counter
+    """Full resyncs: served (registrar) or received (agent), by `aether.registrar.side`."""
+
+    @classmethod
+    def of(cls, telemetry: Telemetry) -> RegistrarMetrics:
+        return cls(
+            store_write_duration=_histogram(
+                telemetry,
+                "aether.registrar.store.write.duration",
+                unit="s",
+                description="Time to write one registration change to the store",
+            ),
+            fan_out_duration=_histogram(
+                telemetry,
+                "aether.registrar.fan_out.duration",
+                unit="s",
+                description="Time to hand one change to the buffer of every watcher that wants it",
+            ),
+            resyncs=_counter(
+                telemetry,
+                "aether.registrar.watch.resyncs",
+                unit="{resync}",
+                description="Full endpoint resyncs",
+            ),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class DnsMetrics:
+    """mesh-dns's upstream latency (its query and cache counters are observed from its statistics)."""
+
+    forward_duration: Histogram
+
+    @classmethod
+    def of(cls, telemetry: Telemetry) -> DnsMetrics:
+        return cls(
+            forward_duration=_histogram(
+                telemetry,
+                "dns.lookup.duration",
+                unit="s",
+                description="Time of one question forwarded upstream (semantic conventions' DNS lookup duration)",
+            ),
+        )

@@ -1,0 +1,179 @@
+"""A collector that is down, slow or answers garbage: the role's work goes on, nothing grows without bound, and
+what is lost is counted."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import trio
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+from aether.core.project.node import project_node
+from aether.core.snapshot import Snapshot
+from aether.core.state import State
+from aether.plane.plane import open_plane
+from aether.proto.otlp.v1 import otlp_pb2 as otlp
+from aether.telemetry import OtlpEndpoint, TelemetryConfig, telemetry_running
+from aether.telemetry.exporter import BoundedSpanProcessor, OtlpHttpSpanExporter
+from aether.telemetry.otlp import encode_spans
+from aether.testing import make_pod, pod_added
+from aether.testing.envoy import wait_for
+from aether.testing.xds_resources import pick_free_port
+
+NODE = "node-a"
+PODS = 20
+
+
+def _project(state: State, now: int) -> Snapshot:
+    return project_node(state, node_name=NODE, now=now)
+
+
+@contextlib.contextmanager
+def _tcp_server(answer: bytes | None) -> Iterator[tuple[int, threading.Event]]:
+    """A TCP server on loopback: each connection gets `answer` after its request, or nothing (None) until the
+    returned event is set. Yields its port and that event."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    release = threading.Event()
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.05)
+        connections = []
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            connections.append(connection)
+            connection.recv(65536)
+            if answer is not None:
+                connection.sendall(answer)
+            else:
+                release.wait()
+                connection.close()  # the stalled export fails at once
+        for connection in connections:
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], release
+    finally:
+        release.set()
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+def _config(url: str, *, export_timeout: float = 0.5) -> TelemetryConfig:
+    return TelemetryConfig(
+        service_name="aether-test",
+        endpoint=OtlpEndpoint.parse(url),
+        metrics=True,
+        traces=True,
+        export_interval=0.05,
+        export_timeout=export_timeout,
+    )
+
+
+async def _register_pods(tmp_path: Path) -> int:
+    """Run a plane, send it `PODS` pods, wait until all are folded; return the journal's seq."""
+    async with open_plane(tmp_path / "log", project=_project) as plane:
+        async with plane.journal.sender() as send:
+            for index in range(PODS):
+                await send.send(pod_added(make_pod(f"web-{index}", node_name=NODE)))
+
+        async def folded() -> bool:
+            await trio.lowlevel.checkpoint()
+            return plane.journal.state.seq >= PODS
+
+        await wait_for(folded, timeout=30)
+        return plane.journal.state.seq
+
+
+async def test_a_collector_that_is_down_costs_the_data_not_the_work(tmp_path: Path) -> None:
+    """Nothing listens at the endpoint: every event is folded, and the lost points and spans are counted."""
+    with telemetry_running(_config(f"http://127.0.0.1:{pick_free_port()}")) as telemetry:
+        assert await _register_pods(tmp_path) == PODS
+    statistics = telemetry.statistics()
+    assert statistics.metrics.failures >= 1
+    assert statistics.metrics.dropped >= 1
+    assert statistics.metrics.exports == 0
+    assert statistics.traces.failures >= 1
+    assert statistics.traces.dropped >= 1
+
+
+async def test_a_collector_that_never_answers_does_not_hold_up_the_journal(tmp_path: Path) -> None:
+    """The collector accepts and stalls (for longer than the test runs): every event is folded while the first
+    exports still wait, none of them finished; released, they fail and their data is counted as dropped."""
+    config = _config("http://127.0.0.1:1", export_timeout=300)
+    with _tcp_server(None) as (port, release):
+        config = attrs.evolve(config, endpoint=OtlpEndpoint.parse(f"http://127.0.0.1:{port}"))
+        with telemetry_running(config) as telemetry:
+            assert await _register_pods(tmp_path) == PODS
+            stalled = telemetry.statistics()
+            assert (stalled.metrics.exports, stalled.metrics.failures) == (0, 0)
+            assert (stalled.traces.exports, stalled.traces.failures) == (0, 0)
+            release.set()
+    assert telemetry.statistics().traces.dropped >= 1
+
+
+async def test_a_collector_that_answers_garbage_counts_as_failed(tmp_path: Path) -> None:
+    garbage = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n\xff\xff\xff\xff"
+    with (
+        _tcp_server(garbage) as (port, _),
+        telemetry_running(_config(f"http://127.0.0.1:{port}")) as telemetry,
+    ):
+        assert await _register_pods(tmp_path) == PODS
+    statistics = telemetry.statistics()
+    assert statistics.traces.failures >= 1
+    assert statistics.traces.dropped >= 1
+    assert statistics.traces.exports == 0
+
+
+def test_the_span_queue_is_bounded_and_its_overflow_counted() -> None:
+    """With the exporter stalled, spans beyond the queue's size are dropped at once and counted."""
+    with _tcp_server(None) as (port, release):
+        exporter = OtlpHttpSpanExporter(OtlpEndpoint.parse(f"http://127.0.0.1:{port}"), timeout=5)
+        processor = BoundedSpanProcessor(exporter, queue_size=8, interval=0.01, batch_size=4)
+        provider = TracerProvider()
+        provider.add_span_processor(processor)
+        tracer = provider.get_tracer("test")
+        deadline = time.monotonic() + 30
+        while processor.overflowed == 0 and time.monotonic() < deadline:
+            tracer.start_span("work").end()
+        assert processor.overflowed > 0
+        release.set()
+        provider.shutdown()
+    assert processor.statistics().dropped >= processor.overflowed
+
+
+def test_spans_encode_as_otlp_with_their_parent() -> None:
+    """The encoding keeps ids, parent, kind and attributes (rotel's round trip is in test_collector)."""
+    provider = TracerProvider()
+    finished: list[ReadableSpan] = []
+
+    class Keep(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            finished.append(span)
+
+    provider.add_span_processor(Keep())
+    tracer = provider.get_tracer("test")
+    from opentelemetry import trace
+
+    parent = tracer.start_span("parent")
+    tracer.start_span("child", context=trace.set_span_in_context(parent), attributes={"n": 1}).end()
+    parent.end()
+    request = otlp.ExportTraceServiceRequest.FromString(encode_spans(finished).SerializeToString())
+    spans = {span.name: span for span in request.resource_spans[0].scope_spans[0].spans}
+    assert spans["child"].parent_span_id == spans["parent"].span_id
+    assert spans["child"].trace_id == spans["parent"].trace_id
+    assert len(spans["child"].trace_id) == 16
+    assert spans["child"].kind == otlp.Span.SPAN_KIND_INTERNAL
+    assert spans["child"].attributes[0].value.int_value == 1
