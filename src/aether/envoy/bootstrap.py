@@ -16,6 +16,12 @@ DEFAULT_NODE_CLUSTER = "aether-test"
 _XDS_KEEPALIVE = {"interval": "2s", "timeout": "1s"}
 # HTTP/2 PINGs on the xDS connection, so Envoy notices a vanished control plane within about 3 s.
 
+_XDS_RETRY_BACKOFF = {"base_interval": "0.1s", "max_interval": "0.5s"}
+# How soon Envoy redials its ADS stream after it failed: Envoy's default (0.5 s growing to 30 s, jittered) makes a
+# plane that was down for a second or two wait seconds for its Envoy: the `faults` restart loop measured resync after
+# `aether edge` restarts at p50 0.43 s, max 3.2 s (10 restarts) with the default. Redialling a local plane costs
+# one connect every half second at most while it is down.
+
 
 def ads_bootstrap(
     *,
@@ -76,7 +82,14 @@ def ads_bootstrap(
                 "api_type": "DELTA_GRPC" if delta else "GRPC",
                 "transport_api_version": "V3",
                 "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+                "grpc_services": [
+                    {
+                        "envoy_grpc": {
+                            "cluster_name": XDS_CLUSTER,
+                            "retry_policy": {"retry_back_off": dict(_XDS_RETRY_BACKOFF)},
+                        }
+                    }
+                ],
             },
             "cds_config": dict(ads_source),
             "lds_config": dict(ads_source),
