@@ -7,18 +7,27 @@ process answers on its admin socket, Envoy must be SYNCED with it again within a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
 
+from aether.demo.upstream import UPSTREAM_NAME_HEADER, open_http_upstream
 from aether.envoy.bootstrap import ads_bootstrap
 from aether.envoy.http import http_get
 from aether.envoy.process import open_envoy
+from aether.identity.mint import TestCA, write_bundle, write_svid
+from aether.kube.resources import PODS
+from aether.registrar import serve_registrar
+from aether.rpc.listen import ListenAddress
 from aether.testing.envoy import wait_for
 from aether.testing.h2c_upstream import open_h2c_upstream
+from aether.testing.kubeapi import open_kube_api
+from aether.testing.memory_backend import MemoryBackend
 from faults.processes import RoleProcess, Traffic, TrafficTarget, quantile, running
 from tests.integration.test_routing_traffic import MESH_INBOUND, free_port, http_route, write_manifests
 
@@ -147,7 +156,97 @@ async def open_edge_scene(work_dir: Path) -> AsyncIterator[Scene]:
         yield Scene(plane=plane, target=target)
 
 
-SCENES: dict[str, Callable[[Path], AbstractAsyncContextManager[Scene]]] = {"edge": open_edge_scene}
+AGENT_NODE = "node-faults"
+AGENT_CLIENT_IP = "127.0.36.1"
+"""The caller pod `client-1`: Envoy's outbound listener for it binds `<ip>:18081`, where the traffic goes."""
+AGENT_CART_IP = "127.0.36.11"
+"""The callee pod `cart-1`: its application answers on `<ip>:8080` behind Envoy's mesh inbound `<ip>:18008`."""
+TRUST_DOMAIN = "aether.internal"
+CART_AUTHORITY = f"cart.shop.{TRUST_DOMAIN}"
+APP_PORT = 8080
+OUTBOUND_PORT = 18081
+
+
+def _pod(name: str, *, account: str, ip: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "shop",
+            "uid": f"uid-{name}",
+            "labels": {"app": account, "aether.io/managed": "true"},
+            "annotations": annotations,
+        },
+        "spec": {"serviceAccountName": account, "nodeName": AGENT_NODE},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]},
+    }
+
+
+def agent_role(work_dir: Path, *, kube_api: str, registrar: Path, svids: Path, xds: Path) -> RoleProcess:
+    """`aether agent` for `AGENT_NODE`: pods from `kube_api`, endpoints from the registrar's Unix socket
+    `registrar`, SVIDs from the directory `svids`, xDS on the Unix socket `xds`."""
+    arguments = ["agent", "--node-name", AGENT_NODE, "--log-dir", str(work_dir / "log"), "--kube-api", kube_api]
+    arguments += ["--registrar", f"unix:{registrar}", "--svid-dir", str(svids), "--xds", f"unix:{xds}"]
+    arguments += ["--admin-socket", str(work_dir / "admin.sock")]
+    return RoleProcess(name="agent", arguments=arguments, admin_socket=work_dir / "admin.sock", work_dir=work_dir)
+
+
+@asynccontextmanager
+async def open_agent_scene(work_dir: Path) -> AsyncIterator[Scene]:
+    """A running `aether agent` (its own process) for one node, with the test Kubernetes API holding the caller
+    pod `client-1` (upstreams: cart) and the callee `cart-1`, a registrar (in this process, memory-backed), SVIDs
+    minted by a CA of this run, the callee's application, and the node's Envoy (Delta ADS). Traffic goes from the
+    caller's outbound listener through mTLS to the callee's inbound and its application. Yields once a request has
+    landed on the application."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ca = TestCA(TRUST_DOMAIN)
+    svids = work_dir / "svids"
+    svids.mkdir(exist_ok=True)
+    write_bundle(svids, ca.bundle_pem)
+    for account in ("client", "cart"):
+        write_svid(
+            svids, owner=f"shop/{account}", content=ca.issue(f"spiffe://{TRUST_DOMAIN}/ns/shop/sa/{account}")
+        )
+    registrar = work_dir / "registrar.sock"
+    xds = work_dir / "xds.sock"
+    bootstrap = ads_bootstrap(node_id=AGENT_NODE, xds_unix_socket=xds, delta=True)
+    async with AsyncExitStack() as stack:
+        api = await stack.enter_async_context(open_kube_api())
+        api.store.create(
+            PODS,
+            _pod(
+                "client-1",
+                account="client",
+                ip=AGENT_CLIENT_IP,
+                annotations={"config.aether.io/upstreams": "cart"},
+            ),
+        )
+        api.store.create(PODS, _pod("cart-1", account="cart", ip=AGENT_CART_IP, annotations={}))
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(nursery.cancel_scope.cancel)
+        await nursery.start(
+            functools.partial(serve_registrar, backend=MemoryBackend(), listen=ListenAddress.unix(registrar))
+        )
+        await stack.enter_async_context(open_http_upstream(name="cart-1", host=AGENT_CART_IP, port=APP_PORT))
+        plane = agent_role(work_dir, kube_api=api.url, registrar=registrar, svids=svids, xds=xds)
+        await stack.enter_async_context(running(plane))
+        await stack.enter_async_context(
+            open_envoy(bootstrap, work_dir=work_dir / "envoy", wait_live=False, log_level="warning")
+        )
+        target = TrafficTarget(
+            host=AGENT_CLIENT_IP,
+            port=OUTBOUND_PORT,
+            authority=CART_AUTHORITY,
+            expect_header=UPSTREAM_NAME_HEADER,
+            expect="cart-1",
+        )
+        await wait_answered(target)
+        yield Scene(plane=plane, target=target)
+
+
+SCENES: dict[str, Callable[[Path], AbstractAsyncContextManager[Scene]]] = {
+    "edge": open_edge_scene,
+    "agent": open_agent_scene,
+}
 """Each restartable role's scene, by role name."""
 
 

@@ -1,0 +1,501 @@
+"""Random bad inputs on every interface of running processes, then a check that nothing was hurt: `bad_inputs`.
+
+The interfaces: the edge's xDS socket (ADS streams of junk, or of good requests cut off mid-answer), the registrar's
+RPCs (junk bytes, well-formed requests with bad values), the `aether-cni` plugin (stdin and environment) and the
+agent's CNI service, mesh-dns (UDP packets), and the edge's watched manifest directory (documents it must refuse).
+An input "crashes" when its process exits, a handler fails with an error that is not a refusal (gRPC UNKNOWN or
+INTERNAL), or the plugin answers "this is a bug" or nothing. Afterwards the edge's Envoy must still follow a route
+change, and every state must hold exactly the good inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import attrs
+import dnslib
+import grpc
+import trio
+import yaml
+from envoy.service.discovery.v3 import discovery_pb2
+
+from aether.cni.api import SERVICE_NAME as CNI_SERVICE
+from aether.proto.cni.v1 import cni_pb2
+from aether.proto.registrar.v1 import registrar_pb2 as pb
+from aether.registrar import SERVICE_NAME as REGISTRAR_SERVICE
+from aether.testing.xds_resources import pick_free_port
+from faults.processes import POLL, START_TIMEOUT, RoleFailed, RoleProcess, running
+from faults.registrar_kills import list_endpoints, registrar_role
+from faults.restarts import EDGE_POD, Scene, open_edge_scene, wait_answered
+from tests.cni.conftest import environment, run_cni_process
+from tests.registrar._grpc import WEB, call, registration
+
+ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService"
+RPC_TIMEOUT = 10.0
+"""Seconds one bad call may take before it counts as a hang (a refusal takes milliseconds)."""
+NOT_REFUSALS = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+"""gRPC statuses that mean a handler raised instead of refusing (purerpc reports an uncaught exception so)."""
+MESH_DOMAIN = "aether.internal"
+DNS_RECORD = ("shop/cart", "10.96.0.20")
+"""The one record mesh-dns serves: `cart.shop.aether.internal` → 10.96.0.20."""
+SHARES = {"xds": 4, "registrar": 4, "cni-plugin": 1, "cni-server": 2, "mesh-dns": 6, "manifests": 3}
+"""How the inputs are spread over the interfaces (the plugin is a process per input, so it gets fewer)."""
+MANIFEST_ROUNDS = 10
+"""At most this many readings of the manifest directory carry the bad documents (each takes a poll, about 1 s)."""
+MANIFEST_DOCUMENTS = 20
+"""Bad documents per reading, when there are enough for several readings."""
+
+
+@attrs.frozen(kw_only=True)
+class BadInputFigures:
+    """What the bad-input run measured."""
+
+    tried: Mapping[str, int]
+    """Bad inputs sent, by interface."""
+    crashes: tuple[str, ...]
+    """Each crash, described (the aim: none)."""
+    checks: Mapping[str, bool]
+    """The checks made afterwards (route change reached Envoy, each state holds exactly the good inputs)."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.tried.values())
+
+    def lines(self) -> list[str]:
+        per_interface = ", ".join(f"{name} {count}" for name, count in sorted(self.tried.items()))
+        checks = ", ".join(f"{name}: {'ok' if passed else 'FAILED'}" for name, passed in sorted(self.checks.items()))
+        return [
+            f"bad inputs: {self.total} tried ({per_interface}), {len(self.crashes)} crashes (aim 0)",
+            f"  afterwards: {checks}",
+            *(f"  crash: {crash}" for crash in self.crashes[:20]),
+        ]
+
+
+# --- the bad inputs ---
+
+
+def junk(rng: random.Random, *, valid: bytes = b"") -> bytes:
+    """Bytes no parser should accept whole: 0xff runs, random bytes, a valid message flipped or cut, length bombs."""
+    family = rng.randrange(5)
+    if family == 0:
+        return b"\xff" * rng.randint(1, 64)
+    if family == 1:
+        return rng.randbytes(rng.randint(0, 300))
+    if family == 2 and valid:
+        mutated = bytearray(valid)
+        for _ in range(rng.randint(1, 4)):
+            mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+        return bytes(mutated)
+    if family == 3 and valid:
+        return valid[: rng.randrange(len(valid))]
+    # A length-delimited field that claims far more than follows (a varint of 2^63 - 1).
+    return bytes([rng.choice((0x0A, 0x12, 0x1A, 0x22))]) + b"\xff" * 8 + b"\x7f" + rng.randbytes(4)
+
+
+def _raw(channel: grpc.Channel, path: str, *, stream: str) -> Any:
+    """A callable for `path` that sends and receives raw bytes (the junk goes out as it is)."""
+    factory = {"unary": channel.unary_unary, "server": channel.unary_stream, "both": channel.stream_stream}[stream]
+    return factory(path, request_serializer=None, response_deserializer=None)
+
+
+def _status(call: Callable[[], object]) -> grpc.StatusCode:
+    try:
+        call()
+    except grpc.RpcError as error:
+        code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
+        return code
+    return grpc.StatusCode.OK
+
+
+def _ads_stream(target: str, messages: list[bytes], *, delta: bool, answers: int) -> grpc.StatusCode:
+    """Open one ADS stream, send `messages`, read `answers` responses (then cancel the stream: a client gone
+    mid-answer), or read to the end when `answers` is 0; return how the stream ended."""
+    method = "DeltaAggregatedResources" if delta else "StreamAggregatedResources"
+    with grpc.insecure_channel(target) as channel:
+        responses = _raw(channel, f"{ADS}/{method}", stream="both")(iter(messages), timeout=RPC_TIMEOUT)
+
+        def read() -> None:
+            for count, _ in enumerate(responses, start=1):
+                if answers and count >= answers:
+                    responses.cancel()
+                    return
+
+        return _status(read)
+
+
+def _ads_request(rng: random.Random, *, delta: bool) -> bytes:
+    """A well-formed first request of the edge's node for one type (what a restarting Envoy sends)."""
+    type_url = rng.choice(
+        (
+            "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            "type.googleapis.com/envoy.config.listener.v3.Listener",
+        )
+    )
+    if delta:
+        delta_request = discovery_pb2.DeltaDiscoveryRequest(type_url=type_url)
+        delta_request.node.id = EDGE_POD
+        return delta_request.SerializeToString()
+    request = discovery_pb2.DiscoveryRequest(type_url=type_url)
+    request.node.id = EDGE_POD
+    return request.SerializeToString()
+
+
+def xds_inputs(rng: random.Random, target: str) -> Callable[[], grpc.StatusCode]:
+    """One bad ADS stream: junk as the first or a later message, or good requests cut off mid-answer."""
+    delta = rng.random() < 0.5
+    good = [_ads_request(rng, delta=delta) for _ in range(rng.randint(1, 4))]
+    shape = rng.randrange(3)
+    if shape == 0:
+        messages, answers = [junk(rng, valid=good[0])], 0
+    elif shape == 1:
+        messages, answers = [*good[:1], junk(rng, valid=good[0])], 0
+    else:
+        messages, answers = good, rng.randint(1, 2)
+    return functools.partial(_ads_stream, target, messages, delta=delta, answers=answers)
+
+
+_BAD_IPS = ("fe80::1%eth0", "10.0.0.256", " 10.0.0.1", "010.0.0.1", "::ffff:10.0.0.1x", "", "a" * 300)
+_BAD_SERVICES = ("", "Shop/Web", "shop", "shop/web/extra", "shop/" + "w" * 300, "shop/we_b")
+
+
+def bad_registration(rng: random.Random) -> pb.RegisterEndpointRequest:
+    """A well-formed RegisterEndpoint whose values the registrar must refuse (INVALID_ARGUMENT)."""
+    request = registration(f"10.201.0.{rng.randint(1, 250)}")
+    flaw = rng.randrange(3)
+    if flaw == 0:
+        request.endpoint.ip = rng.choice(_BAD_IPS)
+    elif flaw == 1:
+        request.service_name = rng.choice(_BAD_SERVICES)
+    else:
+        request.endpoint.port = rng.choice((0, 65536, 2**32 - 1))
+    return request
+
+
+def registrar_inputs(rng: random.Random, target: str) -> Callable[[], grpc.StatusCode]:
+    """One bad registrar call: junk bytes to any method, or a registration with a bad value."""
+    if rng.random() < 0.4:
+        request = bad_registration(rng).SerializeToString()
+        method, stream = "RegisterEndpoint", "unary"
+    else:
+        method, stream = rng.choice(
+            (
+                ("RegisterEndpoint", "unary"),
+                ("UnregisterEndpoint", "unary"),
+                ("ListAllEndpoints", "unary"),
+                ("WatchEndpoints", "server"),
+            )
+        )
+        request = junk(rng, valid=registration("10.201.0.1").SerializeToString())
+
+    def send() -> grpc.StatusCode:
+        with grpc.insecure_channel(target) as channel:
+            answer = _raw(channel, f"/{REGISTRAR_SERVICE}/{method}", stream=stream)
+
+            def once() -> None:
+                result = answer(request, timeout=RPC_TIMEOUT)
+                if stream == "server":
+                    next(iter(result), None)
+                    result.cancel()
+
+            return _status(once)
+
+    return send
+
+
+def cni_server_inputs(rng: random.Random, target: str) -> Callable[[], grpc.StatusCode]:
+    """One bad call to the agent's CNI service: junk bytes to any of its methods."""
+    method = rng.choice(("AddPod", "RemovePod", "CheckPod", "CollectGarbage", "Status"))
+    valid = cni_pb2.AddPodRequest().SerializeToString()
+    request = junk(rng, valid=valid or b"\x0a\x03pod")
+
+    def send() -> grpc.StatusCode:
+        with grpc.insecure_channel(target) as channel:
+            return _status(
+                lambda: _raw(channel, f"/{CNI_SERVICE}/{method}", stream="unary")(request, timeout=RPC_TIMEOUT)
+            )
+
+    return send
+
+
+_HUGE = "<a 5,001-digit integer>"
+
+
+def cni_plugin_input(rng: random.Random, socket_path: Path) -> tuple[dict[str, str], bytes]:
+    """One bad `aether-cni` run: an environment and a stdin, one of them (or both) wrong."""
+    command = rng.choice(("ADD", "DEL", "CHECK", "GC", "STATUS"))
+    env = environment(command, netns=None) | {"CNI_NETNS": "/run/netns/never-made"}
+    config: dict[str, Any] = {"cniVersion": "1.0.0", "name": "net", "agentSocket": str(socket_path)}
+    flaw = rng.randrange(6)
+    if flaw == 0:
+        return env, junk(rng, valid=json.dumps(config).encode())
+    if flaw == 1:
+        return env, rng.choice((b"[", b"{\"a\":")) * rng.randint(1_000, 100_000)
+    if flaw == 2:
+        config["prevResult"] = {"cniVersion": "1.0.0", "ips": rng.choice(({"a": 1}, 5, "x", [{"address": 7}]))}
+    elif flaw == 3:
+        config[rng.choice(("cniVersion", "name", "agentSocket"))] = rng.choice((_HUGE, None, [], {"x": 1}))
+    elif flaw == 4:
+        env[rng.choice(("CNI_NETNS", "CNI_CONTAINERID", "CNI_IFNAME", "CNI_ARGS"))] = rng.choice(
+            ("/run/netns/" + "n" * 300, "", "\x00", "K8S_POD_NAME", "a=b;" * 5000)
+        )
+    else:
+        env["CNI_COMMAND"] = rng.choice(("", "add", "BOGUS", "ADD\n"))
+    # A 5,001-digit integer (defect 8): json.dumps cannot write one, so it goes in as text.
+    return env, json.dumps(config).replace(json.dumps(_HUGE), "1" + "0" * 5000).encode()
+
+
+def dns_packet(rng: random.Random) -> bytes:
+    """One bad DNS packet: junk, a good query flipped or cut, or a header that promises what does not follow."""
+    query = dnslib.DNSRecord.question(f"cart.shop.{MESH_DOMAIN}").pack()
+    if rng.random() < 0.2:
+        # A question count of 65535, or a compression pointer to itself.
+        header = query[:4] + rng.choice((b"\xff\xff", b"\x00\x01")) + query[6:12]
+        return header + rng.choice((b"\xc0\x0c\x00\x01\x00\x01", query[12:], b""))
+    return junk(rng, valid=query)
+
+
+def _scalar(rng: random.Random) -> object:
+    return rng.choice((10**27, -1, 2**64, -(2**63) - 1, 1.5, "x" * 5, None, [], {"a": []}, True))
+
+
+def bad_document(rng: random.Random, index: int) -> object:
+    """A parseable manifest document the edge must refuse: out-of-range or mistyped fields, names that are not
+    names, unknown shapes. Each keeps a name of its own (`bad-<index>`) where it has one, so no refusal can hide a
+    good object."""
+    name = f"bad-{index}"
+    flaw = rng.randrange(6)
+    if flaw == 0:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default",
+                "generation": _scalar(rng)}, "spec": {"ports": [{"port": 80}]}}
+    if flaw == 1:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
+                "spec": {"ports": [{"port": rng.choice((-1, 2**32, 2**64, "http", None))}]}}
+    if flaw == 2:
+        return {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": rng.choice(("Bad_Name", "", "x" * 300, "-a", 7)), "namespace": "default"}}
+    if flaw == 3:
+        return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": name, "namespace": "default"}, "spec": _scalar(rng)}
+    if flaw == 4:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
+                "labels": {"aether.io/managed": "true"}}, "spec": {"serviceAccountName": "Not A Name"},
+                "status": {"podIP": rng.choice(("fe80::1%eth0", "10.0.0.999", 5))}}
+    return {"apiVersion": "v1", "kind": rng.choice(("Service", "Pod", "List")), "metadata": _scalar(rng)}
+
+
+ALIAS_BOMB = "\n".join(
+    [
+        "a: &a [x, x, x, x, x, x, x, x, x]",
+        *(f"{chr(98 + level)}: &{chr(98 + level)} [{', '.join(['*' + chr(97 + level)] * 9)}]" for level in range(7)),
+    ]
+)
+"""About 1 KB of YAML that expands to 9^8 scalars (defect 6): the reader must refuse it before expanding it."""
+
+
+def bad_manifest_file(rng: random.Random, *, start: int, count: int) -> str:
+    """A manifest file of `count` bad documents (numbered from `start`), YAML that does not parse, or a bomb."""
+    roll = rng.random()
+    if roll < 0.15:
+        return ALIAS_BOMB
+    if roll < 0.3:
+        return rng.choice(("kind: [unclosed\n", "a: b: c\n", "\t- x\n", "%YAML 9.9\n---\na: 1\n", "{" * 5000))
+    return yaml.safe_dump_all([bad_document(rng, start + offset) for offset in range(count)])
+
+
+# --- running them ---
+
+
+def _roles(work_dir: Path) -> Iterator[RoleProcess]:
+    """The processes besides the edge: a registrar, an agent serving only its CNI service, and mesh-dns."""
+    yield registrar_role(work_dir / "registrar")
+    agent = work_dir / "agent"
+    arguments = ["agent", "--node-name", "node-faults", "--log-dir", str(agent / "log")]
+    arguments += ["--xds", f"unix:{agent / 'xds.sock'}", "--admin-socket", str(agent / "admin.sock")]
+    arguments += ["--cni-socket", str(agent / "cni.sock")]
+    yield RoleProcess(name="agent", arguments=arguments, admin_socket=agent / "admin.sock", work_dir=agent)
+    dns = work_dir / "dns"
+    dns.mkdir(parents=True, exist_ok=True)
+    records = {"writtenAt": "2026-12-01T00:00:00Z", "generation": 1, "records": dict([DNS_RECORD])}
+    (dns / "records.json").write_text(json.dumps(records))
+    port = pick_free_port()
+    arguments = ["mesh-dns", "--records", str(dns / "records.json"), "--listen", f"127.0.0.1:{port}"]
+    arguments += ["--upstream", f"127.0.0.1:{pick_free_port()}"]
+    yield RoleProcess(name=f"mesh-dns:{port}", arguments=arguments, admin_socket=None, work_dir=dns)
+
+
+def _dns_port(role: RoleProcess) -> int:
+    return int(role.name.rpartition(":")[2])
+
+
+async def _dns_answer(port: int) -> str | None:
+    """Ask mesh-dns for `cart.shop.aether.internal` over UDP; return the A record's address (None: no answer)."""
+    query = dnslib.DNSRecord.question(f"cart.shop.{MESH_DOMAIN}")
+    with trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        await client.connect(("127.0.0.1", port))
+        await client.send(query.pack())
+        with trio.move_on_after(1.0):
+            reply = dnslib.DNSRecord.parse(await client.recv(4096))
+            return next((str(record.rdata) for record in reply.rr if record.rtype == dnslib.QTYPE.A), None)
+    return None
+
+
+async def _wait_dns(port: int, role: RoleProcess) -> None:
+    with trio.move_on_after(START_TIMEOUT):
+        while await _dns_answer(port) != DNS_RECORD[1]:
+            role.check_alive()
+            await trio.sleep(POLL)
+        return
+    raise RoleFailed(f"mesh-dns did not answer within {START_TIMEOUT} s:\n{role.stderr_tail()}")
+
+
+GOOD_MANIFESTS = {"pods": 2, "kube_services": 2, "gateway_objects": 3}
+"""What the edge's good manifests hold: two backends (a Pod and a Service each), a GatewayClass, a Gateway, a route."""
+
+
+def _manifest_counts(state: Mapping[str, Any]) -> dict[str, int]:
+    return {name: int(state[name]) for name in GOOD_MANIFESTS}
+
+
+async def _manifest_readings(edge: RoleProcess) -> int:
+    counters = (await edge.admin("/statistics"))["manifests"]
+    return int(counters["readings"]) + int(counters["failed_readings"])
+
+
+async def _wait_reading(edge: RoleProcess, after: int) -> None:
+    """Wait until the edge has read its directory again since it had made `after` readings."""
+    with trio.move_on_after(START_TIMEOUT):
+        while await _manifest_readings(edge) <= after:
+            edge.check_alive()
+            await trio.sleep(POLL)
+        return
+    raise RoleFailed(f"edge did not read its manifests within {START_TIMEOUT} s:\n{edge.stderr_tail()}")
+
+
+@attrs.define
+class _Tally:
+    tried: dict[str, int] = attrs.Factory(dict)
+    crashes: list[str] = attrs.Factory(list)
+
+    def count(self, interface: str) -> None:
+        self.tried[interface] = self.tried.get(interface, 0) + 1
+
+    def crash(self, interface: str, description: str) -> None:
+        self.crashes.append(f"{interface} input {self.tried.get(interface, 0)}: {description}")
+
+
+async def _grpc_inputs(
+    tally: _Tally,
+    interface: str,
+    count: int,
+    make: Callable[[random.Random, str], Callable[[], grpc.StatusCode]],
+    rng: random.Random,
+    *,
+    target: str,
+    role: RoleProcess,
+) -> None:
+    for _ in range(count):
+        send = make(rng, target)
+        tally.count(interface)
+        code = await trio.to_thread.run_sync(send)
+        if code in NOT_REFUSALS:
+            tally.crash(interface, f"answered {code.name}: a handler raised instead of refusing")
+        if not role.alive():
+            tally.crash(interface, f"{role.name} exited: {role.stderr_tail()}")
+            return
+
+
+async def bad_inputs(work_dir: Path, *, count: int, seed: int = 13) -> BadInputFigures:
+    """Send about `count` bad inputs spread over every interface (`SHARES`), then check that the edge's Envoy
+    follows a route change and that every state holds exactly the good inputs."""
+    rng = random.Random(seed)
+    total_shares = sum(SHARES.values())
+    quota = {name: max(1, count * share // total_shares) for name, share in SHARES.items()}
+    tally = _Tally()
+    checks: dict[str, bool] = {}
+    async with AsyncExitStack() as stack:
+        # The roles boot side by side: each is exec'd here, and waited for only when first used.
+        registrar, agent, dns = [await stack.enter_async_context(running(role)) for role in _roles(work_dir)]
+        scene: Scene = await stack.enter_async_context(open_edge_scene(work_dir / "edge"))
+        good = {f"10.200.0.{index}" for index in range(1, 4)}
+        for ip in sorted(good):
+            await list_endpoints(registrar)
+            await trio.to_thread.run_sync(call, registrar.work_dir / "registrar.sock", "RegisterEndpoint", registration(ip))
+        await agent.wait_answering()
+        await _wait_dns(_dns_port(dns), dns)
+
+        await _grpc_inputs(tally, "xds", quota["xds"], xds_inputs, rng, target=f"unix:{work_dir / 'edge' / 'xds.sock'}",
+                           role=scene.plane)
+        await _grpc_inputs(tally, "registrar", quota["registrar"], registrar_inputs, rng,
+                           target=f"unix:{registrar.work_dir / 'registrar.sock'}", role=registrar)
+        await _grpc_inputs(tally, "cni-server", quota["cni-server"], cni_server_inputs, rng,
+                           target=f"unix:{agent.work_dir / 'cni.sock'}", role=agent)
+        for _ in range(quota["cni-plugin"]):
+            env, stdin = cni_plugin_input(rng, agent.work_dir / "cni.sock")
+            tally.count("cni-plugin")
+            run = await run_cni_process(env, stdin)
+            if run.output is None or run.output.get("code") == 999 or (run.status == 0) != ("code" not in run.output):
+                tally.crash("cni-plugin", f"status {run.status}, answered {run.output!r:.300}")
+        port = _dns_port(dns)
+        with trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+            await client.connect(("127.0.0.1", port))
+            for _ in range(quota["mesh-dns"]):
+                tally.count("mesh-dns")
+                await client.send(dns_packet(rng))
+                await trio.sleep(0)
+        if not dns.alive():
+            tally.crash("mesh-dns", f"mesh-dns exited: {dns.stderr_tail()}")
+
+        manifests = work_dir / "edge" / "manifests"
+        rounds = max(1, min(MANIFEST_ROUNDS, quota["manifests"] // MANIFEST_DOCUMENTS))
+        per_round = max(1, quota["manifests"] // rounds)
+        for round_index in range(rounds):
+            before = await _manifest_readings(scene.plane)
+            bad = bad_manifest_file(rng, start=round_index * per_round, count=per_round)
+            (manifests / "bad.yaml").write_text(bad)
+            documents = len(list(yaml.safe_load_all(bad))) if bad.startswith("apiVersion") else 1
+            tally.tried["manifests"] = tally.tried.get("manifests", 0) + documents
+            await _wait_reading(scene.plane, before)
+            if not scene.plane.alive():
+                tally.crash("manifests", f"edge exited: {scene.plane.stderr_tail()}")
+                break
+            held = _manifest_counts(await scene.plane.admin("/state"))
+            if held != GOOD_MANIFESTS:
+                tally.crash("manifests", f"the edge took a bad document: it holds {held} (good: {GOOD_MANIFESTS})")
+        before = await _manifest_readings(scene.plane)
+        (manifests / "bad.yaml").unlink()
+        await _wait_reading(scene.plane, before)
+
+        # Afterwards: the route change reaches Envoy, and each state holds exactly the good inputs.
+        routes = manifests / "routes.yaml"
+        routes.write_text(routes.read_text().replace("name: alpha", "name: beta"))
+        changed = attrs.evolve(scene.target, expect="beta")
+        try:
+            await wait_answered(changed)
+            checks["route change reached envoy"] = True
+        except trio.TooSlowError:
+            checks["route change reached envoy"] = False
+        held = _manifest_counts(await scene.plane.admin("/state"))
+        checks["edge state is the good manifests"] = held == GOOD_MANIFESTS
+        checks["registrar holds the good registrations"] = await list_endpoints(registrar) == good
+        checks["mesh-dns answers its record"] = await _dns_answer(port) == DNS_RECORD[1]
+        status = await trio.to_thread.run_sync(cni_server_inputs_status, f"unix:{agent.work_dir / 'cni.sock'}")
+        checks["cni service answers Status"] = status == grpc.StatusCode.OK
+        for role in (scene.plane, registrar, agent, dns):
+            if not role.alive():
+                tally.crash(role.name, f"exited: {role.stderr_tail()}")
+    return BadInputFigures(tried=tally.tried, crashes=tuple(tally.crashes), checks=checks)
+
+
+def cni_server_inputs_status(target: str) -> grpc.StatusCode:
+    """A good `Status` call to the agent's CNI service."""
+    with grpc.insecure_channel(target) as channel:
+        request = cni_pb2.StatusRequest().SerializeToString()
+        return _status(lambda: _raw(channel, f"/{CNI_SERVICE}/Status", stream="unary")(request, timeout=RPC_TIMEOUT))
+
