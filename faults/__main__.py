@@ -1,6 +1,6 @@
 """`python -m faults`: run the long fault loops and print their figures (also written to bench/results/faults.json).
 
-    python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--only edge,agent,registrar,inputs]
+python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--only edge,agent,registrar,inputs]
 """
 
 from __future__ import annotations
@@ -50,12 +50,17 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m faults", description=__doc__.splitlines()[0])
-    parser.add_argument("--restarts", type=int, default=50, help="kill -9 restarts of the edge and of the agent")
+    parser.add_argument(
+        "--restarts", type=int, default=50, help="kill -9 restarts of the edge and of the agent"
+    )
     parser.add_argument("--trials", type=int, default=20, help="kill -9 trials of the registrar")
     parser.add_argument("--inputs", type=int, default=800, help="bad inputs over every interface")
     parser.add_argument("--rate", type=float, default=RATE, help="requests/s through Envoy during restarts")
     parser.add_argument(
-        "--only", type=lambda text: text.split(","), default=list(LOOPS), help=f"loops to run, of {','.join(LOOPS)}"
+        "--only",
+        type=lambda text: text.split(","),
+        default=list(LOOPS),
+        help=f"loops to run, of {','.join(LOOPS)}",
     )
     arguments = parser.parse_args()
     unknown = sorted(set(arguments.only) - set(LOOPS))
@@ -65,7 +70,9 @@ def main() -> int:
         figures, healthy = trio.run(_run, arguments, Path(scratch))
     sizes = {"restarts": arguments.restarts, "trials": arguments.trials, "inputs": arguments.inputs}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"sizes": sizes, "figures": figures}, indent=2, sort_keys=True, default=str) + "\n")
+    RESULTS.write_text(
+        json.dumps({"sizes": sizes, "figures": figures}, indent=2, sort_keys=True, default=str) + "\n"
+    )
     print(f"faults: {'every aim met' if healthy else 'AN AIM WAS MISSED'}; figures in {RESULTS}")
     return 0 if healthy else 1
 

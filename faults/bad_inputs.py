@@ -14,8 +14,8 @@ import functools
 import json
 import random
 import socket
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from faults.processes import POLL, START_TIMEOUT, RoleFailed, RoleProcess, runni
 from faults.registrar_kills import list_endpoints, registrar_role
 from faults.restarts import EDGE_POD, Scene, open_edge_scene, wait_answered
 from tests.cni.conftest import environment, run_cni_process
-from tests.registrar._grpc import WEB, call, registration
+from tests.registrar._grpc import call, registration
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService"
 RPC_TIMEOUT = 10.0
@@ -70,7 +70,9 @@ class BadInputFigures:
 
     def lines(self) -> list[str]:
         per_interface = ", ".join(f"{name} {count}" for name, count in sorted(self.tried.items()))
-        checks = ", ".join(f"{name}: {'ok' if passed else 'FAILED'}" for name, passed in sorted(self.checks.items()))
+        checks = ", ".join(
+            f"{name}: {'ok' if passed else 'FAILED'}" for name, passed in sorted(self.checks.items())
+        )
         return [
             f"bad inputs: {self.total} tried ({per_interface}), {len(self.crashes)} crashes (aim 0)",
             f"  afterwards: {checks}",
@@ -101,7 +103,9 @@ def junk(rng: random.Random, *, valid: bytes = b"") -> bytes:
 
 def _raw(channel: grpc.Channel, path: str, *, stream: str) -> Any:
     """A callable for `path` that sends and receives raw bytes (the junk goes out as it is)."""
-    factory = {"unary": channel.unary_unary, "server": channel.unary_stream, "both": channel.stream_stream}[stream]
+    factory = {"unary": channel.unary_unary, "server": channel.unary_stream, "both": channel.stream_stream}[
+        stream
+    ]
     return factory(path, request_serializer=None, response_deserializer=None)
 
 
@@ -109,7 +113,7 @@ def _status(call: Callable[[], object]) -> grpc.StatusCode:
     try:
         call()
     except grpc.RpcError as error:
-        code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
+        code: grpc.StatusCode = error.code()
         return code
     return grpc.StatusCode.OK
 
@@ -141,10 +145,10 @@ def _ads_request(rng: random.Random, *, delta: bool) -> bytes:
     if delta:
         delta_request = discovery_pb2.DeltaDiscoveryRequest(type_url=type_url)
         delta_request.node.id = EDGE_POD
-        return delta_request.SerializeToString()
+        return bytes(delta_request.SerializeToString())
     request = discovery_pb2.DiscoveryRequest(type_url=type_url)
     request.node.id = EDGE_POD
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 def xds_inputs(rng: random.Random, target: str) -> Callable[[], grpc.StatusCode]:
@@ -218,7 +222,9 @@ def cni_server_inputs(rng: random.Random, target: str) -> Callable[[], grpc.Stat
     def send() -> grpc.StatusCode:
         with grpc.insecure_channel(target) as channel:
             return _status(
-                lambda: _raw(channel, f"/{CNI_SERVICE}/{method}", stream="unary")(request, timeout=RPC_TIMEOUT)
+                lambda: _raw(channel, f"/{CNI_SERVICE}/{method}", stream="unary")(
+                    request, timeout=RPC_TIMEOUT
+                )
             )
 
     return send
@@ -236,9 +242,12 @@ def cni_plugin_input(rng: random.Random, socket_path: Path) -> tuple[dict[str, s
     if flaw == 0:
         return env, junk(rng, valid=json.dumps(config).encode())
     if flaw == 1:
-        return env, rng.choice((b"[", b"{\"a\":")) * rng.randint(1_000, 100_000)
+        return env, rng.choice((b"[", b'{"a":')) * rng.randint(1_000, 100_000)
     if flaw == 2:
-        config["prevResult"] = {"cniVersion": "1.0.0", "ips": rng.choice(({"a": 1}, 5, "x", [{"address": 7}]))}
+        config["prevResult"] = {
+            "cniVersion": "1.0.0",
+            "ips": rng.choice(({"a": 1}, 5, "x", [{"address": 7}])),
+        }
     elif flaw == 3:
         config[rng.choice(("cniVersion", "name", "agentSocket"))] = rng.choice((_HUGE, None, [], {"x": 1}))
     elif flaw == 4:
@@ -253,7 +262,7 @@ def cni_plugin_input(rng: random.Random, socket_path: Path) -> tuple[dict[str, s
 
 def dns_packet(rng: random.Random) -> bytes:
     """One bad DNS packet: junk, a good query flipped or cut, or a header that promises what does not follow."""
-    query = dnslib.DNSRecord.question(f"cart.shop.{MESH_DOMAIN}").pack()
+    query = bytes(dnslib.DNSRecord.question(f"cart.shop.{MESH_DOMAIN}").pack())
     if rng.random() < 0.2:
         # A question count of 65535, or a compression pointer to itself.
         header = query[:4] + rng.choice((b"\xff\xff", b"\x00\x01")) + query[6:12]
@@ -272,28 +281,50 @@ def bad_document(rng: random.Random, index: int) -> object:
     name = f"bad-{index}"
     flaw = rng.randrange(6)
     if flaw == 0:
-        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default",
-                "generation": _scalar(rng)}, "spec": {"ports": [{"port": 80}]}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": "default", "generation": _scalar(rng)},
+            "spec": {"ports": [{"port": 80}]},
+        }
     if flaw == 1:
-        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
-                "spec": {"ports": [{"port": rng.choice((-1, 2**32, 2**64, "http", None))}]}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"ports": [{"port": rng.choice((-1, 2**32, 2**64, "http", None))}]},
+        }
     if flaw == 2:
-        return {"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": rng.choice(("Bad_Name", "", "x" * 300, "-a", 7)), "namespace": "default"}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": rng.choice(("Bad_Name", "", "x" * 300, "-a", 7)), "namespace": "default"},
+        }
     if flaw == 3:
-        return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-                "metadata": {"name": name, "namespace": "default"}, "spec": _scalar(rng)}
+        return {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": _scalar(rng),
+        }
     if flaw == 4:
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
-                "labels": {"aether.io/managed": "true"}}, "spec": {"serviceAccountName": "Not A Name"},
-                "status": {"podIP": rng.choice(("fe80::1%eth0", "10.0.0.999", 5))}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"aether.io/managed": "true"}},
+            "spec": {"serviceAccountName": "Not A Name"},
+            "status": {"podIP": rng.choice(("fe80::1%eth0", "10.0.0.999", 5))},
+        }
     return {"apiVersion": "v1", "kind": rng.choice(("Service", "Pod", "List")), "metadata": _scalar(rng)}
 
 
 ALIAS_BOMB = "\n".join(
     [
         "a: &a [x, x, x, x, x, x, x, x, x]",
-        *(f"{chr(98 + level)}: &{chr(98 + level)} [{', '.join(['*' + chr(97 + level)] * 9)}]" for level in range(7)),
+        *(
+            f"{chr(98 + level)}: &{chr(98 + level)} [{', '.join(['*' + chr(97 + level)] * 9)}]"
+            for level in range(7)
+        ),
     ]
 )
 """About 1 KB of YAML that expands to 9^8 scalars (defect 6): the reader must refuse it before expanding it."""
@@ -311,27 +342,70 @@ def bad_manifest_file(rng: random.Random, *, start: int, count: int) -> str:
 
 # --- running them ---
 
+GOOD_REGISTRATIONS = frozenset({"10.200.0.1", "10.200.0.2", "10.200.0.3"})
+"""The endpoints of `shop/web` registered before the bad inputs: all the registrar may hold afterwards."""
+GOOD_MANIFESTS = {"pods": 2, "kube_services": 2, "gateway_objects": 3}
+"""What the edge's good manifests hold: two backends (a Pod and a Service each), a GatewayClass, a Gateway, a route."""
 
-def _roles(work_dir: Path) -> Iterator[RoleProcess]:
-    """The processes besides the edge: a registrar, an agent serving only its CNI service, and mesh-dns."""
-    yield registrar_role(work_dir / "registrar")
-    agent = work_dir / "agent"
-    arguments = ["agent", "--node-name", "node-faults", "--log-dir", str(agent / "log")]
-    arguments += ["--xds", f"unix:{agent / 'xds.sock'}", "--admin-socket", str(agent / "admin.sock")]
-    arguments += ["--cni-socket", str(agent / "cni.sock")]
-    yield RoleProcess(name="agent", arguments=arguments, admin_socket=agent / "admin.sock", work_dir=agent)
-    dns = work_dir / "dns"
-    dns.mkdir(parents=True, exist_ok=True)
+
+@attrs.frozen(kw_only=True)
+class Targets:
+    """The running processes the bad inputs go to."""
+
+    edge: Scene
+    """`aether edge` with its Envoy carrying traffic: xDS and the watched manifest directory."""
+    registrar: RoleProcess
+    agent: RoleProcess
+    """`aether agent` serving only its CNI service (the plugin dials it too)."""
+    dns: RoleProcess
+    dns_port: int
+
+    @property
+    def cni_socket(self) -> Path:
+        return self.agent.work_dir / "cni.sock"
+
+    def roles(self) -> tuple[RoleProcess, ...]:
+        return (self.edge.plane, self.registrar, self.agent, self.dns)
+
+
+def _agent_role(work_dir: Path) -> RoleProcess:
+    arguments = ["agent", "--node-name", "node-faults", "--log-dir", str(work_dir / "log")]
+    arguments += ["--xds", f"unix:{work_dir / 'xds.sock'}", "--admin-socket", str(work_dir / "admin.sock")]
+    arguments += ["--cni-socket", str(work_dir / "cni.sock")]
+    return RoleProcess(
+        name="agent", arguments=arguments, admin_socket=work_dir / "admin.sock", work_dir=work_dir
+    )
+
+
+def _dns_role(work_dir: Path, *, port: int) -> RoleProcess:
+    """`aether mesh-dns` on 127.0.0.1:`port` serving `DNS_RECORD`, forwarding the rest to a port nobody serves."""
+    work_dir.mkdir(parents=True, exist_ok=True)
     records = {"writtenAt": "2026-12-01T00:00:00Z", "generation": 1, "records": dict([DNS_RECORD])}
-    (dns / "records.json").write_text(json.dumps(records))
-    port = pick_free_port()
-    arguments = ["mesh-dns", "--records", str(dns / "records.json"), "--listen", f"127.0.0.1:{port}"]
+    (work_dir / "records.json").write_text(json.dumps(records))
+    arguments = ["mesh-dns", "--records", str(work_dir / "records.json"), "--listen", f"127.0.0.1:{port}"]
     arguments += ["--upstream", f"127.0.0.1:{pick_free_port()}"]
-    yield RoleProcess(name=f"mesh-dns:{port}", arguments=arguments, admin_socket=None, work_dir=dns)
+    return RoleProcess(name="mesh-dns", arguments=arguments, admin_socket=None, work_dir=work_dir)
 
 
-def _dns_port(role: RoleProcess) -> int:
-    return int(role.name.rpartition(":")[2])
+@asynccontextmanager
+async def open_targets(work_dir: Path) -> AsyncIterator[Targets]:
+    """Start the edge scene, a registrar (holding `GOOD_REGISTRATIONS`), an agent and mesh-dns; yield once each
+    answers. They boot side by side: each is exec'd first, and waited for afterwards."""
+    port = pick_free_port()
+    async with (
+        running(registrar_role(work_dir / "registrar")) as registrar,
+        running(_agent_role(work_dir / "agent")) as agent,
+        running(_dns_role(work_dir / "dns", port=port)) as dns,
+        open_edge_scene(work_dir / "edge") as scene,
+    ):
+        targets = Targets(edge=scene, registrar=registrar, agent=agent, dns=dns, dns_port=port)
+        await list_endpoints(registrar)
+        for ip in sorted(GOOD_REGISTRATIONS):
+            socket_path = registrar.work_dir / "registrar.sock"
+            await trio.to_thread.run_sync(call, socket_path, "RegisterEndpoint", registration(ip))
+        await agent.wait_answering()
+        await _wait_dns(targets)
+        yield targets
 
 
 async def _dns_answer(port: int) -> str | None:
@@ -346,17 +420,13 @@ async def _dns_answer(port: int) -> str | None:
     return None
 
 
-async def _wait_dns(port: int, role: RoleProcess) -> None:
+async def _wait_dns(targets: Targets) -> None:
     with trio.move_on_after(START_TIMEOUT):
-        while await _dns_answer(port) != DNS_RECORD[1]:
-            role.check_alive()
+        while await _dns_answer(targets.dns_port) != DNS_RECORD[1]:
+            targets.dns.check_alive()
             await trio.sleep(POLL)
         return
-    raise RoleFailed(f"mesh-dns did not answer within {START_TIMEOUT} s:\n{role.stderr_tail()}")
-
-
-GOOD_MANIFESTS = {"pods": 2, "kube_services": 2, "gateway_objects": 3}
-"""What the edge's good manifests hold: two backends (a Pod and a Service each), a GatewayClass, a Gateway, a route."""
+    raise RoleFailed(f"mesh-dns did not answer within {START_TIMEOUT} s:\n{targets.dns.stderr_tail()}")
 
 
 def _manifest_counts(state: Mapping[str, Any]) -> dict[str, int]:
@@ -380,28 +450,31 @@ async def _wait_reading(edge: RoleProcess, after: int) -> None:
 
 @attrs.define
 class _Tally:
+    """Inputs tried and crashes seen, by interface."""
+
     tried: dict[str, int] = attrs.Factory(dict)
     crashes: list[str] = attrs.Factory(list)
 
-    def count(self, interface: str) -> None:
-        self.tried[interface] = self.tried.get(interface, 0) + 1
+    def count(self, interface: str, inputs: int = 1) -> None:
+        self.tried[interface] = self.tried.get(interface, 0) + inputs
 
     def crash(self, interface: str, description: str) -> None:
         self.crashes.append(f"{interface} input {self.tried.get(interface, 0)}: {description}")
 
 
-async def _grpc_inputs(
+async def _rpc_inputs(
     tally: _Tally,
     interface: str,
-    count: int,
     make: Callable[[random.Random, str], Callable[[], grpc.StatusCode]],
-    rng: random.Random,
     *,
-    target: str,
+    count: int,
+    rng: random.Random,
+    socket_path: Path,
     role: RoleProcess,
 ) -> None:
+    """Send `count` bad calls made by `make` to the gRPC server on `socket_path` (of `role`)."""
     for _ in range(count):
-        send = make(rng, target)
+        send = make(rng, f"unix:{socket_path}")
         tally.count(interface)
         code = await trio.to_thread.run_sync(send)
         if code in NOT_REFUSALS:
@@ -411,91 +484,105 @@ async def _grpc_inputs(
             return
 
 
-async def bad_inputs(work_dir: Path, *, count: int, seed: int = 13) -> BadInputFigures:
-    """Send about `count` bad inputs spread over every interface (`SHARES`), then check that the edge's Envoy
-    follows a route change and that every state holds exactly the good inputs."""
-    rng = random.Random(seed)
-    total_shares = sum(SHARES.values())
-    quota = {name: max(1, count * share // total_shares) for name, share in SHARES.items()}
-    tally = _Tally()
+async def _cni_plugin_inputs(tally: _Tally, *, count: int, rng: random.Random, targets: Targets) -> None:
+    """Run `aether-cni` `count` times on bad input: each must answer the spec's error object (never code 999)."""
+    for _ in range(count):
+        env, stdin = cni_plugin_input(rng, targets.cni_socket)
+        tally.count("cni-plugin")
+        run = await run_cni_process(env, stdin)
+        answered_error = run.output is not None and "code" in run.output
+        if run.output is None or run.output.get("code") == 999 or (run.status == 0) == answered_error:
+            tally.crash("cni-plugin", f"status {run.status}, answered {run.output!r:.300}")
+
+
+async def _dns_inputs(tally: _Tally, *, count: int, rng: random.Random, targets: Targets) -> None:
+    """Send `count` bad packets to mesh-dns over UDP."""
+    with trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        await client.connect(("127.0.0.1", targets.dns_port))
+        for _ in range(count):
+            tally.count("mesh-dns")
+            await client.send(dns_packet(rng))
+            await trio.lowlevel.checkpoint()
+    if not targets.dns.alive():
+        tally.crash("mesh-dns", f"mesh-dns exited: {targets.dns.stderr_tail()}")
+
+
+async def _manifest_inputs(tally: _Tally, *, count: int, rng: random.Random, targets: Targets) -> None:
+    """Put `count` bad documents (in readings of up to `MANIFEST_DOCUMENTS`) in the edge's manifest directory, one
+    file a reading; after each reading the edge must hold the good objects only. The file goes at the end."""
+    edge = targets.edge.plane
+    bad_file = edge.work_dir / "manifests" / "bad.yaml"
+    rounds = max(1, min(MANIFEST_ROUNDS, count // MANIFEST_DOCUMENTS))
+    for round_index in range(rounds):
+        before = await _manifest_readings(edge)
+        bad = bad_manifest_file(rng, start=round_index * (count // rounds), count=max(1, count // rounds))
+        await trio.Path(bad_file).write_text(bad)
+        tally.count("manifests", len(list(yaml.safe_load_all(bad))) if bad.startswith("apiVersion") else 1)
+        await _wait_reading(edge, before)
+        held = _manifest_counts(await edge.admin("/state"))
+        if held != GOOD_MANIFESTS:
+            tally.crash(
+                "manifests", f"the edge took a bad document: it holds {held} (good: {GOOD_MANIFESTS})"
+            )
+    before = await _manifest_readings(edge)
+    await trio.Path(bad_file).unlink()
+    await _wait_reading(edge, before)
+
+
+async def _checks(targets: Targets) -> dict[str, bool]:
+    """After the bad inputs: a route change reaches Envoy, and each state holds exactly the good inputs."""
+    routes = trio.Path(targets.edge.plane.work_dir / "manifests" / "routes.yaml")
+    await routes.write_text((await routes.read_text()).replace("name: alpha", "name: beta"))
     checks: dict[str, bool] = {}
-    async with AsyncExitStack() as stack:
-        # The roles boot side by side: each is exec'd here, and waited for only when first used.
-        registrar, agent, dns = [await stack.enter_async_context(running(role)) for role in _roles(work_dir)]
-        scene: Scene = await stack.enter_async_context(open_edge_scene(work_dir / "edge"))
-        good = {f"10.200.0.{index}" for index in range(1, 4)}
-        for ip in sorted(good):
-            await list_endpoints(registrar)
-            await trio.to_thread.run_sync(call, registrar.work_dir / "registrar.sock", "RegisterEndpoint", registration(ip))
-        await agent.wait_answering()
-        await _wait_dns(_dns_port(dns), dns)
+    try:
+        await wait_answered(attrs.evolve(targets.edge.target, expect="beta"))
+        checks["route change reached envoy"] = True
+    except trio.TooSlowError:
+        checks["route change reached envoy"] = False
+    held = _manifest_counts(await targets.edge.plane.admin("/state"))
+    checks["edge state is the good manifests"] = held == GOOD_MANIFESTS
+    checks["registrar holds the good registrations"] = (
+        await list_endpoints(targets.registrar) == GOOD_REGISTRATIONS
+    )
+    checks["mesh-dns answers its record"] = await _dns_answer(targets.dns_port) == DNS_RECORD[1]
+    status = await trio.to_thread.run_sync(cni_status, f"unix:{targets.cni_socket}")
+    checks["cni service answers Status"] = status == grpc.StatusCode.OK
+    return checks
 
-        await _grpc_inputs(tally, "xds", quota["xds"], xds_inputs, rng, target=f"unix:{work_dir / 'edge' / 'xds.sock'}",
-                           role=scene.plane)
-        await _grpc_inputs(tally, "registrar", quota["registrar"], registrar_inputs, rng,
-                           target=f"unix:{registrar.work_dir / 'registrar.sock'}", role=registrar)
-        await _grpc_inputs(tally, "cni-server", quota["cni-server"], cni_server_inputs, rng,
-                           target=f"unix:{agent.work_dir / 'cni.sock'}", role=agent)
-        for _ in range(quota["cni-plugin"]):
-            env, stdin = cni_plugin_input(rng, agent.work_dir / "cni.sock")
-            tally.count("cni-plugin")
-            run = await run_cni_process(env, stdin)
-            if run.output is None or run.output.get("code") == 999 or (run.status == 0) != ("code" not in run.output):
-                tally.crash("cni-plugin", f"status {run.status}, answered {run.output!r:.300}")
-        port = _dns_port(dns)
-        with trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
-            await client.connect(("127.0.0.1", port))
-            for _ in range(quota["mesh-dns"]):
-                tally.count("mesh-dns")
-                await client.send(dns_packet(rng))
-                await trio.sleep(0)
-        if not dns.alive():
-            tally.crash("mesh-dns", f"mesh-dns exited: {dns.stderr_tail()}")
 
-        manifests = work_dir / "edge" / "manifests"
-        rounds = max(1, min(MANIFEST_ROUNDS, quota["manifests"] // MANIFEST_DOCUMENTS))
-        per_round = max(1, quota["manifests"] // rounds)
-        for round_index in range(rounds):
-            before = await _manifest_readings(scene.plane)
-            bad = bad_manifest_file(rng, start=round_index * per_round, count=per_round)
-            (manifests / "bad.yaml").write_text(bad)
-            documents = len(list(yaml.safe_load_all(bad))) if bad.startswith("apiVersion") else 1
-            tally.tried["manifests"] = tally.tried.get("manifests", 0) + documents
-            await _wait_reading(scene.plane, before)
-            if not scene.plane.alive():
-                tally.crash("manifests", f"edge exited: {scene.plane.stderr_tail()}")
-                break
-            held = _manifest_counts(await scene.plane.admin("/state"))
-            if held != GOOD_MANIFESTS:
-                tally.crash("manifests", f"the edge took a bad document: it holds {held} (good: {GOOD_MANIFESTS})")
-        before = await _manifest_readings(scene.plane)
-        (manifests / "bad.yaml").unlink()
-        await _wait_reading(scene.plane, before)
+def cni_status(target: str) -> grpc.StatusCode:
+    """A good `Status` call to the agent's CNI service at `target`."""
+    with grpc.insecure_channel(target) as channel:
+        request = cni_pb2.StatusRequest().SerializeToString()
+        return _status(
+            lambda: _raw(channel, f"/{CNI_SERVICE}/Status", stream="unary")(request, timeout=RPC_TIMEOUT)
+        )
 
-        # Afterwards: the route change reaches Envoy, and each state holds exactly the good inputs.
-        routes = manifests / "routes.yaml"
-        routes.write_text(routes.read_text().replace("name: alpha", "name: beta"))
-        changed = attrs.evolve(scene.target, expect="beta")
-        try:
-            await wait_answered(changed)
-            checks["route change reached envoy"] = True
-        except trio.TooSlowError:
-            checks["route change reached envoy"] = False
-        held = _manifest_counts(await scene.plane.admin("/state"))
-        checks["edge state is the good manifests"] = held == GOOD_MANIFESTS
-        checks["registrar holds the good registrations"] = await list_endpoints(registrar) == good
-        checks["mesh-dns answers its record"] = await _dns_answer(port) == DNS_RECORD[1]
-        status = await trio.to_thread.run_sync(cni_server_inputs_status, f"unix:{agent.work_dir / 'cni.sock'}")
-        checks["cni service answers Status"] = status == grpc.StatusCode.OK
-        for role in (scene.plane, registrar, agent, dns):
+
+async def bad_inputs(work_dir: Path, *, count: int, seed: int = 13) -> BadInputFigures:
+    """Send about `count` bad inputs spread over every interface (`SHARES`), then make the checks (`_checks`).
+
+    Raises:
+        RoleFailed: A process did not start, or stopped answering while its inputs were checked.
+    """
+    rng = random.Random(seed)
+    quota = {name: max(1, count * share // sum(SHARES.values())) for name, share in SHARES.items()}
+    tally = _Tally()
+    async with open_targets(work_dir) as targets:
+        sockets = {
+            "xds": (xds_inputs, targets.edge.plane.work_dir / "xds.sock", targets.edge.plane),
+            "registrar": (registrar_inputs, targets.registrar.work_dir / "registrar.sock", targets.registrar),
+            "cni-server": (cni_server_inputs, targets.cni_socket, targets.agent),
+        }
+        for interface, (make, socket_path, role) in sockets.items():
+            await _rpc_inputs(
+                tally, interface, make, count=quota[interface], rng=rng, socket_path=socket_path, role=role
+            )
+        await _cni_plugin_inputs(tally, count=quota["cni-plugin"], rng=rng, targets=targets)
+        await _dns_inputs(tally, count=quota["mesh-dns"], rng=rng, targets=targets)
+        await _manifest_inputs(tally, count=quota["manifests"], rng=rng, targets=targets)
+        checks = await _checks(targets)
+        for role in targets.roles():
             if not role.alive():
                 tally.crash(role.name, f"exited: {role.stderr_tail()}")
     return BadInputFigures(tried=tally.tried, crashes=tuple(tally.crashes), checks=checks)
-
-
-def cni_server_inputs_status(target: str) -> grpc.StatusCode:
-    """A good `Status` call to the agent's CNI service."""
-    with grpc.insecure_channel(target) as channel:
-        request = cni_pb2.StatusRequest().SerializeToString()
-        return _status(lambda: _raw(channel, f"/{CNI_SERVICE}/Status", stream="unary")(request, timeout=RPC_TIMEOUT))
-

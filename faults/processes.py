@@ -178,7 +178,9 @@ class Traffic:
         if len(self.failures) < 10:
             self.failures.append(description)
 
-    async def _worker(self, index: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _worker(
+        self, index: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         interval = self.workers / self.rate
         client: Client | None = None
         stream: trio.SocketStream | None = None
@@ -193,7 +195,13 @@ class Traffic:
                         client = Client(stream)
                     self.sent += 1
                     response = await client.request(self.target.path, host=self.target.authority)
-                except (OSError, trio.BrokenResourceError, trio.TooSlowError, AssertionError, ValueError) as exc:
+                except (
+                    OSError,
+                    trio.BrokenResourceError,
+                    trio.TooSlowError,
+                    AssertionError,
+                    ValueError,
+                ) as exc:
                     self._fail(f"request {self.sent}: {type(exc).__name__}: {exc}")
                     if stream is not None:
                         await stream.aclose()
@@ -201,7 +209,9 @@ class Traffic:
                     continue
                 landed = response.headers.get(self.target.expect_header, "")
                 if response.status != 200 or (self.target.expect and landed != self.target.expect):
-                    self._fail(f"request {self.sent}: status {response.status}, {landed!r}: {response.body[:120]!r}")
+                    self._fail(
+                        f"request {self.sent}: status {response.status}, {landed!r}: {response.body[:120]!r}"
+                    )
         finally:
             if stream is not None:
                 with trio.CancelScope(shield=True):

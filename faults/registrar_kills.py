@@ -64,11 +64,17 @@ async def list_endpoints(role: RoleProcess) -> set[str]:
         while True:
             role.check_alive()
             try:
-                listing = await trio.to_thread.run_sync(call, socket, "ListAllEndpoints", pb.ListAllEndpointsRequest())
+                listing = await trio.to_thread.run_sync(
+                    call, socket, "ListAllEndpoints", pb.ListAllEndpointsRequest()
+                )
             except grpc.RpcError:
                 await trio.sleep(POLL)
                 continue
-            return {endpoint.ip for endpoint in listing.services[WEB].endpoints} if WEB in listing.services else set()
+            return (
+                {endpoint.ip for endpoint in listing.services[WEB].endpoints}
+                if WEB in listing.services
+                else set()
+            )
     raise RoleFailed(f"registrar did not answer within {START_TIMEOUT} s:\n{role.stderr_tail()}")
 
 
@@ -111,7 +117,9 @@ async def _writer(socket: Path, ledger: _Ledger, trial: int, writer: int) -> Non
         mine.append(ip)
         if step % UNREGISTER_EVERY == 0:
             gone = mine.pop(0)
-            if not await _write(socket, ledger, gone, pb.UnregisterEndpointRequest(service_name=WEB, ips=[gone])):
+            if not await _write(
+                socket, ledger, gone, pb.UnregisterEndpointRequest(service_name=WEB, ips=[gone])
+            ):
                 return
             ledger.unregistered.add(gone)
 

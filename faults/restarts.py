@@ -113,25 +113,37 @@ async def restart_loop(scene: Scene, *, restarts: int, rate: float = RATE) -> Re
     )
 
 
-async def wait_answered(target: TrafficTarget, *, timeout: float = CONVERGE) -> None:
+async def wait_answered(target: TrafficTarget) -> None:
     """Wait until a request to `target` gets its good answer (the first configuration has reached Envoy)."""
 
     async def answered() -> bool:
         try:
-            response = await http_get(target.host, target.port, target.path, headers={"host": target.authority})
+            response = await http_get(
+                target.host, target.port, target.path, headers={"host": target.authority}
+            )
         except (OSError, ValueError):
             return False
         return response.status == 200 and response.headers.get(target.expect_header) == target.expect
 
-    await wait_for(answered, timeout=timeout, interval=0.05)
+    await wait_for(answered, timeout=CONVERGE, interval=0.05)
 
 
 def edge_role(work_dir: Path, *, manifests: Path, xds: Path) -> RoleProcess:
     """`aether edge` in cleartext on `EDGE_ADDRESS`, reading `manifests`, serving xDS on the Unix socket `xds`."""
-    arguments = ["edge", "--pod-name", EDGE_POD, "--log-dir", str(work_dir / "log"), "--manifests", str(manifests)]
+    arguments = [
+        "edge",
+        "--pod-name",
+        EDGE_POD,
+        "--log-dir",
+        str(work_dir / "log"),
+        "--manifests",
+        str(manifests),
+    ]
     arguments += ["--xds", f"unix:{xds}", "--admin-socket", str(work_dir / "admin.sock")]
     arguments += ["--identity", "none", "--bind", EDGE_ADDRESS]
-    return RoleProcess(name="edge", arguments=arguments, admin_socket=work_dir / "admin.sock", work_dir=work_dir)
+    return RoleProcess(
+        name="edge", arguments=arguments, admin_socket=work_dir / "admin.sock", work_dir=work_dir
+    )
 
 
 @asynccontextmanager
@@ -181,13 +193,35 @@ def _pod(name: str, *, account: str, ip: str, annotations: dict[str, str]) -> di
     }
 
 
+def _write_svids(svids: Path) -> Path:
+    """Mint a CA for this run and write the bundle and the SVIDs of `shop/client` and `shop/cart` into `svids`."""
+    ca = TestCA(TRUST_DOMAIN)
+    svids.mkdir(parents=True, exist_ok=True)
+    write_bundle(svids, ca.bundle_pem)
+    for account in ("client", "cart"):
+        write_svid(
+            svids, owner=f"shop/{account}", content=ca.issue(f"spiffe://{TRUST_DOMAIN}/ns/shop/sa/{account}")
+        )
+    return svids
+
+
 def agent_role(work_dir: Path, *, kube_api: str, registrar: Path, svids: Path, xds: Path) -> RoleProcess:
     """`aether agent` for `AGENT_NODE`: pods from `kube_api`, endpoints from the registrar's Unix socket
     `registrar`, SVIDs from the directory `svids`, xDS on the Unix socket `xds`."""
-    arguments = ["agent", "--node-name", AGENT_NODE, "--log-dir", str(work_dir / "log"), "--kube-api", kube_api]
+    arguments = [
+        "agent",
+        "--node-name",
+        AGENT_NODE,
+        "--log-dir",
+        str(work_dir / "log"),
+        "--kube-api",
+        kube_api,
+    ]
     arguments += ["--registrar", f"unix:{registrar}", "--svid-dir", str(svids), "--xds", f"unix:{xds}"]
     arguments += ["--admin-socket", str(work_dir / "admin.sock")]
-    return RoleProcess(name="agent", arguments=arguments, admin_socket=work_dir / "admin.sock", work_dir=work_dir)
+    return RoleProcess(
+        name="agent", arguments=arguments, admin_socket=work_dir / "admin.sock", work_dir=work_dir
+    )
 
 
 @asynccontextmanager
@@ -197,15 +231,7 @@ async def open_agent_scene(work_dir: Path) -> AsyncIterator[Scene]:
     minted by a CA of this run, the callee's application, and the node's Envoy (Delta ADS). Traffic goes from the
     caller's outbound listener through mTLS to the callee's inbound and its application. Yields once a request has
     landed on the application."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    ca = TestCA(TRUST_DOMAIN)
-    svids = work_dir / "svids"
-    svids.mkdir(exist_ok=True)
-    write_bundle(svids, ca.bundle_pem)
-    for account in ("client", "cart"):
-        write_svid(
-            svids, owner=f"shop/{account}", content=ca.issue(f"spiffe://{TRUST_DOMAIN}/ns/shop/sa/{account}")
-        )
+    svids = await trio.to_thread.run_sync(_write_svids, work_dir / "svids")
     registrar = work_dir / "registrar.sock"
     xds = work_dir / "xds.sock"
     bootstrap = ads_bootstrap(node_id=AGENT_NODE, xds_unix_socket=xds, delta=True)
@@ -254,5 +280,3 @@ async def role_restarts(role: str, work_dir: Path, *, restarts: int, rate: float
     """The restart loop of `role` (a key of `SCENES`)."""
     async with SCENES[role](work_dir / role) as scene:
         return await restart_loop(scene, restarts=restarts, rate=rate)
-
-
