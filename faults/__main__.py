@@ -1,4 +1,5 @@
-"""`python -m faults`: run the long fault loops and print their figures (also written to bench/results/faults.json).
+"""`python -m faults`: run the long fault loops and print their figures (also written to bench/results/faults.json,
+by loop, each with its size).
 
 python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--only edge,agent,registrar,inputs]
 """
@@ -42,6 +43,11 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             inputs = await bad_inputs(work_dir, count=arguments.inputs)
             lines, record = inputs.lines(), attrs.asdict(inputs) | {"total": inputs.total}
             healthy &= not inputs.crashes and all(inputs.checks.values())
+        record["size"] = {
+            "edge": arguments.restarts,
+            "agent": arguments.restarts,
+            "registrar": arguments.trials,
+        }.get(loop, arguments.inputs)
         record["seconds"] = round(time.monotonic() - started, 1)
         figures[loop] = record
         print("\n".join(lines), flush=True)
@@ -68,11 +74,11 @@ def main() -> int:
         parser.error(f"--only: unknown loops {unknown!r} (known: {','.join(LOOPS)})")
     with tempfile.TemporaryDirectory(prefix="aether-faults-") as scratch:
         figures, healthy = trio.run(_run, arguments, Path(scratch))
-    sizes = {"restarts": arguments.restarts, "trials": arguments.trials, "inputs": arguments.inputs}
+    # A run of some loops (`--only`) keeps the others' last figures.
+    kept = json.loads(RESULTS.read_text())["figures"] if RESULTS.exists() else {}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps({"sizes": sizes, "figures": figures}, indent=2, sort_keys=True, default=str) + "\n"
-    )
+    document = {"benchmark": "faults", "figures": kept | figures}
+    RESULTS.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
     print(f"faults: {'every aim met' if healthy else 'AN AIM WAS MISSED'}; figures in {RESULTS}")
     return 0 if healthy else 1
 

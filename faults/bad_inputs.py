@@ -234,7 +234,8 @@ _HUGE = "<a 5,001-digit integer>"
 
 
 def cni_plugin_input(rng: random.Random, socket_path: Path) -> tuple[dict[str, str], bytes]:
-    """One bad `aether-cni` run: an environment and a stdin, one of them (or both) wrong."""
+    """One bad `aether-cni` run: an environment and a stdin, one of them wrong (no NUL in the environment: a
+    runtime cannot pass one to exec)."""
     command = rng.choice(("ADD", "DEL", "CHECK", "GC", "STATUS"))
     env = environment(command, netns=None) | {"CNI_NETNS": "/run/netns/never-made"}
     config: dict[str, Any] = {"cniVersion": "1.0.0", "name": "net", "agentSocket": str(socket_path)}
@@ -252,7 +253,7 @@ def cni_plugin_input(rng: random.Random, socket_path: Path) -> tuple[dict[str, s
         config[rng.choice(("cniVersion", "name", "agentSocket"))] = rng.choice((_HUGE, None, [], {"x": 1}))
     elif flaw == 4:
         env[rng.choice(("CNI_NETNS", "CNI_CONTAINERID", "CNI_IFNAME", "CNI_ARGS"))] = rng.choice(
-            ("/run/netns/" + "n" * 300, "", "\x00", "K8S_POD_NAME", "a=b;" * 5000)
+            ("/run/netns/" + "n" * 300, "", "../..", "K8S_POD_NAME", "a=b;" * 5000)
         )
     else:
         env["CNI_COMMAND"] = rng.choice(("", "add", "BOGUS", "ADD\n"))
@@ -271,7 +272,8 @@ def dns_packet(rng: random.Random) -> bytes:
 
 
 def _scalar(rng: random.Random) -> object:
-    return rng.choice((10**27, -1, 2**64, -(2**63) - 1, 1.5, "x" * 5, None, [], {"a": []}, True))
+    """A value of the wrong type or range for any field the reader checks (not null: null is "absent")."""
+    return rng.choice((10**27, -1, 2**64, -(2**63) - 1, 1.5, "x" * 5, [], {"a": []}, True))
 
 
 def bad_document(rng: random.Random, index: int) -> object:
@@ -490,9 +492,25 @@ async def _cni_plugin_inputs(tally: _Tally, *, count: int, rng: random.Random, t
         env, stdin = cni_plugin_input(rng, targets.cni_socket)
         tally.count("cni-plugin")
         run = await run_cni_process(env, stdin)
-        answered_error = run.output is not None and "code" in run.output
-        if run.output is None or run.output.get("code") == 999 or (run.status == 0) == answered_error:
-            tally.crash("cni-plugin", f"status {run.status}, answered {run.output!r:.300}")
+        if not _plugin_answer_is_right(env["CNI_COMMAND"], status=run.status, output=run.output):
+            tally.crash(
+                "cni-plugin",
+                f"{env['CNI_COMMAND']!r} exited {run.status}, answered {run.output!r:.300} (stdin {stdin[:80]!r})",
+            )
+
+
+_SILENT_ON_SUCCESS = frozenset({"DEL", "CHECK", "GC", "STATUS"})
+"""CNI commands that print nothing when they succeed (the CNI spec); ADD prints its result."""
+
+
+def _plugin_answer_is_right(command: str, *, status: int, output: Mapping[str, Any] | None) -> bool:
+    """A refusal is exit status non-zero with the spec's error object (never code 999, "this is a bug"); a result
+    is status 0 with a result object, or nothing for the commands that print nothing."""
+    if status != 0:
+        return output is not None and "code" in output and output["code"] != 999 and "msg" in output
+    if output is None:
+        return command in _SILENT_ON_SUCCESS
+    return "code" not in output
 
 
 async def _dns_inputs(tally: _Tally, *, count: int, rng: random.Random, targets: Targets) -> None:
