@@ -16,7 +16,9 @@ from faults.restarts import role_restarts
 
 pytestmark = pytest.mark.slow
 
-RESTARTS = 3
+RESTARTS = {"edge": 3, "agent": 2}
+"""Kill -9 restarts per role. The agent gets two: each of its starts costs 2-5 s of imports on a loaded machine,
+and the test must stay well under 30 s there."""
 RATE = 100.0
 """Requests per second in the short loops: enough that every restart happens under traffic."""
 RESYNC_AIM = 1.0
@@ -27,10 +29,10 @@ RESYNC_AIM = 1.0
 async def test_a_plane_killed_and_restarted_under_traffic_fails_no_request_and_resyncs_within_a_second(
     tmp_path: Path, role: str
 ) -> None:
-    """Three kill -9 restarts of the plane under traffic: no request fails, and Envoy is SYNCED with each new
-    process within a second of it answering."""
-    figures = await role_restarts(role, tmp_path, restarts=RESTARTS, rate=RATE)
-    assert (figures.restarts, figures.failed, figures.failures) == (RESTARTS, 0, ())
+    """Kill -9 restarts of the plane under traffic: no request fails, and Envoy is SYNCED with each new process
+    within a second of it answering (with Envoy's default ADS redial backoff, the agent's took up to 7 s)."""
+    figures = await role_restarts(role, tmp_path, restarts=RESTARTS[role], rate=RATE)
+    assert (figures.restarts, figures.failed, figures.failures) == (RESTARTS[role], 0, ())
     assert figures.requests > 0
     assert figures.resync_max <= RESYNC_AIM, figures.resync
 
