@@ -30,17 +30,18 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
     healthy = True
     for loop in arguments.only:
         started = time.monotonic()
+        own = work_dir / loop  # a directory per loop: the registrar trials' store is not the bad inputs' one
         if loop in ("edge", "agent"):
-            restarts = await role_restarts(loop, work_dir, restarts=arguments.restarts, rate=arguments.rate)
+            restarts = await role_restarts(loop, own, restarts=arguments.restarts, rate=arguments.rate)
             lines, record = restarts.lines(), attrs.asdict(restarts)
             record |= {"resync_p50": restarts.resync_p50, "resync_max": restarts.resync_max}
             healthy &= restarts.failed == 0 and restarts.resync_max <= 1.0
         elif loop == "registrar":
-            kills = await registrar_kills(work_dir, trials=arguments.trials)
+            kills = await registrar_kills(own, trials=arguments.trials)
             lines, record = kills.lines(), attrs.asdict(kills)
             healthy &= kills.lost == 0
         else:
-            inputs = await bad_inputs(work_dir, count=arguments.inputs)
+            inputs = await bad_inputs(own, count=arguments.inputs)
             lines, record = inputs.lines(), attrs.asdict(inputs) | {"total": inputs.total}
             healthy &= not inputs.crashes and all(inputs.checks.values())
         record["size"] = {

@@ -42,6 +42,8 @@ RPC_TIMEOUT = 10.0
 """Seconds one bad call may take before it counts as a hang (a refusal takes milliseconds)."""
 NOT_REFUSALS = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 """gRPC statuses that mean a handler raised instead of refusing (purerpc reports an uncaught exception so)."""
+TOOK_BAD_INPUT = grpc.StatusCode.DATA_LOSS
+"""What a sender reports when a server answered anything but INVALID_ARGUMENT to an input it must refuse."""
 MESH_DOMAIN = "aether.internal"
 DNS_RECORD = ("shop/cart", "10.96.0.20")
 """The one record mesh-dns serves: `cart.shop.aether.internal` → 10.96.0.20."""
@@ -184,7 +186,8 @@ def bad_registration(rng: random.Random) -> pb.RegisterEndpointRequest:
 
 def registrar_inputs(rng: random.Random, target: str) -> Callable[[], grpc.StatusCode]:
     """One bad registrar call: junk bytes to any method, or a registration with a bad value."""
-    if rng.random() < 0.4:
+    must_refuse = rng.random() < 0.4
+    if must_refuse:
         request = bad_registration(rng).SerializeToString()
         method, stream = "RegisterEndpoint", "unary"
     else:
@@ -208,7 +211,11 @@ def registrar_inputs(rng: random.Random, target: str) -> Callable[[], grpc.Statu
                     next(iter(result), None)
                     result.cancel()
 
-            return _status(once)
+            code = _status(once)
+        if must_refuse and code != grpc.StatusCode.INVALID_ARGUMENT:
+            # Junk may happen to parse into a good request; a registration with a bad value must be refused.
+            return TOOK_BAD_INPUT
+        return code
 
     return send
 
@@ -482,6 +489,8 @@ async def _rpc_inputs(
         code = await trio.to_thread.run_sync(send)
         if code in NOT_REFUSALS:
             tally.crash(interface, f"answered {code.name}: a handler raised instead of refusing")
+        elif code == TOOK_BAD_INPUT:
+            tally.crash(interface, "a request with a bad value was not refused with INVALID_ARGUMENT")
         if not role.alive():
             tally.crash(interface, f"{role.name} exited: {role.stderr_tail()}")
             return

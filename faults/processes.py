@@ -167,7 +167,7 @@ class Traffic:
     """The first few failures, described."""
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Send requests until cancelled (started once every worker is connected)."""
+        """Send requests until cancelled; a worker that falls behind its pace sends at once until it has caught up."""
         async with trio.open_nursery() as nursery:
             for index in range(self.workers):
                 await nursery.start(self._worker, index)

@@ -58,6 +58,8 @@ class RestartFigures:
     """Seconds from the restarted plane answering to Envoy SYNCED with it, one per restart."""
     failures: tuple[str, ...]
     """The first few failed requests, described."""
+    seconds: float
+    """How long the traffic ran (so `requests / seconds` is the rate reached)."""
 
     @property
     def resync_p50(self) -> float:
@@ -70,7 +72,8 @@ class RestartFigures:
     def lines(self) -> list[str]:
         """The figures, as the loop prints them."""
         return [
-            f"{self.role}: {self.restarts} kill -9 restarts survived, {self.requests} requests at {RATE:.0f}/s,"
+            f"{self.role}: {self.restarts} kill -9 restarts survived, {self.requests} requests in {self.seconds:.0f} s"
+            f" ({self.requests / max(self.seconds, 1e-9):.0f}/s),"
             f" {self.failed} failed (aim 0); Envoy SYNCED again after the plane answered: p50"
             f" {self.resync_p50 * 1000:.0f} ms, max {self.resync_max * 1000:.0f} ms (aim <= 1000 ms)",
             *(f"  failure: {failure}" for failure in self.failures),
@@ -94,6 +97,7 @@ async def restart_loop(scene: Scene, *, restarts: int, rate: float = RATE) -> Re
     """
     traffic = Traffic(target=scene.target, rate=rate)
     resync: list[float] = []
+    began = trio.current_time()
     async with trio.open_nursery() as nursery:
         await nursery.start(traffic.serve)
         for _ in range(restarts):
@@ -110,6 +114,7 @@ async def restart_loop(scene: Scene, *, restarts: int, rate: float = RATE) -> Re
         failed=traffic.failed,
         resync=tuple(resync),
         failures=tuple(traffic.failures),
+        seconds=trio.current_time() - began,
     )
 
 
