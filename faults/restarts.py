@@ -1,5 +1,5 @@
-"""Control planes killed -9 and restarted under traffic: `edge_restarts` (`aether edge` and the edge's Envoy) and
-`agent_restarts` (`aether agent` and its node's Envoy), each reporting `RestartFigures`.
+"""Control planes killed -9 and restarted under traffic: `role_restarts("edge", ...)` (`aether edge` and the edge's
+Envoy) and `role_restarts("agent", ...)` (`aether agent` and its node's Envoy), each reporting `RestartFigures`.
 
 Envoy keeps serving with the config it holds while its plane is down, so not one request may fail; once the new
 process answers on its admin socket, Envoy must be SYNCED with it again within a second.
@@ -135,16 +135,9 @@ async def wait_answered(target: TrafficTarget) -> None:
 
 def edge_role(work_dir: Path, *, manifests: Path, xds: Path) -> RoleProcess:
     """`aether edge` in cleartext on `EDGE_ADDRESS`, reading `manifests`, serving xDS on the Unix socket `xds`."""
-    arguments = [
-        "edge",
-        "--pod-name",
-        EDGE_POD,
-        "--log-dir",
-        str(work_dir / "log"),
-        "--manifests",
-        str(manifests),
-    ]
-    arguments += ["--xds", f"unix:{xds}", "--admin-socket", str(work_dir / "admin.sock")]
+    arguments = ["edge", "--pod-name", EDGE_POD, "--log-dir", str(work_dir / "log")]
+    arguments += ["--manifests", str(manifests), "--xds", f"unix:{xds}"]
+    arguments += ["--admin-socket", str(work_dir / "admin.sock")]
     arguments += ["--identity", "none", "--bind", EDGE_ADDRESS]
     return RoleProcess(
         name="edge", arguments=arguments, admin_socket=work_dir / "admin.sock", work_dir=work_dir

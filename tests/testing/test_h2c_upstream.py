@@ -27,7 +27,8 @@ async def _answer_of(stream: trio.SocketStream, client: h2.connection.H2Connecti
             await stream.send_all(client.data_to_send())
             for event in events:
                 if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream_id:
-                    return dict(event.headers)[":status"]
+                    status: str = dict(event.headers)[":status"]
+                    return status
 
 
 async def test_a_late_answer_to_a_stream_the_client_reset_is_dropped_and_the_connection_serves_on() -> None:
