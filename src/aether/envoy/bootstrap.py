@@ -21,7 +21,7 @@ _XDS_RETRY_BACKOFF = {"base_interval": "0.1s", "max_interval": "0.5s"}
 # while the plane is down, so a plane that takes seconds to start (the agent: 2-5 s of imports on a loaded machine)
 # then waits seconds more for its Envoy. The `faults` restart loops measured Envoy SYNCED again after the restarted
 # plane answered, over 10 kill -9 restarts: default backoff, edge max 3.2 s, agent p50 0.54 s and max 7.0 s (4 of 10
-# over 1 s); with this one, edge max 0.45 s, agent max 0.49 s (50 restarts each). Redialling a local plane costs one
+# over 1 s); with this one, edge max 0.47 s, agent max 0.50 s (50 restarts each). Redialling a local plane costs one
 # connect every half second at most while it is down.
 
 
