@@ -94,6 +94,14 @@ def test_invalid_ip_addresses_are_named_with_the_value(value: str) -> None:
     assert ip_problem(value, what="node ip") == f"node ip must be an IP address (got {value!r})"
 
 
+@pytest.mark.parametrize("value", ["fe80::1%eth0", "fe80::1%1"])
+def test_an_ipv6_address_with_a_zone_is_a_problem_naming_the_rule(value: str) -> None:
+    """A zoned IPv6 address (`fe80::1%eth0`) names an interface of one host: refused, as the registrar does."""
+    assert ip_problem(value, what="pod ip") == (
+        f"pod ip must be an IPv6 address without a zone ('%...') (got {value!r})"
+    )
+
+
 @pytest.mark.parametrize("value", [1, 80, MAX_PORT])
 def test_ports_in_range_have_no_problem(value: int) -> None:
     """Ports 1..65535 pass."""

@@ -65,9 +65,9 @@ SLOW_DELAY = 3.0
 REQUEST_TIMEOUT = 10.0
 
 
-def _backend_manifests() -> str:
+def _backend_manifests(backends: Mapping[str, str]) -> str:
     documents = []
-    for name, ip in BACKENDS.items():
+    for name, ip in backends.items():
         documents.append(
             f"""\
 apiVersion: v1
@@ -124,10 +124,13 @@ class Edge:
     backends: Mapping[str, H2cUpstream]
 
 
-def write_manifests(directory: Path, routes: str, *, port: int) -> Path:
-    """Write the backends, the Gateway on `port` and `routes` into `directory`."""
+def write_manifests(
+    directory: Path, routes: str, *, port: int, backends: Mapping[str, str] = BACKENDS
+) -> Path:
+    """Write the `backends` (name → pod IP: a Pod and a Service each), the Gateway on `port` and `routes` into
+    `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "backends.yaml").write_text(_backend_manifests())
+    (directory / "backends.yaml").write_text(_backend_manifests(backends))
     (directory / "gateway.yaml").write_text(_gateway_manifests(port))
     (directory / "routes.yaml").write_text(routes)
     return directory

@@ -66,14 +66,18 @@ def service_key_problem(value: str) -> str | None:
 
 
 def ip_problem(value: str, *, what: str) -> str | None:
-    """Check an IPv4 or IPv6 address."""
+    """Check an IPv4 or IPv6 address; an IPv6 address with a zone (`fe80::1%eth0`) is a problem."""
     # Endpoint churn validates an IP per event: a regex settles dotted quads ~8x faster than `ipaddress`.
     if _IPV4.fullmatch(value):
         return None
     try:
-        ipaddress.ip_address(value)
+        parsed = ipaddress.ip_address(value)
     except ValueError:
         return f"{what} must be an IP address (got {value!r})"
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.scope_id is not None:
+        # A zone (`%eth0`) names an interface of the host that wrote it: no other node (nor Envoy's socket address,
+        # which takes no zone) can use it. The registrar refuses it too (`registrar.convert.check_ip`).
+        return f"{what} must be an IPv6 address without a zone ('%...') (got {value!r})"
     return None
 
 

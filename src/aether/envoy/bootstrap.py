@@ -31,6 +31,14 @@ OTEL_CLUSTER = "otel_collector"
 _XDS_KEEPALIVE = {"interval": "2s", "timeout": "1s"}
 # HTTP/2 PINGs on the xDS connection, so Envoy notices a vanished control plane within about 3 s.
 
+_XDS_RETRY_BACKOFF = {"base_interval": "0.1s", "max_interval": "0.5s"}
+# How soon Envoy redials its ADS stream after it failed: Envoy's default (0.5 s, doubling up to 30 s, jittered) grows
+# while the plane is down, so a plane that takes seconds to start (the agent: 2-5 s of imports on a loaded machine)
+# then waits seconds more for its Envoy. The `faults` restart loops measured Envoy SYNCED again after the restarted
+# plane answered, over 10 kill -9 restarts: default backoff, edge max 3.2 s, agent p50 0.54 s and max 7.0 s (4 of 10
+# over 1 s); with this one, edge max 0.47 s, agent max 0.50 s (50 restarts each). Redialling a local plane costs one
+# connect every half second at most while it is down.
+
 
 def ads_bootstrap(
     *,
@@ -85,7 +93,14 @@ def ads_bootstrap(
                 "api_type": "DELTA_GRPC" if delta else "GRPC",
                 "transport_api_version": "V3",
                 "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+                "grpc_services": [
+                    {
+                        "envoy_grpc": {
+                            "cluster_name": XDS_CLUSTER,
+                            "retry_policy": {"retry_back_off": dict(_XDS_RETRY_BACKOFF)},
+                        }
+                    }
+                ],
             },
             "cds_config": dict(ads_source),
             "lds_config": dict(ads_source),

@@ -138,8 +138,16 @@ class H2cUpstream:
                 connection.send_headers(stream_id, headers)
                 connection.send_data(stream_id, body, end_stream=True)
                 await stream.send_all(connection.data_to_send())
-            except (trio.BrokenResourceError, h2.exceptions.StreamClosedError):
-                return  # the request was reset (a timeout) or the connection went away
+            except (
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                h2.exceptions.StreamClosedError,
+                h2.exceptions.StreamIDTooLowError,
+            ):
+                # The request was reset (a timeout), or the connection went away. A stream the client reset
+                # long enough ago is forgotten by h2, which then takes its id for a new stream opened too late
+                # (StreamIDTooLowError), not for a closed one: either way, nobody waits for this answer.
+                return
 
 
 def _request(headers: list[tuple[str, str]]) -> H2cRequest:

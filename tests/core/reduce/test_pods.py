@@ -295,6 +295,15 @@ def test_a_managed_pod_with_a_malformed_ip_is_rejected() -> None:
     )
 
 
+def test_a_managed_pod_with_a_zoned_ipv6_address_is_rejected() -> None:
+    """An IPv6 address with a zone (`fe80::1%eth0`) is refused with the rule, as the registrar refuses it."""
+    state = fold_events(pod_added(make_pod("web-1", ips=("fe80::1%eth0",))))
+    assert state.pods == immutables.Map()
+    assert state.diagnostics.rejections["pod/default/web-1"].message == (
+        "pod 'default/web-1': ip must be an IPv6 address without a zone ('%...') (got 'fe80::1%eth0')"
+    )
+
+
 def test_a_node_capture_fact_is_recorded_and_withdrawn() -> None:
     """`NodeCaptureConfigured` adds the node to `captured_nodes` (once) and removes it when no longer captured."""
     captured = fold_events(node_capture_configured("node-a"), node_capture_configured("node-a"))
