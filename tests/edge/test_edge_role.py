@@ -129,6 +129,7 @@ async def test_traffic_flows_through_the_served_config_and_follows_manifest_edit
         routes = tmp_path / "manifests" / "routes.yaml"
         routes.write_text(routes.read_text().replace("name: alpha", "name: beta"))
         await wait_for(functools.partial(lands_on, "beta"), timeout=CONVERGE)
+        assert edge.manifests is not None
         assert edge.manifests.statistics().readings >= 2
 
 
@@ -166,6 +167,7 @@ async def test_a_restarted_edge_appends_nothing_for_unchanged_manifests_and_dele
         """Run the edge until its first reading is in the log; return the events sent, the seq and the routes."""
         async with trio.open_nursery() as nursery:
             edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+            assert edge.manifests is not None
             sent = edge.manifests.statistics().events_sent
             replayed = edge.journal.replay.state.seq
 
@@ -221,6 +223,7 @@ async def test_integers_the_log_cannot_hold_are_refused_by_document_and_the_edge
     )
     async with trio.open_nursery() as nursery:
         edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+        assert edge.manifests is not None
         assert edge.manifests.problems == (
             "wide.yaml document 0: Service/default/huge-generation: not a kubernetes object: metadata.generation "
             "must be an integer from 0 to 9223372036854775807 (got 1000000000000000000000000000)",

@@ -45,6 +45,7 @@ from aether.plane.admin import HasStatistics
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
 from aether.registrar.client import RegistrarClient, WatchScope, serve_registrar_client
+from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.listen import ListenAddress
 from aether.xds.cache import SnapshotCache
 from aether.xds.server import XdsServer
@@ -74,6 +75,8 @@ class EdgeConfig:
     """mTLS to the registrar (`aether.rpc.tls.client_tls_context`); None: plaintext (a Unix socket, tests)."""
     cluster_name: str = "local"
     """Sent with the registrar watch (with `pod_name`, names this replica's watch on the registrar)."""
+    backoff: Backoff = DEFAULT_BACKOFF
+    """Waits between failed lists, watches and registrar connections (short ones in tests)."""
     xds: ListenAddress = ListenAddress.unix(DEFAULT_XDS_SOCKET)
     admin_socket: Path = DEFAULT_EDGE_ADMIN_SOCKET
     svid_dir: Path | None = None
@@ -195,6 +198,7 @@ async def serve_edge(
                     services=scope,
                     send=journal.sender(),
                     tls=config.registrar_tls,
+                    backoff=config.backoff,
                 )
             )
             scope.attach(registrar)
@@ -221,6 +225,7 @@ async def serve_edge(
                     journal.sender(),
                     queries=EDGE_QUERIES,
                     known=known_objects(journal.state, queries=EDGE_QUERIES),
+                    backoff=config.backoff,
                 )
             )
             parts["kubernetes"] = _Counters(kube)
