@@ -21,9 +21,7 @@ import trio
 from aether.cli import main
 from aether.core.events.registry import Endpoint, Health
 from aether.edge import EdgeConfig, RunningEdge, serve_edge
-from aether.envoy.bootstrap import ads_bootstrap
 from aether.envoy.http import http_get
-from aether.envoy.process import Envoy, open_envoy
 from aether.kube.access import EDGE_QUERIES
 from aether.kube.api import KubeClient
 from aether.kube.config import ClusterConfig
@@ -36,6 +34,7 @@ from aether.testing.envoy import wait_for
 from aether.testing.h2c_upstream import open_h2c_upstream
 from aether.testing.kubeapi import KubeApi, open_kube_api
 from aether.testing.memory_backend import MemoryBackend
+from tests.edge.test_edge_role import open_edge_envoy
 from tests.integration.test_routing_traffic import MESH_INBOUND, free_port
 from tests.registrar._grpc import rpc
 
@@ -140,9 +139,8 @@ class Registrar:
 
 
 @asynccontextmanager
-async def cluster_edge(
-    tmp_path: Path, api: KubeApi, registrar: Registrar
-) -> AsyncIterator[tuple[RunningEdge, Envoy]]:
+async def running_edge(tmp_path: Path, api: KubeApi, registrar: Registrar) -> AsyncIterator[RunningEdge]:
+    """An edge on `api` and `registrar`, in cleartext (identity none), retrying fast."""
     config = EdgeConfig(
         pod_name=POD,
         log_dir=tmp_path / "log",
@@ -155,12 +153,7 @@ async def cluster_edge(
         backoff=FAST,
     )
     async with trio.open_nursery() as nursery:
-        edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
-        bootstrap = ads_bootstrap(node_id=POD, xds_unix_socket=tmp_path / "xds.sock", delta=True)
-        async with open_envoy(
-            bootstrap, work_dir=tmp_path / "envoy", wait_live=False, log_level="warning"
-        ) as envoy:
-            yield edge, envoy
+        yield await nursery.start(functools.partial(serve_edge, config))
         nursery.cancel_scope.cancel()
 
 
@@ -199,7 +192,10 @@ async def test_a_route_in_the_api_reaches_a_registrar_endpoint_and_outages_keep_
         await register(registrar.socket, "alpha")
         for resource, obj in gateway_objects(port):
             api.store.create(resource, obj)
-        async with cluster_edge(tmp_path, api, registrar) as (edge, envoy):
+        async with (
+            running_edge(tmp_path, api, registrar) as edge,
+            open_edge_envoy(tmp_path, node_id=POD) as envoy,
+        ):
             api.store.create(HTTP_ROUTES, http_route("alpha"))
             await wait_for(functools.partial(lands_on, port, "alpha"), timeout=CONVERGE)
             assert edge.scope is not None
@@ -248,19 +244,7 @@ async def test_a_restarted_edge_appends_only_what_changed_in_the_api_while_it_wa
 
         async def start() -> tuple[int, list[str]]:
             """Run the edge until its first lists are in the log; return the Kubernetes events and the routes."""
-            config = EdgeConfig(
-                pod_name=POD,
-                log_dir=tmp_path / "log",
-                kube=KubeClient(ClusterConfig.from_url(api.url)),
-                registrar=ListenAddress.unix(registrar.socket),
-                xds=ListenAddress.unix(tmp_path / "xds.sock"),
-                admin_socket=tmp_path / "admin.sock",
-                bind=EDGE_ADDRESS,
-                cleartext=True,
-                backoff=FAST,
-            )
-            async with trio.open_nursery() as nursery:
-                edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+            async with running_edge(tmp_path, api, registrar) as edge:
                 assert edge.kube is not None
                 assert edge.registrar is not None
                 listed = edge.kube
@@ -281,7 +265,6 @@ async def test_a_restarted_edge_appends_only_what_changed_in_the_api_while_it_wa
                 routes = [
                     key for key in edge.journal.state.kube.gateway_objects if key.startswith("HTTPRoute/")
                 ]
-                nursery.cancel_scope.cancel()
             return sent, routes
 
         sent, routes = await start()

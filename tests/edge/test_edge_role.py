@@ -66,12 +66,19 @@ async def open_running_edge(
     )
     async with trio.open_nursery() as nursery:
         edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
-        bootstrap = ads_bootstrap(node_id=POD, xds_unix_socket=tmp_path / "xds.sock", delta=True)
-        async with open_envoy(
-            bootstrap, work_dir=tmp_path / "envoy", wait_live=False, log_level="warning"
-        ) as envoy:
+        async with open_edge_envoy(tmp_path, node_id=POD) as envoy:
             yield edge, envoy
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_edge_envoy(tmp_path: Path, *, node_id: str) -> AsyncIterator[Envoy]:
+    """A real Envoy (delta ADS) on the xDS socket `tmp_path / "xds.sock"` of an edge serving `node_id`."""
+    bootstrap = ads_bootstrap(node_id=node_id, xds_unix_socket=tmp_path / "xds.sock", delta=True)
+    async with open_envoy(
+        bootstrap, work_dir=tmp_path / "envoy", wait_live=False, log_level="warning"
+    ) as envoy:
+        yield envoy
 
 
 async def test_the_edge_serves_its_listeners_and_presents_its_svid_to_backends(tmp_path: Path) -> None:
