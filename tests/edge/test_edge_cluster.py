@@ -9,6 +9,8 @@ registrar reach Envoy. The registrar watch follows the backends: it is scoped to
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +28,7 @@ from aether.kube.access import EDGE_QUERIES
 from aether.kube.api import KubeClient
 from aether.kube.config import ClusterConfig
 from aether.kube.resources import GATEWAY_CLASSES, GATEWAYS, HTTP_ROUTES, SERVICES
+from aether.plane.admin_client import fetch_admin
 from aether.registrar import serve_registrar
 from aether.registrar.convert import registration_to_proto
 from aether.rpc.backoff import Backoff
@@ -287,6 +290,10 @@ async def test_a_restarted_edge_appends_only_what_changed_in_the_api_while_it_wa
             "--kube-api/--kubeconfig/--in-cluster need --registrar ADDRESS",
         ),
         ([], "give --manifests DIR (local runs) or one"),
+        (
+            ["--kube-api", "http://127.0.0.1:1", "--registrar", "unix:/none", "--registrar-cert", "{tmp}"],
+            "--registrar-cert, --registrar-key and --registrar-bundle go together",
+        ),
     ],
 )
 def test_the_edge_command_takes_exactly_one_object_source_and_the_api_needs_a_registrar(
@@ -297,3 +304,56 @@ def test_the_edge_command_takes_exactly_one_object_source_and_the_api_needs_a_re
     arguments += [word.format(tmp=tmp_path) for word in extra]
     assert main(arguments) == 2
     assert capsys.readouterr().err.startswith(f"aether: error: {message}")
+
+
+async def test_the_edge_command_runs_on_the_api_and_the_registrar(tmp_path: Path) -> None:
+    """`aether edge --kube-api URL --registrar ADDRESS` starts, says where its objects and endpoints come from,
+    and its state (read on its admin socket) holds the API's Gateway objects and, of the registrar's two
+    endpoints, only the one of the route's backend: the watch is scoped to it."""
+    port = free_port(EDGE_ADDRESS)
+    registrar = Registrar(socket=tmp_path / "registrar.sock")
+    async with open_kube_api() as api, trio.open_nursery() as services:
+        await registrar.start(services)
+        for name in BACKENDS:
+            await register(registrar.socket, name)
+        for resource, obj in gateway_objects(port):
+            api.store.create(resource, obj)
+        api.store.create(HTTP_ROUTES, http_route("alpha"))
+        command = [
+            sys.executable,
+            "-m",
+            "aether.cli",
+            "edge",
+            "--pod-name",
+            POD,
+            "--log-dir",
+            str(tmp_path / "log"),
+        ]
+        command += ["--kube-api", api.url, "--registrar", f"unix:{registrar.socket}", "--identity", "none"]
+        command += ["--xds", f"unix:{tmp_path / 'xds.sock'}", "--admin-socket", str(tmp_path / "admin.sock")]
+        command += ["--bind", EDGE_ADDRESS]
+        process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+        try:
+            assert process.stderr is not None
+            received = b""
+            with trio.fail_after(CONVERGE * 3):
+                while b"\n" not in received:
+                    chunk = await process.stderr.receive_some()
+                    assert chunk, f"aether edge ended: {received!r}"
+                    received += chunk
+            line = received.decode().splitlines()[0]
+            assert line.startswith(f"aether edge {POD}: log ")
+            assert f"kubernetes {api.url}, endpoints from registrar unix:{registrar.socket}" in line
+
+            async def scoped() -> bool:
+                try:
+                    state = await trio.to_thread.run_sync(fetch_admin, tmp_path / "admin.sock", "/state")
+                except OSError:
+                    return False
+                return (state["gateway_objects"], state["endpoints"]) == (3, 1)
+
+            await wait_for(scoped, timeout=CONVERGE)
+        finally:
+            process.kill()
+            await process.wait()
+        services.cancel_scope.cancel()
