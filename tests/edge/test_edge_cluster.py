@@ -24,6 +24,7 @@ from aether.cli import main
 from aether.core.events.registry import Endpoint, Health
 from aether.edge import EdgeConfig, RunningEdge, serve_edge
 from aether.envoy.http import http_get
+from aether.identity.mint import TestCA
 from aether.kube.access import EDGE_QUERIES
 from aether.kube.api import KubeClient
 from aether.kube.config import ClusterConfig
@@ -31,8 +32,10 @@ from aether.kube.resources import GATEWAY_CLASSES, GATEWAYS, HTTP_ROUTES, SERVIC
 from aether.plane.admin_client import fetch_admin
 from aether.registrar import serve_registrar
 from aether.registrar.convert import registration_to_proto
+from aether.registrar.snapshot import snapshot_of
 from aether.rpc.backoff import Backoff
 from aether.rpc.listen import ListenAddress
+from aether.rpc.tls import server_tls_context
 from aether.testing.envoy import wait_for
 from aether.testing.h2c_upstream import open_h2c_upstream
 from aether.testing.kubeapi import KubeApi, open_kube_api
@@ -50,6 +53,9 @@ EDGE_ADDRESS = "127.0.31.3"
 BACKENDS = {"alpha": "127.0.32.1", "beta": "127.0.32.2"}
 """Backend name → pod IP: each listens on `<ip>:18008`; only the registrar tells the edge these addresses."""
 FAST = Backoff(base=0.01, cap=0.2)
+TRUST_DOMAIN = "aether.internal"
+TLS_FILES = (("cert", "edge.pem"), ("key", "edge.key"), ("bundle", "bundle.pem"))
+"""The edge's mTLS files towards the registrar: `--registrar-<flag>` → its file."""
 
 
 def gateway_objects(port: int) -> list[tuple[Any, dict[str, Any]]]:
@@ -97,9 +103,9 @@ def http_route(backend: str) -> dict[str, Any]:
     }
 
 
-async def register(registrar: Path, name: str) -> None:
-    """Register backend `name`'s pod (service account `name`, label `app: name`) with the registrar."""
-    endpoint = Endpoint(
+def backend_endpoint(name: str) -> Endpoint:
+    """Backend `name`'s pod as the registrar knows it: service account `name`, label `app: name`."""
+    return Endpoint(
         service=f"default/{name}",
         ip=BACKENDS[name],
         port=8080,
@@ -110,7 +116,11 @@ async def register(registrar: Path, name: str) -> None:
         node_name="node-a",
         labels={"app": name},
     )
-    await rpc(registrar, "RegisterEndpoint", registration_to_proto(endpoint))
+
+
+async def register(registrar: Path, name: str) -> None:
+    """Register backend `name`'s pod with the registrar at Unix socket `registrar`."""
+    await rpc(registrar, "RegisterEndpoint", registration_to_proto(backend_endpoint(name)))
 
 
 @attrs.define
@@ -306,32 +316,42 @@ def test_the_edge_command_takes_exactly_one_object_source_and_the_api_needs_a_re
     assert capsys.readouterr().err.startswith(f"aether: error: {message}")
 
 
-async def test_the_edge_command_runs_on_the_api_and_the_registrar(tmp_path: Path) -> None:
-    """`aether edge --kube-api URL --registrar ADDRESS` starts, says where its objects and endpoints come from,
-    and its state (read on its admin socket) holds the API's Gateway objects and, of the registrar's two
-    endpoints, only the one of the route's backend: the watch is scoped to it."""
+async def test_the_edge_command_runs_on_the_api_and_a_tls_registrar(tmp_path: Path) -> None:
+    """`aether edge --kube-api URL --registrar HOST:PORT --registrar-cert/-key/-bundle` starts, says where its
+    objects and endpoints come from, and its state (read on its admin socket) holds the API's Gateway objects and,
+    of the registrar's two endpoints, only the one of the route's backend: the mTLS watch is scoped to it."""
+    ca = TestCA(TRUST_DOMAIN)
+    for owner, svid in (
+        ("registrar", ca.issue(f"spiffe://{TRUST_DOMAIN}/ns/aether-system/sa/aether-registrar")),
+        ("edge", ca.issue(f"spiffe://{TRUST_DOMAIN}/ns/aether-system/sa/aether-edge")),
+    ):
+        (tmp_path / f"{owner}.pem").write_bytes(svid.cert_chain_pem)
+        (tmp_path / f"{owner}.key").write_bytes(svid.private_key_pem)
+    (tmp_path / "bundle.pem").write_bytes(ca.bundle_pem)
+    backend = MemoryBackend(snapshot=snapshot_of([backend_endpoint(name) for name in BACKENDS], version=1))
     port = free_port(EDGE_ADDRESS)
-    registrar = Registrar(socket=tmp_path / "registrar.sock")
     async with open_kube_api() as api, trio.open_nursery() as services:
-        await registrar.start(services)
-        for name in BACKENDS:
-            await register(registrar.socket, name)
+        address = await services.start(
+            functools.partial(
+                serve_registrar,
+                backend=backend,
+                listen=ListenAddress.tcp(host="127.0.0.1", port=0),
+                tls=server_tls_context(
+                    certificate=tmp_path / "registrar.pem",
+                    key=tmp_path / "registrar.key",
+                    bundle=tmp_path / "bundle.pem",
+                ),
+                trust_domain=TRUST_DOMAIN,
+            )
+        )
         for resource, obj in gateway_objects(port):
             api.store.create(resource, obj)
         api.store.create(HTTP_ROUTES, http_route("alpha"))
-        command = [
-            sys.executable,
-            "-m",
-            "aether.cli",
-            "edge",
-            "--pod-name",
-            POD,
-            "--log-dir",
-            str(tmp_path / "log"),
-        ]
-        command += ["--kube-api", api.url, "--registrar", f"unix:{registrar.socket}", "--identity", "none"]
+        command = [sys.executable, "-m", "aether.cli", "edge", "--pod-name", POD]
+        command += ["--log-dir", str(tmp_path / "log"), "--kube-api", api.url, "--registrar", str(address)]
+        command += [f"--registrar-{flag}={tmp_path / name}" for flag, name in TLS_FILES]
         command += ["--xds", f"unix:{tmp_path / 'xds.sock'}", "--admin-socket", str(tmp_path / "admin.sock")]
-        command += ["--bind", EDGE_ADDRESS]
+        command += ["--bind", EDGE_ADDRESS, "--identity", "none"]
         process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
         try:
             assert process.stderr is not None
@@ -343,7 +363,7 @@ async def test_the_edge_command_runs_on_the_api_and_the_registrar(tmp_path: Path
                     received += chunk
             line = received.decode().splitlines()[0]
             assert line.startswith(f"aether edge {POD}: log ")
-            assert f"kubernetes {api.url}, endpoints from registrar unix:{registrar.socket}" in line
+            assert f"kubernetes {api.url}, endpoints from registrar {address}" in line
 
             async def scoped() -> bool:
                 try:
