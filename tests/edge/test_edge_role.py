@@ -67,12 +67,19 @@ async def open_running_edge(
     )
     async with trio.open_nursery() as nursery:
         edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
-        bootstrap = ads_bootstrap(node_id=POD, xds_unix_socket=tmp_path / "xds.sock", delta=True)
-        async with open_envoy(
-            bootstrap, work_dir=tmp_path / "envoy", wait_live=False, log_level="warning"
-        ) as envoy:
+        async with open_edge_envoy(tmp_path, node_id=POD) as envoy:
             yield edge, envoy
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_edge_envoy(tmp_path: Path, *, node_id: str) -> AsyncIterator[Envoy]:
+    """A real Envoy (delta ADS) on the xDS socket `tmp_path / "xds.sock"` of an edge serving `node_id`."""
+    bootstrap = ads_bootstrap(node_id=node_id, xds_unix_socket=tmp_path / "xds.sock", delta=True)
+    async with open_envoy(
+        bootstrap, work_dir=tmp_path / "envoy", wait_live=False, log_level="warning"
+    ) as envoy:
+        yield envoy
 
 
 async def test_the_edge_serves_its_listeners_and_presents_its_svid_to_backends(tmp_path: Path) -> None:
@@ -138,6 +145,7 @@ async def test_traffic_flows_through_the_served_config_and_follows_manifest_edit
         routes = tmp_path / "manifests" / "routes.yaml"
         routes.write_text(routes.read_text().replace("name: alpha", "name: beta"))
         await wait_for(functools.partial(lands_on, "beta"), timeout=CONVERGE)
+        assert edge.manifests is not None
         assert edge.manifests.statistics().readings >= 2
 
 
@@ -175,6 +183,7 @@ async def test_a_restarted_edge_appends_nothing_for_unchanged_manifests_and_dele
         """Run the edge until its first reading is in the log; return the events sent, the seq and the routes."""
         async with trio.open_nursery() as nursery:
             edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+            assert edge.manifests is not None
             sent = edge.manifests.statistics().events_sent
             replayed = edge.journal.replay.state.seq
 
@@ -230,6 +239,7 @@ async def test_integers_the_log_cannot_hold_are_refused_by_document_and_the_edge
     )
     async with trio.open_nursery() as nursery:
         edge: RunningEdge = await nursery.start(functools.partial(serve_edge, config))
+        assert edge.manifests is not None
         assert edge.manifests.problems == (
             "wide.yaml document 0: Service/default/huge-generation: not a kubernetes object: metadata.generation "
             "must be an integer from 0 to 9223372036854775807 (got 1000000000000000000000000000)",

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from aether.agent.kube_source import MESH_QUERIES, node_pod_query
-from aether.kube.access import AGENT_ACCESS, REGISTRAR_KUBERNETES_ACCESS, WATCH_VERBS, Rule
+from aether.kube.access import (
+    AGENT_ACCESS,
+    EDGE_ACCESS,
+    EDGE_QUERIES,
+    REGISTRAR_KUBERNETES_ACCESS,
+    WATCH_VERBS,
+    Rule,
+)
+from aether.kube.resources import SECRETS
+from aether.kube.source import MESH_QUERIES, node_pod_query
 from aether.registrar.backends.kubernetes import NODE_QUERY, POD_QUERY
 
 
@@ -40,4 +48,17 @@ def test_rules_group_the_watches_by_api_group() -> None:
             ),
             verbs=("list", "watch"),
         ),
+    )
+
+
+def test_the_edges_watches_are_its_row() -> None:
+    """The edge runs `EDGE_QUERIES` (what every node reads, the TLS Secrets by a field selector, the Namespaces):
+    its row, with no pods (its endpoints come from the registrar)."""
+    watched = [query.resource for query in EDGE_QUERIES]
+    assert sorted(map(str, watched)) == sorted(map(str, EDGE_ACCESS.watches))
+    assert [query.field_selector for query in EDGE_QUERIES if query.resource == SECRETS] == [
+        "type=kubernetes.io/tls"
+    ]
+    assert EDGE_ACCESS.rules()[0] == Rule(
+        api_group="", resources=("namespaces", "secrets", "services"), verbs=WATCH_VERBS
     )

@@ -76,7 +76,7 @@ def test_rbac_grants_exactly_what_the_code_reads(overlay: list[Object]) -> None:
         for namespace, rules in access.namespace_rules().items():
             expected[(account, namespace)] = set(rules)
     assert granted == expected
-    assert {"aether-agent", "aether-controller"} <= accounts
+    assert {"aether-agent", "aether-controller", "aether-edge"} <= accounts
 
 
 def test_only_roles_that_read_the_api_get_a_token(overlay: list[Object]) -> None:
@@ -89,8 +89,9 @@ def test_only_roles_that_read_the_api_get_a_token(overlay: list[Object]) -> None
         mounted[workload["metadata"]["name"]] = spec.get(
             "automountServiceAccountToken", account.get("automountServiceAccountToken", True)
         )
-    assert sorted(name for name, token in mounted.items() if token) == ["aether-agent", "aether-controller"]
-    assert sorted({account for account, _ in bound}) == ["aether-agent", "aether-controller"]
+    readers = ["aether-agent", "aether-controller", "aether-edge"]
+    assert sorted(name for name, token in mounted.items() if token) == readers
+    assert sorted({account for account, _ in bound}) == readers
 
 
 def test_every_container_is_locked_down(overlay: list[Object]) -> None:

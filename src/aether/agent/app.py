@@ -15,7 +15,6 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.agent.kube_source import MESH_QUERIES, known_objects, node_pod_query, serve_kube_source
 from aether.agent.mesh_records import serve_mesh_records
 from aether.agent.pod_lookup import StatePodLookup
 from aether.agent.registration import Registrations, serve_registrations
@@ -32,11 +31,12 @@ from aether.identity.tls import client_context, keep_context_current
 from aether.identity.workload_api import WorkloadIdentity, serve_workload_api
 from aether.kube import KubeClient
 from aether.kube.mesh_config_file import serve_mesh_config_file
+from aether.kube.source import MESH_QUERIES, known_objects, node_pod_query, serve_kube_source
 from aether.plane.admin import HasStatistics
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
 from aether.plane.journal import Journal
 from aether.plane.plane import DEFAULT_XDS_SOCKET, open_plane
-from aether.registrar.client import RegistrarClient, serve_registrar_client
+from aether.registrar.client import WatchScope, serve_registrar_client
 from aether.rpc.listen import ListenAddress
 from aether.xds.cache import SnapshotCache
 from aether.xds.server import XdsServer
@@ -75,7 +75,7 @@ class AgentConfig:
     own log (`aether.agent.pod_lookup.StatePodLookup`), and what the plugin sends for a pod the log lacks."""
     kube: KubeClient | None = None
     """Watch this Kubernetes API for Services, Gateway API objects, ReferenceGrants and the node's pods
-    (`aether.agent.kube_source`); None: those come from elsewhere."""
+    (`aether.kube.source`); None: those come from elsewhere."""
     cni_ack_wait: float = ACK_WAIT
     """Seconds AddPod waits for the proxy's ACK of a new pod's listeners."""
     dns_records: Path | None = None
@@ -141,14 +141,11 @@ async def serve_agent(
     Start-up replays the log first, so the first snapshot served is the one served before a restart.
     """
     projector = NodeProjector(node_name=config.node_name)
-    clients: list[RegistrarClient] = []
+    scope = WatchScope()
 
     def project(state: State, now: int) -> Snapshot:
-        before = projector.dependencies
         snapshot = projector.project(state, now=now)
-        if projector.dependencies != before:
-            for client in clients:
-                client.refilter()  # the watch follows the dependency set (a fresh resync)
+        scope.update(projector.dependencies)  # the watch follows the dependency set (a fresh resync)
         return snapshot
 
     async with (
@@ -174,12 +171,12 @@ async def serve_agent(
                     target=config.registrar,
                     cluster_name=config.cluster_name,
                     node_name=config.node_name,
-                    services=lambda: frozenset(projector.dependencies),
+                    services=scope,
                     send=journal.sender(),
                     tls=registrar_tls,
                 )
             )
-            clients.append(client)
+            scope.attach(client)
             registrations = await nursery.start(
                 functools.partial(
                     serve_registrations,

@@ -19,9 +19,9 @@ from aether.cli.common import (
     add_verbose_argument,
     configure_logging,
     leaves,
-    tls_files,
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
+from aether.cli.registrar_options import add_registrar_watch_arguments, registrar_tls_context
 from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.cni.api import DEFAULT_CNI_SOCKET
@@ -29,8 +29,6 @@ from aether.cni.wire import DEFAULT_PLUGIN_SOCKET
 from aether.kube import KubeClient, KubeError
 from aether.log import LogLockedError
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
-from aether.rpc.listen import ListenAddress
-from aether.rpc.tls import client_tls_context
 
 
 def add_parser(roles: Any) -> None:
@@ -41,22 +39,7 @@ def add_parser(roles: Any) -> None:
     add_serving_arguments(
         parser, admin_socket=DEFAULT_ADMIN_SOCKET, svid_help="read SVIDs and the trust bundle from files"
     )
-    parser.add_argument(
-        "--registrar",
-        type=ListenAddress.parse,
-        metavar="ADDRESS",
-        help="watch the registrar at unix:PATH or HOST:PORT",
-    )
-    parser.add_argument(
-        "--cluster-name", default="local", help="this cluster's name (the registrar watch id)"
-    )
-    for name, what in (("cert", "certificate chain"), ("key", "private key"), ("bundle", "trust bundle")):
-        parser.add_argument(
-            f"--registrar-{name}",
-            type=Path,
-            metavar="FILE",
-            help=f"mTLS to the registrar: this agent's node identity {what} (PEM; give all three)",
-        )
+    add_registrar_watch_arguments(parser, who="this agent's node identity")
     parser.add_argument(
         "--cni-socket",
         type=Path,
@@ -85,11 +68,6 @@ def add_parser(roles: Any) -> None:
     parser.set_defaults(run=run_agent)
 
 
-def _registrar_tls(arguments: argparse.Namespace) -> ssl.SSLContext | None:
-    files = tls_files(arguments, prefix="registrar")
-    return None if files is None else client_tls_context(**files)
-
-
 def run_agent(arguments: argparse.Namespace) -> int:
     """`aether agent`: runs until interrupted; a kill at any moment leaves the log valid (replayed at start).
 
@@ -102,7 +80,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         return 2
     try:
         cluster = cluster_config(arguments, required=False)
-        registrar_tls = _registrar_tls(arguments)
+        registrar_tls = registrar_tls_context(arguments)
         workload_socket, broker_socket = spiffe_sockets(arguments)
     except (KubeError, OSError, ssl.SSLError, ValueError) as error:
         print(f"aether: error: {error}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,14 @@ from aether.cli.common import (
     configure_logging,
     leaves,
 )
+from aether.cli.kube_options import add_kube_arguments, cluster_config
+from aether.cli.registrar_options import add_registrar_watch_arguments, registrar_tls_context
 from aether.cli.spiffe_options import add_spiffe_arguments, spiffe_sockets
 from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE
 from aether.core.project.names import ANY_ADDRESS
 from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, serve_edge
+from aether.kube import KubeClient, KubeError
 from aether.kube.manifests import ManifestError
 from aether.log import LogLockedError
 
@@ -38,8 +42,17 @@ def add_parser(roles: Any) -> None:
     )
     parser.add_argument("--log-dir", type=Path, required=True, metavar="DIR", help="the edge's event log")
     parser.add_argument(
-        "--manifests", type=Path, required=True, metavar="DIR", help="a directory of YAML manifests"
+        "--manifests",
+        type=Path,
+        metavar="DIR",
+        help="read the objects (and, without --registrar, the pods behind the backends) from a directory of YAML"
+        " manifests: for local runs, instead of the Kubernetes API",
     )
+    add_kube_arguments(
+        parser,
+        what="watch Gateways, their routes, Services, grants, Namespaces and TLS Secrets; needs --registrar",
+    )
+    add_registrar_watch_arguments(parser, who="the edge's identity")
     add_serving_arguments(
         parser,
         admin_socket=DEFAULT_EDGE_ADMIN_SOCKET,
@@ -66,19 +79,45 @@ def add_parser(roles: Any) -> None:
     parser.set_defaults(run=run_edge)
 
 
+def _sources(config: EdgeConfig) -> str:
+    """Where the edge's objects and endpoints come from, for the start-up line."""
+    objects = (
+        f"manifests {config.manifests}" if config.kube is None else f"kubernetes {config.kube.config.server}"
+    )
+    registry = "the manifests' pods" if config.registrar is None else f"registrar {config.registrar}"
+    return f"{objects}, endpoints from {registry}"
+
+
 def run_edge(arguments: argparse.Namespace) -> int:
-    """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up, 3 when another
-    process owns the log (without `--standby`)."""
+    """`aether edge`: runs until interrupted; exits 1 when the manifests cannot be read at start-up, 2 on options
+    that do not go together (the objects come from exactly one of --manifests and the API; the API needs
+    --registrar), 3 when another process owns the log (without `--standby`)."""
     configure_logging(arguments)
     try:
         workload_socket = None if arguments.identity == "spire" else spiffe_sockets(arguments)[0]
-    except ValueError as bad:
+        cluster = cluster_config(arguments, required=False)
+        tls = registrar_tls_context(arguments)
+        if (cluster is None) == (arguments.manifests is None):
+            raise ValueError(
+                "give --manifests DIR (local runs) or one of --kube-api, --kubeconfig, --in-cluster (a cluster),"
+                " not both: the two sources own the same objects"
+            )
+        if cluster is not None and arguments.registrar is None:
+            raise ValueError(
+                "--kube-api/--kubeconfig/--in-cluster need --registrar ADDRESS: in a cluster the backends'"
+                " endpoints come from the registrar"
+            )
+    except (KubeError, OSError, ssl.SSLError, ValueError) as bad:
         print(f"aether: error: {bad}", file=sys.stderr)
         return 2
     config = EdgeConfig(
         pod_name=arguments.pod_name,
         log_dir=arguments.log_dir,
         manifests=arguments.manifests,
+        kube=None if cluster is None else KubeClient(cluster),
+        registrar=arguments.registrar,
+        registrar_tls=tls,
+        cluster_name=arguments.cluster_name,
         xds=arguments.xds,
         admin_socket=arguments.admin_socket,
         svid_dir=arguments.svid_dir,
@@ -96,7 +135,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
             edge: RunningEdge = await nursery.start(serve_edge, config)
             print(
                 f"aether edge {config.pod_name}: log {config.log_dir} at seq {edge.journal.state.seq},"
-                f" manifests {config.manifests}, xds {edge.xds}, admin {config.admin_socket}",
+                f" {_sources(config)}, xds {edge.xds}, admin {config.admin_socket}",
                 file=sys.stderr,
                 flush=True,
             )

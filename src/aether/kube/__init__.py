@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aether.kube.access import (
     AGENT_ACCESS,
+    EDGE_ACCESS,
+    EDGE_QUERIES,
     MESH_RESOURCES,
     REGISTRAR_KUBERNETES_ACCESS,
     ROLE_ACCESS,
@@ -75,6 +77,8 @@ __all__ = [
     "BUILTIN_RESOURCES",
     "DEFAULT_NAMESPACE",
     "DEFAULT_PAGE_SIZE",
+    "EDGE_ACCESS",
+    "EDGE_QUERIES",
     "GATEWAYS",
     "GATEWAY_API_GROUP",
     "GATEWAY_CLASSES",

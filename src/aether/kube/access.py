@@ -1,6 +1,6 @@
 """What each role reads from the Kubernetes API: the one table its watches are built from and its RBAC is checked by.
 
-A role's watches are `WatchQuery`s over the resources of its row (`aether.agent.kube_source`,
+A role's watches are `WatchQuery`s over the resources of its row (`aether.kube.source`,
 `aether.registrar.backends.kubernetes`); `tests/manifests/test_rbac.py` checks that the ClusterRoles of
 `manifests/` grant each role's ServiceAccount exactly `rules()` of its row, nothing more and nothing less.
 """
@@ -38,12 +38,15 @@ __all__ = [
     "CONTROLLER_ACCESS",
     "CONTROLLER_NAMESPACE",
     "CONTROLLER_QUERIES",
+    "EDGE_ACCESS",
+    "EDGE_QUERIES",
     "LEASE_VERBS",
     "MESH_RESOURCES",
     "MUTATING_WEBHOOK_CONFIGURATIONS",
     "REGISTRAR_KUBERNETES_ACCESS",
     "ROLE_ACCESS",
     "STATUS_RESOURCES",
+    "TLS_SECRETS_QUERY",
     "VALIDATING_WEBHOOK_CONFIGURATIONS",
     "WATCH_VERBS",
     "WEBHOOK_CONFIGURATION_VERBS",
@@ -175,17 +178,21 @@ STATUS_RESOURCES: tuple[ResourceType, ...] = (
 CONTROLLER_NAMESPACE = "aether-system"
 """Where the controller's Lease lives (its own namespace)."""
 
+TLS_SECRETS_QUERY = WatchQuery(resource=SECRETS, field_selector=f"type={TLS_SECRET_TYPE}")
+"""The TLS Secrets, every namespace: what a Gateway listener's certificateRefs may name. RBAC cannot narrow a list to
+one Secret type (nor to the Secrets some listener references), so the grant is every Secret; the field selector keeps
+the others off the wire."""
+
 CONTROLLER_QUERIES: tuple[WatchQuery, ...] = (
     *(WatchQuery(resource=resource) for resource in MESH_RESOURCES),
     WatchQuery(resource=PODS, label_selector=MANAGED_SELECTOR),
-    WatchQuery(resource=SECRETS, field_selector=f"type={TLS_SECRET_TYPE}"),
+    TLS_SECRETS_QUERY,
     WatchQuery(resource=NAMESPACES),
 )
 """What the controller folds: what every node reads, every meshed pod (a Service's backends are the service
 account of the pods it selects), and the TLS Secrets (a Gateway listener's certificateRefs decide its ResolvedRefs
 and Programmed conditions; without them every HTTPS listener would be reported InvalidCertificateRef). RBAC cannot
-narrow a list to one Secret type, so the grant is every Secret; the field selector keeps the others off the wire),
-and the Namespaces (their labels decide which routes a listener's `allowedRoutes.namespaces.selector` admits)."""
+narrow a list to one Secret type: `TLS_SECRETS_QUERY`), and the Namespaces (their labels decide which routes a listener's `allowedRoutes.namespaces.selector` admits)."""
 
 CONTROLLER_ACCESS = RoleAccess(
     role="controller",
@@ -208,9 +215,28 @@ the ConfigMaps it projects them into (every namespace that has one); for the web
 its own pod (the init container's image), the serving certificate's Secret, and our two webhook configurations'
 caBundle (get and update, narrowed by resourceNames in the manifest)."""
 
+EDGE_QUERIES: tuple[WatchQuery, ...] = (
+    *(WatchQuery(resource=resource) for resource in MESH_RESOURCES),
+    TLS_SECRETS_QUERY,
+    WatchQuery(resource=NAMESPACES),
+)
+"""What `aether edge --kube-api/--kubeconfig/--in-cluster` folds (`aether.kube.source`): what every node reads (the
+GatewayClasses, every Gateway, their routes of the five kinds, Services and ReferenceGrants), the TLS Secrets (its
+HTTPS and TLS listeners' certificates) and the Namespaces (`allowedRoutes.namespaces.selector`). The API cannot
+select Gateways by class (`spec.gatewayClassName` is no field selector), so every Gateway is listed and the core's
+gateway view keeps those of a class with controllerName `gateway.aether.io/edge`. No pods: endpoints come from the
+registrar."""
+
+EDGE_ACCESS = RoleAccess(
+    role="edge",
+    service_account="aether-edge",
+    watches=tuple(query.resource for query in EDGE_QUERIES),
+)
+"""`aether edge` in a cluster: list and watch `EDGE_QUERIES`' resources cluster-wide, nothing else (each replica is
+its own control plane: no Lease, no writes)."""
+
 ROLE_ACCESS: Mapping[str, RoleAccess] = {
     access.service_account: access
-    for access in (AGENT_ACCESS, REGISTRAR_KUBERNETES_ACCESS, CONTROLLER_ACCESS)
+    for access in (AGENT_ACCESS, REGISTRAR_KUBERNETES_ACCESS, CONTROLLER_ACCESS, EDGE_ACCESS)
 }
-"""By ServiceAccount. The other roles read nothing from the API: `aether edge` reads its Gateway API objects from a
-manifest directory, and `aether mesh-dns` the agent's record file."""
+"""By ServiceAccount. The other roles read nothing from the API: `aether mesh-dns` reads the agent's record file."""

@@ -18,7 +18,12 @@ from aether.registrar.broadcaster import (
     Watcher,
     WatcherEnd,
 )
-from aether.registrar.client import RegistrarClient, RegistrarClientStatistics, serve_registrar_client
+from aether.registrar.client import (
+    RegistrarClient,
+    RegistrarClientStatistics,
+    WatchScope,
+    serve_registrar_client,
+)
 from aether.registrar.errors import (
     InvalidRequestError,
     PermissionRefusedError,
@@ -87,6 +92,7 @@ __all__ = [
     "WatchOutput",
     "WatchPhase",
     "WatchProtocolError",
+    "WatchScope",
     "Watcher",
     "WatcherEnd",
     "agent_spiffe_id",

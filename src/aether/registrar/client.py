@@ -11,7 +11,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 import purerpc
@@ -34,6 +34,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "RegistrarClient",
     "RegistrarClientStatistics",
+    "WatchScope",
     "serve_registrar_client",
 ]
 
@@ -188,6 +189,36 @@ class RegistrarClient:
                 self._resumes += 1
             if output.synced is not None:
                 self._synced.set()
+
+
+class WatchScope:
+    """The services a control plane's registrar watches are scoped to: its demand, as its projection last found it.
+
+    Pass it as `serve_registrar_client(services=scope)` and `attach` the client; the projection calls `update`
+    after each snapshot (the agent with its dependency set, the edge with its backends' mesh services). A change
+    restarts every attached watch with a full resync under the new filter; an unchanged set does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._services: frozenset[str] = frozenset()
+        self._clients: list[RegistrarClient] = []
+
+    def __call__(self) -> frozenset[str]:
+        """The services in scope (what a watch reads at each connect)."""
+        return self._services
+
+    def attach(self, client: RegistrarClient) -> None:
+        """Refilter `client` whenever the scope changes."""
+        self._clients.append(client)
+
+    def update(self, services: Iterable[str]) -> None:
+        """Set the services in scope; refilter the attached watches if they changed."""
+        scoped = frozenset(services)
+        if scoped == self._services:
+            return
+        self._services = scoped
+        for client in self._clients:
+            client.refilter()
 
 
 async def serve_registrar_client(

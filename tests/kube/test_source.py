@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 import trio
 
-from aether.agent.kube_source import (
+from aether.core.state import State
+from aether.kube.api import KubeClient
+from aether.kube.config import ClusterConfig
+from aether.kube.resources import HTTP_ROUTES, PODS, REFERENCE_GRANTS, SERVICES
+from aether.kube.source import (
     MESH_QUERIES,
     KubeSourceStatistics,
     known_objects,
     node_pod_query,
     serve_kube_source,
 )
-from aether.core.state import State
-from aether.kube.api import KubeClient
-from aether.kube.config import ClusterConfig
-from aether.kube.resources import HTTP_ROUTES, PODS, REFERENCE_GRANTS, SERVICES
 from aether.plane.journal import Journal, open_journal
 from aether.rpc.backoff import Backoff
 from aether.testing.envoy import wait_for

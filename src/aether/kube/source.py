@@ -1,10 +1,13 @@
-"""The agent's Kubernetes source: watches of Services, Gateway API objects, ReferenceGrants (and this node's pods)
-turned into log events with `aether.kube.convert`, and sent to the journal.
+"""A role's Kubernetes source: watches turned into log events with `aether.kube.convert`, and sent to the journal.
+
+The agent watches Services, Gateway API objects, ReferenceGrants and its node's pods (`MESH_QUERIES` plus
+`node_pod_query`); the edge the same objects, the Namespaces and the TLS Secrets its listeners reference
+(`aether.kube.access.EDGE_QUERIES`). Both run this one source, so an object becomes the same events in either log.
 
 Each watch is a reflector; one owner task keeps what the log holds per key (`aether.kube.baseline`), so an upsert
 is told apart from a first sighting, an object that did not change appends nothing, and a re-list (after a 410,
 or at start-up) becomes deletions of what vanished plus upserts of what changed. At start-up the baseline is the
-journal's replayed state: objects deleted while the agent was down are deleted from the log by the first list.
+journal's replayed state: objects deleted while the role was down are deleted from the log by the first list.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ __all__ = [
     "serve_kube_source",
 ]
 
-LOG = logging.getLogger("aether.agent.kube_source")
+LOG = logging.getLogger("aether.kube.source")
 
 SOURCE = "kubernetes"
 """The `source` of every event this sends."""
@@ -153,9 +156,9 @@ class _KubeSource:
 def known_objects(state: State, *, queries: Iterable[WatchQuery]) -> Baseline:
     """Return what `state` holds of the kinds `queries` watch: the baseline the source diffs its lists against.
 
-    Seeds the source after a restart: the first list sends only what changed while the agent was down, and
-    deletes what vanished. Pods the log holds are compared with but not deleted by the first list: this node's pods
-    also come from the CNI, and only the CNI may remove those.
+    Seeds the source after a restart: the first list sends only what changed while the role was down, and
+    deletes what vanished. Pods the log holds are compared with but not deleted by the first list: the agent's
+    node's pods also come from the CNI, and only the CNI may remove those (the edge watches no pods).
     """
     objects = logged_objects(state, kinds={query.resource.kind for query in queries})
     return Baseline(objects, kept=[key for key, item in objects.items() if isinstance(item, Pod)])
