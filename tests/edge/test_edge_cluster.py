@@ -19,11 +19,11 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from aether.envoy.http import http_get
 
 from aether.cli import main
 from aether.core.events.registry import Endpoint, Health
 from aether.edge import EdgeConfig, RunningEdge, serve_edge
+from aether.http1 import http_get
 from aether.identity.mint import TestCA
 from aether.kube.access import EDGE_QUERIES
 from aether.kube.api import KubeClient
