@@ -16,7 +16,7 @@ import attrs
 from aether.core.errors import CodecError
 from aether.core.events import Event, Record, decode_event
 from aether.core.project.node import NodeProjector
-from aether.core.reduce import fold_event
+from aether.core.reduce import fold_event, fold_many
 from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
 from aether.log import (
     CheckpointError,
@@ -136,6 +136,23 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _Decoded:
+    """The `(seq, event)` pairs of log records, decoded as `fold_many` takes them; counts them and keeps the last
+    event's observation time."""
+
+    def __init__(self, items: Iterator[LogRecord]) -> None:
+        self._items = items
+        self.count = 0
+        self.observed_at = 0
+
+    def __iter__(self) -> Iterator[tuple[int, Event]]:
+        for item in self._items:
+            event = decode_record(item)
+            self.count += 1
+            self.observed_at = event.observed_at
+            yield item.seq, event
+
+
 def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bool = True) -> Replay:
     """Fold the log in `directory` up to `until` (default: its last record).
 
@@ -153,13 +170,9 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
         state, checkpoint_seq, skipped = (
             _starting_point(directory, until=last) if use_checkpoints else (EMPTY_STATE, None, ())
         )
-        folded = 0
-        observed_at = 0
-        for item in scan_log(directory, from_seq=state.seq + 1, to_seq=last):
-            event = decode_record(item)
-            state = fold_event(state, event, seq=item.seq)
-            observed_at = event.observed_at
-            folded += 1
+        decoded = _Decoded(scan_log(directory, from_seq=state.seq + 1, to_seq=last))
+        state = fold_many(state, decoded)
+        folded, observed_at = decoded.count, decoded.observed_at
         if not folded and state.seq:
             observed_at = next(
                 decoded_records(directory, from_seq=state.seq, to_seq=state.seq)
