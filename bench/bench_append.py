@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.lowlevel
 
 from aether.log import open_event_log
 from aether.log.frame import encode_frame, encode_segment_header
@@ -107,6 +108,40 @@ async def measure_log(directory: Path, *, appenders: int, seconds: float) -> dic
     }
 
 
+async def measure_trio_floor(*, appenders: int, seconds: float) -> dict[str, float]:
+    """The same waits with no log: each task parks on the pending round's event, a committer task sets it after a
+    worker-thread call that does nothing. What trio itself costs per append (its ceiling for group commit)."""
+    events = 0
+    pending = trio.Event()
+    joined = 0
+
+    async def waiter(deadline: float) -> None:
+        nonlocal events, joined
+        while trio.current_time() < deadline:
+            joined += 1
+            await pending.wait()
+            events += 1
+
+    async def committer(deadline: float) -> None:
+        nonlocal pending, joined
+        while trio.current_time() < deadline + 0.1:
+            await trio.to_thread.run_sync(int)
+            if joined:
+                current, pending, joined = pending, trio.Event(), 0
+                current.set()
+            else:
+                await trio.lowlevel.checkpoint()
+
+    start = time.perf_counter()
+    deadline = trio.current_time() + seconds
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(committer, deadline)
+        for _ in range(appenders):
+            nursery.start_soon(waiter, deadline)
+    elapsed = time.perf_counter() - start
+    return {"appenders": appenders, "events_per_second": events / elapsed}
+
+
 def main() -> None:
     """Run the benchmark, print the figures and write them as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -131,6 +166,9 @@ def main() -> None:
             for count in CONCURRENCY
         ]
         after = measure_reference(directory, seconds=REFERENCE_SECONDS)
+        floor = trio.run(
+            functools.partial(measure_trio_floor, appenders=CONCURRENCY[-1], seconds=REFERENCE_SECONDS)
+        )
     reference_rate = (before["frames_per_second"] + after["frames_per_second"]) / 2
 
     print(f"reference: os.write + os.fdatasync per frame: {reference_rate:,.0f} frames/s (= syncs/s)")
@@ -160,6 +198,10 @@ def main() -> None:
     )
     busiest = runs[-1]
     print(
+        f"trio floor: {floor['appenders']} tasks waking once per round, no I/O: {floor['events_per_second']:,.0f}/s"
+        f" (the log's {busiest['events_per_second'] / floor['events_per_second']:.2f} of it)"
+    )
+    print(
         f"aim: {busiest['appenders']} appenders >= 200,000 events/s:"
         f" {'met' if busiest['events_per_second'] >= 200_000 else 'NOT met'}"
         f" ({busiest['events_per_second']:,.0f}; the disk's syncs/s here bound it at"
@@ -180,6 +222,7 @@ def main() -> None:
             "after": after,
         },
         "runs": runs,
+        "trio_floor": floor,
     }
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
     arguments.output.write_text(json.dumps(results, indent=2) + "\n")

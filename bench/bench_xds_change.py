@@ -17,7 +17,9 @@ from typing import Any
 
 import trio
 from _common import write_results
-from bench_xds import GC_CLOCK, ENDPOINT_TYPE, Push, Workload, open_loaded_envoy, push, with_endpoint_moved
+
+from aether.core.snapshot import ENDPOINT_TYPE
+from bench_xds import GC_CLOCK, Push, Workload, open_loaded_envoy, push, with_endpoint_moved
 
 CLUSTERS = 10_000
 PUSHES = 200
@@ -80,9 +82,13 @@ def main() -> None:
     finally:
         gc.callbacks.remove(GC_CLOCK)
     figures: dict[str, Any] = {"clusters": arguments.clusters}
-    print(f"xds: 1 endpoint change at {arguments.clusters:,} EDS clusters, {arguments.pushes} pushes per mode")
-    print(f"  {'':8}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'CPU p50':>10}{'CPU p99':>10}{'publish p50':>13}"
-          f"{'CPU share':>11}")
+    print(
+        f"xds: 1 endpoint change at {arguments.clusters:,} EDS clusters, {arguments.pushes} pushes per mode"
+    )
+    print(
+        f"  {'':8}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'CPU p50':>10}{'CPU p99':>10}{'publish p50':>13}"
+        f"{'CPU share':>11}"
+    )
     for mode, pushes in modes.items():
         row = figures[mode] = _figures(pushes)
         print(

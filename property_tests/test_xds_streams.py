@@ -136,12 +136,18 @@ def test_a_delta_push_of_a_derived_snapshot_sends_what_a_full_comparison_sends(
             resources=[resource for items in snapshot.resources.values() for resource in items.values()],
         )
         answers = [derived.publish(snapshot, now=step), whole.publish(built, now=step)]
-        assert [_delta_sent(r) for r in answers[0].responses] == [_delta_sent(r) for r in answers[1].responses]
+        assert [_delta_sent(r) for r in answers[0].responses] == [
+            _delta_sent(r) for r in answers[1].responses
+        ]
         for index, response in enumerate(answers[0].responses):
             # Both machines issue the same nonces: answer both alike (ACK, or NACK the chosen ones).
-            feedback = discovery_pb2.DeltaDiscoveryRequest(type_url=response.type_url, response_nonce=response.nonce)
+            feedback = discovery_pb2.DeltaDiscoveryRequest(
+                type_url=response.type_url, response_nonce=response.nonce
+            )
             feedback.node.id = "node-a"
             if (step + index) % 10 in nacked:
                 feedback.error_detail.message = "rejected"
             replies = [machine.receive(feedback, now=step) for machine in (derived, whole)]
-            assert [_delta_sent(r) for r in replies[0].responses] == [_delta_sent(r) for r in replies[1].responses]
+            assert [_delta_sent(r) for r in replies[0].responses] == [
+                _delta_sent(r) for r in replies[1].responses
+            ]

@@ -96,7 +96,9 @@ def test_a_nack_of_several_resources_sends_each_again_alone_and_rejects_only_the
     changed = snapshot(cluster("a", timeout_ms=1), cluster("b", timeout_ms=7), seq=2)
     (both,) = stream.publish(changed, now=NOW).responses
     assert list(sent(both)) == ["a", "b"]
-    alone_a, alone_b = stream.receive(request(nonce=both.nonce, error="cluster a: invalid"), now=NOW).responses
+    alone_a, alone_b = stream.receive(
+        request(nonce=both.nonce, error="cluster a: invalid"), now=NOW
+    ).responses
     assert [sent(alone_a), sent(alone_b)] == [
         {"a": changed.of_type(CLUSTER_TYPE)["a"].digest},
         {"b": changed.of_type(CLUSTER_TYPE)["b"].digest},

@@ -75,8 +75,17 @@ class _Lineage:
     """
 
     __slots__ = ("changed", "depth", "names", "parent", "previous")
+    parent: weakref.ref[Snapshot]
+    changed: frozenset[tuple[str, str]]
+    previous: _Lineage | None
+    depth: int
+    """Records in the chain, this one included (at most `MAX_LINEAGE`)."""
+    names: int
+    """Names the chain lists, this record's included (at most `MAX_LINEAGE_NAMES` plus this record's)."""
 
-    def __init__(self, parent: Snapshot, changed: frozenset[tuple[str, str]], previous: _Lineage | None) -> None:
+    def __init__(
+        self, parent: Snapshot, changed: frozenset[tuple[str, str]], previous: _Lineage | None
+    ) -> None:
         self.parent = weakref.ref(parent)
         self.changed = changed
         if previous is not None and (

@@ -310,9 +310,7 @@ class DeltaStream:
             key=lambda resource: resource.name,
         )
         gone = {
-            name
-            for name in absent
-            if expected[name] != _REMOVED and name not in held and state.covers(name)
+            name for name in absent if expected[name] != _REMOVED and name not in held and state.covers(name)
         }
         if state.type_url == CLUSTER_TYPE:
             # Names asked for on demand that no service matches: answer "removed" rather than leave Envoy waiting.

@@ -244,7 +244,9 @@ class UpsertRun:
         if endpoints is None:
             endpoints = self._endpoints = self._registry.endpoints.mutate()
         service = endpoint.service
-        endpoints[service] = endpoints.get(service, _NO_ENDPOINTS).set((endpoint.protocol, endpoint.ip), endpoint)
+        endpoints[service] = endpoints.get(service, _NO_ENDPOINTS).set(
+            (endpoint.protocol, endpoint.ip), endpoint
+        )
         self._version = event.version
         self._seq = seq
         return True
