@@ -17,9 +17,9 @@ from typing import Any
 
 import trio
 from _common import write_results
+from bench_xds import GC_CLOCK, Push, Workload, open_loaded_envoy, push, with_endpoint_moved
 
 from aether.core.snapshot import ENDPOINT_TYPE
-from bench_xds import GC_CLOCK, Push, Workload, open_loaded_envoy, push, with_endpoint_moved
 
 CLUSTERS = 10_000
 PUSHES = 200
