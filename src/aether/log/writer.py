@@ -203,7 +203,7 @@ class EventLog:
             LogClosedError: If the log was closed.
 
         Error handling:
-            If the call is cancelled after the committer took the payload, the record may still
+            If the call is cancelled while it waits for its batch to be synced, the record may still
             become durable; its seq is then simply not returned.
         """
         seqs = await self.append_many((payload,))
@@ -226,7 +226,8 @@ class EventLog:
             LogClosedError: If the log was closed.
 
         Error handling:
-            If the call is cancelled after the committer took the payloads, the records may still
+            If the call is cancelled while it waits for its batch to be synced (the payloads are in
+            the pending batch from the moment the call does not raise at once), the records may still
             become durable, all of them or none.
         """
         batch = tuple(payloads)

@@ -233,7 +233,7 @@ class DeltaStream:
                 state.wildcard = True
             else:
                 state.names.add(name)
-        # Envoy must get every name it subscribes to, even one it may hold (see DeltaDiscoveryRequest).
+        # A newly subscribed name may not be among the names changed since `synced_to`: compare it at the next push.
         state.dirty.update(request.resource_names_subscribe)
         if state.wildcard != wildcard_before:
             state.synced_to = None
