@@ -91,9 +91,11 @@ def bench(session: nox.Session) -> None:
             "bench_gateway.py",
             "bench_kube.py",
             "bench_projection.py",
+            "bench_publish.py",
             "bench_registrar.py",
             "bench_replay.py",
             "bench_xds.py",
+            "bench_xds_change.py",
         )
     ):
         session.run("python", f"bench/{script}", *session.posargs)

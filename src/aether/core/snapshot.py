@@ -154,6 +154,11 @@ def version_of(digests: Mapping[str, str]) -> str:
     return _format_version(aggregate) if digests else ""
 
 
+def aggregate_version(aggregate: int, *, count: int) -> str:
+    """Return the version of `count` resources whose entry hashes XOR to `aggregate` ("" when there are none)."""
+    return _format_version(aggregate) if count else ""
+
+
 def type_version(resources: Iterable[Resource]) -> str:
     """Return the version of a set of resources: the same value `version_of` gives for their names and digests."""
     aggregate, empty = 0, True
