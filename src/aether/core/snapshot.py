@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import weakref
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -68,14 +67,15 @@ MAX_LINEAGE_NAMES = 4096
 
 
 class _Lineage:
-    """One derivation step: the snapshot derived from (held weakly) and the (type URL, name) pairs it changed.
+    """One derivation step: the snapshot derived from (by its `token`) and the (type URL, name) pairs it changed.
 
     Records chain to the derivations before, so a consumer holding a snapshot a few steps back still finds it, even
     when the snapshots in between are gone (only the records stay, holding names, never resources).
     """
 
     __slots__ = ("changed", "depth", "names", "parent", "previous")
-    parent: weakref.ref[Snapshot]
+    parent: object
+    """The `token` of the snapshot derived from: its identity, without keeping the snapshot alive."""
     changed: frozenset[tuple[str, str]]
     previous: _Lineage | None
     depth: int
@@ -86,7 +86,7 @@ class _Lineage:
     def __init__(
         self, parent: Snapshot, changed: frozenset[tuple[str, str]], previous: _Lineage | None
     ) -> None:
-        self.parent = weakref.ref(parent)
+        self.parent = parent.token
         self.changed = changed
         if previous is not None and (
             previous.depth >= MAX_LINEAGE or previous.names + len(changed) > MAX_LINEAGE_NAMES
@@ -189,6 +189,9 @@ class Snapshot:
     """The entries of `referenced` whose resource the snapshot lacks: while empty, `consistent()` costs O(1).
     Invariant: always matches `resources`."""
     lineage: _Lineage | None = attrs.field(default=None, eq=False, repr=False)
+    token: object = attrs.field(init=False, factory=object, eq=False, repr=False)
+    """This snapshot's identity for `changed_since` (a lineage names its parent by it, holding no resources); not
+    copied by `attrs.evolve`, so a snapshot changed that way is never taken for its original."""
     """How this snapshot was derived (`with_changes`): not part of its value, only a shortcut for `changed_since`."""
 
     @classmethod
@@ -288,7 +291,7 @@ class Snapshot:
         while record is not None:
             for type_url, name in record.changed:
                 changed.setdefault(type_url, set()).add(name)
-            if record.parent() is older:
+            if record.parent is older.token:
                 return changed
             record = record.previous
         return None
