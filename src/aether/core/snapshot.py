@@ -189,10 +189,10 @@ class Snapshot:
     """The entries of `referenced` whose resource the snapshot lacks: while empty, `consistent()` costs O(1).
     Invariant: always matches `resources`."""
     lineage: _Lineage | None = attrs.field(default=None, eq=False, repr=False)
+    """How this snapshot was derived (`with_changes`): not part of its value, only a shortcut for `changed_since`."""
     token: object = attrs.field(init=False, factory=object, eq=False, repr=False)
     """This snapshot's identity for `changed_since` (a lineage names its parent by it, holding no resources); not
     copied by `attrs.evolve`, so a snapshot changed that way is never taken for its original."""
-    """How this snapshot was derived (`with_changes`): not part of its value, only a shortcut for `changed_since`."""
 
     @classmethod
     def build(
