@@ -94,11 +94,13 @@ def bench(session: nox.Session) -> None:
             "bench_hot_restart.py",
             "bench_kube.py",
             "bench_projection.py",
+            "bench_publish.py",
             "bench_registrar.py",
             "bench_replay.py",
             "bench_webhooks.py",
             "bench_spiffe.py",
             "bench_xds.py",
+            "bench_xds_change.py",
         )
     ):
         session.run("python", f"bench/{script}", *session.posargs)

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import HealthCheck, Phase, event, find, given, settings
 from hypothesis import strategies as st
 
 from aether.core.events import EVENT_TYPES, Event, Record, decode_event, encode_event
-from aether.core.reduce import fold, fold_all
+from aether.core.reduce import fold, fold_all, fold_event
 from aether.core.state import (
     EMPTY_STATE,
     MAX_REJECTIONS,
@@ -89,6 +89,23 @@ def test_fold_is_deterministic(items: tuple[Record, ...]) -> None:
     second = fold_all(EMPTY_STATE, items)
     assert first == second
     assert state_digest(first) == state_digest(second)
+
+
+@PROPERTY
+@given(records())
+def test_folding_runs_of_upserts_as_one_step_gives_the_state_of_folding_one_by_one(
+    items: tuple[Record, ...],
+) -> None:
+    """`fold_all` (through `fold_many`, which folds runs of endpoint upserts as one step) equals `fold_event` applied
+    to each record in turn, down to the checkpoint's bytes."""
+    one_by_one = EMPTY_STATE
+    for record in items:
+        one_by_one = fold_event(one_by_one, record.event, seq=record.seq)
+    batched = fold_all(EMPTY_STATE, items)
+    assert batched == one_by_one
+    assert encode_state(batched) == encode_state(one_by_one)
+    upserts = sum(type(record.event).__name__ in ("EndpointAdded", "EndpointUpdated") for record in items)
+    event("has endpoint upserts" if upserts else "no endpoint upserts")
 
 
 @PROPERTY

@@ -37,3 +37,23 @@ def test_incremental_changes_keep_the_consistency_check_exact(
         assert snapshot == Snapshot.build(node_id="node-a", seq=seq, resources=held)
         assert snapshot.consistent() == _scanned(snapshot)
     event("ends inconsistent" if snapshot.dangling else "ends consistent")
+
+
+@PROPERTY
+@given(st.lists(snapshot_changes(), max_size=12))
+def test_changed_since_names_every_resource_that_differs(
+    steps: list[tuple[tuple[Resource, ...], tuple[tuple[str, str], ...]]],
+) -> None:
+    """Between any snapshot of a chain of `with_changes` and the newest, every differing name is listed."""
+    chain = [Snapshot.build(node_id="node-a", resources=())]
+    for seq, (upserted, removed) in enumerate(steps, 1):
+        chain.append(chain[-1].with_changes(seq=seq, upserted=upserted, removed=removed))
+    newest = chain[-1]
+    for older in chain:
+        changed = newest.changed_since(older)
+        assert changed is not None
+        for type_url in set(older.resources) | set(newest.resources):
+            before, after = older.of_type(type_url), newest.of_type(type_url)
+            differing = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
+            assert differing <= changed.get(type_url, set())
+    assert newest.changed_since(Snapshot.build(node_id="node-a", resources=())) is None

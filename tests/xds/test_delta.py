@@ -1,4 +1,5 @@
-"""The Delta stream machine: wildcard and named subscriptions, per-resource versions, removals, NACKs without loops,
+"""The Delta stream machine: wildcard and named subscriptions, per-resource versions, removals, NACKs without loops
+(and without rejecting the good resources a NACKed response carried), O(changed) pushes,
 reconnects without churn, on-demand CDS and the CDS→EDS trap, sans-IO."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.rpc import status_pb2
 
 from aether.core.events import OnDemandClusterRequested, ResourceAcked, ResourceNacked
-from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE
+from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, version_of
 from aether.xds.delta import DeltaStream
 from aether.xds.protocol import ProtocolError, StreamOutput, TypeStatus
 from tests.xds._snapshots import NODE, assignment, cluster, snapshot
@@ -83,6 +84,45 @@ def test_a_nacked_resource_is_not_sent_again_until_it_changes() -> None:
     assert stream.status()[0].status is TypeStatus.NACKED
     (fixed,) = stream.publish(snapshot(cluster("a", timeout_ms=2), cluster("b"), seq=3), now=NOW).responses
     assert list(sent(fixed)) == ["a"]
+
+
+def test_a_nack_of_several_resources_sends_each_again_alone_and_rejects_only_the_bad_one() -> None:
+    """A NACK rejects a response, not its resources: they go out again one per response, and only the one Envoy
+    NACKs alone is rejected; the good one reaches Envoy at its new version."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    (first,) = stream.receive(request(), now=NOW).responses
+    stream.receive(request(nonce=first.nonce), now=NOW)
+    changed = snapshot(cluster("a", timeout_ms=1), cluster("b", timeout_ms=7), seq=2)
+    (both,) = stream.publish(changed, now=NOW).responses
+    assert list(sent(both)) == ["a", "b"]
+    alone_a, alone_b = stream.receive(
+        request(nonce=both.nonce, error="cluster a: invalid"), now=NOW
+    ).responses
+    assert [sent(alone_a), sent(alone_b)] == [
+        {"a": changed.of_type(CLUSTER_TYPE)["a"].digest},
+        {"b": changed.of_type(CLUSTER_TYPE)["b"].digest},
+    ]
+    assert stream.receive(request(nonce=alone_a.nonce, error="cluster a: invalid"), now=NOW).responses == ()
+    stream.receive(request(nonce=alone_b.nonce), now=NOW)
+    assert stream.publish(changed, now=NOW).responses == ()  # a is rejected at that version, b is held
+    (row,) = stream.status()
+    assert row.acked_version == version_of(
+        {"a": SNAP.of_type(CLUSTER_TYPE)["a"].digest, "b": changed.of_type(CLUSTER_TYPE)["b"].digest}
+    )
+
+
+def test_a_push_after_a_derived_snapshot_compares_only_what_changed() -> None:
+    """`with_changes` tells the stream which names changed: one new load assignment goes out alone."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    (first,) = stream.receive(request(ENDPOINT_TYPE, subscribe=("a", "b")), now=NOW).responses
+    stream.receive(request(ENDPOINT_TYPE, nonce=first.nonce), now=NOW)
+    moved = SNAP.with_changes(seq=2, upserted=[assignment("b", 3)])
+    assert moved.changed_since(SNAP) == {ENDPOINT_TYPE: {"b"}}
+    (second,) = stream.publish(moved, now=NOW).responses
+    assert sent(second) == {"b": assignment("b", 3).digest}
+    assert stream.publish(moved, now=NOW).responses == ()
 
 
 def test_unsubscribing_a_name_never_subscribed_is_a_protocol_error() -> None:

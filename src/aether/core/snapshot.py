@@ -7,6 +7,9 @@ did not change keeps its version (no churn on Envoy).
 The version of a set of resources is the XOR of one 128-bit hash per (name, digest) entry: independent of order, and
 updated in O(changed) when a snapshot is derived from the previous one (`Snapshot.with_changes`), so one endpoint
 change at 10,000 clusters does not rehash the other 9,999.
+
+A derived snapshot also remembers which names changed since the snapshots it came from (`Snapshot.changed_since`):
+a Delta stream that sent an older snapshot then looks at those names only, instead of comparing every resource.
 """
 
 from __future__ import annotations
@@ -54,6 +57,44 @@ def _digest(data: bytes) -> str:
 
 def _entry_hash(name: str, digest: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{name} {digest}".encode(), digest_size=16).digest(), "big")
+
+
+MAX_LINEAGE = 64
+"""How many derivations a snapshot remembers the changed names of (`Snapshot.changed_since`)."""
+
+MAX_LINEAGE_NAMES = 4096
+"""How many changed names a snapshot's lineage holds at most: beyond, a consumer compares everything (as cheap)."""
+
+
+class _Lineage:
+    """One derivation step: the snapshot derived from (by its `token`) and the (type URL, name) pairs it changed.
+
+    Records chain to the derivations before, so a consumer holding a snapshot a few steps back still finds it, even
+    when the snapshots in between are gone (only the records stay, holding names, never resources).
+    """
+
+    __slots__ = ("changed", "depth", "names", "parent", "previous")
+    parent: object
+    """The `token` of the snapshot derived from: its identity, without keeping the snapshot alive."""
+    changed: frozenset[tuple[str, str]]
+    previous: _Lineage | None
+    depth: int
+    """Records in the chain, this one included (at most `MAX_LINEAGE`)."""
+    names: int
+    """Names the chain lists, this record's included (at most `MAX_LINEAGE_NAMES` plus this record's)."""
+
+    def __init__(
+        self, parent: Snapshot, changed: frozenset[tuple[str, str]], previous: _Lineage | None
+    ) -> None:
+        self.parent = parent.token
+        self.changed = changed
+        if previous is not None and (
+            previous.depth >= MAX_LINEAGE or previous.names + len(changed) > MAX_LINEAGE_NAMES
+        ):
+            previous = None
+        self.previous = previous
+        self.depth = 1 if previous is None else previous.depth + 1
+        self.names = len(changed) + (0 if previous is None else previous.names)
 
 
 def _format_version(aggregate: int) -> str:
@@ -113,6 +154,11 @@ def version_of(digests: Mapping[str, str]) -> str:
     return _format_version(aggregate) if digests else ""
 
 
+def aggregate_version(aggregate: int, *, count: int) -> str:
+    """Return the version of `count` resources whose entry hashes XOR to `aggregate` ("" when there are none)."""
+    return _format_version(aggregate) if count else ""
+
+
 def type_version(resources: Iterable[Resource]) -> str:
     """Return the version of a set of resources: the same value `version_of` gives for their names and digests."""
     aggregate, empty = 0, True
@@ -142,6 +188,11 @@ class Snapshot:
     dangling: immutables.Map[tuple[str, str], int] = immutables.Map()
     """The entries of `referenced` whose resource the snapshot lacks: while empty, `consistent()` costs O(1).
     Invariant: always matches `resources`."""
+    lineage: _Lineage | None = attrs.field(default=None, eq=False, repr=False)
+    """How this snapshot was derived (`with_changes`): not part of its value, only a shortcut for `changed_since`."""
+    token: object = attrs.field(init=False, factory=object, eq=False, repr=False)
+    """This snapshot's identity for `changed_since` (a lineage names its parent by it, holding no resources); not
+    copied by `attrs.evolve`, so a snapshot changed that way is never taken for its original."""
 
     @classmethod
     def build(
@@ -212,15 +263,38 @@ class Snapshot:
             aggregates[resource.type_url] = aggregate ^ resource.entry_hash
             maps[resource.type_url] = held.set(resource.name, resource)
         resources = maps.finish()
+        final_not_found = self.not_found if not_found is None else frozenset(not_found)
+        changed = set(references.touched)
+        changed.update((CLUSTER_TYPE, name) for name in final_not_found ^ self.not_found)
         return Snapshot(
             node_id=self.node_id,
             seq=seq,
             resources=resources,
-            not_found=self.not_found if not_found is None else frozenset(not_found),
+            not_found=final_not_found,
             aggregates=aggregates.finish(),
             referenced=references.counts.finish(),
             dangling=references.dangling(self.dangling, resources),
+            lineage=_Lineage(self, frozenset(changed), self.lineage),
         )
+
+    def changed_since(self, older: Snapshot) -> dict[str, set[str]] | None:
+        """Return, by type URL, the names whose resource (or not-found mark) may differ between `older` and this one.
+
+        None when this snapshot does not know (it was not derived from `older` within its remembered lineage): the
+        caller then compares everything. Names listed may be unchanged (changed back); names not listed are equal.
+        Costs O(changed), never O(resources).
+        """
+        changed: dict[str, set[str]] = {}
+        record = self.lineage
+        if self is older:
+            return changed
+        while record is not None:
+            for type_url, name in record.changed:
+                changed.setdefault(type_url, set()).add(name)
+            if record.parent is older.token:
+                return changed
+            record = record.previous
+        return None
 
     def of_type(self, type_url: str) -> Mapping[str, Resource]:
         """Return the resources of `type_url` by name (empty when the snapshot has none)."""

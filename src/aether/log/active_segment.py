@@ -143,7 +143,10 @@ def roll_over(directory: Path, active: ActiveSegment, *, first_seq: int) -> Acti
 
 
 def write_batch(active: ActiveSegment, *, first_seq: int, payloads: Sequence[bytes]) -> ActiveSegment:
-    """Frame a batch, append it with one write, and make it durable with one fsync.
+    """Frame a batch, append it with one write, and make it durable with one fdatasync.
+
+    fdatasync flushes the data and the metadata needed to read it back (the file's size), which is all an append
+    changes; unlike fsync it skips the modification time, one journal commit less per batch on ext4 and XFS.
 
     Args:
         active: The active segment.
@@ -160,5 +163,5 @@ def write_batch(active: ActiveSegment, *, first_seq: int, payloads: Sequence[byt
     with translate_os_errors(active.path, operation="write"):
         write_all(active.descriptor, data)
     with translate_os_errors(active.path, operation="fsync"):
-        os.fsync(active.descriptor)
+        os.fdatasync(active.descriptor)
     return attrs.evolve(active, size=active.size + len(data))

@@ -20,7 +20,7 @@ import trio
 
 from aether.core.errors import CodecError
 from aether.core.events import Event, ResourceAcked, encode_event
-from aether.core.reduce import fold_event
+from aether.core.reduce import fold_many
 from aether.core.state import State, encode_state
 from aether.log import EventLog, LogLock, open_event_log
 from aether.plane.replay import Replay, collector_paused, replay_log, resume_replay
@@ -136,8 +136,7 @@ class Journal:
         committed = time.time_ns()
         state = self._state
         with collector_paused():
-            for seq, event in zip(seqs, batch, strict=True):
-                state = fold_event(state, event, seq=seq)
+            state = fold_many(state, zip(seqs, batch, strict=True))
         folded = time.time_ns()
         self._state = state
         self._last_observed_at = batch[-1].observed_at

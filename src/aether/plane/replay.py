@@ -16,7 +16,7 @@ import attrs
 from aether.core.errors import CodecError
 from aether.core.events import Event, Record, decode_event
 from aether.core.project.node import NodeProjector
-from aether.core.reduce import fold_event
+from aether.core.reduce import fold_event, fold_many
 from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
 from aether.log import (
     CheckpointError,
@@ -138,6 +138,23 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _Decoded:
+    """The `(seq, event)` pairs of log records, decoded as `fold_many` takes them; counts them and keeps the last
+    event's observation time."""
+
+    def __init__(self, items: Iterator[LogRecord]) -> None:
+        self._items = items
+        self.count = 0
+        self.observed_at = 0
+
+    def __iter__(self) -> Iterator[tuple[int, Event]]:
+        for item in self._items:
+            event = decode_record(item)
+            self.count += 1
+            self.observed_at = event.observed_at
+            yield item.seq, event
+
+
 def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bool = True) -> Replay:
     """Fold the log in `directory` up to `until` (default: its last record).
 
@@ -184,14 +201,13 @@ def resume_replay(directory: Path, since: Replay, *, until: int | None = None) -
 def _fold_tail(directory: Path, start: Replay, *, last: int) -> Replay:
     """Fold the records after `start.state` up to `last` onto it."""
     state = start.state
-    folded = 0
     observed_at = start.last_observed_at
     with collector_paused():
-        for item in scan_log(directory, from_seq=state.seq + 1, to_seq=last):
-            event = decode_record(item)
-            state = fold_event(state, event, seq=item.seq)
-            observed_at = event.observed_at
-            folded += 1
+        decoded = _Decoded(scan_log(directory, from_seq=state.seq + 1, to_seq=last))
+        state = fold_many(state, decoded)
+        folded = decoded.count
+        if folded:
+            observed_at = decoded.observed_at
         if not observed_at and state.seq:
             observed_at = next(
                 decoded_records(directory, from_seq=state.seq, to_seq=state.seq)

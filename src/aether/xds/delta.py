@@ -6,6 +6,16 @@ differs from `expected`; a rejected version is never sent again; resources that 
 `removed_resources`. Per-resource versions are the resource digests
 (https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#incremental-xds).
 
+A push costs O(changed): when the new snapshot was derived from the one a type was last brought in line with
+(`Snapshot.changed_since`), only the names changed since are compared; otherwise (a snapshot built whole, a
+subscription turned wildcard) every resource of the type is.
+
+A NACK rejects a response, not a resource: Envoy's `error_detail` says the response "failed to update
+configuration", and its Delta client then records none of the response's versions (`DeltaSubscriptionState::
+handleBadResponse`). So only the resource of a NACKed response that carried exactly one is known to be bad and is
+marked rejected. The resources of a NACKed response that carried several are sent again at once, one per response,
+so the bad one is found and the good ones still reach Envoy (n extra responses for a NACKed response of n).
+
 The first request of each type is always answered, with an empty response if Envoy already holds everything.
 
 On-demand CDS: a cluster subscribed by name that the snapshot does not hold becomes an `OnDemandClusterRequested`
@@ -26,6 +36,7 @@ from aether.core.snapshot import (
     SHORT_NAMES,
     TYPE_ORDER,
     WILDCARD_TYPES,
+    Resource,
     Snapshot,
     version_of,
 )
@@ -72,9 +83,12 @@ class _TypeState:
     sent_any: bool = False
     """A response of this type went out on this stream (the first one goes out even when empty)."""
     error: str = ""
-    diffed: tuple[object, object] | None = None
-    """The (resources, not_found) objects `expected` was last brought in line with: if the snapshot still holds
-    the very same objects, a push has nothing to do (O(1) instead of a scan of every resource)."""
+    synced_to: Snapshot | None = None
+    """The snapshot `expected` was last brought in line with, for this type (None: compare every resource)."""
+    dirty: set[str] = attrs.Factory(set)
+    """Names whose `expected` changed since `synced_to` other than by a push: compared at the next push too."""
+    isolate: set[str] = attrs.Factory(set)
+    """Names of a NACKed response of several resources: each goes out alone next, so a NACK names the bad one."""
 
     def covers(self, name: str) -> bool:
         return self.wildcard or name in self.names
@@ -122,6 +136,8 @@ class DeltaStream:
         output = NOTHING
         if request.response_nonce:
             output += self._feedback(state, request, now=now)
+            if state.isolate and not first:
+                output += self._push(state)  # the resources of a NACKed response, one per response
         if first:
             state.acked = dict(request.initial_resource_versions)
             state.expected = dict(state.acked)
@@ -129,7 +145,6 @@ class DeltaStream:
                 state.wildcard = True  # the legacy wildcard: a first CDS/LDS request naming nothing
         if first or request.resource_names_subscribe or request.resource_names_unsubscribe:
             self._update_subscription(state, request)
-            state.diffed = None
             output += self._on_demand(state, now=now) + self._push(state)
         # A plain ACK or NACK needs no push: what is new reaches Envoy through `publish`.
         return output
@@ -178,12 +193,16 @@ class DeltaStream:
             return NOTHING  # already answered (a duplicate) or superseded
         assert self.node_id is not None
         if request.HasField("error_detail"):
-            for name, version in sent.changes.items():
-                if version != _REMOVED:
-                    state.rejected[name] = version
+            # Envoy holds none of the response's versions; which resource failed, it does not say (see the module).
+            updated = [name for name, version in sent.changes.items() if version != _REMOVED]
+            if len(updated) == 1:
+                state.rejected[updated[0]] = sent.changes[updated[0]]
+            else:
+                state.isolate.update(updated)
+            for name in sent.changes:
                 _restore(state.expected, name, state.acked.get(name))
+            state.dirty.update(sent.changes)
             state.error = request.error_detail.message
-            state.diffed = None
         else:
             for name, version in sent.changes.items():
                 _restore(state.acked, name, None if version == _REMOVED else version)
@@ -193,6 +212,7 @@ class DeltaStream:
         )
 
     def _update_subscription(self, state: _TypeState, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
+        wildcard_before = state.wildcard
         for name in request.resource_names_unsubscribe:
             if name == "*":
                 state.wildcard = False
@@ -213,6 +233,10 @@ class DeltaStream:
                 state.wildcard = True
             else:
                 state.names.add(name)
+        # A newly subscribed name may not be among the names changed since `synced_to`: compare it at the next push.
+        state.dirty.update(request.resource_names_subscribe)
+        if state.wildcard != wildcard_before:
+            state.synced_to = None
 
     def _on_demand(self, state: _TypeState, *, now: int) -> StreamOutput:
         if state.type_url != CLUSTER_TYPE or self._snapshot is None:
@@ -232,48 +256,72 @@ class DeltaStream:
         return StreamOutput(events=events)
 
     def _push(self, state: _TypeState) -> StreamOutput:
-        if self._snapshot is None:
+        snapshot = self._snapshot
+        if snapshot is None:
             return NOTHING
-        held = self._snapshot.of_type(state.type_url)
-        if (
-            state.diffed is not None
-            and state.diffed[0] is held
-            and state.diffed[1] is self._snapshot.not_found
-        ):
+        if state.synced_to is snapshot and not state.dirty and not state.isolate and state.sent_any:
             return NOTHING
-        state.diffed = (held, self._snapshot.not_found)
-        expected, rejected = state.expected, state.rejected
-        updates = sorted(
-            (
-                resource
-                for name, resource in held.items()
-                if expected.get(name) != resource.digest
-                and rejected.get(name) != resource.digest
-                and state.covers(name)
-            ),
-            key=lambda resource: resource.name,
-        )
-        gone = {
-            name
-            for name, version in state.expected.items()
-            if version != _REMOVED and name not in held and state.covers(name)
-        }
-        if state.type_url == CLUSTER_TYPE:
-            # Names asked for on demand that no service matches: answer "removed" rather than leave Envoy waiting.
-            gone.update(
-                name
-                for name in state.names & self._snapshot.not_found
-                if state.expected.get(name) != _REMOVED and name not in held
-            )
+        changed = None if state.synced_to is None else snapshot.changed_since(state.synced_to)
+        if changed is None:
+            updates, gone = self._differences(state, snapshot, None)
+        else:
+            candidates = changed.get(state.type_url, set())
+            candidates.update(state.dirty, state.isolate)
+            updates, gone = self._differences(state, snapshot, candidates)
+        state.synced_to, state.dirty = snapshot, set()
         # One set: a name Envoy said it held that is also known not to exist is removed once (Envoy NACKs a response
         # naming a resource twice).
         removed = sorted(gone)
+        alone = [resource for resource in updates if resource.name in state.isolate]
+        together = [resource for resource in updates if resource.name not in state.isolate]
+        state.isolate.clear()
         # The first request of a type on a stream is always answered, even with nothing to change (a reconnect whose
         # initial_resource_versions are current): Envoy waits for a first response before it finishes initializing,
         # and resets its reconnect backoff only when a response arrives (its GrpcStream::onReceiveMessage), so a
         # silent resync would make every later reconnect wait longer. Envoy ACKs an empty response.
-        if not updates and not removed and state.sent_any:
-            return NOTHING
+        responses = []
+        if together or removed or not state.sent_any:
+            responses.append(self._response(state, together, removed))
+        responses.extend(self._response(state, [resource], []) for resource in alone)
+        return StreamOutput(responses=tuple(responses)) if responses else NOTHING
+
+    def _differences(
+        self, state: _TypeState, snapshot: Snapshot, candidates: set[str] | None
+    ) -> tuple[list[Resource], set[str]]:
+        """Return the resources to send (by name) and the names to remove, looking at `candidates` only (None: all)."""
+        held = snapshot.of_type(state.type_url)
+        expected, rejected = state.expected, state.rejected
+        if candidates is None:
+            present: Iterable[Resource] = held.values()
+            absent: Iterable[str] = state.expected
+            not_found: Iterable[str] = state.names & snapshot.not_found
+        else:
+            present = [held[name] for name in candidates if name in held]
+            absent = [name for name in candidates if name in expected]
+            not_found = [name for name in candidates if name in snapshot.not_found and name in state.names]
+        updates = sorted(
+            (
+                resource
+                for resource in present
+                if expected.get(resource.name) != resource.digest
+                and rejected.get(resource.name) != resource.digest
+                and state.covers(resource.name)
+            ),
+            key=lambda resource: resource.name,
+        )
+        gone = {
+            name for name in absent if expected[name] != _REMOVED and name not in held and state.covers(name)
+        }
+        if state.type_url == CLUSTER_TYPE:
+            # Names asked for on demand that no service matches: answer "removed" rather than leave Envoy waiting.
+            gone.update(name for name in not_found if expected.get(name) != _REMOVED and name not in held)
+        return updates, gone
+
+    def _response(
+        self, state: _TypeState, updates: list[Resource], removed: list[str]
+    ) -> discovery_pb2.DeltaDiscoveryResponse:
+        """Build one response and note what it changes as expected and in flight."""
+        assert self._snapshot is not None
         nonce = self._nonces.issue()
         response = discovery_pb2.DeltaDiscoveryResponse(
             type_url=state.type_url, nonce=nonce, system_version_info=self._snapshot.version(state.type_url)
@@ -287,15 +335,15 @@ class DeltaStream:
         state.expected.update(changes)
         state.in_flight[nonce] = _Sent(changes=changes, version=response.system_version_info)
         state.sent_any = True
-        return StreamOutput(responses=(response,))
+        return response
 
     def _forget_endpoints_of(self, clusters: Iterable[str]) -> None:
         """After a cluster changes, Envoy re-creates it and needs its endpoints again: Delta does not ask."""
         endpoints = self._types.get(ENDPOINT_TYPE)
         if endpoints is not None:
-            endpoints.diffed = None
             for name in clusters:
                 endpoints.expected.pop(name, None)
+                endpoints.dirty.add(name)
 
 
 def _restore(held: dict[str, str], name: str, version: str | None) -> None:

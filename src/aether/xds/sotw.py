@@ -27,7 +27,7 @@ from aether.core.snapshot import (
     WILDCARD_TYPES,
     Resource,
     Snapshot,
-    type_version,
+    aggregate_version,
 )
 from aether.xds.protocol import (
     NOTHING,
@@ -56,6 +56,22 @@ class _TypeState:
     """Answer the next request even if nothing changed (EDS after a cluster change)."""
     answered: bool = False
     """The subscription got a response: Envoy is not waiting for a first one."""
+    selection: _Selection | None = None
+    """What a named subscription selects from the last snapshot looked at (reused for the next one)."""
+
+
+@attrs.define(kw_only=True)
+class _Selection:
+    """The resources a named subscription selects from `snapshot`, in name order, and their version's aggregate.
+
+    SotW must send every selected resource on each change, but finding them need not cost a sort and a lookup per
+    name: from a snapshot derived from `snapshot` (`Snapshot.changed_since`), only the changed names are looked at.
+    """
+
+    names: frozenset[str]
+    snapshot: Snapshot
+    resources: dict[str, Resource]
+    aggregate: int
 
 
 class SotwStream:
@@ -109,7 +125,8 @@ class SotwStream:
         state.acked_version, state.nacked_version, state.error = request.version_info, "", ""
         acked = event
         changed = names != state.names
-        state.names = names
+        if changed:  # an equal set keeps its object: the selection cached for it stays usable
+            state.names = names
         if changed or state.always_respond:
             return StreamOutput(events=(acked,)) + self._respond(type_url, state)
         return StreamOutput(events=(acked,))
@@ -160,13 +177,33 @@ class SotwStream:
     def _version(self, state: _TypeState) -> str:
         if self._snapshot is not None and state.names is None:
             return self._snapshot.version(state.type_url)  # O(1): kept up to date by the snapshot
-        return type_version(self._selected(state).values())
+        selected = self._selected(state)
+        assert state.selection is not None, "_selected keeps the selection of a named subscription"
+        return aggregate_version(state.selection.aggregate, count=len(selected))
 
     def _selected(self, state: _TypeState) -> Mapping[str, Resource]:
-        held = self._snapshot.of_type(state.type_url) if self._snapshot else {}
-        if state.names is None:
+        snapshot = self._snapshot
+        if snapshot is None:
+            return {}
+        held = snapshot.of_type(state.type_url)
+        names = state.names
+        if names is None:
             return held
-        return {name: held[name] for name in sorted(state.names) if name in held}
+        cached = state.selection
+        if cached is not None and cached.names is names:
+            if cached.snapshot is snapshot:
+                return cached.resources
+            changed = snapshot.changed_since(cached.snapshot)
+            if changed is not None:
+                _update_selection(cached, changed.get(state.type_url, set()), held)
+                cached.snapshot = snapshot
+                return cached.resources
+        resources = {name: held[name] for name in sorted(names) if name in held}
+        aggregate = 0
+        for resource in resources.values():
+            aggregate ^= resource.entry_hash
+        state.selection = _Selection(names=names, snapshot=snapshot, resources=resources, aggregate=aggregate)
+        return resources
 
     def _respond(self, type_url: str, state: _TypeState) -> StreamOutput:
         if self._snapshot is None:
@@ -178,17 +215,39 @@ class SotwStream:
         nonce = self._nonces.issue()
         response = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
         response.resources.extend(resource.packed for resource in selected.values())
-        digests = {name: resource.digest for name, resource in selected.items()}
-        if type_url == CLUSTER_TYPE and any(
-            state.sent_digests.get(name) not in (None, digest) for name, digest in digests.items()
-        ):
-            endpoints = self._types.get(ENDPOINT_TYPE)
-            if endpoints is not None:
-                endpoints.always_respond = True
-        state.sent_version, state.sent_nonce, state.sent_digests = version, nonce, digests
+        if type_url == CLUSTER_TYPE:  # only cluster digests are compared (the CDS→EDS trap)
+            digests = {name: resource.digest for name, resource in selected.items()}
+            if any(state.sent_digests.get(name) not in (None, digest) for name, digest in digests.items()):
+                endpoints = self._types.get(ENDPOINT_TYPE)
+                if endpoints is not None:
+                    endpoints.always_respond = True
+            state.sent_digests = digests
+        state.sent_version, state.sent_nonce = version, nonce
         state.always_respond = False
         state.answered = True
         return StreamOutput(responses=(response,))
+
+
+def _update_selection(selection: _Selection, changed: Iterable[str], held: Mapping[str, Resource]) -> None:
+    """Bring `selection` in line with `held` for the `changed` names (the others are unchanged)."""
+    resources = selection.resources
+    inserted = False
+    for name in changed:
+        if name not in selection.names:
+            continue
+        before, after = resources.get(name), held.get(name)
+        if before is after:
+            continue
+        if before is not None:
+            selection.aggregate ^= before.entry_hash
+        if after is None:
+            del resources[name]
+        else:
+            selection.aggregate ^= after.entry_hash
+            inserted = inserted or before is None
+            resources[name] = after  # an existing name keeps its place in the name order
+    if inserted:
+        selection.resources = dict(sorted(resources.items()))
 
 
 def _subscription(type_url: str, names: Iterable[str]) -> frozenset[str] | None:

@@ -9,7 +9,8 @@ from aether.core.state.diagnostics import Rejection, RejectionReason
 from aether.core.state.state import State
 
 
-def _next_state(state: State, seq: int, changes: dict[str, Any]) -> State:
+def next_state(state: State, seq: int, changes: dict[str, Any]) -> State:
+    """Return `state` at `seq` with the sub-states in `changes` replaced (a total constructor: no rejection lifted)."""
     # `attrs.evolve` looks the fields up on every call; on the endpoint-churn path this explicit constructor is
     # about 3x cheaper. A misspelt key in `changes` makes State() raise TypeError: a bug shows at once.
     fields: dict[str, Any] = {
@@ -30,10 +31,10 @@ def applied(state: State, event: Event, seq: int, **changes: Any) -> State:
     diagnostics = state.diagnostics
     if diagnostics.rejections:
         changes["diagnostics"] = diagnostics.cleared(event.subject)
-    return _next_state(state, seq, changes)
+    return next_state(state, seq, changes)
 
 
 def rejected(state: State, event: Event, seq: int, *, reason: RejectionReason, message: str) -> State:
     """Return `state` at `seq` with the event recorded as rejected (nothing else changes)."""
     rejection = Rejection(subject=event.subject, reason=reason, message=message, seq=seq)
-    return _next_state(state, seq, {"diagnostics": state.diagnostics.with_rejection(rejection)})
+    return next_state(state, seq, {"diagnostics": state.diagnostics.with_rejection(rejection)})

@@ -97,8 +97,31 @@ def fold(state: State, record: Record) -> State:
     return fold_event(state, record.event, seq=record.seq)
 
 
+def fold_many(state: State, items: Iterable[tuple[int, Event]]) -> State:
+    """Return the state after folding `(seq, event)` pairs in order: what `fold_event` one by one returns.
+
+    Runs of consecutive endpoint upserts fold as one step (`registry.UpsertRun`), several times cheaper per event;
+    what the run does not take cleanly folds the ordinary way. Replay and the journal fold through here.
+
+    Raises:
+        UnknownEvent: as `fold`.
+    """
+    run: registry.UpsertRun | None = None
+    for seq, event in items:
+        if type(event) in _UPSERTS:
+            if run is None:
+                run = registry.UpsertRun(state)
+            if run.add(event, seq):  # type: ignore[arg-type]  # the type was just checked
+                continue
+        if run is not None:
+            state, run = run.finish(), None
+        state = fold_event(state, event, seq=seq)
+    return state if run is None else run.finish()
+
+
+_UPSERTS = frozenset((EndpointAdded, EndpointUpdated))
+
+
 def fold_all(state: State, records: Iterable[Record]) -> State:
-    """Fold `records` in order, starting from `state`."""
-    for record in records:
-        state = fold(state, record)
-    return state
+    """Fold `records` in order, starting from `state` (through `fold_many`)."""
+    return fold_many(state, ((record.seq, record.event) for record in records))

@@ -1,0 +1,118 @@
+"""xDS: one endpoint change at 10,000 EDS clusters against real Envoy, push → ACK percentiles over 200 pushes.
+
+`bench_xds.py` measures every row with few repeats; this one measures the row a user feels most (one endpoint moves in
+a large mesh) often enough for a p99. Delta and SotW run on the same machine in the same run: SotW, which must send
+every load assignment by protocol, is the reference. Server CPU is this process's CPU from `set_snapshot` to the ACK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import trio
+from _common import write_results
+from bench_xds import GC_CLOCK, Push, Workload, open_loaded_envoy, push, with_endpoint_moved
+
+from aether.core.snapshot import ENDPOINT_TYPE
+
+CLUSTERS = 10_000
+PUSHES = 200
+P99_AIM_MS = 10.0
+SHARE_AIM = 0.05
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def measure(mode: str, workload: Workload, *, clusters: int, pushes: int, work_dir: Path) -> list[Push]:
+    """Load `clusters` into a fresh Envoy over `mode`, then time `pushes` one-endpoint changes."""
+    snapshot = workload.snapshot(clusters, seq=1)
+    measured: list[Push] = []
+    async with open_loaded_envoy(snapshot, mode=mode, work_dir=work_dir / mode, loads=[]) as plane:
+        current = snapshot
+        for step in range(pushes):
+            current = with_endpoint_moved(current, index=step * 7919 % clusters, seq=step + 2)
+            what = f"{mode}: endpoint change at {clusters:,}"
+            measured.append(await push(plane, current, types=(ENDPOINT_TYPE,), what=what))
+    return measured
+
+
+def _figures(pushes: list[Push]) -> dict[str, float]:
+    seconds = [one.seconds * 1000 for one in pushes]
+    cpu = [one.cpu_seconds * 1000 for one in pushes]
+    publish = [one.publish_seconds * 1000 for one in pushes]
+    receive = [one.receive_seconds * 1000 for one in pushes]
+    other = [
+        one.cpu_seconds * 1000 - one.publish_seconds * 1000 - one.receive_seconds * 1000 for one in pushes
+    ]
+    return {
+        "pushes": len(pushes),
+        "p50_ms": round(statistics.median(seconds), 3),
+        "p99_ms": round(_percentile(seconds, 0.99), 3),
+        "max_ms": round(max(seconds), 3),
+        "server_cpu_p50_ms": round(statistics.median(cpu), 3),
+        "server_cpu_p99_ms": round(_percentile(cpu, 0.99), 3),
+        "publish_p50_ms": round(statistics.median(publish), 3),
+        "publish_p99_ms": round(_percentile(publish, 0.99), 3),
+        "receive_p50_ms": round(statistics.median(receive), 3),
+        "grpc_and_loop_p50_ms": round(statistics.median(other), 3),
+        "server_cpu_p99_over_p99": round(_percentile(cpu, 0.99) / _percentile(seconds, 0.99), 4),
+        "server_share_p50": round(statistics.median(cpu) / statistics.median(seconds), 4),
+    }
+
+
+async def run(clusters: int, pushes: int) -> dict[str, list[Push]]:
+    workload = Workload.build(clusters)
+    with tempfile.TemporaryDirectory(prefix="bench-xds-change-") as name:
+        return {
+            mode: await measure(mode, workload, clusters=clusters, pushes=pushes, work_dir=Path(name))
+            for mode in ("delta", "sotw")
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", type=int, default=CLUSTERS)
+    parser.add_argument("--pushes", type=int, default=PUSHES)
+    arguments = parser.parse_args()
+    gc.callbacks.append(GC_CLOCK)
+    try:
+        modes = trio.run(run, arguments.clusters, arguments.pushes)
+    finally:
+        gc.callbacks.remove(GC_CLOCK)
+    figures: dict[str, Any] = {"clusters": arguments.clusters}
+    print(
+        f"xds: 1 endpoint change at {arguments.clusters:,} EDS clusters, {arguments.pushes} pushes per mode"
+    )
+    print(
+        f"  {'':8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'CPU p50':>9}{'CPU p99':>9}{'publish':>9}{'ACK read':>9}"
+        f"{'gRPC+loop':>10}{'CPU/p50':>9}"
+    )
+    for mode, pushes in modes.items():
+        row = figures[mode] = _figures(pushes)
+        print(
+            f"  {mode:<8}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['max_ms']:>9.2f}"
+            f"{row['server_cpu_p50_ms']:>9.2f}{row['server_cpu_p99_ms']:>9.2f}{row['publish_p50_ms']:>9.3f}"
+            f"{row['receive_p50_ms']:>9.3f}{row['grpc_and_loop_p50_ms']:>10.3f}{row['server_share_p50']:>9.1%}"
+        )
+    print("  (CPU columns are medians unless marked p99; gRPC+loop = server CPU less publish and ACK read)")
+    delta, sotw = figures["delta"], figures["sotw"]
+    figures["delta_p99_over_sotw_p99"] = round(delta["p99_ms"] / sotw["p99_ms"], 3)
+    print(f"  delta p99 / sotw p99 (the reference, same run): {figures['delta_p99_over_sotw_p99']:.3f}")
+    print(
+        f"  aim: delta p99 <= {P99_AIM_MS:.0f} ms: {'met' if delta['p99_ms'] <= P99_AIM_MS else 'NOT met'};"
+        f" server CPU <= {SHARE_AIM:.0%} of it: {'met' if delta['server_share_p50'] <= SHARE_AIM else 'NOT met'}"
+    )
+    write_results("xds_change", figures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
