@@ -277,6 +277,15 @@ def test_a_deleted_pod_is_removed_with_its_uid() -> None:
             "not a kubernetes object: spec.ports must be a list (got {'port': 80})",
         ),
         (
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p"},
+                "status": {"podIP": "10.0.0.1", "podIPs": True},
+            },
+            "not a kubernetes object: status.podIPs must be a list (got True)",
+        ),
+        (
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "generation": 10**27}},
             "not a kubernetes object: metadata.generation must be an integer from 0 to 9223372036854775807 "
             "(got 1000000000000000000000000000)",

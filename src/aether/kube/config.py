@@ -231,7 +231,8 @@ class _Materialized:
 def _named(
     document: Mapping[str, Any], plural: str, singular: str, name: str, *, source: str
 ) -> dict[str, Any]:
-    for entry in document.get(plural) or ():
+    entries = document.get(plural) or ()
+    for entry in entries if isinstance(entries, list) else ():
         if isinstance(entry, dict) and entry.get("name") == name and isinstance(entry.get(singular), dict):
             found: dict[str, Any] = entry[singular]
             return found

@@ -87,6 +87,14 @@ def _mapping(value: object, field: str) -> Mapping[str, Any]:
     return value
 
 
+def _list(value: object, field: str) -> list[Any] | tuple[Any, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ObjectError(field, rule="a list", value=value)
+    return value
+
+
 def _string(value: object, field: str, *, required: bool = False) -> str:
     if value is None and not required:
         return ""
@@ -168,7 +176,7 @@ def _pod(obj: Mapping[str, Any], meta: ObjectMeta) -> Pod:
     status = _mapping(obj.get("status"), "status")
     ips = [
         _string(_mapping(item, "status.podIPs[]").get("ip"), "status.podIPs[].ip", required=True)
-        for item in status.get("podIPs") or ()
+        for item in _list(status.get("podIPs"), "status.podIPs")
     ]
     primary = _string(status.get("podIP"), "status.podIP")
     if primary and primary not in ips:
@@ -201,9 +209,7 @@ def _service_port(item: object) -> ServicePort:
 
 def _service(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeService:
     spec = _mapping(obj.get("spec"), "spec")
-    ports = spec.get("ports") or ()
-    if not isinstance(ports, list | tuple):
-        raise ObjectError("spec.ports", rule="a list", value=ports)
+    ports = _list(spec.get("ports"), "spec.ports")
     return KubeService(
         meta=meta,
         selector=_string_map(spec.get("selector"), "spec.selector"),

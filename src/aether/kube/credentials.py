@@ -143,7 +143,10 @@ class ExecPlugin:
         if not isinstance(arguments, list) or not all(isinstance(item, str) for item in arguments):
             raise ConfigError(source, problem=f"{where}.args: must be a list of strings")
         environment: dict[str, str] = {}
-        for index, entry in enumerate(section.get("env") or []):
+        entries = section.get("env") or []
+        if not isinstance(entries, list):
+            raise ConfigError(source, problem=f"{where}.env: must be a list of name and value mappings")
+        for index, entry in enumerate(entries):
             if not (
                 isinstance(entry, dict)
                 and isinstance(entry.get("name"), str)
@@ -315,7 +318,8 @@ def _cluster_info(cluster: Mapping[str, Any]) -> dict[str, Any]:
     """The `spec.cluster` of KUBERNETES_EXEC_INFO: the kubeconfig's cluster fields, and the plugin's own `config`
     from the cluster's `client.authentication.k8s.io/exec` extension."""
     info = {field: cluster[field] for field in _CLUSTER_FIELDS if field in cluster}
-    for extension in cluster.get("extensions") or ():
+    extensions = cluster.get("extensions") or ()
+    for extension in extensions if isinstance(extensions, list) else ():
         if isinstance(extension, dict) and extension.get("name") == "client.authentication.k8s.io/exec":
             info["config"] = extension.get("extension")
     return info

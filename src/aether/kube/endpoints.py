@@ -86,9 +86,10 @@ def pod_endpoint_of(pod: JsonObject, *, node: JsonObject | None) -> PodEndpoint:
 def _health(pod: JsonObject, *, phase: str, status: Mapping[str, Any]) -> Health:
     if _mapping(pod.get("metadata")).get("deletionTimestamp"):
         return Health.DRAINING
+    conditions = status.get("conditions") or ()
     ready = any(
         isinstance(condition, dict) and condition.get("type") == "Ready" and condition.get("status") == "True"
-        for condition in status.get("conditions") or ()
+        for condition in (conditions if isinstance(conditions, list) else ())
     )
     return Health.HEALTHY if phase == "Running" and ready else Health.UNHEALTHY
 
