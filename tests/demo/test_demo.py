@@ -28,12 +28,20 @@ POD_ADDRESSES = ("127.0.10.1", "127.0.10.11", "127.0.10.12")
 pytestmark = pytest.mark.slow
 
 
+def _interruptible() -> None:
+    """In the child: SIGINT back to its default, as in a terminal. A suite started in the background (`nox ... &`
+    from a script) inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt, so the
+    Ctrl-C test would wait for a demo that cannot hear it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _demo(*arguments: str, log_dir: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*AETHER, "demo", "--log-dir", str(log_dir), *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_interruptible,
     )
 
 
