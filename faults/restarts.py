@@ -15,11 +15,11 @@ from typing import Any
 
 import attrs
 import trio
-from aether.envoy.http import http_get
 
 from aether.demo.upstream import UPSTREAM_NAME_HEADER, open_http_upstream
 from aether.envoy.bootstrap import ads_bootstrap
 from aether.envoy.process import open_envoy
+from aether.http1 import http_get
 from aether.identity.mint import TestCA, write_bundle, write_svid
 from aether.kube.resources import PODS
 from aether.registrar import serve_registrar
