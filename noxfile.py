@@ -99,6 +99,7 @@ def bench(session: nox.Session) -> None:
             "bench_replay.py",
             "bench_webhooks.py",
             "bench_spiffe.py",
+            "bench_status.py",
             "bench_xds.py",
             "bench_xds_change.py",
         )
