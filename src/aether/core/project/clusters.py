@@ -41,7 +41,7 @@ MAX_RETRIES = 16
 """Concurrent retries per cluster (Envoy's default of 3 starves a busy cluster of the retries the contract needs)."""
 
 HTTP2_ALPN = ("h2",)
-_HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 SOL_SOCKET = 1
 SO_MARK = 36
@@ -112,7 +112,7 @@ def service_cluster(
     if subsets:
         cluster.lb_subset_config.CopyFrom(subset_config(subsets))
     if http:
-        cluster.typed_extension_protocol_options[_HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=True)))
+        cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=True)))
     apply_upstream_tls(
         cluster,
         identity,
@@ -190,5 +190,5 @@ def passthrough_cluster() -> Any:
             ]
         ),
     )
-    cluster.typed_extension_protocol_options[_HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=False)))
+    cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=False)))
     return cluster
