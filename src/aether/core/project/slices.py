@@ -68,7 +68,9 @@ def slice_cluster(name: str, *, http2: bool) -> Any:
         ),
     )
     options = http_protocol_options_pb2.HttpProtocolOptions(
-        common_http_protocol_options=protocol_pb2.HttpProtocolOptions(idle_timeout=seconds(UPSTREAM_IDLE_SECONDS))
+        common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
+            idle_timeout=seconds(UPSTREAM_IDLE_SECONDS)
+        )
     )
     if http2:
         options.explicit_http_config.http2_protocol_options.SetInParent()
@@ -86,7 +88,9 @@ def slice_resources(name: str, parsed: SliceClusterName, kube: KubeState) -> tup
     """
     port = service_port(kube.services.get(f"Service/{parsed.namespace}/{parsed.service}"), parsed.port)
     addresses = (
-        slice_addresses(kube.slices_of(parsed.namespace, parsed.service), port.name) if port is not None else []
+        slice_addresses(kube.slices_of(parsed.namespace, parsed.service), port.name)
+        if port is not None
+        else []
     )
     assignment = endpoint_pb2.ClusterLoadAssignment(
         cluster_name=name,

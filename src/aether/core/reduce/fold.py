@@ -9,9 +9,9 @@ from aether.core.errors import UnknownEvent
 from aether.core.events import (
     EndpointAdded,
     EndpointRemoved,
-    EndpointsSnapshotCompleted,
     EndpointSliceDeleted,
     EndpointSliceUpserted,
+    EndpointsSnapshotCompleted,
     EndpointsSnapshotReceived,
     EndpointUpdated,
     Event,

@@ -138,10 +138,8 @@ def _upsert_object(
 
 
 def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, field: str) -> State:
-    objects: immutables.Map[
-        str, KubeObject | KubeService | TlsSecret | KubeNamespace | KubeEndpointSlice
-    ] = getattr(
-        state.kube, field
+    objects: immutables.Map[str, KubeObject | KubeService | TlsSecret | KubeNamespace | KubeEndpointSlice] = (
+        getattr(state.kube, field)
     )
     known = objects.get(meta.key)
     if known is None:
@@ -267,7 +265,9 @@ def _slice_address_problem(address: str, *, version: int, where: str) -> str | N
     except ValueError:
         return f"{where}: {address!r} is not an IPv{version} address"
     if parsed.version != version:
-        return f"{where}: {address!r} is not an IPv{version} address (the slice's addressType is IPv{version})"
+        return (
+            f"{where}: {address!r} is not an IPv{version} address (the slice's addressType is IPv{version})"
+        )
     return None
 
 
