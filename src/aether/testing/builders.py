@@ -476,10 +476,11 @@ def make_endpoint_slice(
 
 
 def endpoint_slice_upserted(
-    item: KubeEndpointSlice | None = None, *, at: int = AT, source: str = "kubernetes"
+    endpoint_slice: KubeEndpointSlice | None = None, *, at: int = AT, source: str = "kubernetes"
 ) -> EndpointSliceUpserted:
-    """Return the event of EndpointSlice `item` (default: `make_endpoint_slice()`) being created or changed."""
-    return EndpointSliceUpserted(observed_at=at, source=source, slice=item or make_endpoint_slice())
+    """Return the event of EndpointSlice `endpoint_slice` (default: `make_endpoint_slice()`) being created or
+    changed."""
+    return EndpointSliceUpserted(observed_at=at, source=source, slice=endpoint_slice or make_endpoint_slice())
 
 
 def endpoint_slice_deleted(

@@ -23,7 +23,7 @@ import attrs
 
 from aether.core.gateway import GatewayProjector, GatewayView, MeshL4Destination, MeshL4Routing, MeshRouting
 from aether.core.gateway.ir import SelectorKeys
-from aether.core.mesh_names import parse_cluster_name
+from aether.core.mesh_names import parse_cluster_name, parse_slice_cluster_name
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
@@ -34,6 +34,7 @@ from aether.core.project.pods import PodContext, project_pod
 from aether.core.project.routes import catch_all_vhost, route_configuration_body, vhost_entry
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
+from aether.core.project.slices import slice_resources
 from aether.core.project.tls import UpstreamIdentity, upstream_identity
 from aether.core.project.udp import (
     UdpCapture,
@@ -189,6 +190,8 @@ class NodeProjector:
         self._routes: tuple[tuple[Any, ...], tuple[Resource, ...]] | None = None
         self._secrets: tuple[tuple[Any, ...], tuple[Resource, ...]] | None = None
         self._passthrough: tuple[Resource, ...] = ()
+        self._slices_in_set = _Last()
+        self._slices: dict[str, tuple[tuple[Any, ...], tuple[Resource, ...]]] = {}
         self._snapshot: Snapshot | None = None
         self._statistics = ProjectorStatistics(
             projections=0, services=0, services_projected=0, pods_projected=0, upserted=0, removed=0
@@ -260,6 +263,7 @@ class NodeProjector:
             lambda: udp_captures(local.records, bound=local.bound, destinations=udp.destinations),
         )
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
+        self._project_slices(state, demand, routings, changes)
         self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
         if not self._passthrough:
             self._passthrough = changes.replace((), (Resource.from_message(passthrough_cluster()),))
@@ -612,6 +616,40 @@ class NodeProjector:
         )
         self._routes = (inputs, changes.replace(self._routes[1] if self._routes else (), new))
 
+    def _project_slices(
+        self, state: State, demand: Demand, routings: Mapping[str, MeshRouting], changes: _Changes
+    ) -> None:
+        """Project the clusters of the Services without a selector that the set's GAMMA routes send to, each from
+        its Service and its own EndpointSlices: a slice change re-projects only the clusters of its Service."""
+        wanted: tuple[str, ...] = self._slices_in_set.get(
+            (demand.services, routings),
+            lambda: sorted_unique(
+                name
+                for service in demand.services
+                if (routing := routings.get(service)) is not None
+                for name in routing.slice_clusters
+            ),
+        )
+        kube = state.kube
+        for name in set(self._slices).difference(wanted):
+            changes.replace(self._slices.pop(name)[1], ())
+        for name in wanted:
+            parsed = parse_slice_cluster_name(name)
+            assert parsed is not None, f"route cluster {name!r} is not a slice cluster: this is a bug"
+            inputs = (
+                kube.services.get(f"Service/{parsed.namespace}/{parsed.service}"),
+                *kube.slices_of(parsed.namespace, parsed.service),
+            )
+            held = self._slices.get(name)
+            if held is not None and _same(held[0], inputs):
+                continue
+            cluster, assignment = slice_resources(name, parsed, kube)
+            new = (
+                Resource.from_message(cluster, references=(name,)),
+                Resource.from_message(assignment),
+            )
+            self._slices[name] = (inputs, changes.replace(held[1] if held else (), new))
+
     def _project_secrets(self, state: State, wanted: tuple[str, ...], changes: _Changes) -> None:
         identity = state.identity
         trust_domain = state.kube.mesh_config.trust_domain
@@ -644,6 +682,8 @@ class NodeProjector:
         for _, projection in self._services.values():
             resources.extend(projection.resources)
         for _, items in self._pods.values():
+            resources.extend(items)
+        for _, items in self._slices.values():
             resources.extend(items)
         for unit in (self._routes, self._secrets):
             if unit is not None:
