@@ -28,7 +28,14 @@ from aether.envoy.process import open_envoy
 from aether.kube.manifests import ManifestDirectory
 from aether.testing.h2c_upstream import open_h2c_upstream
 from aether.testing.xds_resources import pick_free_port
-from tests.integration.test_routing_traffic import EDGE_ADDRESS, LOOPBACK, Edge, free_port, open_client
+from tests.integration.test_routing_traffic import (
+    EDGE_ADDRESS,
+    LOOPBACK,
+    Edge,
+    free_port,
+    gateway_manifests,
+    open_client,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -85,23 +92,12 @@ ports: [{{name: grpc, port: {ports["h2c"]}}}]
 endpoints:
 - addresses: [{LOOPBACK}]
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: aether}}
-spec: {{controllerName: gateway.aether.io/edge}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: shop}}
-spec:
-  gatewayClassName: aether
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
----
+{gateway_manifests(port)}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: legacy, namespace: shop}}
 spec:
-  parentRefs: [{{name: edge}}]
+  parentRefs: [{{name: edge, namespace: default}}]
   rules:
   - matches: [{{path: {{type: PathPrefix, value: /legacy}}}}]
     backendRefs: [{{name: legacy, port: 80}}]

@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.test_mesh_ports_traffic import open_caller, open_mesh
 from tests.integration.test_routing_traffic import Client
+from tests.integration.test_service_selection_traffic import canary_objects
 
 pytestmark = pytest.mark.slow
 
@@ -57,28 +58,14 @@ def binomial_bounds(n: int, p: float, *, failure: float) -> tuple[int, int]:
 
 
 def _manifests() -> str:
-    pods = "---\n".join(
-        f"""\
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: shop, labels: {{app: checkout, version: {version}, aether.io/managed: "true"}}}}
-spec: {{serviceAccountName: checkout, nodeName: node-a}}
-status: {{podIP: {ip}}}
-"""
-        for name, (ip, version) in PODS.items()
-    )
-    services = "---\n".join(
-        f"""\
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: shop}}
-spec: {{selector: {selector}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}
-"""
-        for name, selector in (
+    objects = canary_objects(
+        PODS,
+        (
             ("checkout", "{app: checkout}"),
             ("checkout-v1", "{app: checkout, version: v1}"),
             ("checkout-v2", "{app: checkout, version: v2}"),
-        )
+        ),
+        service_account="checkout",
     )
     return f"""\
 apiVersion: v1
@@ -88,8 +75,7 @@ metadata: {{name: caller-0, namespace: shop, labels: {{app: caller, aether.io/ma
 spec: {{serviceAccountName: caller, nodeName: node-a}}
 status: {{podIP: {CALLER_IP}}}
 ---
-{pods}---
-{services}---
+{objects}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: checkout-canary, namespace: shop}}

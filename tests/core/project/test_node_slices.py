@@ -42,7 +42,9 @@ def _events() -> list[Event]:
         pod_added(client),
         kube_service_upserted(make_kube_service("web")),
         kube_service_upserted(make_kube_service("legacy", selector={})),
-        endpoint_slice_upserted(make_endpoint_slice("legacy-1", namespace="default", addresses=("192.0.2.1",))),
+        endpoint_slice_upserted(
+            make_endpoint_slice("legacy-1", namespace="default", addresses=("192.0.2.1",))
+        ),
         gateway_object_upserted(route),
     ]
 

@@ -61,6 +61,20 @@ def _http_options(*, http2: bool) -> Any:
     return options
 
 
+def eds_cluster(name: str) -> Any:
+    """Return the bare EDS cluster `name` over ADS: the connect timeout, and a panic threshold of 0 (never send to
+    unhealthy or draining endpoints, even when most are: Envoy's default panics at 50%)."""
+    return cluster_pb2.Cluster(
+        name=name,
+        type=cluster_pb2.Cluster.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads()),
+        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
+        common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
+            healthy_panic_threshold=percent_pb2.Percent(value=0)
+        ),
+    )
+
+
 def service_cluster(
     name: str,
     *,
@@ -83,23 +97,18 @@ def service_cluster(
         subsets: The label key sets of the Service selectors routes send to the cluster with (see
             `aether.core.project.subsets`); empty: no subsets.
     """
-    cluster = cluster_pb2.Cluster(
-        name=name,
-        type=cluster_pb2.Cluster.EDS,
-        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads()),
-        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
-        # 0: never send to unhealthy or draining endpoints, even when most are (Envoy's default panics at 50%).
-        common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
-            healthy_panic_threshold=percent_pb2.Percent(value=0)
-        ),
-        circuit_breakers=circuit_breaker_pb2.CircuitBreakers(
+    cluster = eds_cluster(name)
+    cluster.circuit_breakers.CopyFrom(
+        circuit_breaker_pb2.CircuitBreakers(
             thresholds=[
                 circuit_breaker_pb2.CircuitBreakers.Thresholds(
                     max_retries=wrappers_pb2.UInt32Value(value=MAX_RETRIES)
                 )
             ]
-        ),
-        outlier_detection=outlier_detection_pb2.OutlierDetection(
+        )
+    )
+    cluster.outlier_detection.CopyFrom(
+        outlier_detection_pb2.OutlierDetection(
             # Local-origin errors (connect failures, resets) eject on their own count; 5xx from apps after five.
             split_external_local_origin_errors=True,
             consecutive_local_origin_failure=wrappers_pb2.UInt32Value(value=3),
@@ -107,7 +116,7 @@ def service_cluster(
             interval=seconds(10),
             base_ejection_time=seconds(30),
             max_ejection_percent=wrappers_pb2.UInt32Value(value=50),
-        ),
+        )
     )
     if subsets:
         cluster.lb_subset_config.CopyFrom(subset_config(subsets))

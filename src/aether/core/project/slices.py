@@ -20,16 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import protocol_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
-from envoy.type.v3 import percent_pb2
 
 from aether.core.events.kube import KubeEndpointSlice, KubeService, ServicePort
 from aether.core.mesh_names import SliceClusterName
-from aether.core.project.clusters import CONNECT_TIMEOUT_MS, HTTP_OPTIONS_KEY, UPSTREAM_IDLE_SECONDS
-from aether.core.project.messages import ads, milliseconds, pack, seconds, socket_address
+from aether.core.project.clusters import HTTP_OPTIONS_KEY, UPSTREAM_IDLE_SECONDS, eds_cluster
+from aether.core.project.messages import pack, seconds, socket_address
 from aether.core.state.kube import KubeState
 
 H2C_APP_PROTOCOL = "kubernetes.io/h2c"
@@ -57,16 +55,7 @@ def slice_addresses(slices: tuple[KubeEndpointSlice, ...], port_name: str) -> li
 
 def slice_cluster(name: str, *, http2: bool) -> Any:
     """Return the plaintext EDS cluster `name` of a Service without a selector."""
-    cluster = cluster_pb2.Cluster(
-        name=name,
-        type=cluster_pb2.Cluster.EDS,
-        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads()),
-        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
-        # As for every service cluster: never send to unhealthy endpoints, even when most are.
-        common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
-            healthy_panic_threshold=percent_pb2.Percent(value=0)
-        ),
-    )
+    cluster = eds_cluster(name)
     options = http_protocol_options_pb2.HttpProtocolOptions(
         common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
             idle_timeout=seconds(UPSTREAM_IDLE_SECONDS)
