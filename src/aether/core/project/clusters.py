@@ -47,17 +47,21 @@ SOL_SOCKET = 1
 SO_MARK = 36
 
 
-def _http_options(*, http2: bool) -> Any:
+def http_options(*, http2: bool, follow_downstream: bool = False) -> Any:
+    """Return a cluster's HTTP protocol options: HTTP/2, HTTP/1.1, or (`follow_downstream`) the downstream's own
+    protocol; idle upstream connections close after `UPSTREAM_IDLE_SECONDS`."""
     options = http_protocol_options_pb2.HttpProtocolOptions(
         common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
             idle_timeout=seconds(UPSTREAM_IDLE_SECONDS)
         )
     )
-    if http2:
-        options.explicit_http_config.http2_protocol_options.SetInParent()
-    else:
+    if follow_downstream:
         options.use_downstream_protocol_config.http_protocol_options.SetInParent()
         options.use_downstream_protocol_config.http2_protocol_options.SetInParent()
+    elif http2:
+        options.explicit_http_config.http2_protocol_options.SetInParent()
+    else:
+        options.explicit_http_config.http_protocol_options.SetInParent()
     return options
 
 
@@ -121,7 +125,7 @@ def service_cluster(
     if subsets:
         cluster.lb_subset_config.CopyFrom(subset_config(subsets))
     if http:
-        cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=True)))
+        cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(http_options(http2=True)))
     apply_upstream_tls(
         cluster,
         identity,
@@ -199,5 +203,7 @@ def passthrough_cluster() -> Any:
             ]
         ),
     )
-    cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=False)))
+    cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(
+        pack(http_options(http2=False, follow_downstream=True))
+    )
     return cluster

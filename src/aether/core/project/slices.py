@@ -20,14 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from envoy.config.core.v3 import protocol_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from aether.core.events.kube import KubeEndpointSlice, KubeService, ServicePort
 from aether.core.mesh_names import SliceClusterName
-from aether.core.project.clusters import HTTP_OPTIONS_KEY, UPSTREAM_IDLE_SECONDS, eds_cluster
-from aether.core.project.messages import pack, seconds, socket_address
+from aether.core.project.clusters import HTTP_OPTIONS_KEY, eds_cluster, http_options
+from aether.core.project.messages import pack, socket_address
 from aether.core.state.kube import KubeState
 
 H2C_APP_PROTOCOL = "kubernetes.io/h2c"
@@ -56,16 +54,7 @@ def slice_addresses(slices: tuple[KubeEndpointSlice, ...], port_name: str) -> li
 def slice_cluster(name: str, *, http2: bool) -> Any:
     """Return the plaintext EDS cluster `name` of a Service without a selector."""
     cluster = eds_cluster(name)
-    options = http_protocol_options_pb2.HttpProtocolOptions(
-        common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
-            idle_timeout=seconds(UPSTREAM_IDLE_SECONDS)
-        )
-    )
-    if http2:
-        options.explicit_http_config.http2_protocol_options.SetInParent()
-    else:
-        options.explicit_http_config.http_protocol_options.SetInParent()
-    cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(options))
+    cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(http_options(http2=http2)))
     return cluster
 
 
