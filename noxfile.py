@@ -93,6 +93,7 @@ def bench(session: nox.Session) -> None:
             "bench_kube.py",
             "bench_projection.py",
             "bench_registrar.py",
+            "bench_slices.py",
             "bench_replay.py",
             "bench_webhooks.py",
             "bench_spiffe.py",
