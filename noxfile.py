@@ -96,6 +96,7 @@ def bench(session: nox.Session) -> None:
             "bench_projection.py",
             "bench_publish.py",
             "bench_registrar.py",
+            "bench_slices.py",
             "bench_replay.py",
             "bench_webhooks.py",
             "bench_spiffe.py",

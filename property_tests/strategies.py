@@ -23,6 +23,8 @@ from aether.core.events import (
     Endpoint,
     EndpointAdded,
     EndpointRemoved,
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     EndpointsSnapshotCompleted,
     EndpointsSnapshotReceived,
     EndpointUpdated,
@@ -31,6 +33,7 @@ from aether.core.events import (
     GatewayObjectUpserted,
     Health,
     HealthCheckMode,
+    KubeEndpointSlice,
     KubeNamespace,
     KubeObject,
     KubeService,
@@ -56,6 +59,8 @@ from aether.core.events import (
     ResourceAcked,
     ResourceNacked,
     ServicePort,
+    SliceEndpoint,
+    SlicePort,
     Svid,
     SvidRemoved,
     SvidRotated,
@@ -340,6 +345,34 @@ def kube_namespaces() -> st.SearchStrategy[KubeNamespace]:
     )
 
 
+slice_metas = object_metas(("EndpointSlice",), bad_kinds=("Endpoints", "Service"))
+
+
+def kube_endpoint_slices() -> st.SearchStrategy[KubeEndpointSlice]:
+    """EndpointSlices of a few Services (or none), mostly IPv4, with good and bad ports and addresses."""
+    ports = st.lists(
+        st.builds(
+            SlicePort,
+            name=st.sampled_from(("", "http", "grpc")),
+            port=mostly(st.integers(1, 65535), st.sampled_from((0, 70000))),
+            protocol=_among(("TCP", "UDP"), ("HTTP", "")),
+        ),
+        max_size=3,
+    )
+    endpoints = st.lists(
+        st.builds(SliceEndpoint, addresses=st.lists(ips, max_size=2).map(tuple), ready=st.booleans()),
+        max_size=3,
+    )
+    return st.builds(
+        KubeEndpointSlice,
+        meta=slice_metas,
+        service=_among(("web", "db", ""), ("Bad Name",)),
+        address_type=_among(("IPv4",), ("IPv6", "FQDN", "")),
+        ports=ports.map(tuple),
+        endpoints=endpoints.map(tuple),
+    )
+
+
 def kube_objects(metas: st.SearchStrategy[ObjectMeta]) -> st.SearchStrategy[KubeObject]:
     """Objects with the given metadata and a (mostly canonical) spec."""
     return st.builds(KubeObject, meta=metas, spec_json=spec_jsons())
@@ -464,6 +497,8 @@ EVENT_STRATEGIES: Mapping[type[Event], st.SearchStrategy[Any]] = {
     TlsSecretDeleted: _event(TlsSecretDeleted, meta=secret_metas),
     NamespaceUpserted: _event(NamespaceUpserted, namespace=kube_namespaces()),
     NamespaceDeleted: _event(NamespaceDeleted, meta=namespace_metas),
+    EndpointSliceUpserted: _event(EndpointSliceUpserted, slice=kube_endpoint_slices()),
+    EndpointSliceDeleted: _event(EndpointSliceDeleted, meta=slice_metas),
     MeshConfigUpdated: _event(MeshConfigUpdated, config=mesh_configs()),
     SvidRotated: _event(SvidRotated, svid=svids()),
     SvidRemoved: _event(SvidRemoved, spiffe_id=spiffe_ids),

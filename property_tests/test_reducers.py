@@ -20,6 +20,7 @@ from aether.core.state import (
     encode_state,
     state_digest,
 )
+from aether.core.state.kube import index_slices
 from property_tests.strategies import EVENT_STRATEGIES, event_sequences, events, records
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -138,7 +139,8 @@ def test_folding_an_event_again_leaves_the_domain_state_unchanged(
 @PROPERTY
 @given(records())
 def test_every_reachable_state_keeps_the_invariants(items: tuple[Record, ...]) -> None:
-    """Registry, pods and diagnostics keep their invariants after any sequence of records."""
+    """Registry, pods, the EndpointSlice index and diagnostics keep their invariants after any sequence of
+    records."""
     state = fold_all(EMPTY_STATE, items)
     registry = state.registry
     assert set(registry.endpoints) <= set(registry.services)
@@ -155,6 +157,8 @@ def test_every_reachable_state_keeps_the_invariants(items: tuple[Record, ...]) -
     for subject, rejection in state.diagnostics.rejections.items():
         assert rejection.subject == subject
         assert 1 <= rejection.seq <= state.seq
+    # The EndpointSlice index the reducer keeps is what the slices held give, whatever the order of changes.
+    assert state.kube.slices_by_service == index_slices(state.kube.endpoint_slices)
 
 
 @PROPERTY

@@ -51,6 +51,7 @@ _VALUES: dict[str, Callable[..., Any]] = {
     "config": builders.make_mesh_config,
     "service": builders.make_kube_service,
     "item": builders.make_kube_object,
+    "endpoint_slice": builders.make_endpoint_slice,
 }
 
 

@@ -85,7 +85,9 @@ spec: {{selector: {{app: {name}}}, ports: [{{name: http, port: 80, targetPort: 8
     return "---\n".join(documents)
 
 
-def _gateway_manifests(port: int) -> str:
+def gateway_manifests(port: int) -> str:
+    """The edge's GatewayClass and the Gateway `default/edge` with an HTTP listener on `port` for routes of any
+    namespace."""
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -131,7 +133,7 @@ def write_manifests(
     `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "backends.yaml").write_text(_backend_manifests(backends))
-    (directory / "gateway.yaml").write_text(_gateway_manifests(port))
+    (directory / "gateway.yaml").write_text(gateway_manifests(port))
     (directory / "routes.yaml").write_text(routes)
     return directory
 

@@ -9,7 +9,7 @@ none) into a static bootstrap, as `aether render --edge --identity none` does; t
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -48,34 +48,49 @@ TOLERANCE = 0.05
 """Absolute tolerance on the v2 share: at n = 1,000 and p = 0.1 the standard deviation is ~0.0095, so five of them."""
 
 
-def _manifests(port: int) -> str:
-    pods = "---\n".join(
+def canary_objects(
+    pods: Mapping[str, tuple[str, str]],
+    services: Sequence[tuple[str, str]],
+    *,
+    service_account: str = "default",
+) -> str:
+    """The canary's objects in namespace shop: `pods` (name → (pod IP, `version` label)), all of `app: checkout`
+    and one service account, on node-a; and `services` (name, selector in YAML flow style), each with port 80
+    targeting 8080."""
+    pod_documents = "---\n".join(
         f"""\
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: shop, labels: {{app: checkout, version: {version}, aether.io/managed: "true"}}}}
-spec: {{nodeName: node-a}}
+spec: {{serviceAccountName: {service_account}, nodeName: node-a}}
 status: {{podIP: {ip}}}
 """
-        for name, (ip, version) in PODS.items()
+        for name, (ip, version) in pods.items()
     )
-    services = "---\n".join(
+    service_documents = "---\n".join(
         f"""\
 apiVersion: v1
 kind: Service
 metadata: {{name: {name}, namespace: shop}}
 spec: {{selector: {selector}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}
 """
-        for name, selector in (
+        for name, selector in services
+    )
+    return f"{pod_documents}---\n{service_documents}"
+
+
+def _manifests(port: int) -> str:
+    objects = canary_objects(
+        PODS,
+        (
             ("checkout-v1", "{app: checkout, version: v1}"),
             ("checkout-v2", "{app: checkout, version: v2}"),
             ("checkout-v3", "{app: checkout, version: v3}"),
             ("checkout", "{app: checkout}"),
-        )
+        ),
     )
     return f"""\
-{pods}---
-{services}---
+{objects}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {{name: aether}}

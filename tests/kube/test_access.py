@@ -34,6 +34,7 @@ def test_rules_group_the_watches_by_api_group() -> None:
     )
     assert AGENT_ACCESS.rules() == (
         Rule(api_group="", resources=("pods", "services"), verbs=("list", "watch")),
+        Rule(api_group="discovery.k8s.io", resources=("endpointslices",), verbs=("list", "watch")),
         Rule(
             api_group="gateway.networking.k8s.io",
             resources=(

@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 
 from aether.core.events import (
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeEndpointSlice,
     KubeNamespace,
     KubeObject,
     KubeService,
@@ -25,6 +28,8 @@ from aether.core.events import (
     ReferenceGrantDeleted,
     ReferenceGrantUpserted,
     ServicePort,
+    SliceEndpoint,
+    SlicePort,
     TlsSecret,
     TlsSecretDeleted,
     TlsSecretUpserted,
@@ -339,3 +344,69 @@ def test_what_is_not_a_kubernetes_object_raises_an_error_naming_the_field(obj: A
     with pytest.raises(ObjectError) as caught:
         object_events(obj, **KW)
     assert str(caught.value) == message
+
+
+def test_an_endpoint_slice_converts_its_service_ports_and_endpoint_readiness() -> None:
+    """An EndpointSlice keeps the Service it serves (label `kubernetes.io/service-name`), its ports and its
+    endpoints; an absent ready condition is ready, as the API reads it; its deletion carries its key."""
+    obj = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "legacy-1",
+            "namespace": "shop",
+            "labels": {"kubernetes.io/service-name": "legacy"},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}, {"port": 9000, "protocol": "UDP", "appProtocol": "dns"}],
+        "endpoints": [
+            {"addresses": ["10.9.0.1"]},
+            {"addresses": ["10.9.0.2", "10.9.0.3"], "conditions": {"ready": False}},
+        ],
+    }
+    meta = ObjectMeta(kind="EndpointSlice", namespace="shop", name="legacy-1")
+    expected = KubeEndpointSlice(
+        meta=meta,
+        service="legacy",
+        address_type="IPv4",
+        ports=(SlicePort(name="http", port=8080), SlicePort(port=9000, protocol="UDP", app_protocol="dns")),
+        endpoints=(
+            SliceEndpoint(addresses=("10.9.0.1",)),
+            SliceEndpoint(addresses=("10.9.0.2", "10.9.0.3"), ready=False),
+        ),
+    )
+    assert object_events(obj, **KW) == (
+        EndpointSliceUpserted(observed_at=AT, source="directory", slice=expected),
+    )
+    assert deletion_events(obj, **KW) == (
+        EndpointSliceDeleted(observed_at=AT, source="directory", meta=meta),
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"addressType": None}, "addressType"),
+        ({"endpoints": [{"addresses": "10.9.0.1"}]}, "endpoints[].addresses"),
+        (
+            {"endpoints": [{"addresses": ["10.9.0.1"], "conditions": {"ready": "yes"}}]},
+            "endpoints[].conditions.ready",
+        ),
+        ({"ports": {"name": "http"}}, "ports"),
+    ],
+)
+def test_an_endpoint_slice_of_the_wrong_shape_is_refused_naming_the_field(
+    change: dict[str, Any], field: str
+) -> None:
+    """A missing address type, addresses that are not a list, a readiness that is not a boolean, ports that are
+    not a list: the object is refused, naming the field."""
+    obj = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "legacy-1", "namespace": "shop"},
+        "addressType": "IPv4",
+        **change,
+    }
+    with pytest.raises(ObjectError) as raised:
+        object_events(obj, **KW)
+    assert raised.value.field == field

@@ -16,7 +16,7 @@ import trio
 from aether.core.state import State
 from aether.kube.api import KubeClient
 from aether.kube.config import ClusterConfig
-from aether.kube.resources import HTTP_ROUTES, PODS, REFERENCE_GRANTS, SERVICES
+from aether.kube.resources import ENDPOINT_SLICES, HTTP_ROUTES, PODS, REFERENCE_GRANTS, SERVICES
 from aether.kube.source import (
     MESH_QUERIES,
     KubeSourceStatistics,
@@ -259,3 +259,47 @@ def test_a_lookup_fed_by_the_pod_watch_asks_for_a_retry_for_a_pod_it_lacks() -> 
     with pytest.raises(PodNotKnown):
         lookup("shop", "web-1")
     assert StatePodLookup()("shop", "web-1") is None
+
+
+def endpoint_slice(name: str, *, service_name: str, address: str) -> Any:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "shop",
+            "labels": {"kubernetes.io/service-name": service_name},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+    }
+
+
+async def test_endpoint_slices_are_watched_and_a_deletion_while_down_is_caught(tmp_path: Path) -> None:
+    """The agent watches EndpointSlices (the backends of Services without a selector): a slice becomes state,
+    indexed under its Service; a slice deleted while the agent was down is deleted at its next start."""
+    async with open_kube_api() as api:
+        api.store.create(
+            ENDPOINT_SLICES, endpoint_slice("legacy-1", service_name="legacy", address="192.0.2.1")
+        )
+        api.store.create(
+            ENDPOINT_SLICES, endpoint_slice("legacy-2", service_name="legacy", address="192.0.2.2")
+        )
+        async with open_journal(tmp_path / "log") as journal, running_source(api, journal) as statistics:
+            await until(journal, lambda s: len(s.kube.endpoint_slices) == 2)
+            assert [
+                item.endpoints[0].addresses for item in journal.state.kube.slices_of("shop", "legacy")
+            ] == [
+                ("192.0.2.1",),
+                ("192.0.2.2",),
+            ]
+            assert statistics().rejected == 0
+        api.store.delete(ENDPOINT_SLICES, name="legacy-2", namespace="shop")
+        async with open_journal(tmp_path / "log") as journal:
+            known = known_objects(journal.state, queries=MESH_QUERIES)
+            async with running_source(api, journal, known=known):
+                await until(
+                    journal, lambda s: list(s.kube.endpoint_slices) == ["EndpointSlice/shop/legacy-1"]
+                )
+            assert dict(journal.state.kube.slices_by_service) == {
+                "shop/legacy": {"EndpointSlice/shop/legacy-1"}
+            }

@@ -76,3 +76,39 @@ def parse_cluster_name(name: str, *, mesh_domain: str) -> ClusterName | None:
             return None
         port = int(port_text)
     return ClusterName(service=f"{namespace}/{account}", protocol=protocol, port=port)
+
+
+SLICE_CLUSTER_PREFIX = "slices:"
+
+
+def slice_cluster_name(namespace: str, service: str, *, port: int) -> str:
+    """Return `slices:<service>.<namespace>:<port>`: the cluster of Service port `port` of a Service without a
+    selector, whose endpoints are its EndpointSlices' ready addresses (no mesh service: no mesh domain)."""
+    return f"{SLICE_CLUSTER_PREFIX}{service}.{namespace}:{port}"
+
+
+@attrs.frozen(kw_only=True)
+class SliceClusterName:
+    """A slice cluster name taken apart: `slices:<service>.<namespace>:<port>`."""
+
+    namespace: str
+    service: str
+    """The Service's name."""
+    port: int
+    """The Service port."""
+
+
+def parse_slice_cluster_name(name: str) -> SliceClusterName | None:
+    """Return the parts of a slice cluster name, or None when `name` is not one."""
+    if not name.startswith(SLICE_CLUSTER_PREFIX):
+        return None
+    host, colon, port_text = name[len(SLICE_CLUSTER_PREFIX) :].rpartition(":")
+    service, dot, namespace = host.rpartition(".")
+    if not (colon and dot and port_text.isascii() and port_text.isdigit()):
+        return None
+    if dns_label_problem(service, what="service") or dns_label_problem(namespace, what="namespace"):
+        return None
+    port = int(port_text)
+    if port_problem(port, what="port"):
+        return None
+    return SliceClusterName(namespace=namespace, service=service, port=port)

@@ -15,6 +15,7 @@ from aether.kube.convert import TLS_SECRET_TYPE
 from aether.kube.endpoints import MANAGED_SELECTOR
 from aether.kube.mesh_config import CONFIG_MAPS, MESH_CONFIGS
 from aether.kube.resources import (
+    ENDPOINT_SLICES,
     GATEWAY_CLASSES,
     GATEWAYS,
     GRPC_ROUTES,
@@ -143,6 +144,7 @@ def _grouped(
 
 MESH_RESOURCES: tuple[ResourceType, ...] = (
     SERVICES,
+    ENDPOINT_SLICES,
     GATEWAY_CLASSES,
     GATEWAYS,
     HTTP_ROUTES,
@@ -152,7 +154,8 @@ MESH_RESOURCES: tuple[ResourceType, ...] = (
     UDP_ROUTES,
     REFERENCE_GRANTS,
 )
-"""What every node reads: Services (backendRefs), the Gateway API's routes and gateways, and ReferenceGrants."""
+"""What every node reads: Services (backendRefs) and EndpointSlices (the backends of a Service without a selector),
+the Gateway API's routes and gateways, and ReferenceGrants."""
 
 AGENT_ACCESS = RoleAccess(role="agent", service_account="aether-agent", watches=(*MESH_RESOURCES, PODS))
 """`aether agent`: the mesh's objects, and the meshed pods of its node (a field selector; RBAC cannot narrow a

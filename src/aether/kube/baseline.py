@@ -16,9 +16,12 @@ from collections.abc import Collection, Iterable, Mapping
 import attrs
 
 from aether.core.events import (
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     Event,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeEndpointSlice,
     KubeNamespace,
     KubeObject,
     KubeService,
@@ -40,7 +43,7 @@ from aether.core.state import State
 
 __all__ = ["Baseline", "LoggedObject", "event_object", "logged_objects"]
 
-LoggedObject = KubeService | KubeObject | TlsSecret | KubeNamespace | Pod
+LoggedObject = KubeService | KubeObject | TlsSecret | KubeNamespace | KubeEndpointSlice | Pod
 """What the state keeps of an object: the payload of its last applied upsert."""
 
 
@@ -58,6 +61,7 @@ def logged_objects(state: State, *, kinds: Collection[str] | None = None) -> dic
         *kube.reference_grants.values(),
         *kube.tls_secrets.values(),
         *kube.namespaces.values(),
+        *kube.endpoint_slices.values(),
     ):
         found[item.meta.key] = item
     for record in state.pods.values():
@@ -73,11 +77,15 @@ def event_object(event: Event) -> tuple[str, LoggedObject | None] | None:
             return item.meta.key, item
         case NamespaceUpserted(namespace=item):
             return item.meta.key, item
+        case EndpointSliceUpserted(slice=item):
+            return item.meta.key, item
         case GatewayObjectUpserted(object=item) | ReferenceGrantUpserted(object=item):
             return item.meta.key, item
         case PodAdded(pod=pod) | PodUpdated(pod=pod):
             return _pod_key(pod.namespace, pod.name), pod
         case KubeServiceDeleted(meta=meta) | TlsSecretDeleted(meta=meta) | NamespaceDeleted(meta=meta):
+            return meta.key, None
+        case EndpointSliceDeleted(meta=meta):
             return meta.key, None
         case GatewayObjectDeleted(meta=meta) | ReferenceGrantDeleted(meta=meta):
             return meta.key, None
@@ -98,6 +106,8 @@ def _deletion(item: LoggedObject, *, source: str, observed_at: int) -> Event:
             return TlsSecretDeleted(observed_at=observed_at, source=source, meta=item.meta)
         case KubeNamespace():
             return NamespaceDeleted(observed_at=observed_at, source=source, meta=item.meta)
+        case KubeEndpointSlice():
+            return EndpointSliceDeleted(observed_at=observed_at, source=source, meta=item.meta)
         case KubeObject() if item.meta.kind == "ReferenceGrant":
             return ReferenceGrantDeleted(observed_at=observed_at, source=source, meta=item.meta)
         case KubeObject():

@@ -16,9 +16,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aether.core.events import (
+    SERVICE_NAME_LABEL,
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     Event,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeEndpointSlice,
     KubeNamespace,
     KubeObject,
     KubeService,
@@ -34,6 +38,8 @@ from aether.core.events import (
     ReferenceGrantDeleted,
     ReferenceGrantUpserted,
     ServicePort,
+    SliceEndpoint,
+    SlicePort,
     TlsSecret,
     TlsSecretDeleted,
     TlsSecretUpserted,
@@ -42,7 +48,7 @@ from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
 from aether.core.values import Redacted
 from aether.kube.errors import KubeError
-from aether.kube.resources import GATEWAY_API_GROUP
+from aether.kube.resources import DISCOVERY_GROUP, GATEWAY_API_GROUP
 
 __all__ = ["DEFAULT_NAMESPACE", "ObjectError", "deletion_events", "object_events", "object_meta"]
 
@@ -225,6 +231,52 @@ def _namespace(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeNamespace:
     return KubeNamespace(meta=meta, labels=labels)
 
 
+def _list(value: object, field: str) -> list[Any] | tuple[Any, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ObjectError(field, rule="a list", value=value)
+    return value
+
+
+def _slice_port(item: object) -> SlicePort:
+    port = _mapping(item, "ports[]")
+    return SlicePort(
+        name=_string(port.get("name"), "ports[].name"),
+        port=_integer(port.get("port"), "ports[].port", high=MAX_SERVICE_PORT),
+        protocol=_string(port.get("protocol"), "ports[].protocol") or "TCP",
+        app_protocol=_string(port.get("appProtocol"), "ports[].appProtocol"),
+    )
+
+
+def _slice_endpoint(item: object) -> SliceEndpoint:
+    endpoint = _mapping(item, "endpoints[]")
+    ready = _mapping(endpoint.get("conditions"), "endpoints[].conditions").get("ready")
+    if ready is not None and not isinstance(ready, bool):
+        raise ObjectError("endpoints[].conditions.ready", rule="a boolean", value=ready)
+    addresses = _list(endpoint.get("addresses"), "endpoints[].addresses")
+    return SliceEndpoint(
+        addresses=tuple(_string(address, "endpoints[].addresses[]") for address in addresses),
+        # The API reads an unknown (absent) readiness as ready.
+        ready=ready is not False,
+    )
+
+
+def _endpoint_slice(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeEndpointSlice:
+    labels = _string_map(_mapping(obj.get("metadata"), "metadata").get("labels"), "metadata.labels")
+    return KubeEndpointSlice(
+        meta=meta,
+        service=labels.get(SERVICE_NAME_LABEL, ""),
+        address_type=_string(obj.get("addressType"), "addressType", required=True),
+        ports=tuple(_slice_port(item) for item in _list(obj.get("ports"), "ports")),
+        endpoints=tuple(_slice_endpoint(item) for item in _list(obj.get("endpoints"), "endpoints")),
+    )
+
+
+def _slice_event(obj: Mapping[str, Any], meta: ObjectMeta, *, at: int, source: str, known: bool) -> Event:
+    return EndpointSliceUpserted(observed_at=at, source=source, slice=_endpoint_slice(obj, meta))
+
+
 def _spec_object(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeObject:
     return KubeObject(meta=meta, spec_json=canonical_json(dict(_mapping(obj.get("spec"), "spec"))))
 
@@ -288,6 +340,8 @@ def _deleted(obj: Mapping[str, Any], meta: ObjectMeta, *, at: int, source: str) 
             return KubeServiceDeleted(observed_at=at, source=source, meta=meta)
         case "Namespace":
             return NamespaceDeleted(observed_at=at, source=source, meta=meta)
+        case "EndpointSlice":
+            return EndpointSliceDeleted(observed_at=at, source=source, meta=meta)
         case "Gateway":
             return GatewayObjectDeleted(observed_at=at, source=source, meta=meta)
         case "ReferenceGrant":
@@ -301,6 +355,7 @@ _UPSERTS: Mapping[str, _Convert] = {
     "Pod": _pod_event,
     "Service": _service_event,
     "Namespace": _namespace_event,
+    "EndpointSlice": _slice_event,
     "Gateway": _gateway_event,
     "ReferenceGrant": _grant_event,
     "TlsSecret": _secret_event,
@@ -316,6 +371,8 @@ def _family(obj: Mapping[str, Any], meta: ObjectMeta) -> str | None:
             secret_type = _string(obj.get("type"), "type")
             return "TlsSecret" if secret_type == TLS_SECRET_TYPE else None
         return meta.kind if meta.kind in ("Pod", "Service", "Namespace") else None
+    if group == DISCOVERY_GROUP:
+        return "EndpointSlice" if meta.kind == "EndpointSlice" else None
     if group == GATEWAY_API_GROUP:
         if meta.kind in GATEWAY_KINDS:
             return "Gateway"
@@ -337,7 +394,7 @@ def object_events(
             `PodAdded`; both upsert, the kind records what the source saw).
 
     Returns:
-        One upsert event for a Pod, a Service, a Namespace, a Gateway API object, a ReferenceGrant or a
+        One upsert event for a Pod, a Service, an EndpointSlice, a Namespace, a Gateway API object, a ReferenceGrant or a
         `kubernetes.io/tls` Secret; none for any other kind.
 
     Raises:

@@ -8,6 +8,8 @@ import attrs
 
 __all__ = [
     "BUILTIN_RESOURCES",
+    "DISCOVERY_GROUP",
+    "ENDPOINT_SLICES",
     "GATEWAYS",
     "GATEWAY_API_GROUP",
     "GATEWAY_CLASSES",
@@ -37,6 +39,7 @@ converters in `aether.kube.convert` read the few fields the mesh needs into type
 """
 
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
+DISCOVERY_GROUP = "discovery.k8s.io"
 
 
 @attrs.frozen(kw_only=True)
@@ -80,6 +83,10 @@ NODES = ResourceType(group="", version="v1", plural="nodes", kind="Node", namesp
 SERVICES = ResourceType(group="", version="v1", plural="services", kind="Service", namespaced=True)
 SECRETS = ResourceType(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
 NAMESPACES = ResourceType(group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False)
+ENDPOINT_SLICES = ResourceType(
+    group=DISCOVERY_GROUP, version="v1", plural="endpointslices", kind="EndpointSlice", namespaced=True
+)
+"""The backends of Services without a selector (manual and headless Services)."""
 LEASES = ResourceType(
     group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
 )
@@ -107,6 +114,7 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     SERVICES,
     SECRETS,
     NAMESPACES,
+    ENDPOINT_SLICES,
     GATEWAY_CLASSES,
     _gateway("v1beta1", "gatewayclasses", "GatewayClass", namespaced=False),
     GATEWAYS,

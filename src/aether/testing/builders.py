@@ -5,7 +5,7 @@ Every builder returns a plain core value, so a test reads as the events it folds
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -14,6 +14,8 @@ from aether.core.events import (
     Endpoint,
     EndpointAdded,
     EndpointRemoved,
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     EndpointsSnapshotCompleted,
     EndpointsSnapshotReceived,
     EndpointUpdated,
@@ -22,6 +24,7 @@ from aether.core.events import (
     GatewayObjectUpserted,
     Health,
     HealthCheckMode,
+    KubeEndpointSlice,
     KubeNamespace,
     KubeObject,
     KubeService,
@@ -47,6 +50,8 @@ from aether.core.events import (
     ResourceAcked,
     ResourceNacked,
     ServicePort,
+    SliceEndpoint,
+    SlicePort,
     Svid,
     SvidRemoved,
     SvidRotated,
@@ -447,6 +452,45 @@ def namespace_deleted(name: str, *, at: int = AT, source: str = "kubernetes") ->
     return NamespaceDeleted(observed_at=at, source=source, meta=ObjectMeta(kind="Namespace", name=name))
 
 
+def make_endpoint_slice(
+    name: str = "legacy-1",
+    *,
+    namespace: str = "shop",
+    service: str = "legacy",
+    addresses: Sequence[str] = ("10.9.0.1",),
+    ports: Sequence[tuple[str, int]] = (("http", 8080),),
+    address_type: str = "IPv4",
+    not_ready: Sequence[str] = (),
+) -> KubeEndpointSlice:
+    """Return EndpointSlice `name` of Service `service`: one endpoint per address (ready unless in `not_ready`)
+    and the `(name, port)` ports."""
+    return KubeEndpointSlice(
+        meta=ObjectMeta(kind="EndpointSlice", namespace=namespace, name=name, uid=f"uid-slice-{name}"),
+        service=service,
+        address_type=address_type,
+        ports=tuple(SlicePort(name=port_name, port=port) for port_name, port in ports),
+        endpoints=tuple(
+            SliceEndpoint(addresses=(address,), ready=address not in not_ready) for address in addresses
+        ),
+    )
+
+
+def endpoint_slice_upserted(
+    endpoint_slice: KubeEndpointSlice | None = None, *, at: int = AT, source: str = "kubernetes"
+) -> EndpointSliceUpserted:
+    """Return the event of EndpointSlice `endpoint_slice` (default: `make_endpoint_slice()`) being created or
+    changed."""
+    return EndpointSliceUpserted(observed_at=at, source=source, slice=endpoint_slice or make_endpoint_slice())
+
+
+def endpoint_slice_deleted(
+    name: str = "legacy-1", *, namespace: str = "shop", at: int = AT, source: str = "kubernetes"
+) -> EndpointSliceDeleted:
+    """Return the event of EndpointSlice `namespace/name` being deleted."""
+    meta = ObjectMeta(kind="EndpointSlice", namespace=namespace, name=name)
+    return EndpointSliceDeleted(observed_at=at, source=source, meta=meta)
+
+
 def mesh_config_updated(
     config: MeshConfig | None = None, *, at: int = AT, source: str = "kubernetes"
 ) -> MeshConfigUpdated:
@@ -574,6 +618,8 @@ def one_event_of_each_type() -> tuple[Event, ...]:
         tls_secret_deleted(make_meta("web-cert", kind="Secret")),
         namespace_upserted("shop", {"team": "shop"}),
         namespace_deleted("shop"),
+        endpoint_slice_upserted(),
+        endpoint_slice_deleted(),
         mesh_config_updated(),
         svid_rotated(),
         svid_removed(),

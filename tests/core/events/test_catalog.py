@@ -61,6 +61,8 @@ def test_kind_names_are_the_snake_case_class_names() -> None:
         "TlsSecretDeleted": "tls_secret_deleted",
         "NamespaceUpserted": "namespace_upserted",
         "NamespaceDeleted": "namespace_deleted",
+        "EndpointSliceUpserted": "endpoint_slice_upserted",
+        "EndpointSliceDeleted": "endpoint_slice_deleted",
         "MeshConfigUpdated": "mesh_config_updated",
         "SvidRotated": "svid_rotated",
         "SvidRemoved": "svid_removed",

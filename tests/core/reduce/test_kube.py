@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import immutables
 import pytest
 
-from aether.core.events import KubeObject, KubeService, MeshConfig, ObjectMeta, ServicePort, TlsSecret
+from aether.core.events import (
+    KubeObject,
+    KubeService,
+    MeshConfig,
+    ObjectMeta,
+    ServicePort,
+    SliceEndpoint,
+    TlsSecret,
+)
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
 from aether.core.state import Diagnostics, KubeState, Rejection, RejectionReason, State
 from aether.testing import (
     domain_of,
+    endpoint_slice_deleted,
+    endpoint_slice_upserted,
     fold_events,
     gateway_object_deleted,
     gateway_object_upserted,
     kube_service_deleted,
     kube_service_upserted,
+    make_endpoint_slice,
     make_kube_object,
     make_kube_service,
     make_mesh_config,
@@ -511,5 +524,85 @@ def test_deleting_an_unknown_tls_secret_is_rejected() -> None:
         "Secret/default/gone",
         RejectionReason.UNKNOWN_OBJECT,
         "Secret/default/gone deleted but not known",
+        seq=1,
+    )
+
+
+# --- EndpointSlices ---
+
+
+def test_endpoint_slices_are_indexed_under_their_service_moved_and_deleted() -> None:
+    """A slice is stored by key and indexed under `<ns>/<service>`; relabelled to another Service it moves; a
+    slice naming no Service is in no index entry; deleting the last slice of a Service drops its entry."""
+    first = make_endpoint_slice("legacy-1", service="legacy")
+    second = make_endpoint_slice("legacy-2", service="legacy", addresses=("10.9.0.2",))
+    state = fold_events(endpoint_slice_upserted(first), endpoint_slice_upserted(second))
+    assert state.kube.slices_by_service == immutables.Map(
+        {"shop/legacy": frozenset({"EndpointSlice/shop/legacy-1", "EndpointSlice/shop/legacy-2"})}
+    )
+    assert state.kube.slices_of("shop", "legacy") == (first, second)
+    moved = attrs.evolve(second, service="other")
+    state = fold_events(endpoint_slice_upserted(moved), state=state)
+    assert state.kube.slices_by_service == immutables.Map(
+        {
+            "shop/legacy": frozenset({"EndpointSlice/shop/legacy-1"}),
+            "shop/other": frozenset({"EndpointSlice/shop/legacy-2"}),
+        }
+    )
+    orphan = attrs.evolve(first, service="")
+    state = fold_events(endpoint_slice_upserted(orphan), endpoint_slice_deleted("legacy-2"), state=state)
+    assert state.kube.slices_by_service == immutables.Map()
+    assert dict(state.kube.endpoint_slices) == {"EndpointSlice/shop/legacy-1": orphan}
+    state = fold_events(endpoint_slice_deleted("legacy-1"), state=state)
+    assert state.kube == KubeState()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"address_type": "FQDN"},
+            "addressType FQDN is not routed (deprecated by Kubernetes): list IPv4 or IPv6 addresses instead",
+        ),
+        ({"address_type": "ipv4"}, "addressType must be IPv4 or IPv6 (got 'ipv4')"),
+        (
+            {"addresses": ("fd00::1",)},
+            "endpoints[0].addresses: 'fd00::1' is not an IPv4 address (the slice's addressType is IPv4)",
+        ),
+        ({"addresses": ("not-an-ip",)}, "endpoints[0].addresses: 'not-an-ip' is not an IPv4 address"),
+        ({"ports": (("http", 0),)}, "ports[0].port must be 1..65535 (got 0)"),
+        (
+            {"ports": (("http", 80), ("http", 81))},
+            "ports[1]: name 'http' appears twice (a Service port is served by one slice port)",
+        ),
+        (
+            {"service": "Bad_Name"},
+            "label kubernetes.io/service-name must be an RFC 1123 label (lowercase alphanumerics and '-', at most 63) (got 'Bad_Name')",
+        ),
+    ],
+)
+def test_a_bad_endpoint_slice_is_rejected_and_the_previous_one_stays(
+    change: dict[str, Any], message: str
+) -> None:
+    """The address type, each address, the ports and the Service label are checked; the rejection names the field
+    and the fix, and the slice folded before stays in force."""
+    stored = fold_events(endpoint_slice_upserted())
+    state = fold_events(endpoint_slice_upserted(make_endpoint_slice(**change)), state=stored)
+    assert domain_of(state) == domain_of(stored)
+    key = "EndpointSlice/shop/legacy-1"
+    assert state.diagnostics == _rejected(key, RejectionReason.INVALID_SPEC, f"{key}: {message}", seq=2)
+
+
+def test_an_ipv6_slice_and_an_endpoint_without_addresses() -> None:
+    """An IPv6 slice takes IPv6 addresses; an endpoint must have one address at least."""
+    ipv6 = make_endpoint_slice(address_type="IPv6", addresses=("fd00::1",))
+    assert fold_events(endpoint_slice_upserted(ipv6)).kube.endpoint_slices[ipv6.meta.key] == ipv6
+    empty = attrs.evolve(ipv6, endpoints=(SliceEndpoint(addresses=()),))
+    state = fold_events(endpoint_slice_upserted(empty))
+    key = ipv6.meta.key
+    assert state.diagnostics == _rejected(
+        key,
+        RejectionReason.INVALID_SPEC,
+        f"{key}: endpoints[0].addresses must hold at least one address",
         seq=1,
     )

@@ -9,6 +9,8 @@ import attrs
 from aether.core.events.base import Event
 from aether.core.events.identity import SvidRemoved, SvidRotated, TrustBundleRemoved, TrustBundleRotated
 from aether.core.events.kube import (
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
     KubeServiceDeleted,
@@ -55,6 +57,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     TlsSecretDeleted,
     NamespaceUpserted,
     NamespaceDeleted,
+    EndpointSliceUpserted,
+    EndpointSliceDeleted,
     MeshConfigUpdated,
     SvidRotated,
     SvidRemoved,

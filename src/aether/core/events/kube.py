@@ -1,5 +1,5 @@
-"""Kubernetes events: Services, Namespaces, Gateway API objects, ReferenceGrants, TLS Secrets and the MeshConfig, as
-the watches see them."""
+"""Kubernetes events: Services, their EndpointSlices, Namespaces, Gateway API objects, ReferenceGrants, TLS Secrets
+and the MeshConfig, as the watches see them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import attrs
 
 from aether.core.events.base import Event
-from aether.core.values import EMPTY_STR_MAP, Redacted, StrMap, freeze_str_map
+from aether.core.values import EMPTY_STR_MAP, Redacted, StrMap, freeze_str_map, freeze_strs
 
 
 @attrs.frozen(kw_only=True)
@@ -75,6 +75,56 @@ class KubeNamespace:
     """Kind `Namespace`, namespace empty."""
     labels: StrMap = attrs.field(default=EMPTY_STR_MAP, converter=freeze_str_map)
     """The Namespace's labels as observed (the API server always sets `kubernetes.io/metadata.name`)."""
+
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+"""The label that ties an EndpointSlice to the Service it serves (the EndpointSlice API's own convention)."""
+
+
+@attrs.frozen(kw_only=True)
+class SlicePort:
+    """One port of an EndpointSlice: it serves the Service port of the same `name` (empty matches empty)."""
+
+    name: str = ""
+    port: int
+    """The port every endpoint of the slice listens on for this Service port."""
+    protocol: str = "TCP"
+    app_protocol: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SliceEndpoint:
+    """One endpoint of an EndpointSlice: its addresses (one backend, however many) and whether it is ready."""
+
+    addresses: tuple[str, ...] = attrs.field(default=(), converter=freeze_strs)
+    ready: bool = True
+    """`conditions.ready`; the API reads an absent condition as ready, and so does the converter."""
+
+
+def _freeze_slice_ports(value: Iterable[SlicePort]) -> tuple[SlicePort, ...]:
+    return tuple(value)
+
+
+def _freeze_slice_endpoints(value: Iterable[SliceEndpoint]) -> tuple[SliceEndpoint, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class KubeEndpointSlice:
+    """An EndpointSlice (discovery.k8s.io/v1): where a Service without a selector sends its traffic.
+
+    A Service with a selector routes to the mesh pods it selects; one without (a "manual" Service whose slices a user
+    writes, headless or not) has no pods to select, and its slices are its backends.
+    """
+
+    meta: ObjectMeta
+    """Kind `EndpointSlice`."""
+    service: str = ""
+    """The name of the Service it serves, in its namespace (label `kubernetes.io/service-name`); empty: none."""
+    address_type: str = "IPv4"
+    """`IPv4`, `IPv6` or `FQDN`; only IP slices are routed (an FQDN slice is refused when folded)."""
+    ports: tuple[SlicePort, ...] = attrs.field(default=(), converter=_freeze_slice_ports)
+    endpoints: tuple[SliceEndpoint, ...] = attrs.field(default=(), converter=_freeze_slice_endpoints)
 
 
 @attrs.frozen(kw_only=True)
@@ -218,6 +268,31 @@ class NamespaceUpserted(Event):
 @attrs.frozen(kw_only=True)
 class NamespaceDeleted(Event):
     """A Namespace was deleted."""
+
+    meta: ObjectMeta
+
+    @property
+    def subject(self) -> str:
+        return self.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class EndpointSliceUpserted(Event):
+    """An EndpointSlice was created or changed.
+
+    Added after the Namespace events (wire field 48): logs written before it simply have none.
+    """
+
+    slice: KubeEndpointSlice
+
+    @property
+    def subject(self) -> str:
+        return self.slice.meta.key
+
+
+@attrs.frozen(kw_only=True)
+class EndpointSliceDeleted(Event):
+    """An EndpointSlice was deleted."""
 
     meta: ObjectMeta
 

@@ -120,6 +120,9 @@ class MeshRouting:
     backend_selectors: Mapping[str, SelectorKeys] = attrs.field(factory=immutables.Map)
     """Per cluster the routes send a Service's selection to, the label key sets of those selectors: the cluster
     must subset its endpoints by them (`aether.core.gateway.ir.selector_keys`)."""
+    slice_clusters: tuple[str, ...] = ()
+    """The clusters of Services without a selector the routes send or mirror to, sorted: the caller's node builds
+    them from the Services' EndpointSlices (`aether.core.project.slices`)."""
     every_port: bool = True
     """True when some route's parentRef names no port: `http_routes` and `grpc_routes` (those routes) replace the
     default routes of the service's own virtual host. False when every route names a port: requests of other ports

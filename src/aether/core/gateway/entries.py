@@ -21,7 +21,6 @@ from aether.core.gateway.model.matches import PATH_PREFIX, GRPCMatch, HTTPMatch
 from aether.core.gateway.model.routes import Route, Rule
 from aether.core.gateway.resolve import Backend
 from aether.core.gateway.route_matches import route_match, trimmed_prefix
-from aether.core.mesh_names import http_cluster_name
 
 UNRESOLVED_STATUS = 500
 _MILLION = 1_000_000
@@ -129,7 +128,7 @@ def _forward(entry: Entry, destinations: Sequence[ir.Destination], *, mesh_domai
         ),
         mirrors=tuple(
             ir.Mirror(
-                cluster=http_cluster_name(backend_ref.service, mesh_domain=mesh_domain),
+                cluster=backend_ref.cluster_name(mesh_domain=mesh_domain),
                 per_million=(
                     None
                     if (mirror.numerator, mirror.denominator) == _ALL
@@ -223,7 +222,7 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
     per_destination = len(usable) > 1 and any(changes != (None, None) for changes in own)
     resolved = [
         ir.Destination(
-            cluster=http_cluster_name(item.service, mesh_domain=mesh_domain),
+            cluster=item.cluster_name(mesh_domain=mesh_domain),
             weight=item.ref.weight,
             selector=item.selector,
             request_headers=_then(rule_request, request) if per_destination else None,
@@ -277,5 +276,8 @@ def translate(
             # A backend whose own filters are refused is never sent to: its cluster is not needed.
             refused = _refused(entry)
             sent = (item for index, item in enumerate(entry.backends) if index not in refused)
-            services.update(item.service for item in (*sent, *entry.mirrors) if item.service)
+            # A slice backend's cluster is not a mesh service's: no mesh service is demanded for it.
+            services.update(
+                item.service for item in (*sent, *entry.mirrors) if item.service and not item.cluster
+            )
     return routes, services

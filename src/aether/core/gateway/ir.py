@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from aether.core.mesh_names import SLICE_CLUSTER_PREFIX
+
 # --- matches ---
 
 EXACT = "Exact"
@@ -231,3 +233,13 @@ def selector_keys(routes: Iterable[HTTPRoute]) -> Mapping[str, SelectorKeys]:
                 if item.selector:
                     found.setdefault(item.cluster, set()).add(tuple(label for label, _ in item.selector))
     return {cluster: tuple(sorted(keys)) for cluster, keys in sorted(found.items())}
+
+
+def slice_clusters(routes: Iterable[HTTPRoute]) -> tuple[str, ...]:
+    """Return, sorted, the slice clusters (`slices:...`, Services without a selector) that `routes` send or mirror
+    to: the projection builds them from EndpointSlices, not from the registry."""
+    found: set[str] = set()
+    for route in routes:
+        if isinstance(route.action, Forward):
+            found.update(route.action.clusters)
+    return tuple(sorted(name for name in found if name.startswith(SLICE_CLUSTER_PREFIX)))

@@ -11,7 +11,7 @@ from aether.core.gateway import ir
 from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import MESH_CONTROLLER, MeshRouting, PortRouting
 from aether.core.gateway.entries import Entry, translate
-from aether.core.gateway.ir import selector_keys
+from aether.core.gateway.ir import selector_keys, slice_clusters
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
 from aether.core.gateway.precedence import ordered, shadow_note
@@ -140,6 +140,7 @@ def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Ser
         routes=tuple(sorted({item.route.key for item in contributors})),
         backend_services=tuple(sorted(targets)),
         backend_selectors=immutables.Map(selector_keys(every)),
+        slice_clusters=slice_clusters(every),
         every_port=bool(anywhere),
         ports=tuple(by_port),
     )

@@ -9,8 +9,12 @@ first account in sorted order (one Service, one identity is the supported shape)
 Routing follows the Service's selection, not the identity: a resolved backend carries its Service's selector, and
 its traffic goes only to the endpoints of the service account whose pod labels match it (registry endpoints carry
 their pod's labels). So Services whose pods share an account (every pod as `default`, or a canary's v1 and v2
-Services) each reach their own pods. A Service without a selector (its endpoints managed by hand, in
-EndpointSlices, which Aether does not read) is taken as its namespace's service account of its name, whole.
+Services) each reach their own pods.
+
+A Service without a selector (a "manual" Service whose EndpointSlices a user writes, or a headless one) selects no
+pods: its backendRef resolves to the slice cluster of its port (`slices:<service>.<ns>:<port>`, `Backend.cluster`),
+whose endpoints are its EndpointSlices' ready addresses (`aether.core.project.slices`). Its mesh service stays the
+account of its name (what a Service parentRef of it routes for).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from aether.core.events.registry import Protocol
 from aether.core.gateway.model.gateways import NAMESPACE_NAME_LABEL
 from aether.core.gateway.model.grants import ReferenceGrant
 from aether.core.gateway.model.refs import CORE_GROUP, GATEWAY_GROUP, BackendRef
+from aether.core.mesh_names import http_cluster_name, slice_cluster_name
 from aether.core.state.pods import PodRecord
 
 BACKEND_NOT_FOUND = "BackendNotFound"
@@ -43,9 +48,16 @@ class Backend:
     """The mesh service `<ns>/<sa>`; empty when unresolved."""
     selector: tuple[tuple[str, str], ...] = ()
     """The Service's selector, sorted by label: the endpoints of `service` its traffic may reach (empty: all)."""
+    cluster: str = ""
+    """The cluster of a Service without a selector (`slices:<service>.<ns>:<port>`: its EndpointSlices); empty:
+    the cluster of `service`."""
     reason: str = ""
     """`BackendNotFound`, `RefNotPermitted` or `InvalidKind` when unresolved."""
     message: str = ""
+
+    def cluster_name(self, *, mesh_domain: str) -> str:
+        """Return the HTTP cluster the backend's traffic goes to: `cluster`, or the mesh service's own."""
+        return self.cluster or http_cluster_name(self.service, mesh_domain=mesh_domain)
 
 
 class Resolver:
@@ -196,4 +208,25 @@ class Resolver:
                 ref=ref, reason=BACKEND_NOT_FOUND, message=f"backendRef {ref.key}: Service not found"
             )
         kube = self._services[f"Service/{ref.namespace}/{ref.name}"]
+        if not kube.selector:
+            return self._slice_backend(ref, kube, service)
         return Backend(ref=ref, service=service, selector=tuple(sorted(kube.selector.items())))
+
+    @staticmethod
+    def _slice_backend(ref: BackendRef, kube: KubeService, service: str) -> Backend:
+        """Resolve a backendRef to Service `kube`, which has no selector, to the slice cluster of its port (the
+        Service's only port when the reference names none)."""
+        ports = [item.port for item in kube.ports]
+        port = ref.port or (ports[0] if len(ports) == 1 else 0)
+        if port not in ports:
+            named = f"port {ref.port}" if ref.port else "no port"
+            return Backend(
+                ref=ref,
+                reason=BACKEND_NOT_FOUND,
+                message=(
+                    f"backendRef {ref.key}: names {named}, but the Service (without a selector: its "
+                    f"EndpointSlices are its backends) has ports {ports}; name one of them"
+                ),
+            )
+        cluster = slice_cluster_name(ref.namespace, ref.name, port=port)
+        return Backend(ref=ref, service=service, cluster=cluster)

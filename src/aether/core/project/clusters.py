@@ -41,24 +41,42 @@ MAX_RETRIES = 16
 """Concurrent retries per cluster (Envoy's default of 3 starves a busy cluster of the retries the contract needs)."""
 
 HTTP2_ALPN = ("h2",)
-_HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 SOL_SOCKET = 1
 SO_MARK = 36
 
 
-def _http_options(*, http2: bool) -> Any:
+def http_options(*, http2: bool, follow_downstream: bool = False) -> Any:
+    """Return a cluster's HTTP protocol options: HTTP/2, HTTP/1.1, or (`follow_downstream`) the downstream's own
+    protocol; idle upstream connections close after `UPSTREAM_IDLE_SECONDS`."""
     options = http_protocol_options_pb2.HttpProtocolOptions(
         common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
             idle_timeout=seconds(UPSTREAM_IDLE_SECONDS)
         )
     )
-    if http2:
-        options.explicit_http_config.http2_protocol_options.SetInParent()
-    else:
+    if follow_downstream:
         options.use_downstream_protocol_config.http_protocol_options.SetInParent()
         options.use_downstream_protocol_config.http2_protocol_options.SetInParent()
+    elif http2:
+        options.explicit_http_config.http2_protocol_options.SetInParent()
+    else:
+        options.explicit_http_config.http_protocol_options.SetInParent()
     return options
+
+
+def eds_cluster(name: str) -> Any:
+    """Return the bare EDS cluster `name` over ADS: the connect timeout, and a panic threshold of 0 (never send to
+    unhealthy or draining endpoints, even when most are: Envoy's default panics at 50%)."""
+    return cluster_pb2.Cluster(
+        name=name,
+        type=cluster_pb2.Cluster.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads()),
+        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
+        common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
+            healthy_panic_threshold=percent_pb2.Percent(value=0)
+        ),
+    )
 
 
 def service_cluster(
@@ -83,23 +101,18 @@ def service_cluster(
         subsets: The label key sets of the Service selectors routes send to the cluster with (see
             `aether.core.project.subsets`); empty: no subsets.
     """
-    cluster = cluster_pb2.Cluster(
-        name=name,
-        type=cluster_pb2.Cluster.EDS,
-        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads()),
-        connect_timeout=milliseconds(CONNECT_TIMEOUT_MS),
-        # 0: never send to unhealthy or draining endpoints, even when most are (Envoy's default panics at 50%).
-        common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
-            healthy_panic_threshold=percent_pb2.Percent(value=0)
-        ),
-        circuit_breakers=circuit_breaker_pb2.CircuitBreakers(
+    cluster = eds_cluster(name)
+    cluster.circuit_breakers.CopyFrom(
+        circuit_breaker_pb2.CircuitBreakers(
             thresholds=[
                 circuit_breaker_pb2.CircuitBreakers.Thresholds(
                     max_retries=wrappers_pb2.UInt32Value(value=MAX_RETRIES)
                 )
             ]
-        ),
-        outlier_detection=outlier_detection_pb2.OutlierDetection(
+        )
+    )
+    cluster.outlier_detection.CopyFrom(
+        outlier_detection_pb2.OutlierDetection(
             # Local-origin errors (connect failures, resets) eject on their own count; 5xx from apps after five.
             split_external_local_origin_errors=True,
             consecutive_local_origin_failure=wrappers_pb2.UInt32Value(value=3),
@@ -107,12 +120,12 @@ def service_cluster(
             interval=seconds(10),
             base_ejection_time=seconds(30),
             max_ejection_percent=wrappers_pb2.UInt32Value(value=50),
-        ),
+        )
     )
     if subsets:
         cluster.lb_subset_config.CopyFrom(subset_config(subsets))
     if http:
-        cluster.typed_extension_protocol_options[_HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=True)))
+        cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(http_options(http2=True)))
     apply_upstream_tls(
         cluster,
         identity,
@@ -190,5 +203,7 @@ def passthrough_cluster() -> Any:
             ]
         ),
     )
-    cluster.typed_extension_protocol_options[_HTTP_OPTIONS_KEY].CopyFrom(pack(_http_options(http2=False)))
+    cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(
+        pack(http_options(http2=False, follow_downstream=True))
+    )
     return cluster

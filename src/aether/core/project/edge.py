@@ -5,7 +5,9 @@
 * one listener per Gateway listener port on the bind address (see `aether.core.project.edge_listeners`), and the
   readiness listener on 18021;
 * the route tables of HTTP and HTTPS listeners (the view's virtual hosts, then a direct 404 for any other host);
-* one cluster per backend cluster the routes name, built like the node's (`aether.core.project.services`): EDS
+* the cluster of each Service without a selector the routes name: its EndpointSlices' ready addresses, in
+  plaintext (`aether.core.project.slices`);
+* one cluster per other backend cluster the routes name, built like the node's (`aether.core.project.services`): EDS
   from the registry, subset by the selectors of the Services the routes name (`aether.core.project.subsets`), dialled at the pods' mesh inbound `<pod ip>:18008` with the edge's own SVID (mTLS, peer pinned
   by SPIFFE ID) or, with `cleartext`, in HTTP/2 without TLS (identity none);
 * the secrets: the edge's SVID and trust bundle, and the certificate of every HTTPS/TLS listener.
@@ -24,7 +26,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 
 from aether.core.gateway import EdgeListener, GatewayView, gateway_view
 from aether.core.gateway.ir import SelectorKeys
-from aether.core.mesh_names import http_cluster_name, parse_cluster_name
+from aether.core.mesh_names import http_cluster_name, parse_cluster_name, parse_slice_cluster_name
 from aether.core.project.clusters import CONNECT_TIMEOUT_MS, service_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.edge_listeners import (
@@ -43,6 +45,7 @@ from aether.core.project.messages import milliseconds
 from aether.core.project.names import ANY_ADDRESS, spiffe_id
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import ServiceContext, project_service
+from aether.core.project.slices import slice_resources
 from aether.core.project.tls import PLAINTEXT, UpstreamIdentity
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, Resource, Snapshot
 from aether.core.state.state import State
@@ -274,7 +277,12 @@ def _clusters(
     resources: list[Resource] = []
     for name in wanted:
         parsed = parse_cluster_name(name, mesh_domain=context.mesh_domain)
-        if parsed is None:
+        sliced = parse_slice_cluster_name(name) if parsed is None else None
+        if sliced is not None:
+            cluster, assignment = slice_resources(name, sliced, state.kube)
+            resources.append(Resource.from_message(cluster, references=(name,)))
+            resources.append(Resource.from_message(assignment))
+        elif parsed is None:
             resources.append(Resource.from_message(_empty_cluster(name)))
         else:
             by_service.setdefault(parsed.service, []).append(name)

@@ -23,7 +23,7 @@ import attrs
 
 from aether.core.gateway import GatewayProjector, GatewayView, MeshL4Destination, MeshL4Routing, MeshRouting
 from aether.core.gateway.ir import SelectorKeys
-from aether.core.mesh_names import parse_cluster_name
+from aether.core.mesh_names import SliceClusterName, parse_cluster_name, parse_slice_cluster_name
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
@@ -34,6 +34,7 @@ from aether.core.project.pods import PodContext, project_pod
 from aether.core.project.routes import catch_all_vhost, route_configuration_body, vhost_entry
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
+from aether.core.project.slices import slice_resources
 from aether.core.project.tls import UpstreamIdentity, upstream_identity
 from aether.core.project.udp import (
     UdpCapture,
@@ -52,6 +53,31 @@ _Key = tuple[str, str]
 
 _VALUES = (bool, int, str)
 """Input types compared by equality: plain values, which Python may or may not share between equal instances."""
+
+
+def _slice_plan(
+    services: Iterable[str], routings: Mapping[str, MeshRouting]
+) -> tuple[tuple[str, SliceClusterName, str, str], ...]:
+    """Return, sorted by name, the slice clusters the GAMMA routes of `services` send to, each with its parts, its
+    Service's key in `KubeState.services` and in `KubeState.slices_by_service`."""
+    plan = []
+    for name in sorted_unique(
+        name
+        for service in services
+        if (routing := routings.get(service)) is not None
+        for name in routing.slice_clusters
+    ):
+        parsed = parse_slice_cluster_name(name)
+        assert parsed is not None, f"route cluster {name!r} is not a slice cluster: this is a bug"
+        plan.append(
+            (
+                name,
+                parsed,
+                f"Service/{parsed.namespace}/{parsed.service}",
+                f"{parsed.namespace}/{parsed.service}",
+            )
+        )
+    return tuple(plan)
 
 
 def project_node(state: State, *, node_name: str, now: int) -> Snapshot:
@@ -189,6 +215,10 @@ class NodeProjector:
         self._routes: tuple[tuple[Any, ...], tuple[Resource, ...]] | None = None
         self._secrets: tuple[tuple[Any, ...], tuple[Resource, ...]] | None = None
         self._passthrough: tuple[Resource, ...] = ()
+        self._slices_in_set = _Last()
+        self._slices: dict[str, tuple[Any, Any, tuple[Resource, ...]]] = {}
+        """Per slice cluster: the Service and the slice index entry it was projected from, and its resources."""
+        self._slices_inputs: tuple[Any, ...] | None = None
         self._snapshot: Snapshot | None = None
         self._statistics = ProjectorStatistics(
             projections=0, services=0, services_projected=0, pods_projected=0, upserted=0, removed=0
@@ -260,6 +290,7 @@ class NodeProjector:
             lambda: udp_captures(local.records, bound=local.bound, destinations=udp.destinations),
         )
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
+        self._project_slices(state, demand, routings, changes)
         self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
         if not self._passthrough:
             self._passthrough = changes.replace((), (Resource.from_message(passthrough_cluster()),))
@@ -612,6 +643,36 @@ class NodeProjector:
         )
         self._routes = (inputs, changes.replace(self._routes[1] if self._routes else (), new))
 
+    def _project_slices(
+        self, state: State, demand: Demand, routings: Mapping[str, MeshRouting], changes: _Changes
+    ) -> None:
+        """Project the clusters of the Services without a selector that the set's GAMMA routes send to, each from
+        its Service and its own EndpointSlices: a slice change re-projects only the clusters of its Service."""
+        wanted: tuple[tuple[str, SliceClusterName, str, str], ...] = self._slices_in_set.get(
+            (demand.services, routings), lambda: _slice_plan(demand.services, routings)
+        )
+        kube = state.kube
+        inputs_of_set = (wanted, kube.services, kube.slices_by_service)
+        if _same(self._slices_inputs, inputs_of_set):
+            return
+        self._slices_inputs = inputs_of_set
+        for name in set(self._slices).difference(item[0] for item in wanted):
+            changes.replace(self._slices.pop(name)[2], ())
+        services, index = kube.services, kube.slices_by_service
+        for name, parsed, service_key, index_key in wanted:
+            # The reducer gives a Service's index entry a new frozenset whenever one of its slices changes: the
+            # entry's identity says whether this cluster's slices changed, without reading them.
+            service, entry = services.get(service_key), index.get(index_key)
+            held = self._slices.get(name)
+            if held is not None and held[0] is service and held[1] is entry:
+                continue
+            cluster, assignment = slice_resources(name, parsed, kube)
+            new = (
+                Resource.from_message(cluster, references=(name,)),
+                Resource.from_message(assignment),
+            )
+            self._slices[name] = (service, entry, changes.replace(held[2] if held else (), new))
+
     def _project_secrets(self, state: State, wanted: tuple[str, ...], changes: _Changes) -> None:
         identity = state.identity
         trust_domain = state.kube.mesh_config.trust_domain
@@ -644,6 +705,8 @@ class NodeProjector:
         for _, projection in self._services.values():
             resources.extend(projection.resources)
         for _, items in self._pods.values():
+            resources.extend(items)
+        for _, _, items in self._slices.values():
             resources.extend(items)
         for unit in (self._routes, self._secrets):
             if unit is not None:

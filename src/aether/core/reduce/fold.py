@@ -9,6 +9,8 @@ from aether.core.errors import UnknownEvent
 from aether.core.events import (
     EndpointAdded,
     EndpointRemoved,
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     EndpointsSnapshotCompleted,
     EndpointsSnapshotReceived,
     EndpointUpdated,
@@ -67,6 +69,8 @@ REDUCERS: dict[type, _Reducer] = {
     MeshConfigUpdated: kube.mesh_config_updated,
     NamespaceUpserted: kube.namespace_upserted,
     NamespaceDeleted: kube.namespace_deleted,
+    EndpointSliceUpserted: kube.endpoint_slice_upserted,
+    EndpointSliceDeleted: kube.endpoint_slice_deleted,
     SvidRotated: identity.svid_rotated,
     SvidRemoved: identity.svid_removed,
     TrustBundleRotated: identity.trust_bundle_rotated,

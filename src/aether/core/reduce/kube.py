@@ -1,8 +1,9 @@
-"""Reducers of Kubernetes object events: Services, Namespaces, Gateway API objects, ReferenceGrants, TLS Secrets and
-the MeshConfig."""
+"""Reducers of Kubernetes object events: Services, EndpointSlices, Namespaces, Gateway API objects, ReferenceGrants,
+TLS Secrets and the MeshConfig."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -11,8 +12,11 @@ import immutables
 
 from aether.core.events.base import Event
 from aether.core.events.kube import (
+    EndpointSliceDeleted,
+    EndpointSliceUpserted,
     GatewayObjectDeleted,
     GatewayObjectUpserted,
+    KubeEndpointSlice,
     KubeNamespace,
     KubeObject,
     KubeService,
@@ -30,6 +34,7 @@ from aether.core.events.kube import (
 )
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
+from aether.core.state.kube import slice_service
 from aether.core.state.state import State
 from aether.core.validation import (
     dns_label_problem,
@@ -133,8 +138,8 @@ def _upsert_object(
 
 
 def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, field: str) -> State:
-    objects: immutables.Map[str, KubeObject | KubeService | TlsSecret | KubeNamespace] = getattr(
-        state.kube, field
+    objects: immutables.Map[str, KubeObject | KubeService | TlsSecret | KubeNamespace | KubeEndpointSlice] = (
+        getattr(state.kube, field)
     )
     known = objects.get(meta.key)
     if known is None:
@@ -246,6 +251,99 @@ def namespace_upserted(state: State, event: NamespaceUpserted, seq: int) -> Stat
 def namespace_deleted(state: State, event: NamespaceDeleted, seq: int) -> State:
     """Forget the Namespace's labels."""
     return _delete_object(state, event, seq, meta=event.meta, field="namespaces")
+
+
+SLICE_ADDRESS_TYPES = {"IPv4": 4, "IPv6": 6}
+"""The EndpointSlice address types the mesh routes to, with their IP version."""
+SLICE_PROTOCOLS = frozenset(("TCP", "UDP", "SCTP"))
+"""The port protocols the EndpointSlice API allows."""
+
+
+def _slice_address_problem(address: str, *, version: int, where: str) -> str | None:
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return f"{where}: {address!r} is not an IPv{version} address"
+    if parsed.version != version:
+        return (
+            f"{where}: {address!r} is not an IPv{version} address (the slice's addressType is IPv{version})"
+        )
+    return None
+
+
+def _slice_problem(item: KubeEndpointSlice) -> str | None:
+    """Return why EndpointSlice `item` cannot be folded, naming the field and the fix; None when it can."""
+    meta = item.meta
+    if meta.kind != "EndpointSlice":
+        return f"kind must be 'EndpointSlice' (got {meta.kind!r})"
+    problem = _meta_problem(meta)
+    if problem is None and item.service:
+        problem = dns_label_problem(item.service, what="label kubernetes.io/service-name")
+    if problem is not None:
+        return problem
+    version = SLICE_ADDRESS_TYPES.get(item.address_type)
+    if version is None:
+        if item.address_type == "FQDN":
+            return "addressType FQDN is not routed (deprecated by Kubernetes): list IPv4 or IPv6 addresses instead"
+        return f"addressType must be IPv4 or IPv6 (got {item.address_type!r})"
+    names: set[str] = set()
+    for index, port in enumerate(item.ports):
+        where = f"ports[{index}]"
+        if port.name in names:
+            return f"{where}: name {port.name!r} appears twice (a Service port is served by one slice port)"
+        names.add(port.name)
+        if problem := port_problem(port.port, what=f"{where}.port"):
+            return problem
+        if port.protocol not in SLICE_PROTOCOLS:
+            return f"{where}.protocol must be one of {sorted(SLICE_PROTOCOLS)!r} (got {port.protocol!r})"
+    for index, endpoint in enumerate(item.endpoints):
+        where = f"endpoints[{index}].addresses"
+        if not endpoint.addresses:
+            return f"{where} must hold at least one address"
+        for address in endpoint.addresses:
+            if problem := _slice_address_problem(address, version=version, where=where):
+                return problem
+    return None
+
+
+def endpoint_slice_upserted(state: State, event: EndpointSliceUpserted, seq: int) -> State:
+    """Store the EndpointSlice and index it under its Service; a bad kind, name, address type, port or address is a
+    rejection and the previous version stays (O(1): one map entry and one index entry change)."""
+    item = event.slice
+    problem = _slice_problem(item)
+    if problem is not None:
+        return rejected(
+            state, event, seq, reason=RejectionReason.INVALID_SPEC, message=f"{item.meta.key}: {problem}"
+        )
+    kube = state.kube
+    key = item.meta.key
+    known = kube.endpoint_slices.get(key)
+    index = _unindex(kube.slices_by_service, known, key)
+    if service := slice_service(item):
+        index = index.set(service, index.get(service, frozenset()) | {key})
+    kube = attrs.evolve(kube, endpoint_slices=kube.endpoint_slices.set(key, item), slices_by_service=index)
+    return applied(state, event, seq, kube=kube)
+
+
+def _unindex(
+    index: immutables.Map[str, frozenset[str]], known: KubeEndpointSlice | None, key: str
+) -> immutables.Map[str, frozenset[str]]:
+    """Return `index` without slice `key` (whose stored version is `known`) under its Service."""
+    service = slice_service(known) if known is not None else ""
+    if not service:
+        return index
+    rest = index.get(service, frozenset()) - {key}
+    return index.set(service, rest) if rest else index.delete(service)
+
+
+def endpoint_slice_deleted(state: State, event: EndpointSliceDeleted, seq: int) -> State:
+    """Forget the EndpointSlice and its index entry."""
+    after = _delete_object(state, event, seq, meta=event.meta, field="endpoint_slices")
+    known = state.kube.endpoint_slices.get(event.meta.key)
+    if after.kube is state.kube or known is None:
+        return after
+    index = _unindex(state.kube.slices_by_service, known, event.meta.key)
+    return attrs.evolve(after, kube=attrs.evolve(after.kube, slices_by_service=index))
 
 
 def mesh_config_updated(state: State, event: MeshConfigUpdated, seq: int) -> State:

@@ -14,14 +14,21 @@ from google.protobuf.message import DecodeError
 
 from aether.core.errors import CodecError
 from aether.core.events.identity import Svid, TrustBundle
-from aether.core.events.kube import KubeNamespace, KubeObject, KubeService, MeshConfig, TlsSecret
+from aether.core.events.kube import (
+    KubeEndpointSlice,
+    KubeNamespace,
+    KubeObject,
+    KubeService,
+    MeshConfig,
+    TlsSecret,
+)
 from aether.core.events.registry import Endpoint
 from aether.core.events.wire import plan_for
 from aether.core.order import sorted_values
 from aether.core.state.diagnostics import Diagnostics, Rejection
 from aether.core.state.feedback import FeedbackState, OnDemandRequest, XdsFeedback
 from aether.core.state.identity import IdentityState
-from aether.core.state.kube import KubeState
+from aether.core.state.kube import KubeState, index_slices
 from aether.core.state.pods import PodRecord
 from aether.core.state.registry import RegistryState
 from aether.core.state.state import State
@@ -55,6 +62,7 @@ def state_to_proto(state: State) -> log_pb2.State:
     _write(sorted_values(state.kube.reference_grants), message.reference_grants)
     _write(sorted_values(state.kube.tls_secrets), message.tls_secrets)
     _write(sorted_values(state.kube.namespaces), message.namespaces)
+    _write(sorted_values(state.kube.endpoint_slices), message.endpoint_slices)
     plan_for(MeshConfig).encode_into(state.kube.mesh_config, message.mesh_config)
     _write(sorted_values(state.identity.svids), message.svids)
     _write(sorted_values(state.identity.trust_bundles), message.trust_bundles)
@@ -81,6 +89,8 @@ def state_from_proto(message: log_pb2.State) -> State:
     reference_grants: list[KubeObject] = _read(KubeObject, message.reference_grants)
     tls_secrets: list[TlsSecret] = _read(TlsSecret, message.tls_secrets)
     namespaces: list[KubeNamespace] = _read(KubeNamespace, message.namespaces)
+    slice_list: list[KubeEndpointSlice] = _read(KubeEndpointSlice, message.endpoint_slices)
+    slices = immutables.Map((item.meta.key, item) for item in slice_list)
     svids: list[Svid] = _read(Svid, message.svids)
     bundles: list[TrustBundle] = _read(TrustBundle, message.trust_bundles)
     streams: list[XdsFeedback] = _read(XdsFeedback, message.xds_feedback)
@@ -98,6 +108,8 @@ def state_from_proto(message: log_pb2.State) -> State:
             tls_secrets=immutables.Map((item.meta.key, item) for item in tls_secrets),
             mesh_config=plan_for(MeshConfig).decode(message.mesh_config),
             namespaces=immutables.Map((item.meta.key, item) for item in namespaces),
+            endpoint_slices=slices,
+            slices_by_service=index_slices(slices),
         ),
         identity=IdentityState(
             svids=immutables.Map((svid.spiffe_id, svid) for svid in svids),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aether.core.order import sorted_items
 from aether.core.state.diagnostics import MAX_REJECTIONS
+from aether.core.state.kube import index_slices
 from aether.core.state.state import State
 
 
@@ -26,6 +27,8 @@ def state_problems(state: State) -> tuple[str, ...]:
     for key, record in sorted_items(state.pods):
         if record.pod.key != key:
             problems.append(f"pod {record.pod.key!r} stored under {key!r}")
+    if state.kube.slices_by_service != index_slices(state.kube.endpoint_slices):
+        problems.append("the EndpointSlice index per Service does not match the EndpointSlices held")
     rejections = state.diagnostics.rejections
     if len(rejections) > MAX_REJECTIONS:
         problems.append(f"{len(rejections)} rejections kept, more than {MAX_REJECTIONS}")

@@ -377,6 +377,95 @@ class KubeNamespace(_message.Message):
 Global___KubeNamespace: _TypeAlias = KubeNamespace  # noqa: Y015
 
 @_typing.final
+class SlicePort(_message.Message):
+    """One port of an EndpointSlice (it serves the Service port of the same name)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
+    APP_PROTOCOL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    port: _builtins.int
+    protocol: _builtins.str
+    app_protocol: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        port: _builtins.int = ...,
+        protocol: _builtins.str = ...,
+        app_protocol: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app_protocol", b"app_protocol", "name", b"name", "port", b"port", "protocol", b"protocol"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlicePort: _TypeAlias = SlicePort  # noqa: Y015
+
+@_typing.final
+class SliceEndpoint(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESSES_FIELD_NUMBER: _builtins.int
+    READY_FIELD_NUMBER: _builtins.int
+    ready: _builtins.bool
+    @_builtins.property
+    def addresses(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        addresses: _abc.Iterable[_builtins.str] | None = ...,
+        ready: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addresses", b"addresses", "ready", b"ready"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SliceEndpoint: _TypeAlias = SliceEndpoint  # noqa: Y015
+
+@_typing.final
+class KubeEndpointSlice(_message.Message):
+    """An EndpointSlice (discovery.k8s.io/v1): the backends of a Service without a selector."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    META_FIELD_NUMBER: _builtins.int
+    SERVICE_FIELD_NUMBER: _builtins.int
+    ADDRESS_TYPE_FIELD_NUMBER: _builtins.int
+    PORTS_FIELD_NUMBER: _builtins.int
+    ENDPOINTS_FIELD_NUMBER: _builtins.int
+    service: _builtins.str
+    address_type: _builtins.str
+    @_builtins.property
+    def meta(self) -> Global___ObjectMeta: ...
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___SlicePort]: ...
+    @_builtins.property
+    def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___SliceEndpoint]: ...
+    def __init__(
+        self,
+        *,
+        meta: Global___ObjectMeta | None = ...,
+        service: _builtins.str = ...,
+        address_type: _builtins.str = ...,
+        ports: _abc.Iterable[Global___SlicePort] | None = ...,
+        endpoints: _abc.Iterable[Global___SliceEndpoint] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address_type", b"address_type", "endpoints", b"endpoints", "meta", b"meta", "ports", b"ports", "service", b"service"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KubeEndpointSlice: _TypeAlias = KubeEndpointSlice  # noqa: Y015
+
+@_typing.final
 class TlsSecret(_message.Message):
     """A Secret of type kubernetes.io/tls."""
 
@@ -950,6 +1039,46 @@ class NamespaceDeleted(_message.Message):
 Global___NamespaceDeleted: _TypeAlias = NamespaceDeleted  # noqa: Y015
 
 @_typing.final
+class EndpointSliceUpserted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLICE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def slice(self) -> Global___KubeEndpointSlice: ...
+    def __init__(
+        self,
+        *,
+        slice: Global___KubeEndpointSlice | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["slice", b"slice"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["slice", b"slice"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndpointSliceUpserted: _TypeAlias = EndpointSliceUpserted  # noqa: Y015
+
+@_typing.final
+class EndpointSliceDeleted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    META_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def meta(self) -> Global___ObjectMeta: ...
+    def __init__(
+        self,
+        *,
+        meta: Global___ObjectMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndpointSliceDeleted: _TypeAlias = EndpointSliceDeleted  # noqa: Y015
+
+@_typing.final
 class MeshConfigUpdated(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1158,6 +1287,8 @@ class Event(_message.Message):
     TLS_SECRET_DELETED_FIELD_NUMBER: _builtins.int
     NAMESPACE_UPSERTED_FIELD_NUMBER: _builtins.int
     NAMESPACE_DELETED_FIELD_NUMBER: _builtins.int
+    ENDPOINT_SLICE_UPSERTED_FIELD_NUMBER: _builtins.int
+    ENDPOINT_SLICE_DELETED_FIELD_NUMBER: _builtins.int
     MESH_CONFIG_UPDATED_FIELD_NUMBER: _builtins.int
     SVID_ROTATED_FIELD_NUMBER: _builtins.int
     SVID_REMOVED_FIELD_NUMBER: _builtins.int
@@ -1213,6 +1344,10 @@ class Event(_message.Message):
     @_builtins.property
     def namespace_deleted(self) -> Global___NamespaceDeleted: ...
     @_builtins.property
+    def endpoint_slice_upserted(self) -> Global___EndpointSliceUpserted: ...
+    @_builtins.property
+    def endpoint_slice_deleted(self) -> Global___EndpointSliceDeleted: ...
+    @_builtins.property
     def mesh_config_updated(self) -> Global___MeshConfigUpdated: ...
     @_builtins.property
     def svid_rotated(self) -> Global___SvidRotated: ...
@@ -1254,6 +1389,8 @@ class Event(_message.Message):
         tls_secret_deleted: Global___TlsSecretDeleted | None = ...,
         namespace_upserted: Global___NamespaceUpserted | None = ...,
         namespace_deleted: Global___NamespaceDeleted | None = ...,
+        endpoint_slice_upserted: Global___EndpointSliceUpserted | None = ...,
+        endpoint_slice_deleted: Global___EndpointSliceDeleted | None = ...,
         mesh_config_updated: Global___MeshConfigUpdated | None = ...,
         svid_rotated: Global___SvidRotated | None = ...,
         svid_removed: Global___SvidRemoved | None = ...,
@@ -1263,11 +1400,11 @@ class Event(_message.Message):
         resource_nacked: Global___ResourceNacked | None = ...,
         on_demand_cluster_requested: Global___OnDemandClusterRequested | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "namespace_deleted", b"namespace_deleted", "namespace_upserted", b"namespace_upserted", "node_capture_configured", b"node_capture_configured", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_slice_deleted", b"endpoint_slice_deleted", "endpoint_slice_upserted", b"endpoint_slice_upserted", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "namespace_deleted", b"namespace_deleted", "namespace_upserted", b"namespace_upserted", "node_capture_configured", b"node_capture_configured", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "namespace_deleted", b"namespace_deleted", "namespace_upserted", b"namespace_upserted", "node_capture_configured", b"node_capture_configured", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint_added", b"endpoint_added", "endpoint_removed", b"endpoint_removed", "endpoint_slice_deleted", b"endpoint_slice_deleted", "endpoint_slice_upserted", b"endpoint_slice_upserted", "endpoint_updated", b"endpoint_updated", "endpoints_snapshot_completed", b"endpoints_snapshot_completed", "endpoints_snapshot_received", b"endpoints_snapshot_received", "gateway_object_deleted", b"gateway_object_deleted", "gateway_object_upserted", b"gateway_object_upserted", "kind", b"kind", "kube_service_deleted", b"kube_service_deleted", "kube_service_upserted", b"kube_service_upserted", "mesh_config_updated", b"mesh_config_updated", "namespace_deleted", b"namespace_deleted", "namespace_upserted", b"namespace_upserted", "node_capture_configured", b"node_capture_configured", "observed_at", b"observed_at", "on_demand_cluster_requested", b"on_demand_cluster_requested", "pod_added", b"pod_added", "pod_removed", b"pod_removed", "pod_updated", b"pod_updated", "reference_grant_deleted", b"reference_grant_deleted", "reference_grant_upserted", b"reference_grant_upserted", "registry_service_added", b"registry_service_added", "registry_service_removed", b"registry_service_removed", "resource_acked", b"resource_acked", "resource_nacked", b"resource_nacked", "source", b"source", "svid_removed", b"svid_removed", "svid_rotated", b"svid_rotated", "tls_secret_deleted", b"tls_secret_deleted", "tls_secret_upserted", b"tls_secret_upserted", "trust_bundle_removed", b"trust_bundle_removed", "trust_bundle_rotated", b"trust_bundle_rotated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "node_capture_configured", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "tls_secret_upserted", "tls_secret_deleted", "namespace_upserted", "namespace_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["pod_added", "pod_updated", "pod_removed", "node_capture_configured", "endpoints_snapshot_received", "endpoint_added", "endpoint_updated", "endpoint_removed", "endpoints_snapshot_completed", "registry_service_added", "registry_service_removed", "kube_service_upserted", "kube_service_deleted", "gateway_object_upserted", "gateway_object_deleted", "reference_grant_upserted", "reference_grant_deleted", "tls_secret_upserted", "tls_secret_deleted", "namespace_upserted", "namespace_deleted", "endpoint_slice_upserted", "endpoint_slice_deleted", "mesh_config_updated", "svid_rotated", "svid_removed", "trust_bundle_rotated", "trust_bundle_removed", "resource_acked", "resource_nacked", "on_demand_cluster_requested"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1475,6 +1612,7 @@ class State(_message.Message):
     TLS_SECRETS_FIELD_NUMBER: _builtins.int
     CAPTURED_NODES_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
+    ENDPOINT_SLICES_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     rejected_total: _builtins.int
     @_builtins.property
@@ -1507,6 +1645,8 @@ class State(_message.Message):
 
     @_builtins.property
     def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___KubeNamespace]: ...
+    @_builtins.property
+    def endpoint_slices(self) -> _containers.RepeatedCompositeFieldContainer[Global___KubeEndpointSlice]: ...
     def __init__(
         self,
         *,
@@ -1526,10 +1666,11 @@ class State(_message.Message):
         tls_secrets: _abc.Iterable[Global___TlsSecret] | None = ...,
         captured_nodes: _abc.Iterable[_builtins.str] | None = ...,
         namespaces: _abc.Iterable[Global___KubeNamespace] | None = ...,
+        endpoint_slices: _abc.Iterable[Global___KubeEndpointSlice] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["mesh_config", b"mesh_config", "registry", b"registry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured_nodes", b"captured_nodes", "gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "namespaces", b"namespaces", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "tls_secrets", b"tls_secrets", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured_nodes", b"captured_nodes", "endpoint_slices", b"endpoint_slices", "gateway_objects", b"gateway_objects", "mesh_config", b"mesh_config", "namespaces", b"namespaces", "on_demand", b"on_demand", "pods", b"pods", "reference_grants", b"reference_grants", "registry", b"registry", "rejected_total", b"rejected_total", "rejections", b"rejections", "seq", b"seq", "services", b"services", "svids", b"svids", "tls_secrets", b"tls_secrets", "trust_bundles", b"trust_bundles", "xds_feedback", b"xds_feedback"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
