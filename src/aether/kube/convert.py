@@ -231,14 +231,6 @@ def _namespace(obj: Mapping[str, Any], meta: ObjectMeta) -> KubeNamespace:
     return KubeNamespace(meta=meta, labels=labels)
 
 
-def _list(value: object, field: str) -> list[Any] | tuple[Any, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple):
-        raise ObjectError(field, rule="a list", value=value)
-    return value
-
-
 def _slice_port(item: object) -> SlicePort:
     port = _mapping(item, "ports[]")
     return SlicePort(
