@@ -414,3 +414,22 @@ async def test_a_listener_namespace_selector_follows_the_labels_of_the_watched_n
         api.store.update(NAMESPACES, relabelled)
         await _wait_until(lambda: reason() == "NotAllowedByListeners")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_replica_knows_which_gateways_are_ours(api: KubeApi) -> None:
+    """`owns_gateway` (what the route webhook asks): a Gateway of a class naming our controller is ours; one of
+    another implementation's class, and one never seen, are not."""
+    api.store.create(
+        GATEWAY_CLASSES, {"metadata": {"name": "other"}, "spec": {"controllerName": OTHER_CONTROLLER}}
+    )
+    theirs = copy.deepcopy(GATEWAY)
+    theirs["metadata"]["name"] = "theirs"
+    theirs["spec"]["gatewayClassName"] = "other"
+    api.store.create(GATEWAYS, theirs)
+    async with trio.open_nursery() as nursery:
+        replica = await _start(nursery, api, "controller-a")
+        await _wait_until(lambda: replica.controller.statistics().synced)
+        assert replica.controller.owns_gateway("edge", "edge")
+        assert not replica.controller.owns_gateway("edge", "theirs")
+        assert not replica.controller.owns_gateway("edge", "missing")
+        nursery.cancel_scope.cancel()

@@ -21,7 +21,7 @@ pytestmark = needs("kubectl")
 
 __all__ = ["kube_api"]
 
-OBJECTS = f"""
+GATEWAY_OBJECTS = f"""
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {{name: aether}}
@@ -33,7 +33,8 @@ metadata: {{name: edge, namespace: edge}}
 spec:
   gatewayClassName: aether
   listeners: [{{name: http, port: 8080, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}]
----
+"""
+OBJECTS = f"""{GATEWAY_OBJECTS}---
 apiVersion: v1
 kind: Service
 metadata: {{name: web, namespace: shop}}
@@ -151,6 +152,8 @@ def test_the_controller_process_serves_webhooks_and_projects_the_mesh_config(tmp
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(KUBECONFIG.format(url=url))
         _kubectl(kubeconfig, "apply", "--validate=false", "-f", str(WEBHOOKS))
+        # The route's Gateway, of our class: the webhook judges only routes with a parent of ours.
+        _kubectl(kubeconfig, "apply", "--validate=false", "-f", "-", stdin=GATEWAY_OBJECTS)
         controller = subprocess.Popen(
             [
                 *(sys.executable, "-m", "aether.cli", "controller", "--kube-api", url, "--pod-name", "c-0"),

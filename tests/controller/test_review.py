@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 from http import HTTPStatus
 from pathlib import Path
@@ -282,3 +283,31 @@ def test_an_unexpected_kind_or_malformed_object_is_denied_naming_the_field() -> 
     assert answer["response"]["allowed"] is True
     status, _ = answer_review("/nowhere", b"{}", mutation=MUTATION)
     assert status is HTTPStatus.NOT_FOUND
+
+
+def test_a_route_of_another_implementations_gateway_is_not_judged() -> None:
+    """Only routes with a parent of ours are judged: a Gateway whose class is another controller's (the owner says
+    no) admits even an uncompilable regex, which is that implementation's to refuse; a Service parent (the mesh's)
+    is always judged, and so is a route whose parentRefs are malformed."""
+    theirs = functools.partial(_owned_by, {("edge", "mine")})
+    assert route_verdict("HTTPRoute", BAD_REGEX_ROUTE, owns_gateway=theirs).allowed
+    ours = copy.deepcopy(BAD_REGEX_ROUTE)
+    ours["spec"]["parentRefs"].append({"name": "mine", "namespace": "edge"})
+    assert not route_verdict("HTTPRoute", ours, owns_gateway=theirs).allowed
+    mesh = copy.deepcopy(BAD_REGEX_ROUTE)
+    mesh["spec"]["parentRefs"] = [{"group": "", "kind": "Service", "name": "web"}]
+    assert not route_verdict("HTTPRoute", mesh, owns_gateway=theirs).allowed
+    malformed = copy.deepcopy(BAD_REGEX_ROUTE)
+    malformed["spec"]["parentRefs"] = ["edge"]
+    assert not route_verdict("HTTPRoute", malformed, owns_gateway=theirs).allowed
+    status, answer = answer_review(
+        "/validate-route",
+        _review(BAD_REGEX_ROUTE, kind="HTTPRoute", group="gateway.networking.k8s.io"),
+        mutation=MUTATION,
+        owns_gateway=theirs,
+    )
+    assert (status, answer["response"]["allowed"]) == (200, True)
+
+
+def _owned_by(ours: set[tuple[str, str]], namespace: str, name: str) -> bool:
+    return (namespace, name) in ours

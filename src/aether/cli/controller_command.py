@@ -159,8 +159,10 @@ def run_controller(arguments: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_webhooks, client, webhook_options)
             running = await nursery.start(serve_controller, client, config)
+            await nursery.start(
+                functools.partial(serve_webhooks, client, webhook_options, owns_gateway=running.owns_gateway)
+            )
             await nursery.start(
                 functools.partial(
                     serve_mesh_config_projection, client, leading=lambda: running.statistics().leading

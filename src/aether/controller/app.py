@@ -27,14 +27,14 @@ from aether.controller.leader import (
 )
 from aether.controller.status_writer import write_status
 from aether.core.events import Event
-from aether.core.gateway import GatewayProjector, ObjectStatus
+from aether.core.gateway import EDGE_CONTROLLER, GatewayProjector, ObjectStatus
 from aether.core.reduce import fold_event
 from aether.core.state import EMPTY_STATE, State
 from aether.kube.access import CONTROLLER_QUERIES, STATUS_RESOURCES
 from aether.kube.api import KubeClient
 from aether.kube.convert import ObjectError, deletion_events, object_events, object_meta
 from aether.kube.errors import KubeError
-from aether.kube.resources import JsonObject, ResourceType
+from aether.kube.resources import GATEWAY_CLASSES, GATEWAYS, JsonObject, ResourceType
 from aether.kube.watch import (
     Deleted,
     Reflector,
@@ -126,6 +126,23 @@ class _Controller:
 
     def _leading(self) -> bool:
         return trio.current_time() < self._leading_until
+
+    def owns_gateway(self, namespace: str, name: str) -> bool:
+        """Whether the Gateway `namespace/name`, as this replica last saw it, is of a GatewayClass whose controllerName
+        is ours (`gateway.aether.io/edge`); False for one it has not seen. Until every watch has listed once, every
+        Gateway is claimed: with no view yet, the route webhook judges every route rather than let ours through."""
+        if self._unsynced:
+            return True
+        gateway = self._seen(GATEWAYS, f"Gateway/{namespace}/{name}")
+        class_name = ((gateway or {}).get("spec") or {}).get("gatewayClassName")
+        gateway_class = self._seen(GATEWAY_CLASSES, f"GatewayClass//{class_name}") if class_name else None
+        return ((gateway_class or {}).get("spec") or {}).get("controllerName") == EDGE_CONTROLLER
+
+    def _seen(self, resource: ResourceType, key: str) -> JsonObject | None:
+        for query, objects in self._objects.items():
+            if query.resource == resource and key in objects:
+                return objects[key]
+        return None
 
     def lead(self, leadership: Leadership) -> None:
         was = self._leading()
@@ -220,6 +237,8 @@ class RunningController:
     """A started controller: its statistics."""
 
     statistics: Callable[[], ControllerStatistics]
+    owns_gateway: Callable[[str, str], bool]
+    """Whether a Gateway `(namespace, name)` is ours, by this replica's view (what the route webhook judges)."""
 
 
 async def serve_controller(
@@ -249,7 +268,9 @@ async def serve_controller(
         )
         reflectors = [Reflector(client, query) for query in queries]
         await nursery.start(serve_reflectors, reflectors, send)
-        task_status.started(RunningController(statistics=controller.statistics))
+        task_status.started(
+            RunningController(statistics=controller.statistics, owns_gateway=controller.owns_gateway)
+        )
         async with receive:
             await _own(controller, receive, resync=config.resync)
 

@@ -19,7 +19,12 @@ import attrs
 
 from aether.controller.config_admission import config_verdict
 from aether.controller.pod_mutation import PodMutation, pod_verdict
-from aether.controller.route_admission import ROUTE_KINDS_VALIDATED, route_verdict
+from aether.controller.route_admission import (
+    ROUTE_KINDS_VALIDATED,
+    GatewayOwner,
+    every_gateway,
+    route_verdict,
+)
 from aether.controller.verdict import ALLOWED, Verdict
 
 __all__ = [
@@ -140,7 +145,7 @@ def review_response(uid: str, verdict: Verdict) -> dict[str, Any]:
     return {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
-def _verdict(path: str, request: ReviewRequest, mutation: PodMutation) -> Verdict:
+def _verdict(path: str, request: ReviewRequest, mutation: PodMutation, owns_gateway: GatewayOwner) -> Verdict:
     expected = WEBHOOK_PATHS[path]
     if request.kind not in expected:
         return Verdict(
@@ -152,7 +157,9 @@ def _verdict(path: str, request: ReviewRequest, mutation: PodMutation) -> Verdic
     if request.object is None:
         return Verdict(allowed=False, message=f"request.object: required for {request.operation} (got null)")
     reviewers: Mapping[str, Callable[[], Verdict]] = {
-        "/validate-route": lambda: route_verdict(request.kind, request.object or {}),
+        "/validate-route": lambda: route_verdict(
+            request.kind, request.object or {}, owns_gateway=owns_gateway
+        ),
         "/validate-meshconfig": lambda: config_verdict(request.kind, request.object or {}),
         "/validate-edgeconfig": lambda: config_verdict(request.kind, request.object or {}),
         "/mutate-pod": lambda: pod_verdict(
@@ -162,8 +169,11 @@ def _verdict(path: str, request: ReviewRequest, mutation: PodMutation) -> Verdic
     return reviewers[path]()
 
 
-def answer_review(path: str, body: bytes, *, mutation: PodMutation) -> tuple[HTTPStatus, dict[str, Any]]:
-    """Answer the review POSTed to `path`: `(200, AdmissionReview)`, or `(400 or 404, {"error": ...})`."""
+def answer_review(
+    path: str, body: bytes, *, mutation: PodMutation, owns_gateway: GatewayOwner = every_gateway
+) -> tuple[HTTPStatus, dict[str, Any]]:
+    """Answer the review POSTed to `path`: `(200, AdmissionReview)`, or `(400 or 404, {"error": ...})`; routes are
+    judged only when a parent is ours (`owns_gateway` says which Gateways are)."""
     if path not in WEBHOOK_PATHS:
         return HTTPStatus.NOT_FOUND, {
             "error": f"no webhook at {path!r}; try one of {sorted(WEBHOOK_PATHS)!r}"
@@ -172,4 +182,4 @@ def answer_review(path: str, body: bytes, *, mutation: PodMutation) -> tuple[HTT
         request = ReviewRequest.from_json(body)
     except ReviewInvalid as error:
         return HTTPStatus.BAD_REQUEST, {"error": str(error)}
-    return HTTPStatus.OK, review_response(request.uid, _verdict(path, request, mutation))
+    return HTTPStatus.OK, review_response(request.uid, _verdict(path, request, mutation, owns_gateway))

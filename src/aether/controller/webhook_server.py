@@ -22,6 +22,7 @@ import trio
 
 from aether.controller.pod_mutation import PodMutation
 from aether.controller.review import answer_review
+from aether.controller.route_admission import GatewayOwner, every_gateway
 
 __all__ = ["DEFAULT_WEBHOOK_PORT", "MAX_REVIEW_BYTES", "WebhookServer", "WebhookStatistics"]
 
@@ -54,9 +55,17 @@ class WebhookStatistics:
 class WebhookServer:
     """Serves the webhooks with one TLS context; `serve` runs until cancelled."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext, mutation: PodMutation) -> None:
+    def __init__(
+        self,
+        *,
+        ssl_context: ssl.SSLContext,
+        mutation: PodMutation,
+        owns_gateway: GatewayOwner = every_gateway,
+    ) -> None:
         self.ssl_context = ssl_context
         self.mutation = mutation
+        self.owns_gateway = owns_gateway
+        """Which Gateways are ours: routes of other implementations' Gateways are not judged."""
         self.port = 0
         """The port listened on, once `serve` started."""
         self._counts = {"connections": 0, "reviews": 0, "denied": 0, "patched": 0, "bad_requests": 0}
@@ -110,7 +119,7 @@ class WebhookServer:
             )
         else:
             path = request.target.decode("ascii", "replace").partition("?")[0]
-            status, answer = answer_review(path, body, mutation=self.mutation)
+            status, answer = answer_review(path, body, mutation=self.mutation, owns_gateway=self.owns_gateway)
         self._count(status, answer)
         await _send(connection, stream, status, answer)
         return connection.our_state is h11.DONE and connection.their_state is h11.DONE

@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from aether.controller.pod_mutation import PodMutation
+from aether.controller.route_admission import GatewayOwner, every_gateway
 from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer
 from aether.controller.webhook_tls import (
     ServingCertificate,
@@ -101,10 +102,12 @@ async def serve_webhooks(
     client: KubeClient,
     options: WebhookOptions,
     *,
+    owns_gateway: GatewayOwner = every_gateway,
     task_status: trio.TaskStatus[WebhookServer | None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the webhooks until cancelled; `task_status` gets the server (its port in `.port`), or None when this
-    replica cannot serve (the error is logged)."""
+    replica cannot serve (the error is logged). `owns_gateway` (the replica's view: `RunningController.owns_gateway`)
+    keeps the route webhook to routes of our Gateways and Services."""
     try:
         pair = await _certificate(client, options)
         image = options.image or await own_image(client, options)
@@ -118,7 +121,9 @@ async def serve_webhooks(
         task_status.started(None)
         return
     server = WebhookServer(
-        ssl_context=context, mutation=PodMutation(image=image, mesh_domain=options.mesh_domain)
+        ssl_context=context,
+        mutation=PodMutation(image=image, mesh_domain=options.mesh_domain),
+        owns_gateway=owns_gateway,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(server.serve, host=options.host, port=options.port))
