@@ -433,3 +433,38 @@ async def test_a_replica_knows_which_gateways_are_ours(api: KubeApi) -> None:
         assert not replica.controller.owns_gateway("edge", "theirs")
         assert not replica.controller.owns_gateway("edge", "missing")
         nursery.cancel_scope.cancel()
+
+
+EDGE_SERVICE = {
+    "metadata": {"name": "aether-edge", "namespace": "aether-system"},
+    "spec": {"type": "LoadBalancer", "ports": [{"port": 80}], "clusterIP": "10.96.0.30"},
+    "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "edge.lb.example"}]}},
+}
+
+
+def _addresses(api: KubeApi) -> list[dict[str, str]]:
+    addresses: list[dict[str, str]] = (_stored(api, GATEWAYS, "edge", "edge").get("status") or {}).get(
+        "addresses", []
+    )
+    return addresses
+
+
+async def test_the_gateways_addresses_are_the_edge_services_load_balancer_ingress(api: KubeApi) -> None:
+    """Gateway `status.addresses`: the ingress the load balancer gave the edge's Service (IPs as IPAddress, names as
+    Hostname); when it changes, the Gateway's addresses follow; without any, the field is left out."""
+    async with trio.open_nursery() as nursery:
+        replica = await _start(nursery, api, "controller-a")
+        await _wait_until(lambda: _accepted(api))
+        assert _addresses(api) == []
+        api.store.create(SERVICES, copy.deepcopy(EDGE_SERVICE))
+        expected = [
+            {"type": "IPAddress", "value": "203.0.113.7"},
+            {"type": "Hostname", "value": "edge.lb.example"},
+        ]
+        await _wait_until(lambda: _addresses(api) == expected)
+        service = _stored(api, SERVICES, "aether-edge", "aether-system")
+        service["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
+        api.store.update(SERVICES, service)
+        await _wait_until(lambda: _addresses(api) == [{"type": "IPAddress", "value": "203.0.113.9"}])
+        assert replica.controller.statistics().status_failures == 0
+        nursery.cancel_scope.cancel()

@@ -48,6 +48,13 @@ def add_parser(roles: Any) -> None:
         help=f"the coordination.k8s.io/v1 Lease of the election (default {DEFAULT_LEASE})",
     )
     parser.add_argument(
+        "--edge-service",
+        default="aether-system/aether-edge",
+        metavar="NS/NAME",
+        help="the edge's LoadBalancer Service: its ingress addresses are written as our Gateways' status.addresses"
+        " (default aether-system/aether-edge)",
+    )
+    parser.add_argument(
         "--lease-duration",
         type=float,
         default=DEFAULT_TIMING.lease_duration,
@@ -129,10 +136,15 @@ def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
     )
 
 
-def _lease(text: str) -> LeaseName:
+def _namespaced(flag: str, text: str, *, example: str) -> tuple[str, str]:
     namespace, _, name = text.partition("/")
     if not namespace or not name or "/" in name:
-        raise ValueError(f"--lease: expected NAMESPACE/NAME such as {DEFAULT_LEASE} (got {text!r})")
+        raise ValueError(f"{flag}: expected NAMESPACE/NAME such as {example} (got {text!r})")
+    return namespace, name
+
+
+def _lease(text: str) -> LeaseName:
+    namespace, name = _namespaced("--lease", text, example=str(DEFAULT_LEASE))
     return LeaseName(namespace=namespace, name=name)
 
 
@@ -144,6 +156,9 @@ def run_controller(arguments: argparse.Namespace) -> int:
         config = ControllerConfig(
             identity=arguments.pod_name,
             lease=_lease(arguments.lease),
+            edge_service=_namespaced(
+                "--edge-service", arguments.edge_service, example="aether-system/aether-edge"
+            ),
             timing=ElectionTiming(
                 lease_duration=arguments.lease_duration,
                 renew_deadline=arguments.renew_deadline,

@@ -25,6 +25,7 @@ from aether.controller.leader import (
     LeaseName,
     serve_leader_election,
 )
+from aether.controller.status_diff import gateway_addresses
 from aether.controller.status_writer import write_status
 from aether.core.events import Event
 from aether.core.gateway import EDGE_CONTROLLER, GatewayProjector, ObjectStatus
@@ -34,7 +35,7 @@ from aether.kube.access import CONTROLLER_QUERIES, STATUS_RESOURCES
 from aether.kube.api import KubeClient
 from aether.kube.convert import ObjectError, deletion_events, object_events, object_meta
 from aether.kube.errors import KubeError
-from aether.kube.resources import GATEWAY_CLASSES, GATEWAYS, JsonObject, ResourceType
+from aether.kube.resources import GATEWAY_CLASSES, GATEWAYS, SERVICES, JsonObject, ResourceType
 from aether.kube.watch import (
     Deleted,
     Reflector,
@@ -64,6 +65,10 @@ DEFAULT_RESYNC = 300.0
 this, as controller-runtime's periodic resync does."""
 
 
+DEFAULT_EDGE_SERVICE = ("aether-system", "aether-edge")
+"""The edge's Service in `manifests/` (every Gateway of class `aether` is served behind it)."""
+
+
 @attrs.frozen(kw_only=True)
 class ControllerConfig:
     """How one replica runs."""
@@ -73,6 +78,8 @@ class ControllerConfig:
     lease: LeaseName = DEFAULT_LEASE
     timing: ElectionTiming = DEFAULT_TIMING
     resync: float = DEFAULT_RESYNC
+    edge_service: tuple[str, str] = DEFAULT_EDGE_SERVICE
+    """`(namespace, name)` of the edge's LoadBalancer Service: its ingress addresses are our Gateways'."""
 
 
 @attrs.frozen(kw_only=True)
@@ -137,6 +144,10 @@ class _Controller:
         class_name = ((gateway or {}).get("spec") or {}).get("gatewayClassName")
         gateway_class = self._seen(GATEWAY_CLASSES, f"GatewayClass//{class_name}") if class_name else None
         return ((gateway_class or {}).get("spec") or {}).get("controllerName") == EDGE_CONTROLLER
+
+    def _gateway_addresses(self) -> list[dict[str, str]]:
+        namespace, name = self._config.edge_service
+        return gateway_addresses(self._seen(SERVICES, f"Service/{namespace}/{name}"))
 
     def _seen(self, resource: ResourceType, key: str) -> JsonObject | None:
         for query, objects in self._objects.items():
@@ -222,6 +233,7 @@ class _Controller:
                 computed,
                 now=_now,
                 may_write=self._leading,
+                addresses=self._gateway_addresses() if resource == GATEWAYS else (),
             )
         except KubeError as error:
             self._counts["status_failures"] += 1

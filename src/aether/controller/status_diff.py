@@ -21,7 +21,7 @@ from aether.core.gateway import (
 )
 from aether.kube.resources import GATEWAY_API_GROUP, JsonObject
 
-__all__ = ["OUR_CONTROLLERS", "ROUTE_KINDS", "SUPPORTED_FEATURES", "status_update"]
+__all__ = ["OUR_CONTROLLERS", "ROUTE_KINDS", "SUPPORTED_FEATURES", "gateway_addresses", "status_update"]
 
 OUR_CONTROLLERS = frozenset({EDGE_CONTROLLER, MESH_CONTROLLER})
 """The controllerNames whose route parent entries this controller owns."""
@@ -45,7 +45,13 @@ SUPPORTED_FEATURES: tuple[str, ...] = (
 `status.supportedFeatures`: the core features and the extended ones the edge projection implements."""
 
 
-def status_update(observed: JsonObject, computed: ObjectStatus | None, *, now: str) -> JsonObject | None:
+def status_update(
+    observed: JsonObject,
+    computed: ObjectStatus | None,
+    *,
+    now: str,
+    addresses: Sequence[Mapping[str, str]] = (),
+) -> JsonObject | None:
     """Return the whole `status` to write to `observed`, or None when nothing of ours would change.
 
     Args:
@@ -53,6 +59,8 @@ def status_update(observed: JsonObject, computed: ObjectStatus | None, *, now: s
         computed: The core's status of the object; None when the core computed none (not ours, or a route
             attached to none of our parents: its entries of ours, if any, go).
         now: The `lastTransitionTime` of a condition whose status changes (RFC 3339, UTC).
+        addresses: A Gateway's `status.addresses` (`{"type": "IPAddress" | "Hostname", "value": ...}`): where
+            the edge that serves it is reached (`gateway_addresses`); none yet leaves the field out.
     """
     kind = observed.get("kind")
     status: JsonObject = dict(observed.get("status") or {})
@@ -71,6 +79,10 @@ def status_update(observed: JsonObject, computed: ObjectStatus | None, *, now: s
         wanted["listeners"] = [
             _listener(item, observed_listeners.get(item.name), now=now) for item in computed.listeners
         ]
+        if addresses:
+            wanted["addresses"] = [dict(address) for address in addresses]
+        else:
+            wanted.pop("addresses", None)
     return None if _comparable(wanted) == _comparable(status) else wanted
 
 
@@ -158,3 +170,22 @@ def _comparable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_comparable(item) for item in value]
     return value
+
+
+def gateway_addresses(service: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """The `status.addresses` of our Gateways: the load-balancer ingress of the edge's Service (`aether-edge`, type
+    LoadBalancer), IPs as `IPAddress` and names as `Hostname`, in the order the load balancer lists them, each
+    once; empty while the load balancer has assigned none (or for no Service)."""
+    status = (service or {}).get("status")
+    balancer = status.get("loadBalancer") if isinstance(status, Mapping) else None
+    ingress = balancer.get("ingress") if isinstance(balancer, Mapping) else None
+    found: list[dict[str, str]] = []
+    for entry in ingress if isinstance(ingress, list) else ():
+        if not isinstance(entry, Mapping):
+            continue
+        for field, kind in (("ip", "IPAddress"), ("hostname", "Hostname")):
+            value = entry.get(field)
+            address = {"type": kind, "value": value} if isinstance(value, str) and value else None
+            if address is not None and address not in found:
+                found.append(address)
+    return found

@@ -4,7 +4,7 @@ conditional on the resourceVersion it was computed from; a 409 is retried on a f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -44,6 +44,7 @@ async def write_status(
     *,
     now: Callable[[], str],
     may_write: Callable[[], bool],
+    addresses: Sequence[Mapping[str, str]] = (),
 ) -> StatusWrite:
     """Write `computed` into `observed`'s status if it changes it; on 409 read the object again and retry.
 
@@ -54,6 +55,7 @@ async def write_status(
         computed: The core's status of the object (None: ours, if any, goes).
         now: The transition time of conditions that change.
         may_write: Asked before every write: the leader election's "we still lead".
+        addresses: A Gateway's `status.addresses` (see `status_diff.status_update`).
 
     Raises:
         ApiStatusError: A refusal other than 409 and 404 (the object was deleted: nothing to write).
@@ -62,7 +64,7 @@ async def write_status(
     writes = conflicts = 0
     current = observed
     for _ in range(CONFLICT_ATTEMPTS):
-        status = status_update(current, computed, now=now())
+        status = status_update(current, computed, now=now(), addresses=addresses)
         if status is None or not may_write():
             return StatusWrite(stored=None, latest=current, writes=writes, conflicts=conflicts)
         writes += 1
