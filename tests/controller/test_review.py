@@ -207,6 +207,20 @@ def test_the_pod_patch_meshes_the_pod_and_is_idempotent() -> None:
     ready = patched["spec"]["initContainers"][0]
     assert ready["image"] == MUTATION.image
     assert ready["command"][-1] == "identity-ready"
+    # It reaches the node agent's admin socket (the hostPath of /run/aether, read-only, in the agent's group) and
+    # names its pod from the Downward API, as `aether identity-ready` reads them.
+    assert ready["args"] == ["--admin=/run/aether/admin.sock"]
+    assert {item["name"]: item["valueFrom"]["fieldRef"]["fieldPath"] for item in ready["env"]} == {
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_NAME": "metadata.name",
+    }
+    assert ready["volumeMounts"] == [
+        {"name": "aether-agent-run", "mountPath": "/run/aether", "readOnly": True}
+    ]
+    assert (ready["securityContext"]["runAsGroup"], ready["securityContext"]["runAsNonRoot"]) == (10001, True)
+    assert patched["spec"]["volumes"] == [
+        {"name": "aether-agent-run", "hostPath": {"path": "/run/aether", "type": "Directory"}}
+    ]
     assert pod_verdict(patched, namespace="shop", mutation=MUTATION).patch == ()
 
 

@@ -28,6 +28,13 @@ IDENTITY_READY_CONTAINER = "aether-identity-ready"
 """The init container's name (also how the webhook knows a pod already has it)."""
 IDENTITY_READY_COMMAND = ("/opt/aether/bin/aether", "identity-ready")
 """Its command: the image's `aether` (manifests/base/controller.yaml runs the same path)."""
+AGENT_RUN_VOLUME = "aether-agent-run"
+"""The pod volume of the node's `/run/aether` (hostPath), mounted read-only in the init container: the agent's
+admin socket is where `aether identity-ready` asks whether the pod's SVID is served."""
+AGENT_RUN_DIR = "/run/aether"
+AGENT_GROUP = 10001
+"""The agent's group (`manifests/base/agent.yaml`'s runAsGroup): its sockets are mode 0660 of this group, so the
+init container runs in it to connect (as this non-root user, with no capability)."""
 
 
 def mesh_ndots(mesh_domain: str) -> int:
@@ -49,13 +56,26 @@ class PodMutation:
             "image": self.image,
             "imagePullPolicy": "IfNotPresent",
             "command": list(IDENTITY_READY_COMMAND),
+            "args": [f"--admin={AGENT_RUN_DIR}/admin.sock"],
+            "env": [
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            ],
+            "volumeMounts": [{"name": AGENT_RUN_VOLUME, "mountPath": AGENT_RUN_DIR, "readOnly": True}],
             "securityContext": {
                 "allowPrivilegeEscalation": False,
                 "capabilities": {"drop": ["ALL"]},
                 "readOnlyRootFilesystem": True,
                 "runAsNonRoot": True,
+                "runAsUser": AGENT_GROUP,
+                "runAsGroup": AGENT_GROUP,
             },
         }
+
+    @staticmethod
+    def volume() -> dict[str, Any]:
+        """The pod volume the init container mounts: the node's `/run/aether`."""
+        return {"name": AGENT_RUN_VOLUME, "hostPath": {"path": AGENT_RUN_DIR, "type": "Directory"}}
 
 
 def _pointer(token: str) -> str:
@@ -97,6 +117,15 @@ def _init_patch(spec: Mapping[str, Any], container: dict[str, Any]) -> list[dict
     return [{"op": "add", "path": "/spec/initContainers/0", "value": container}]
 
 
+def _volume_patch(spec: Mapping[str, Any], volume: dict[str, Any]) -> list[dict[str, Any]]:
+    present = spec.get("volumes")
+    if not isinstance(present, list) or not present:
+        return [{"op": "add", "path": "/spec/volumes", "value": [volume]}]
+    if any(isinstance(item, Mapping) and item.get("name") == volume["name"] for item in present):
+        return []
+    return [{"op": "add", "path": "/spec/volumes/-", "value": volume}]
+
+
 def pod_verdict(pod: Mapping[str, Any], *, namespace: str, mutation: PodMutation) -> Verdict:
     """Return the patch that meshes `pod` (created in `namespace`), or a denial naming the malformed field."""
     metadata = pod.get("metadata", {})
@@ -116,5 +145,6 @@ def pod_verdict(pod: Mapping[str, Any], *, namespace: str, mutation: PodMutation
         *_label_patch(metadata),
         *_dns_patch(spec, str(mesh_ndots(mutation.mesh_domain))),
         *_init_patch(spec, mutation.init_container()),
+        *_volume_patch(spec, mutation.volume()),
     ]
     return Verdict(allowed=True, patch=tuple(patch))
