@@ -18,7 +18,6 @@ from aether.cli.common import (
     add_serving_arguments,
     add_verbose_argument,
     configure_logging,
-    leaves,
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.registrar_options import add_registrar_watch_arguments, registrar_tls_context
@@ -29,6 +28,7 @@ from aether.cni.wire import DEFAULT_PLUGIN_SOCKET
 from aether.kube import KubeClient, KubeError
 from aether.log import LogLockedError
 from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET
+from aether.sync import leaves
 
 
 def add_parser(roles: Any) -> None:

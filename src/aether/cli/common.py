@@ -12,7 +12,6 @@ __all__ = [
     "add_serving_arguments",
     "add_verbose_argument",
     "configure_logging",
-    "leaves",
     "tls_files",
 ]
 
@@ -84,11 +83,3 @@ def tls_files(arguments: argparse.Namespace, *, prefix: str) -> dict[str, Path] 
     if not all(files.values()):
         raise ValueError(f"--{prefix}-cert, --{prefix}-key and --{prefix}-bundle go together: give all three")
     return files
-
-
-def leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    """The exceptions of `group`, nested groups flattened (nurseries nest them one per level)."""
-    found: list[BaseException] = []
-    for item in group.exceptions:
-        found.extend(leaves(item) if isinstance(item, BaseExceptionGroup) else [item])
-    return found

@@ -13,6 +13,7 @@ from typing import Any
 
 from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
+from aether.sync import first_leaf
 
 
 def add_parser(roles: Any) -> None:
@@ -107,7 +108,7 @@ def run_demo_command(arguments: argparse.Namespace) -> int:
             handled, rest = group.split((DemoError, EnvoyStartFailed))
             if handled is None or rest is not None:
                 raise
-            raise _first_leaf(handled) from None
+            raise first_leaf(handled) from None
     except DemoError as error:
         print(f"aether: error: {error}", file=sys.stderr)
         return 1
@@ -117,8 +118,3 @@ def run_demo_command(arguments: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("aether demo: stopped; everything it started has stopped", file=sys.stderr)
         return 130
-
-
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

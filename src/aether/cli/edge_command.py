@@ -17,7 +17,6 @@ from aether.cli.common import (
     add_serving_arguments,
     add_verbose_argument,
     configure_logging,
-    leaves,
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.registrar_options import add_registrar_watch_arguments, registrar_tls_context
@@ -29,6 +28,7 @@ from aether.edge.app import DEFAULT_EDGE_ADMIN_SOCKET, EdgeConfig, RunningEdge, 
 from aether.kube import KubeClient, KubeError
 from aether.kube.manifests import ManifestError
 from aether.log import LogLockedError
+from aether.sync import leaves
 
 EXIT_UNREADABLE = 1
 """The manifests could not be read at start-up."""

@@ -22,6 +22,7 @@ from aether.cni.api import METHODS, SERVICE_NAME
 from aether.cni.errors import AgentRefused, AgentUnavailable
 from aether.rpc.calls import open_grpc_socket, unary_call
 from aether.rpc.listen import ListenAddress
+from aether.sync import first_leaf
 
 __all__ = ["ResponseT", "agent_errors", "call_agent"]
 
@@ -40,7 +41,7 @@ def agent_errors(socket: Path, method: str) -> Iterator[None]:
             yield
         except BaseExceptionGroup as group:
             # purerpc's connection runs in an anyio task group, which wraps what fails inside it: unwrap one.
-            raise _first_leaf(group) from group
+            raise first_leaf(group) from group
     except trio.TooSlowError as exc:
         raise AgentUnavailable(f"{subject} did not answer in time; retry", details=str(exc)) from exc
     except GRPCError as exc:
@@ -55,11 +56,6 @@ def agent_errors(socket: Path, method: str) -> Iterator[None]:
             f"{subject}: the agent is not reachable; is the aether agent running on this node?",
             details=str(exc),
         ) from exc
-
-
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def call_agent(

@@ -49,7 +49,7 @@ from aether.core.events import Event, Pod, SvidRemoved, SvidRotated
 from aether.core.state import State
 from aether.identity.files import spiffe_id_of
 from aether.identity.recheck import Rechecks
-from aether.identity.streams import BROKER_HEADER, first_failure, server_stream
+from aether.identity.streams import BROKER_HEADER, server_stream
 from aether.identity.tls import client_context, peer_spiffe_id
 from aether.identity.workload_api import WorkloadIdentity
 from aether.identity.x509 import not_before_of_chain, svid_from_der, trust_domain_of_id
@@ -58,7 +58,7 @@ from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
 from aether.rpc.listen import ListenAddress
-from aether.sync import LatestValue
+from aether.sync import LatestValue, first_leaf
 
 __all__ = [
     "BROKER_SOCKET_ENV",
@@ -214,7 +214,7 @@ class BrokerClient:
                 try:
                     await self._run_connection()
                 except* CONNECTION_ERRORS as group:
-                    error = first_failure(group)
+                    error = first_leaf(group)
                     self._last_error = f"{type(error).__name__}: {error}"
                     LOG.warning("SPIFFE Broker API at %s failed: %r", self._target, error)
                 self._failures += 1

@@ -19,7 +19,7 @@ from purerpc.grpclib.exceptions import raise_status
 
 from aether.rpc.compat import cancel_client_stream
 
-__all__ = ["BROKER_HEADER", "WORKLOAD_HEADER", "first_failure", "server_stream"]
+__all__ = ["BROKER_HEADER", "WORKLOAD_HEADER", "server_stream"]
 
 ResponseT = TypeVar("ResponseT", bound=Message)
 
@@ -72,11 +72,3 @@ async def server_stream(
         # The caller stopped reading (a pod left, a task was cancelled): the server must stop answering too.
         with trio.CancelScope(shield=True):
             await cancel_client_stream(grpc_socket, stream)
-
-
-def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first exception of `group` that is not a group itself (nurseries nest one group per level)."""
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error

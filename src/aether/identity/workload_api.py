@@ -34,7 +34,7 @@ from purerpc.grpc_proto import GRPCProtoSocket
 
 from aether.core.events import Event, SvidRemoved, SvidRotated, TrustBundleRemoved, TrustBundleRotated
 from aether.identity.recheck import Rechecks
-from aether.identity.streams import WORKLOAD_HEADER, first_failure, server_stream
+from aether.identity.streams import WORKLOAD_HEADER, server_stream
 from aether.identity.x509 import (
     bundle_from_der,
     der_to_pem_certificates,
@@ -48,7 +48,7 @@ from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
 from aether.rpc.listen import ListenAddress
-from aether.sync import LatestValue
+from aether.sync import LatestValue, first_leaf
 
 __all__ = [
     "ENDPOINT_SOCKET_ENV",
@@ -368,7 +368,7 @@ async def serve_workload_api(
                 try:
                     await client.run_connection()
                 except* CONNECTION_ERRORS as group:
-                    error = first_failure(group)
+                    error = first_leaf(group)
                     client.identity.last_error = f"{type(error).__name__}: {error}"
                     LOG.warning("SPIFFE Workload API at %s failed: %r", socket, error)
                 client.identity.failures += 1
