@@ -27,7 +27,7 @@ import os
 import shutil
 import ssl
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,6 @@ class ExecPlugin:
         api_version: str,
         cluster: Mapping[str, Any] | None,
         install_hint: str,
-        clock: Callable[[], datetime.datetime] | None = None,
     ) -> None:
         self.source = source
         self.command = command
@@ -97,7 +96,6 @@ class ExecPlugin:
         self.install_hint = install_hint
         self.runs = 0
         """How many times the program ran (a credential is reused until it expires or is refused)."""
-        self._clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
         self._credential: ExecCredential | None = None
         self._in_context: ExecCredential | None = None
         """The certificate credential last loaded into the TLS context (loaded again only when it changes)."""
@@ -174,7 +172,7 @@ class ExecPlugin:
                 ExecCredential with a token or a certificate and key.
         """
         async with self._lock:
-            if self._credential is None or not self._credential.fresh(self._clock()):
+            if self._credential is None or not self._credential.fresh(datetime.datetime.now(datetime.UTC)):
                 self._credential = await self._run()
             return self._credential
 
