@@ -4,7 +4,6 @@ project the MeshConfigs; serve the admission webhooks on every replica."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -189,6 +188,9 @@ def run_controller(arguments: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    with contextlib.suppress(KeyboardInterrupt), running_telemetry(arguments, role="controller"):
-        trio.run(main)
+    try:
+        with running_telemetry(arguments, role="controller"):
+            trio.run(main)
+    except* KeyboardInterrupt:  # bare, or inside the nurseries' exception group
+        pass
     return 0

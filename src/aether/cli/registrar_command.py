@@ -122,8 +122,8 @@ def run_registrar(arguments: argparse.Namespace) -> int:
     try:
         with running_telemetry(arguments, role="registrar"):
             trio.run(main)
-    except KeyboardInterrupt:
-        return 0
+    except* KeyboardInterrupt:  # bare, or inside the nurseries' exception group
+        pass
     return 0
 
 
