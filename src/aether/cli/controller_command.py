@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from aether.cli.commands import summary
-from aether.cli.common import add_verbose_argument, configure_logging
+from aether.cli.common import add_verbose_argument, configure_logging, run_until_stopped
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.controller import (
@@ -190,7 +190,7 @@ def run_controller(arguments: argparse.Namespace) -> int:
 
     try:
         with running_telemetry(arguments, role="controller"):
-            trio.run(main)
+            run_until_stopped(main)
     except* KeyboardInterrupt:  # bare, or inside the nurseries' exception group
         pass
     return 0

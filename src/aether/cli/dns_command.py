@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from aether.cli.commands import summary
-from aether.cli.common import add_verbose_argument, configure_logging
+from aether.cli.common import add_verbose_argument, configure_logging, run_until_stopped
 from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.dns import (
     HostPort,
@@ -102,7 +102,7 @@ def run_mesh_dns(arguments: argparse.Namespace) -> int:
     failed: list[OSError] = []
     try:
         with running_telemetry(arguments, role="mesh-dns"):
-            trio.run(main)
+            run_until_stopped(main)
     except* KeyboardInterrupt:  # bare, or inside the nurseries' exception group
         pass
     except* OSError as group:
