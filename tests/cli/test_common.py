@@ -8,6 +8,7 @@ import signal
 
 import pytest
 import trio
+import trio.lowlevel
 
 from aether.cli.common import run_until_stopped
 
@@ -36,7 +37,7 @@ def test_a_main_that_returns_ends_the_run() -> None:
     done: list[bool] = []
 
     async def main() -> None:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         done.append(True)
 
     run_until_stopped(main)

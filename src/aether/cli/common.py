@@ -41,7 +41,9 @@ def run_until_stopped(main: Callable[[], Awaitable[object]]) -> None:
     async def until_stopped() -> None:
         async with trio.open_nursery() as nursery:
 
-            async def stop_on_signal(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            async def stop_on_signal(
+                *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+            ) -> None:
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     task_status.started()  # from here on the signals are ours, so `main` starts only now
                     async for number in signals:
