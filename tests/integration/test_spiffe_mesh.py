@@ -164,7 +164,7 @@ async def _answered() -> bool:
     return (await request()).status == 200
 
 
-async def _served_chain(envoy: Envoy, name: str = CART_ID) -> str:
+async def served_chain(envoy: Envoy, name: str = CART_ID) -> str:
     secret = _secrets(await envoy.config_dump()).get(name, {})
     chain: str = (
         secret.get("secret", {})
@@ -214,7 +214,7 @@ async def test_broker_issued_identities_carry_mtls_between_two_envoys(
 
 async def test_a_rotation_by_the_broker_reaches_envoy_without_a_failed_request(tmp_path: Path) -> None:
     async with open_mesh(tmp_path) as mesh:
-        old_chain = await _served_chain(mesh.b.envoy)
+        old_chain = await served_chain(mesh.b.envoy)
         assert old_chain
         statuses: list[int] = []
         stop = trio.Event()
@@ -235,7 +235,7 @@ async def test_a_rotation_by_the_broker_reaches_envoy_without_a_failed_request(t
             mesh.a.broker.set_svids(f"{NAMESPACE}/client-1", [mesh.ca.issue(CLIENT_ID)])
 
             async def rotated() -> bool:
-                return await _served_chain(mesh.b.envoy) not in ("", old_chain)
+                return await served_chain(mesh.b.envoy) not in ("", old_chain)
 
             await wait_for(rotated, timeout=CONVERGE, interval=0.05)
             await wait_for(functools.partial(at_least, len(statuses) + 10), timeout=CONVERGE)
@@ -247,7 +247,7 @@ async def test_a_refused_svid_leaves_the_last_good_one_served_and_a_revoked_one_
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with open_mesh(tmp_path) as mesh:
-        good_chain = await _served_chain(mesh.b.envoy)
+        good_chain = await served_chain(mesh.b.envoy)
         now = time.time_ns()
         expired = mesh.ca.issue(CART_ID, not_before=now - 2 * HOUR, not_after=now - HOUR)
         mesh.b.broker.set_svids(f"{NAMESPACE}/cart-1", [expired])
@@ -256,7 +256,7 @@ async def test_a_refused_svid_leaves_the_last_good_one_served_and_a_revoked_one_
             return "expired" in (await _identity(mesh.b))[f"{NAMESPACE}/cart-1"]["rejection"]
 
         await wait_for(refused, timeout=CONVERGE, interval=0.05)
-        assert await _served_chain(mesh.b.envoy) == good_chain
+        assert await served_chain(mesh.b.envoy) == good_chain
         assert (await request()).status == 200
         capsys.readouterr()
         assert await trio.to_thread.run_sync(main, ["status", "--admin", str(mesh.b.admin_socket)]) == 0
@@ -287,7 +287,7 @@ async def test_the_broker_down_at_start_and_mid_stream(tmp_path: Path) -> None:
         await mesh.nursery.start(mesh.b.broker.serve, mesh.b.broker_socket)
         await wait_for(functools.partial(_converged, mesh), timeout=CONVERGE, interval=0.05)
         await wait_for(_answered, timeout=CONVERGE, interval=0.05)
-        served = await _served_chain(mesh.b.envoy)
+        served = await served_chain(mesh.b.envoy)
         failures = broker.statistics().failures
         await mesh.b.broker.stop()
 
@@ -295,14 +295,14 @@ async def test_the_broker_down_at_start_and_mid_stream(tmp_path: Path) -> None:
             return broker.statistics().failures > failures + 1
 
         await wait_for(noticed, timeout=CONVERGE, interval=0.01)
-        assert await _served_chain(mesh.b.envoy) == served
+        assert await served_chain(mesh.b.envoy) == served
         assert [(await request()).status for _ in range(3)] == [200, 200, 200]
         for name in CART_IPS:
             mesh.b.broker.set_svids(f"{NAMESPACE}/{name}", [mesh.ca.issue(CART_ID)])
         await mesh.nursery.start(mesh.b.broker.serve, mesh.b.broker_socket)
 
         async def rotated() -> bool:
-            return await _served_chain(mesh.b.envoy) not in ("", served)
+            return await served_chain(mesh.b.envoy) not in ("", served)
 
         await wait_for(rotated, timeout=CONVERGE, interval=0.05)
         assert (await request()).status == 200

@@ -49,12 +49,12 @@ from aether.core.events import Event, Pod, SvidRemoved, SvidRotated
 from aether.core.state import State
 from aether.identity.files import spiffe_id_of
 from aether.identity.recheck import Rechecks
-from aether.identity.streams import BROKER_HEADER, server_stream
+from aether.identity.streams import BROKER_HEADER, SPIFFE_BACKOFF, server_stream
 from aether.identity.tls import client_context, peer_spiffe_id
 from aether.identity.workload_api import WorkloadIdentity
 from aether.identity.x509 import not_before_of_chain, svid_from_der, trust_domain_of_id
 from aether.proto.spiffe.v1 import broker_pb2
-from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
+from aether.rpc.backoff import Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
 from aether.rpc.listen import ListenAddress
@@ -116,6 +116,8 @@ class BrokerStatistics:
     wants_pid: bool
     """The server refused Kubernetes references: pods are referenced by PID."""
     last_error: str
+    longest_wait: float
+    """The longest wait in seconds before a redial so far (at most the backoff's cap)."""
 
 
 @attrs.define
@@ -141,7 +143,7 @@ class BrokerClient:
         trust_domain: str | None = None,
         server_id: str | None = None,
         clock: Callable[[], int] = time.time_ns,
-        backoff: Backoff = DEFAULT_BACKOFF,
+        backoff: Backoff = SPIFFE_BACKOFF,
         rng: random.Random | None = None,
     ) -> None:
         self._target = ListenAddress.unix(socket)
@@ -162,6 +164,7 @@ class BrokerClient:
         self._wants_pid = False
         self._connects = self._failures = self._pod_failures = self._messages = self._events_sent = 0
         self._last_error = ""
+        self._longest_wait = 0.0
 
     @property
     def trust_domain(self) -> str:
@@ -186,6 +189,7 @@ class BrokerClient:
             events_sent=self._events_sent,
             wants_pid=self._wants_pid,
             last_error=self._last_error,
+            longest_wait=self._longest_wait,
         )
 
     def pods(self) -> list[PodIdentity]:
@@ -219,7 +223,9 @@ class BrokerClient:
                     LOG.warning("SPIFFE Broker API at %s failed: %r", self._target, error)
                 self._failures += 1
                 failures = 1 if self._messages > before else failures + 1
-                await trio.sleep(self._backoff.delay(failures, rng=self._rng))
+                wait = self._backoff.delay(failures, rng=self._rng)
+                self._longest_wait = max(self._longest_wait, wait)
+                await trio.sleep(wait)
 
     async def _run_connection(self) -> None:
         material = self._identity.tls_material()
