@@ -19,7 +19,9 @@ from pathlib import Path
 import attrs
 import trio
 
+from aether.identity.broker import BrokerClient
 from aether.identity.streams import SPIFFE_BACKOFF
+from aether.identity.workload_api import WorkloadIdentity
 from aether.rpc.backoff import Backoff
 from aether.testing.envoy import wait_for
 from tests.integration.test_mesh_e2e import CART_ID, CART_IPS, NAMESPACE, request
@@ -98,19 +100,26 @@ def redial_bound(seconds: float, *, backoff: Backoff, clients: int = 1) -> int:
     return clients * (failures + 1)
 
 
+def _clients(node: Node) -> tuple[BrokerClient, WorkloadIdentity]:
+    broker, identity = node.agent.broker, node.agent.workload_identity
+    assert broker is not None, "the mesh's agents broker their pods' SVIDs"
+    assert identity is not None, "the mesh's agents take their own SVID from the Workload API"
+    return broker, identity
+
+
 def _redials(node: Node) -> int:
-    assert node.agent.broker is not None and node.agent.workload_identity is not None
-    return node.agent.broker.statistics().failures + node.agent.workload_identity.failures
+    broker, identity = _clients(node)
+    return broker.statistics().failures + identity.failures
 
 
 def _connects(node: Node) -> tuple[int, int]:
-    assert node.agent.broker is not None and node.agent.workload_identity is not None
-    return node.agent.broker.statistics().connects, node.agent.workload_identity.connects
+    broker, identity = _clients(node)
+    return broker.statistics().connects, identity.connects
 
 
 def _longest_wait(node: Node) -> float:
-    assert node.agent.broker is not None and node.agent.workload_identity is not None
-    return max(node.agent.broker.statistics().longest_wait, node.agent.workload_identity.longest_wait)
+    broker, identity = _clients(node)
+    return max(broker.statistics().longest_wait, identity.longest_wait)
 
 
 async def _stop(node: Node) -> None:
@@ -170,7 +179,10 @@ async def spire_outage(work_dir: Path, *, outage: float = 60.0, rate: float = RA
 
             async def reconnected() -> bool:
                 return all(
-                    all(now > then for now, then in zip(_connects(node), connects_before[node.name], strict=True))
+                    all(
+                        now > then
+                        for now, then in zip(_connects(node), connects_before[node.name], strict=True)
+                    )
                     for node in (mesh.a, mesh.b)
                 )
 
