@@ -133,7 +133,7 @@ class WorkloadIdentity:
         self._bundles: dict[str, bytes] = {}
         self._ready = trio.Event()
         self.material_version: LatestValue[int] = LatestValue(0)
-        """Bumped whenever the default SVID or a bundle changes: `keep_context_current` follows it."""
+        """Bumped whenever the default SVID or a bundle changes: `aether.identity.renewal` follows it."""
         self.connects = self.failures = self.svid_messages = self.bundle_messages = self.events_sent = 0
         self.last_error = ""
         self.longest_wait = 0.0
