@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 import trio
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli import identity_ready_command
@@ -21,7 +22,7 @@ from aether.core.events import PodAdded, PodRemoved
 from aether.core.state import RejectionReason, State
 from aether.identity.broker import BrokerClient, process_in_netns
 from aether.identity.mint import MintedSvid, TestCA
-from aether.identity.status import IDENTITY_DOCUMENT
+from aether.identity.status import IDENTITY_DOCUMENT, identity_document
 from aether.identity.workload_api import WorkloadIdentity, endpoint_socket_from_env, serve_workload_api
 from aether.plane.journal import Journal, open_journal
 from aether.registrar import serve_registrar
@@ -160,6 +161,54 @@ async def test_a_pods_svid_is_brokered_by_kubernetes_reference_rotated_and_dropp
         with trio.fail_after(SECONDS):
             await r.broker.open_streams.wait_value(lambda n: n == 0)
         assert WEB_ID not in r.journal.state.identity.svids
+
+
+async def test_the_brokers_per_pod_bundles_are_judged_by_the_nodes_and_their_disagreement_reported(
+    tmp_path: Path,
+) -> None:
+    """The broker sends web-1's SVID with a bundle holding a second root the node's bundle lacks, and a federated
+    bundle: the SVID (of the node's root) is served, the disagreement and the federation are reported per pod
+    (`/identity`), an SVID of the second root is refused (peers would refuse it: the node's bundle is what they
+    verify with), and once the node's Workload API has both bundles the disagreement is gone and that SVID is served."""
+    second_root = TestCA(TD, key=ec.generate_private_key(ec.SECP256R1()))
+    partner = TestCA("partner.example")
+    async with rig(tmp_path) as r:
+        pod_bundles = {
+            "bundle_pem": r.ca.bundle_pem + second_root.bundle_pem,
+            "federated": {"spiffe://partner.example": partner.bundle_pem},
+        }
+        first = r.ca.issue(WEB_ID)
+        r.broker.set_svids("default/web-1", [first], **pod_bundles)  # type: ignore[arg-type]
+        await r.add_pod("web-1")
+        await until(r.journal, lambda s: WEB_ID in s.identity.svids)
+        (web,) = r.client.pods()
+        assert web.federated == ("partner.example",)
+        assert "holds 1 CA(s) the node's (Workload API) bundle lacks" in web.bundle_disagreement
+        assert "federates with ['partner.example'], whose bundles the node does not hold" in (
+            web.bundle_disagreement
+        )
+        document = identity_document(r.journal.state, now=time.time_ns(), broker=r.client.pods())
+        assert document["pods"][0]["broker"]["bundleDisagreement"] == web.bundle_disagreement
+        r.broker.set_svids("default/web-1", [second_root.issue(WEB_ID)], **pod_bundles)  # type: ignore[arg-type]
+        state = await until(r.journal, lambda s: f"svid/{WEB_ID}" in s.diagnostics.rejections)
+        assert (
+            "does not lead to a CA of the trust bundle"
+            in state.diagnostics.rejections[f"svid/{WEB_ID}"].message
+        )
+        assert state.identity.svids[WEB_ID].cert_chain_pem == first.cert_chain_pem
+        r.workload.set_bundles(
+            {
+                f"spiffe://{TD}": r.ca.bundle_pem + second_root.bundle_pem,
+                "spiffe://partner.example": partner.bundle_pem,
+            }
+        )
+
+        async def agreed() -> bool:
+            return r.client.pods()[0].bundle_disagreement == ""
+
+        await wait_for(agreed, timeout=SECONDS)
+        # The SVID refused for want of its CA is judged again with the node's new bundle, and served.
+        await until(r.journal, lambda s: s.identity.svids[WEB_ID].cert_chain_pem != first.cert_chain_pem)
 
 
 async def test_a_server_without_kubernetes_references_is_asked_by_pid(tmp_path: Path) -> None:

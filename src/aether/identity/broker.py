@@ -25,14 +25,17 @@ not see the pod yet), FailedPrecondition and Unavailable are retried for that po
 connection ends every stream and is redialled after a backoff; what was sent stays in force meanwhile, so Envoy
 keeps serving the last good SVIDs, and each is re-sent when its `not_after` passes (`aether.identity.recheck`).
 
-The Broker API's per-workload bundles are not used: the node's Envoy trusts one bundle per trust domain, the
-Workload API's.
+The Broker API's per-workload bundles are compared with the node's and reported, not served
+(`aether.identity.workload_bundles` says why): the node's Envoy trusts one bundle per trust domain, the Workload
+API's, and each SVID is judged against it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import operator
 import os
 import random
 import time
@@ -52,6 +55,7 @@ from aether.identity.recheck import Rechecks
 from aether.identity.streams import BROKER_HEADER, SPIFFE_BACKOFF, server_stream
 from aether.identity.tls import client_context, peer_spiffe_id
 from aether.identity.workload_api import WorkloadIdentity
+from aether.identity.workload_bundles import bundle_disagreement
 from aether.identity.x509 import not_before_of_chain, svid_from_der, trust_domain_of_id
 from aether.proto.spiffe.v1 import broker_pb2
 from aether.rpc.backoff import Backoff
@@ -99,6 +103,11 @@ class PodIdentity:
     received: bool
     """The pod holds an SVID from the broker."""
     last_error: str
+    federated: tuple[str, ...] = ()
+    """The trust domains of the federated bundles the broker gave the pod (its SPIRE entry's), sorted."""
+    bundle_disagreement: str = ""
+    """How the broker's bundles for the pod differ from the node's ('' when they agree; see
+    `aether.identity.workload_bundles.bundle_disagreement`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -129,6 +138,8 @@ class _PodStream:
     svid: broker_pb2.X509SVID | None = None
     received_at: int = 0
     last_error: str = ""
+    federated: tuple[str, ...] = ()
+    disagreement: str = ""
 
 
 class BrokerClient:
@@ -201,6 +212,8 @@ class BrokerClient:
                 reference=stream.reference,
                 received=stream.svid is not None,
                 last_error=stream.last_error,
+                federated=stream.federated,
+                bundle_disagreement=self._disagreement(stream),
             )
             for key, stream in sorted(self._streams.items())
         ]
@@ -211,6 +224,7 @@ class BrokerClient:
         async with self._send, trio.open_nursery() as nursery:
             nursery.start_soon(self.rechecks.serve, self._recheck)
             nursery.start_soon(self._drop_departed)
+            nursery.start_soon(self._follow_node_bundles)
             await self._identity.wait_ready()
             failures = 0
             while True:
@@ -257,6 +271,17 @@ class BrokerClient:
             raise BrokerAuthenticationError(
                 f"the broker endpoint is {server!r}, not of the mesh's trust domain {self.trust_domain!r}"
             )
+
+    async def _follow_node_bundles(self) -> None:
+        """Until cancelled: judge every held SVID again when the node's bundles change (an SVID of a CA the node's
+        bundle lacked is served once the bundle has it, not only at its next rotation); unchanged ones send
+        nothing."""
+        seen = self._identity.material_version.value
+        while True:
+            seen = await self._identity.material_version.wait_value(functools.partial(operator.ne, seen))
+            now = self._clock()
+            for spiffe_id in sorted({stream.spiffe_id for stream in self._streams.values() if stream.svid}):
+                await self._publish(spiffe_id, now=now)
 
     async def _drop_departed(self) -> None:
         """Until cancelled: close the stream of every pod that left and drop its material, connected or not."""
@@ -324,7 +349,25 @@ class BrokerClient:
                 (svid for svid in message.svids if svid.spiffe_id == stream.spiffe_id), message.svids[0]
             )
             stream.svid, stream.received_at, stream.last_error = chosen, self._clock(), ""
+            stream.federated = tuple(
+                sorted(trust_domain_of_id(key) or key for key in message.federated_bundles)
+            )
+            disagreement = self._disagreement(stream)
+            if disagreement and disagreement != stream.disagreement:
+                LOG.warning("broker: pod %s: %s", stream.pod.key, disagreement)
+            stream.disagreement = disagreement
             await self._publish(stream.spiffe_id, now=stream.received_at)
+
+    def _disagreement(self, stream: _PodStream) -> str:
+        """How the broker's bundles for `stream`'s pod differ from the node's, as of now ('' without an SVID)."""
+        if stream.svid is None:
+            return ""
+        return bundle_disagreement(
+            stream.svid.bundle,
+            federated=stream.federated,
+            trust_domain=self.trust_domain,
+            node_bundles=self._identity.bundles_pem,
+        )
 
     def _reference(self, pod: Pod) -> tuple[broker_pb2.WorkloadReference, str]:
         packed = any_pb2.Any()

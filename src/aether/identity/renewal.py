@@ -19,11 +19,9 @@ import socket
 import ssl
 from collections.abc import Callable
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
 from aether.identity.tls import client_context
 from aether.identity.workload_api import WorkloadIdentity
+from aether.identity.workload_bundles import bundle_certificates
 
 __all__ = ["RenewingContext", "bundle_narrowed", "serve_context_renewal"]
 
@@ -92,15 +90,6 @@ class RenewingContext(ssl.SSLContext):
         )
 
 
-def _certificates(bundle_pem: bytes) -> frozenset[bytes]:
-    if not bundle_pem:
-        return frozenset()
-    return frozenset(
-        certificate.public_bytes(serialization.Encoding.DER)
-        for certificate in x509.load_pem_x509_certificates(bundle_pem)
-    )
-
-
 def bundle_narrowed(old_pem: bytes, new_pem: bytes) -> bool:
     """True when PEM bundle `new_pem` lacks a CA certificate of `old_pem` (connections verified with the old one
     may rest on a CA no longer trusted).
@@ -108,7 +97,7 @@ def bundle_narrowed(old_pem: bytes, new_pem: bytes) -> bool:
     Raises:
         ValueError: A bundle does not parse.
     """
-    return not _certificates(old_pem) <= _certificates(new_pem)
+    return not bundle_certificates(old_pem) <= bundle_certificates(new_pem)
 
 
 async def serve_context_renewal(
