@@ -11,23 +11,20 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.core.events import Event
 from aether.identity.mint import TestCA
-from aether.identity.renewal import RenewingContext, bundle_narrowed, serve_context_renewal
+from aether.identity.renewal import RenewingContext, serve_context_renewal
 from aether.identity.tls import client_context, load_material
 from aether.identity.workload_api import WorkloadIdentity, serve_workload_api
-from aether.registrar import serve_registrar
+from aether.identity.workload_bundles import bundle_narrowed
 from aether.registrar.authorization import agent_spiffe_id
 from aether.rpc.calls import open_grpc_socket
 from aether.rpc.listen import ListenAddress, serve_grpc
-from aether.rpc.tls import server_tls_context
 from aether.testing import make_pod, pod_added
 from aether.testing.envoy import wait_for
-from aether.testing.memory_backend import MemoryBackend
 from aether.testing.spiffe import FakeWorkloadApi
+from tests.identity.test_spiffe_clients import TD, start_spiffe_agent_and_registrar
 
-TD = "example.org"
 AGENT_ID = f"spiffe://{TD}/ns/aether-system/sa/aether-agent/node/node-1"
 TIMEOUT = 20.0
 
@@ -139,40 +136,12 @@ async def test_the_agent_stops_trusting_a_registrar_whose_ca_its_bundle_dropped(
     connections redial (the registrations' session is cut at once, not left verified by the old root) and their
     handshakes fail: the registrar is no longer trusted, without a restart."""
     old_root, new_root = TestCA(TD), TestCA(TD, key=ec.generate_private_key(ec.SECP256R1()))
-    registrar = old_root.issue(f"spiffe://{TD}/ns/aether-system/sa/aether-registrar")
-    for name, content in (
-        ("registrar.pem", registrar.cert_chain_pem),
-        ("registrar.key", registrar.private_key_pem),
-        ("bundle.pem", new_root.bundle_pem),  # the registrar verifies the agent's SVID, of the new root
-    ):
-        (tmp_path / name).write_bytes(content)
     workload = FakeWorkloadApi(new_root, svids=[new_root.issue(agent_spiffe_id("node-a", trust_domain=TD))])
     workload.set_bundles({f"spiffe://{TD}": new_root.bundle_pem + old_root.bundle_pem})
     async with trio.open_nursery() as nursery:
-        await nursery.start(workload.serve, tmp_path / "workload.sock")
-        address = await nursery.start(
-            functools.partial(
-                serve_registrar,
-                backend=MemoryBackend(),
-                listen=ListenAddress.tcp(host="127.0.0.1", port=0),
-                tls=server_tls_context(
-                    certificate=tmp_path / "registrar.pem",
-                    key=tmp_path / "registrar.key",
-                    bundle=tmp_path / "bundle.pem",
-                ),
-                trust_domain=TD,
-            )
+        agent = await start_spiffe_agent_and_registrar(
+            tmp_path, nursery, workload=workload, registrar_ca=old_root, clients_ca=new_root
         )
-        config = AgentConfig(
-            node_name="node-a",
-            log_dir=tmp_path / "log",
-            xds=ListenAddress.unix(tmp_path / "xds.sock"),
-            admin_socket=tmp_path / "admin.sock",
-            registrar=address,
-            spiffe_workload_socket=tmp_path / "workload.sock",
-            registrar_spiffe=True,
-        )
-        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
         registrations = agent.registrations
         assert registrations is not None
         web = make_pod(

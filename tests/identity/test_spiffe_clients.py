@@ -87,10 +87,17 @@ class Rig:
 
 @asynccontextmanager
 async def rig(
-    tmp_path: Path, *, references: frozenset[str] = frozenset({"kubernetes", "pid"}), broker_up: bool = True
+    tmp_path: Path,
+    *,
+    references: frozenset[str] = frozenset({"kubernetes", "pid"}),
+    broker_up: bool = True,
+    ca: TestCA | None = None,
+    workload: FakeWorkloadApi | None = None,
 ) -> AsyncIterator[Rig]:
-    ca = TestCA(TD)
-    workload = FakeWorkloadApi(ca, svids=[ca.issue(AGENT_ID)])
+    """The fakes (a broker of `ca`, default a new one; `workload` default: the agent's SVID of `ca`), a journal,
+    the Workload API client and the broker client, running."""
+    ca = TestCA(TD) if ca is None else ca
+    workload = FakeWorkloadApi(ca, svids=[ca.issue(AGENT_ID)]) if workload is None else workload
     broker = FakeBroker(ca, directory=tmp_path / "broker", references=references)
     workload_socket, broker_socket = tmp_path / "workload.sock", tmp_path / "broker.sock"
     async with open_journal(tmp_path / "log") as journal, trio.open_nursery() as nursery:
@@ -209,6 +216,26 @@ async def test_the_brokers_per_pod_bundles_are_judged_by_the_nodes_and_their_dis
         await wait_for(agreed, timeout=SECONDS)
         # The SVID refused for want of its CA is judged again with the node's new bundle, and served.
         await until(r.journal, lambda s: s.identity.svids[WEB_ID].cert_chain_pem != first.cert_chain_pem)
+
+
+async def test_the_broker_connection_is_redialled_when_the_bundle_drops_the_brokers_ca(
+    tmp_path: Path,
+) -> None:
+    """The broker's certificate is of a root the node's bundle then drops: the open connection (verified with that
+    root) is redialled at once with the new bundle, and fails its handshake; the SVID sent stays served."""
+    old_root, new_root = TestCA(TD), TestCA(TD, key=ec.generate_private_key(ec.SECP256R1()))
+    workload = FakeWorkloadApi(new_root, svids=[old_root.issue(AGENT_ID)])
+    workload.set_bundles({f"spiffe://{TD}": new_root.bundle_pem + old_root.bundle_pem})
+    async with rig(tmp_path, ca=old_root, workload=workload) as r:
+        r.broker.set_svids("default/web-1", [old_root.issue(WEB_ID)])
+        await r.add_pod("web-1")
+        await until(r.journal, lambda s: WEB_ID in s.identity.svids)
+        failures, connects = r.client.statistics().failures, r.client.statistics().connects
+        workload.set_bundles({f"spiffe://{TD}": new_root.bundle_pem})
+        await counted(lambda: r.client.statistics().failures, failures + 1)
+        assert r.client.statistics().connects == connects, "no connection trusts the dropped root any more"
+        assert "CERTIFICATE_VERIFY_FAILED" in r.client.statistics().last_error
+        assert WEB_ID in r.journal.state.identity.svids
 
 
 async def test_a_server_without_kubernetes_references_is_asked_by_pid(tmp_path: Path) -> None:
@@ -337,43 +364,59 @@ async def test_a_broker_endpoint_of_another_identity_is_refused(tmp_path: Path) 
         nursery.cancel_scope.cancel()
 
 
+async def start_spiffe_agent_and_registrar(
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    *,
+    workload: FakeWorkloadApi,
+    registrar_ca: TestCA,
+    clients_ca: TestCA,
+) -> RunningAgent:
+    """Start `workload` (the agent's Workload API), a registrar over mTLS (its certificate of `registrar_ca`,
+    trusting clients of `clients_ca`, authorizing by SPIFFE ID) and an agent of node-a with `registrar_spiffe`."""
+    registrar = registrar_ca.issue(f"spiffe://{TD}/ns/aether-system/sa/aether-registrar")
+    for name, content in (
+        ("registrar.pem", registrar.cert_chain_pem),
+        ("registrar.key", registrar.private_key_pem),
+        ("bundle.pem", clients_ca.bundle_pem),
+    ):
+        (tmp_path / name).write_bytes(content)
+    await nursery.start(workload.serve, tmp_path / "workload.sock")
+    address = await nursery.start(
+        functools.partial(
+            serve_registrar,
+            backend=MemoryBackend(),
+            listen=ListenAddress.tcp(host="127.0.0.1", port=0),
+            tls=server_tls_context(
+                certificate=tmp_path / "registrar.pem",
+                key=tmp_path / "registrar.key",
+                bundle=tmp_path / "bundle.pem",
+            ),
+            trust_domain=TD,
+        )
+    )
+    config = AgentConfig(
+        node_name="node-a",
+        log_dir=tmp_path / "log",
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        registrar=address,
+        spiffe_workload_socket=tmp_path / "workload.sock",
+        registrar_spiffe=True,
+    )
+    agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+    return agent
+
+
 async def test_the_agent_presents_its_workload_api_svid_to_the_registrar(tmp_path: Path) -> None:
     """`registrar_spiffe`: the agent's mTLS identity towards a registrar that authorizes by it comes from the
     Workload API (no certificate files), and its pod is registered and watched back over that connection."""
     ca = TestCA(TD)
-    registrar = ca.issue(f"spiffe://{TD}/ns/aether-system/sa/aether-registrar")
-    for name, content in (
-        ("registrar.pem", registrar.cert_chain_pem),
-        ("registrar.key", registrar.private_key_pem),
-        ("bundle.pem", ca.bundle_pem),
-    ):
-        (tmp_path / name).write_bytes(content)
     workload = FakeWorkloadApi(ca, svids=[ca.issue(agent_spiffe_id("node-a", trust_domain=TD))])
     async with trio.open_nursery() as nursery:
-        await nursery.start(workload.serve, tmp_path / "workload.sock")
-        address = await nursery.start(
-            functools.partial(
-                serve_registrar,
-                backend=MemoryBackend(),
-                listen=ListenAddress.tcp(host="127.0.0.1", port=0),
-                tls=server_tls_context(
-                    certificate=tmp_path / "registrar.pem",
-                    key=tmp_path / "registrar.key",
-                    bundle=tmp_path / "bundle.pem",
-                ),
-                trust_domain=TD,
-            )
+        agent = await start_spiffe_agent_and_registrar(
+            tmp_path, nursery, workload=workload, registrar_ca=ca, clients_ca=ca
         )
-        config = AgentConfig(
-            node_name="node-a",
-            log_dir=tmp_path / "log",
-            xds=ListenAddress.unix(tmp_path / "xds.sock"),
-            admin_socket=tmp_path / "admin.sock",
-            registrar=address,
-            spiffe_workload_socket=tmp_path / "workload.sock",
-            registrar_spiffe=True,
-        )
-        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
         web = make_pod(
             "web-1", namespace="shop", service_account="web", ips=("127.0.10.1",), node_name="node-a"
         )

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from aether.identity.streams import SPIFFE_BACKOFF
 from faults.spire_outage import redial_bound, spire_outage
 from tests.needs import ROOT, needs
 
-pytestmark = needs(ROOT)
-"""The projected capture listeners are transparent (IP_TRANSPARENT)."""
+pytestmark = [needs(ROOT), pytest.mark.slow]
+"""The projected capture listeners are transparent (IP_TRANSPARENT); the outage and the mesh take ~10 s."""
 
 OUTAGE = 3.0
 """Seconds the endpoints stay down: long enough for several redials with a growing backoff."""

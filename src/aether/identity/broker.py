@@ -55,7 +55,7 @@ from aether.identity.recheck import Rechecks
 from aether.identity.streams import BROKER_HEADER, SPIFFE_BACKOFF, server_stream
 from aether.identity.tls import client_context, peer_spiffe_id
 from aether.identity.workload_api import WorkloadIdentity
-from aether.identity.workload_bundles import bundle_disagreement
+from aether.identity.workload_bundles import bundle_disagreement, bundle_narrowed
 from aether.identity.x509 import not_before_of_chain, svid_from_der, trust_domain_of_id
 from aether.proto.spiffe.v1 import broker_pb2
 from aether.rpc.backoff import Backoff
@@ -176,6 +176,10 @@ class BrokerClient:
         self._connects = self._failures = self._pod_failures = self._messages = self._events_sent = 0
         self._last_error = ""
         self._longest_wait = 0.0
+        self._connection = trio.CancelScope()
+        """The current connection's scope: cancelled to redial when the trust narrows."""
+        self._dialled_bundle = b""
+        """The bundle (PEM) the current connection verified the endpoint with."""
 
     @property
     def trust_domain(self) -> str:
@@ -229,12 +233,15 @@ class BrokerClient:
             failures = 0
             while True:
                 before = self._messages
-                try:
-                    await self._run_connection()
-                except* CONNECTION_ERRORS as group:
-                    error = first_leaf(group)
-                    self._last_error = f"{type(error).__name__}: {error}"
-                    LOG.warning("SPIFFE Broker API at %s failed: %r", self._target, error)
+                with trio.CancelScope() as self._connection:
+                    try:
+                        await self._run_connection()
+                    except* CONNECTION_ERRORS as group:
+                        error = first_leaf(group)
+                        self._last_error = f"{type(error).__name__}: {error}"
+                        LOG.warning("SPIFFE Broker API at %s failed: %r", self._target, error)
+                if self._connection.cancelled_caught:
+                    continue  # the node's bundle dropped a CA: redial at once, trusting only the new bundle
                 self._failures += 1
                 failures = 1 if self._messages > before else failures + 1
                 wait = self._backoff.delay(failures, rng=self._rng)
@@ -245,6 +252,7 @@ class BrokerClient:
         material = self._identity.tls_material()
         assert material is not None, "wait_ready() returned before the agent's SVID arrived"
         tls = client_context(material)
+        self._dialled_bundle = material.bundle_pem
         async with open_grpc_socket(self._target, tls=tls) as grpc_socket, trio.open_nursery() as nursery:
             self._authenticate(peer_spiffe_id(grpc_socket))
             self._connects += 1
@@ -273,12 +281,23 @@ class BrokerClient:
             )
 
     async def _follow_node_bundles(self) -> None:
-        """Until cancelled: judge every held SVID again when the node's bundles change (an SVID of a CA the node's
-        bundle lacked is served once the bundle has it, not only at its next rotation); unchanged ones send
-        nothing."""
+        """Until cancelled: when the node's bundles change, redial if the bundle the connection was verified with
+        lost a CA (the connection rests on trust withdrawn; the SVIDs sent stay in force), and judge every held
+        SVID again (an SVID of a CA the node's bundle lacked is served once it has it, not only at its next
+        rotation; unchanged ones send nothing)."""
         seen = self._identity.material_version.value
         while True:
             seen = await self._identity.material_version.wait_value(functools.partial(operator.ne, seen))
+            material = self._identity.tls_material()
+            if material is not None and self._dialled_bundle:
+                try:
+                    narrowed = bundle_narrowed(self._dialled_bundle, material.bundle_pem)
+                except ValueError:
+                    narrowed = False  # a bundle that does not parse was refused when it arrived
+                if narrowed:
+                    LOG.info("broker: the bundle of %r dropped a CA: redialling", self._identity.trust_domain)
+                    self._dialled_bundle = b""
+                    self._connection.cancel()
             now = self._clock()
             for spiffe_id in sorted({stream.spiffe_id for stream in self._streams.values() if stream.svid}):
                 await self._publish(spiffe_id, now=now)

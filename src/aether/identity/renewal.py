@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 from aether.identity.tls import client_context
 from aether.identity.workload_api import WorkloadIdentity
-from aether.identity.workload_bundles import bundle_certificates
+from aether.identity.workload_bundles import bundle_narrowed
 
-__all__ = ["RenewingContext", "bundle_narrowed", "serve_context_renewal"]
+__all__ = ["RenewingContext", "serve_context_renewal"]
 
 LOG = logging.getLogger("aether.identity.renewal")
 
@@ -88,16 +88,6 @@ class RenewingContext(ssl.SSLContext):
             server_hostname=server_hostname,
             session=session,
         )
-
-
-def bundle_narrowed(old_pem: bytes, new_pem: bytes) -> bool:
-    """True when PEM bundle `new_pem` lacks a CA certificate of `old_pem` (connections verified with the old one
-    may rest on a CA no longer trusted).
-
-    Raises:
-        ValueError: A bundle does not parse.
-    """
-    return not bundle_certificates(old_pem) <= bundle_certificates(new_pem)
 
 
 async def serve_context_renewal(

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import serialization
 
 from aether.identity.x509 import split_der
 
-__all__ = ["bundle_certificates", "bundle_disagreement"]
+__all__ = ["bundle_certificates", "bundle_disagreement", "bundle_narrowed"]
 
 
 def bundle_certificates(bundle_pem: bytes) -> frozenset[bytes]:
@@ -77,3 +77,13 @@ def bundle_disagreement(
     if missing:
         problems.append(f"its SPIRE entry federates with {missing!r}, whose bundles the node does not hold")
     return "; ".join(problems)
+
+
+def bundle_narrowed(old_pem: bytes, new_pem: bytes) -> bool:
+    """True when PEM bundle `new_pem` lacks a CA certificate of `old_pem` (connections verified with the old one
+    may rest on a CA no longer trusted).
+
+    Raises:
+        ValueError: A bundle does not parse.
+    """
+    return not bundle_certificates(old_pem) <= bundle_certificates(new_pem)
