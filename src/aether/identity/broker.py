@@ -22,8 +22,10 @@ When a pod leaves, its stream is cancelled and what it received is dropped (the 
 when no pod of its service account holds an SVID any more, `SvidRemoved` follows, and when the server answers
 PermissionDenied (the workload is not entitled) the pod's material is dropped likewise. NotFound (the server does
 not see the pod yet), FailedPrecondition and Unavailable are retried for that pod alone after a backoff. A broken
-connection ends every stream and is redialled after a backoff; what was sent stays in force meanwhile, so Envoy
-keeps serving the last good SVIDs, and each is re-sent when its `not_after` passes (`aether.identity.recheck`).
+connection ends every stream and is redialled after a backoff (`SPIFFE_BACKOFF`, capped at 5 s); what was sent
+stays in force meanwhile, so Envoy keeps serving the last good SVIDs, and each is re-sent when its `not_after` passes
+(`aether.identity.recheck`). When the node's bundles change, every held SVID is judged again, and a bundle that
+dropped a CA the connection was verified with makes the client redial at once.
 
 The Broker API's per-workload bundles are compared with the node's and reported, not served
 (`aether.identity.workload_bundles` says why): the node's Envoy trusts one bundle per trust domain, the Workload
