@@ -22,6 +22,7 @@ from aether.controller import (
     SERVING_SECRET,
     ControllerConfig,
     ElectionTiming,
+    IdentityCheck,
     LeaseName,
     WebhookOptions,
     serve_controller,
@@ -108,6 +109,14 @@ def _add_webhook_arguments(parser: Any) -> None:
         help="this replica's namespace (default aether-system)",
     )
     webhooks.add_argument(
+        "--identity-check",
+        choices=[check.value for check in IdentityCheck],
+        default=IdentityCheck.INBOUND.value,
+        help="how the aether-identity-ready init container checks the pod's SVID: inbound (a TLS handshake with "
+        "the pod's own mesh inbound; no volume, admitted by Pod Security baseline) or admin-socket (the node "
+        "agent's admin socket through a hostPath volume of /run/aether); default inbound",
+    )
+    webhooks.add_argument(
         "--mesh-domain",
         default="aether.internal",
         help="the mesh domain mutated pods get DNS ndots for (default aether.internal)",
@@ -132,6 +141,7 @@ def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
         pod_namespace=arguments.pod_namespace,
         pod_name=arguments.pod_name,
         mesh_domain=arguments.mesh_domain,
+        identity_check=IdentityCheck(arguments.identity_check),
     )
 
 
