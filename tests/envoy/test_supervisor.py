@@ -147,6 +147,7 @@ async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: 
             return supervised.envoy_pid() != crashed and await _answers(supervised.port)
 
         await wait_for(restarted, timeout=CONVERGE, interval=0.05)
+        assert supervised.epoch() == 0  # no parent to hand over from: a cold start, its shared memory made anew
         envoy = supervised.envoy_pid()
         supervised.process.send_signal(signal.SIGTERM)
         with trio.fail_after(CONVERGE):
@@ -156,10 +157,11 @@ async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: 
     assert not _alive(envoy)
 
 
-async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_exits(short_dir: Path) -> None:
+async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_waits_for_its_stop(short_dir: Path) -> None:
     """A DaemonSet roll: a new supervisor on the same node and runtime directory hot-restarts from the running
-    Envoy (the next epoch); the old Envoy drains and exits, and so does the old supervisor (status 0); no request
-    fails meanwhile, and on SIGTERM the last supervisor leaves no shared memory behind."""
+    Envoy (the next epoch); the old Envoy drains and exits, the old supervisor stays (an exit would have the kubelet
+    restart it) until its SIGTERM and exits 0 then; no request fails meanwhile, and on SIGTERM the last supervisor
+    leaves no shared memory behind."""
     async with open_supervisor(short_dir) as old:
         old_envoy = old.envoy_pid()
         loop = RequestLoop(LOOPBACK, old.port)
@@ -168,11 +170,14 @@ async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_exits(sh
             new: trio.Process = await nursery.start(
                 functools.partial(trio.run_process, old.command, check=False, stdout=subprocess.DEVNULL)
             )
+            await wait_for(functools.partial(_gone, old_envoy), timeout=CONVERGE, interval=0.05)
+            assert old.epoch() == 1
+            assert old.process.returncode is None
+            await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
+            old.process.send_signal(signal.SIGTERM)
             with trio.fail_after(CONVERGE):
                 await old.process.wait()
             assert old.process.returncode == 0
-            assert not _alive(old_envoy)
-            assert old.epoch() == 1
             await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
             nursery.cancel_scope.cancel()
         new.send_signal(signal.SIGTERM)
@@ -182,6 +187,51 @@ async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_exits(sh
     assert loop.failures == []
     assert new.returncode == 0
     assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
+
+
+async def test_the_old_pods_sigterm_during_the_drain_lets_the_drain_finish(short_dir: Path) -> None:
+    """The kubelet stops the old pod while its Envoy still drains for the new pod's: the old supervisor does not
+    forward SIGTERM (which would cut the drain short), waits for its Envoy to leave as a parent does, and exits 0;
+    the new Envoy serves on and no request fails."""
+    async with open_supervisor(short_dir) as old:
+        old_envoy = old.envoy_pid()
+        loop = RequestLoop(LOOPBACK, old.port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run)
+            new: trio.Process = await nursery.start(
+                functools.partial(trio.run_process, old.command, check=False, stdout=subprocess.DEVNULL)
+            )
+
+            async def new_epoch_serves() -> bool:
+                return old.epoch() == 1 and old.envoy_pid() != old_envoy and await _answers(old.port)
+
+            await wait_for(new_epoch_serves, timeout=CONVERGE, interval=0.02)
+            # The parent drains for --parent-shutdown-time-s (2 s here): SIGTERM lands in that drain.
+            assert _alive(old_envoy)
+            old.process.send_signal(signal.SIGTERM)
+            with trio.fail_after(CONVERGE):
+                await old.process.wait()
+            assert old.process.returncode == 0
+            assert not _alive(old_envoy)
+            await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
+            nursery.cancel_scope.cancel()
+        new.send_signal(signal.SIGTERM)
+        with trio.fail_after(CONVERGE):
+            await new.wait()
+
+    assert loop.failures == []
+    assert new.returncode == 0
+
+
+async def test_a_runtime_dir_left_without_shared_memory_starts_cold(short_dir: Path) -> None:
+    """An epoch recorded by an earlier supervisor whose shared memory is gone (a node reboot, the DaemonSet
+    deleted and applied again): the next start is a cold epoch 0, not an Envoy refusing to start for ever."""
+    runtime = short_dir / "run"
+    runtime.mkdir()
+    (runtime / "epoch").write_text("7\n")
+    assert not Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
+    async with open_supervisor(short_dir) as supervised:
+        assert supervised.epoch() == 0
 
 
 async def test_a_new_envoy_binary_is_hot_restarted_into(short_dir: Path) -> None:

@@ -13,6 +13,17 @@ new proxy pod of a DaemonSet roll hand over exactly as two epochs in one pod do 
 epoch the old one left in the runtime directory, and Envoy's `--skip-hot-restart-on-no-parent` starts cold when
 there is no parent after all).
 
+A start with no parent to hand over from is a cold start at epoch 0, which makes Envoy's shared memory anew: the
+first start on a node whose shared memory is gone (a node reboot, the last supervisor stopped, a runtime directory
+left from before) and every restart after a crash (a crashed Envoy can leave the memory marked "initializing", and
+Envoy refuses any later epoch on such memory: the supervisor would restart it into the same refusal for ever).
+
+In a roll the old supervisor outlives its Envoy: once another supervisor's Envoy has taken over, it waits for its
+own stop signal and exits 0 then (a container that exits is restarted by the kubelet, and a restarted supervisor
+would take the node's Envoy back from the new pod). A stop signal while its Envoy is the draining parent of another
+supervisor's is not forwarded: the drain runs to its end (the new Envoy stops the old one after
+`--parent-shutdown-time-s`), so the pod's grace period must be longer than that.
+
 Signals: SIGHUP hot-restarts; SIGTERM, SIGINT and SIGQUIT are forwarded to every running Envoy and the supervisor
 exits once they have, with the newest Envoy's status as a shell reports it (128 + N for a death by signal N);
 SIGUSR1 (reopen the logs) is forwarded.
@@ -255,10 +266,15 @@ class ProxySupervisor:
                     if kind == "signal":
                         assert isinstance(value, int)
                         if value in _FORWARDED_STOP:
-                            await self._stop_all(signal.Signals(value))
+                            await self._stop(signal.Signals(value))
                             pumps.cancel_scope.cancel()
                             return self._last_status
-                        if value == signal.SIGHUP:
+                        if self._superseded:
+                            _log.warning(
+                                "signal %d ignored: this node's Envoy is another supervisor's now",
+                                value,
+                            )
+                        elif value == signal.SIGHUP:
                             await self._hot_restart("SIGHUP")
                         else:
                             self._signal_all(signal.Signals(value))
@@ -270,13 +286,10 @@ class ProxySupervisor:
                         verdict = await self._exited(value)
                         if verdict is _Exit.CRASHED:
                             restart_at = trio.current_time() + crash_backoff(self._crashes_in_row)
-                        elif verdict is _Exit.SUPERSEDED:
-                            pumps.cancel_scope.cancel()
-                            return self._last_status
                     continue
                 restart_at = math.inf
                 if not self._running:
-                    await self._start(self._epoch + 1)
+                    await self._start(0)  # no parent after a crash: a cold start (see the module's docstring)
 
     async def _exited(self, running: _Running) -> _Exit:
         """Book an Envoy's exit and say what it was."""
@@ -289,9 +302,13 @@ class ProxySupervisor:
             return _Exit.REPLACED  # a parent leaving after a hot restart: its normal end
         if not self._running and await trio.to_thread.run_sync(self._recorded_epoch) > running.epoch:
             # Another supervisor on this node (the new proxy pod of a roll) hot-restarted from our Envoy, which
-            # then left as a parent does: this pod's work is done.
-            _log.warning("envoy epoch %d handed over to another supervisor's epoch; exiting", running.epoch)
+            # then left as a parent does: this pod's work is done; it waits for its stop signal.
+            _log.warning(
+                "envoy epoch %d handed over to another supervisor's epoch; waiting for the stop signal",
+                running.epoch,
+            )
             self._superseded = True
+            self._last_status = 0
             return _Exit.SUPERSEDED
         if self._running:
             # The new epoch died while its parent still serves: the parent stays the newest.
@@ -347,6 +364,24 @@ class ProxySupervisor:
             await running.process.wait()
         self._exits.send_nowait(running)
 
+    async def _stop(self, signum: signal.Signals) -> None:
+        """Stop on `signum`: forward it, unless every Envoy of ours is the draining parent of another supervisor's
+        (a roll in progress), whose drain is then waited for (`--parent-shutdown-time-s`, plus `STOP_GRACE`)."""
+        handed_over = await trio.to_thread.run_sync(self._recorded_epoch) > self._epoch
+        if self._running and handed_over:
+            _log.warning(
+                "stop signal %d: envoy epoch %d drains for another supervisor's epoch; waiting for it to end",
+                signum,
+                self._epoch,
+            )
+            with trio.move_on_after(self.config.parent_shutdown_time_s + STOP_GRACE):
+                for running in list(self._running):
+                    await running.process.wait()
+            self._superseded = True
+        await self._stop_all(signum)
+        if handed_over:
+            self._last_status = 0
+
     def _signal_all(self, signum: signal.Signals) -> None:
         for running in self._running:
             # An Envoy that exited a moment ago (its exit not booked yet) needs no signal.
@@ -373,8 +408,15 @@ class ProxySupervisor:
         self._running.clear()
 
     def _first_epoch(self) -> int:
-        """The epoch after the one a supervisor left on this node (a pod roll), or 0."""
+        """The epoch after the one a supervisor left on this node (a pod roll); 0 when no Envoy's shared memory is
+        there to hand over through (the first start on the node, or after a reboot)."""
+        if not self._shared_memory_path().exists():
+            return 0
         return self._recorded_epoch() + 1
+
+    def _shared_memory_path(self) -> Path:
+        # Envoy's name for it: `/envoy_shared_memory_<base id * 10>` (source/server/hot_restart_impl.cc).
+        return Path(f"/dev/shm/envoy_shared_memory_{self._base_id * 10}")
 
     def _recorded_epoch(self) -> int:
         """The newest epoch any supervisor on this node started (-1 when none did)."""
@@ -392,9 +434,8 @@ class ProxySupervisor:
         """
         if self._superseded or self._recorded_epoch() != self._epoch:
             return
-        # Envoy's name for it: `/envoy_shared_memory_<base id * 10>` (source/server/hot_restart_impl.cc).
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"/dev/shm/envoy_shared_memory_{self._base_id * 10}")
+            self._shared_memory_path().unlink()
 
     def _prepare_runtime_dir(self) -> None:
         self.config.runtime_dir.mkdir(parents=True, exist_ok=True)
