@@ -1,7 +1,8 @@
 """`python -m faults`: run the long fault loops and print their figures (also written to bench/results/faults.json,
 by loop, each with its size).
 
-python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--only edge,agent,registrar,inputs]
+python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--handovers 20]
+                 [--only edge,agent,registrar,inputs,standby]
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import attrs
 import trio
 
 from faults.bad_inputs import bad_inputs
+from faults.handovers import HANDOVER_RATE, standby_handovers
 from faults.registrar_kills import registrar_kills
 from faults.restarts import RATE, role_restarts
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "faults.json"
-LOOPS = ("edge", "agent", "registrar", "inputs")
+LOOPS = ("edge", "agent", "registrar", "inputs", "standby")
 
 
 async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str, Any], bool]:
@@ -36,6 +38,10 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             lines, record = restarts.lines(), attrs.asdict(restarts)
             record |= {"resync_p50": restarts.resync_p50, "resync_max": restarts.resync_max}
             healthy &= restarts.failed == 0 and restarts.resync_max <= 1.0
+        elif loop == "standby":
+            handovers = await standby_handovers(own, handovers=arguments.handovers, rate=arguments.handover_rate)
+            lines, record = handovers.lines(), attrs.asdict(handovers)
+            healthy &= handovers.failed == 0 and handovers.handovers == arguments.handovers
         elif loop == "registrar":
             kills = await registrar_kills(own, trials=arguments.trials)
             lines, record = kills.lines(), attrs.asdict(kills)
@@ -48,6 +54,7 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             "edge": arguments.restarts,
             "agent": arguments.restarts,
             "registrar": arguments.trials,
+            "standby": arguments.handovers,
         }.get(loop, arguments.inputs)
         record["seconds"] = round(time.monotonic() - started, 1)
         figures[loop] = record
@@ -63,6 +70,15 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20, help="kill -9 trials of the registrar")
     parser.add_argument("--inputs", type=int, default=800, help="bad inputs over every interface")
     parser.add_argument("--rate", type=float, default=RATE, help="requests/s through Envoy during restarts")
+    parser.add_argument(
+        "--handovers", type=int, default=20, help="agent hand-overs to a --standby (SIGTERM and SIGKILL in turn)"
+    )
+    parser.add_argument(
+        "--handover-rate",
+        type=float,
+        default=HANDOVER_RATE,
+        help="requests/s through Envoy during the hand-overs (a fixed-rate C load: needs gcc)",
+    )
     parser.add_argument(
         "--only",
         type=lambda text: text.split(","),

@@ -31,6 +31,7 @@
 #define TIMEOUT_S 5.0
 #define MAX_FAILURES 100000
 #define REQUEST_MAX 512
+#define ANSWER_MAX 8192
 
 enum phase { FREE, CONNECTING, WRITING, READING };
 
@@ -40,8 +41,8 @@ struct request {
     uint64_t slot;
     double started;
     size_t written;
-    char status[16]; /* the first bytes of the answer: "HTTP/1.1 200 " */
-    size_t status_len;
+    char answer[ANSWER_MAX]; /* the answer's first bytes: its status line, headers and (small) body */
+    size_t answer_len;
 };
 
 struct failure {
@@ -77,18 +78,45 @@ static void fail(struct request *request, const char *why) {
 
 static void finish(struct request *request) {
     /* "HTTP/1.1 200 ": the status code is the second word. */
-    if (request->status_len >= 12 && memcmp(request->status, "HTTP/1.", 7) == 0 &&
-        memcmp(request->status + 8, " 200", 4) == 0) {
+    if (request->answer_len >= 12 && memcmp(request->answer, "HTTP/1.", 7) == 0 &&
+        memcmp(request->answer + 8, " 200", 4) == 0) {
         answered++;
         close(request->fd);
         request->phase = FREE;
-    } else if (request->status_len < 12) {
+    } else if (request->answer_len < 12) {
         fail(request, "closed before a status line");
     } else {
         char why[48];
-        snprintf(why, sizeof why, "status %.3s", request->status + 9);
+        snprintf(why, sizeof why, "status %.3s", request->answer + 9);
         fail(request, why);
     }
+}
+
+/* Whether the answer so far is whole: its headers ended and then its Content-Length bytes, or a chunked body's last
+ * chunk. (Envoy answers `Connection: close` with a delayed close: it waits up to a second for the client to close
+ * first, so waiting for its FIN would hold every request a second.) */
+static int complete(const struct request *request) {
+    const char *text = request->answer;
+    size_t length = request->answer_len;
+    const char *end = memmem(text, length, "\r\n\r\n", 4);
+    if (end == NULL) {
+        return 0;
+    }
+    size_t head = (size_t)(end - text) + 4;
+    for (const char *line = text; line < end;) {
+        const char *next = memmem(line, (size_t)(end - line), "\r\n", 2);
+        if (next == NULL) {
+            next = end;
+        }
+        if ((size_t)(next - line) > 15 && strncasecmp(line, "content-length:", 15) == 0) {
+            return length >= head + strtoul(line + 15, NULL, 10);
+        }
+        if ((size_t)(next - line) > 18 && strncasecmp(line, "transfer-encoding:", 18) == 0) {
+            return length >= head + 5 && memcmp(text + length - 5, "0\r\n\r\n", 5) == 0;
+        }
+        line = next + 2;
+    }
+    return 0; /* neither: the body ends with the connection */
 }
 
 static int start(struct request *request, const struct sockaddr_in *address, long index) {
@@ -101,7 +129,7 @@ static int start(struct request *request, const struct sockaddr_in *address, lon
     request->fd = fd;
     request->started = now();
     request->written = 0;
-    request->status_len = 0;
+    request->answer_len = 0;
     request->phase = CONNECTING;
     request->slot = (uint64_t)index;
     started++;
@@ -157,12 +185,16 @@ static void step(struct request *request, const char *text, size_t length) {
             }
             return;
         }
-        size_t keep = sizeof request->status - request->status_len;
+        size_t keep = sizeof request->answer - request->answer_len;
         if ((size_t)got < keep) {
             keep = (size_t)got;
         }
-        memcpy(request->status + request->status_len, buffer, keep);
-        request->status_len += keep;
+        memcpy(request->answer + request->answer_len, buffer, keep);
+        request->answer_len += keep;
+        if (complete(request)) {
+            finish(request);
+            return;
+        }
     }
 }
 
