@@ -16,8 +16,8 @@ import argparse
 import functools
 import json
 import os
-import signal
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -85,6 +85,8 @@ def _load_figures(result: LoadResult) -> dict[str, Any]:
         "answered": result.answered,
         "failed": result.failed,
         "late": result.late,
+        "waited": result.waited,
+        "most_in_flight": result.most_in_flight,
         "requests_per_s": result.rate,
         "failures": [list(item) for item in result.failures[:20]],
     }
@@ -204,7 +206,8 @@ if __name__ == "__main__":
         f"hot restart: take-over {figures['hot_take_over_median_s'] * 1000:.0f} ms (median of"
         f" {figures['restarts']}; max {figures['hot_take_over_max_s'] * 1000:.0f} ms);"
         f" {hot_load['failed']} failed of {hot_load['requests']} requests at {hot_load['requests_per_s']:.0f}"
-        f" requests/s ({hot_load['late']} late)"
+        f" requests/s ({hot_load['late']} late, {hot_load['waited']} waited for one of"
+        f" {hot_load['most_in_flight']} in flight)"
     )
     print(
         f"cold restart (reference): {figures['cold_restart_median_s'] * 1000:.0f} ms until LIVE;"

@@ -39,7 +39,9 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             record |= {"resync_p50": restarts.resync_p50, "resync_max": restarts.resync_max}
             healthy &= restarts.failed == 0 and restarts.resync_max <= 1.0
         elif loop == "standby":
-            handovers = await standby_handovers(own, handovers=arguments.handovers, rate=arguments.handover_rate)
+            handovers = await standby_handovers(
+                own, handovers=arguments.handovers, rate=arguments.handover_rate
+            )
             lines, record = handovers.lines(), attrs.asdict(handovers)
             healthy &= handovers.failed == 0 and handovers.handovers == arguments.handovers
         elif loop == "registrar":
@@ -71,7 +73,10 @@ def main() -> int:
     parser.add_argument("--inputs", type=int, default=800, help="bad inputs over every interface")
     parser.add_argument("--rate", type=float, default=RATE, help="requests/s through Envoy during restarts")
     parser.add_argument(
-        "--handovers", type=int, default=20, help="agent hand-overs to a --standby (SIGTERM and SIGKILL in turn)"
+        "--handovers",
+        type=int,
+        default=20,
+        help="agent hand-overs to a --standby (SIGTERM and SIGKILL in turn)",
     )
     parser.add_argument(
         "--handover-rate",

@@ -43,7 +43,11 @@ class HandoverFigures:
     failed: int
     """Requests without a 200 (the aim: 0)."""
     late: int
-    """Requests that started more than 10 ms after they were due (the load's bound on requests in flight)."""
+    """Requests that started more than 10 ms after they were due (`LoadResult.late`)."""
+    waited: int
+    """Requests due while the load's bound on requests in flight was reached (`LoadResult.waited`)."""
+    most_in_flight: int
+    """The most requests the load had in flight at once (its bound: 64)."""
     rate: float
     """Requests/s the load achieved."""
     take_over: tuple[float, ...]
@@ -57,7 +61,8 @@ class HandoverFigures:
         """The figures, as the loop prints them."""
         return [
             f"standby: {self.handovers} agent hand-overs ({self.handovers - self.killed} SIGTERM,"
-            f" {self.killed} SIGKILL), {self.requests} requests at {self.rate:.0f}/s ({self.late} late),"
+            f" {self.killed} SIGKILL), {self.requests} requests at {self.rate:.0f}/s ({self.late} late,"
+            f" {self.waited} waited for one of {self.most_in_flight} in flight),"
             f" {self.failed} failed (aim 0); the standby answered after the owner's stop: p50"
             f" {quantile(self.take_over, 0.5) * 1000:.0f} ms, max {max(self.take_over, default=0) * 1000:.0f} ms;"
             f" Envoy SYNCED again: p50 {quantile(self.resync, 0.5) * 1000:.0f} ms,"
@@ -97,7 +102,9 @@ async def _stop(owner: RoleProcess, signum: signal.Signals) -> None:
     await owner.process.wait()
 
 
-async def standby_handovers(work_dir: Path, *, handovers: int, rate: float = HANDOVER_RATE) -> HandoverFigures:
+async def standby_handovers(
+    work_dir: Path, *, handovers: int, rate: float = HANDOVER_RATE
+) -> HandoverFigures:
     """Hand the node over `handovers` times from the owning agent to its `--standby` under `rate` requests/s.
 
     Raises:
@@ -133,6 +140,8 @@ async def standby_handovers(work_dir: Path, *, handovers: int, rate: float = HAN
         requests=load.result.started,
         failed=load.result.failed,
         late=load.result.late,
+        waited=load.result.waited,
+        most_in_flight=load.result.most_in_flight,
         rate=load.result.rate,
         take_over=tuple(take_over),
         resync=tuple(resync),

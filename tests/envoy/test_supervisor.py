@@ -147,7 +147,9 @@ async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: 
             return supervised.envoy_pid() != crashed and await _answers(supervised.port)
 
         await wait_for(restarted, timeout=CONVERGE, interval=0.05)
-        assert supervised.epoch() == 0  # no parent to hand over from: a cold start, its shared memory made anew
+        assert (
+            supervised.epoch() == 0
+        )  # no parent to hand over from: a cold start, its shared memory made anew
         envoy = supervised.envoy_pid()
         supervised.process.send_signal(signal.SIGTERM)
         with trio.fail_after(CONVERGE):
@@ -157,7 +159,9 @@ async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: 
     assert not _alive(envoy)
 
 
-async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_waits_for_its_stop(short_dir: Path) -> None:
+async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_waits_for_its_stop(
+    short_dir: Path,
+) -> None:
     """A DaemonSet roll: a new supervisor on the same node and runtime directory hot-restarts from the running
     Envoy (the next epoch); the old Envoy drains and exits, the old supervisor stays (an exit would have the kubelet
     restart it) until its SIGTERM and exits 0 then; no request fails meanwhile, and on SIGTERM the last supervisor
@@ -229,7 +233,7 @@ async def test_a_runtime_dir_left_without_shared_memory_starts_cold(short_dir: P
     runtime = short_dir / "run"
     runtime.mkdir()
     (runtime / "epoch").write_text("7\n")
-    assert not Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
+    assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
     async with open_supervisor(short_dir) as supervised:
         assert supervised.epoch() == 0
 

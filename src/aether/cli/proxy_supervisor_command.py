@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
+
+if TYPE_CHECKING:
+    from aether.envoy.supervisor import SupervisorConfig
 
 DEFAULT_RUNTIME_DIR = Path("/run/aether/proxy")
 """Node-local (a hostPath): the old and the new proxy pod of a roll meet here."""
@@ -49,11 +52,24 @@ def add_parser(roles: Any) -> None:
 def run_proxy_supervisor(arguments: argparse.Namespace) -> int:
     """`aether proxy-supervisor`: runs until SIGTERM/SIGINT/SIGQUIT; exits with the newest Envoy's status (128 + N
     for a death by signal N), or 2 when no Envoy binary is found."""
-    from aether.envoy.supervisor import ProxySupervisor, SupervisorConfig
+    from aether.envoy.supervisor import ProxySupervisor
 
     configure_logging(arguments)
+    config = supervisor_config(arguments)
+    try:
+        supervisor = ProxySupervisor(config)
+    except FileNotFoundError as error:
+        print(f"aether proxy-supervisor: error: {error}", file=sys.stderr)
+        return 2
+    return trio.run(supervisor.run)
+
+
+def supervisor_config(arguments: argparse.Namespace) -> SupervisorConfig:
+    """The supervisor's configuration from `aether proxy-supervisor`'s parsed arguments."""
+    from aether.envoy.supervisor import SupervisorConfig
+
     extra = arguments.envoy_args[1:] if arguments.envoy_args[:1] == ["--"] else arguments.envoy_args
-    config = SupervisorConfig(
+    return SupervisorConfig(
         bootstrap=arguments.bootstrap,
         node_name=arguments.node_name,
         runtime_dir=arguments.runtime_dir,
@@ -62,9 +78,3 @@ def run_proxy_supervisor(arguments: argparse.Namespace) -> int:
         parent_shutdown_time_s=arguments.parent_shutdown_time_s,
         extra_args=tuple(extra),
     )
-    try:
-        supervisor = ProxySupervisor(config)
-    except FileNotFoundError as error:
-        print(f"aether proxy-supervisor: error: {error}", file=sys.stderr)
-        return 2
-    return trio.run(supervisor.run)

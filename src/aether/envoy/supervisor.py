@@ -336,10 +336,10 @@ class ProxySupervisor:
         _log.warning("hot restart to epoch %d: %s", self._epoch + 1, reason)
         await self._start(self._epoch + 1)
 
-    async def _start(self, epoch: int) -> None:
-        """Start Envoy at `epoch` (a hot restart when another Envoy runs, a cold start otherwise)."""
+    def envoy_command(self, epoch: int) -> list[str]:
+        """The command line of the Envoy this supervisor starts at restart epoch `epoch`."""
         config = self.config
-        command = [
+        return [
             str(self._binary),
             *("-c", str(config.bootstrap)),
             *("--restart-epoch", str(epoch), "--base-id", str(self._base_id)),
@@ -351,7 +351,10 @@ class ProxySupervisor:
             *("--admin-address-path", str(config.admin_address_path)),
             *config.extra_args,
         ]
-        process = await trio.lowlevel.open_process(command, stdin=subprocess.DEVNULL)
+
+    async def _start(self, epoch: int) -> None:
+        """Start Envoy at `epoch` (a hot restart when another Envoy runs, a cold start otherwise)."""
+        process = await trio.lowlevel.open_process(self.envoy_command(epoch), stdin=subprocess.DEVNULL)
         running = _Running(process=process, epoch=epoch, started_at=trio.current_time())
         self._running.append(running)
         self._epoch = epoch

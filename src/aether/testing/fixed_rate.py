@@ -46,7 +46,12 @@ class LoadResult:
     failed: int
     """Requests refused, reset, closed early, answered another status, or timed out (5 s)."""
     late: int
-    """Requests that started more than 10 ms after they were due (the concurrency bound was reached)."""
+    """Requests that started more than 10 ms after they were due (the concurrency bound was reached, or the
+    generator got no CPU in time on a loaded machine)."""
+    waited: int
+    """Requests that were due while `concurrency` requests were in flight (the server was slower than the rate)."""
+    most_in_flight: int
+    """The most requests in flight at once."""
     seconds: float
     """From the first request due until the last one ended."""
     failures: tuple[tuple[float, str], ...]
@@ -102,7 +107,8 @@ async def fixed_rate_load(
     max_seconds: float = 3600.0,
 ) -> AsyncIterator[FixedRateLoad]:
     """Run the load at `rate` requests/s against `host:port` (an IPv4 address) for the block's duration (at most
-    `max_seconds`); on exit the load stops, finishes its requests in flight and its figures are in `.result`.
+    `max_seconds`: `await load.process.wait()` in the block runs it that long); on exit the load stops, finishes
+    its requests in flight and its figures are in `.result`.
 
     Resource handling:
         The generator is stopped (SIGTERM, SIGKILL after `STOP_TIMEOUT`) and reaped on every exit, also when the
@@ -124,11 +130,15 @@ async def fixed_rate_load(
             output.extend(chunk)
 
     try:
+        # Its first byte (a newline) says it runs and handles SIGTERM: a stop before that would kill it unreported.
+        with trio.fail_after(STOP_TIMEOUT):
+            output.extend(await process.stdout.receive_some())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_output)
             yield load
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
             with trio.fail_after(STOP_TIMEOUT):
                 await process.wait()
     finally:
@@ -145,6 +155,8 @@ async def fixed_rate_load(
         answered=document["answered"],
         failed=document["failed"],
         late=document["late"],
+        waited=document["waited"],
+        most_in_flight=document["most_in_flight"],
         seconds=document["seconds"],
         failures=tuple((float(moment), str(why)) for moment, why in document["failures"]),
     )

@@ -10,7 +10,9 @@
  *   fixed-rate HOST PORT RATE SECONDS CONCURRENCY HOST_HEADER
  *
  * It runs SECONDS (or until SIGTERM/SIGINT), waits for the requests in flight (at most the timeout), and prints one
- * JSON object: {"started", "answered", "failed", "late", "seconds", "failures": [[CLOCK_MONOTONIC seconds, why]...]}.
+ * JSON object: {"started", "answered", "failed", "late" (started over 10 ms after due: the bound, or a loop that got
+ * no CPU in time), "waited" (due while CONCURRENCY requests were in flight), "most_in_flight", "seconds",
+ * "failures": [[CLOCK_MONOTONIC seconds, why]...]}.
  * libc only.
  */
 #define _GNU_SOURCE
@@ -53,7 +55,7 @@ struct failure {
 static volatile sig_atomic_t stopping;
 static int epoll;
 static struct failure *failures;
-static long failure_count, answered, started, late;
+static long failure_count, answered, started, late, waited, most_in_flight;
 
 static void on_stop(int signum) {
     (void)signum;
@@ -226,9 +228,12 @@ int main(int argc, char **argv) {
     signal(SIGTERM, on_stop);
     signal(SIGINT, on_stop);
     signal(SIGPIPE, SIG_IGN);
+    /* A newline says "running, SIGTERM handled" (the JSON that follows may start with white space). */
+    fputc('\n', stdout);
+    fflush(stdout);
 
     double began = now(), end_at = began + seconds, drain_until = 0;
-    long due = 0, in_flight = 0;
+    long due = 0, in_flight = 0, blocked = -1;
     for (;;) {
         double moment = now();
         int sending = !stopping && moment < end_at;
@@ -245,7 +250,11 @@ int main(int argc, char **argv) {
                 }
             }
             if (slot < 0) {
+                blocked = due; /* it starts once a request ends */
                 break;
+            }
+            if (blocked == due) {
+                waited++;
             }
             if (began + (double)due / rate < moment - 0.010) {
                 late++;
@@ -263,6 +272,9 @@ int main(int argc, char **argv) {
                 fail(request, "timed out");
             }
             in_flight += request->phase != FREE;
+        }
+        if (in_flight > most_in_flight) {
+            most_in_flight = in_flight;
         }
         if (!sending && (in_flight == 0 || moment > drain_until)) {
             break;
@@ -285,8 +297,9 @@ int main(int argc, char **argv) {
         }
     }
     double elapsed = now() - began;
-    printf("{\"started\": %ld, \"answered\": %ld, \"failed\": %ld, \"late\": %ld, \"seconds\": %.6f, \"failures\": [",
-           started, answered, failure_count, late, elapsed);
+    printf("{\"started\": %ld, \"answered\": %ld, \"failed\": %ld, \"late\": %ld, \"waited\": %ld, "
+           "\"most_in_flight\": %ld, \"seconds\": %.6f, \"failures\": [",
+           started, answered, failure_count, late, waited, most_in_flight, elapsed);
     long shown = failure_count < MAX_FAILURES ? failure_count : MAX_FAILURES;
     for (long index = 0; index < shown; index++) {
         printf("%s[%.6f, \"%s\"]", index ? ", " : "", failures[index].at, failures[index].why);
