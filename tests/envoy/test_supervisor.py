@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 
 from aether.envoy.process import ENVOY_VARIABLE, find_envoy_binary
@@ -62,7 +63,11 @@ class Supervised:
 
 @asynccontextmanager
 async def open_supervisor(
-    short_dir: Path, *, body: str = "one", env: dict[str, str] | None = None
+    short_dir: Path,
+    *,
+    body: str = "one",
+    env: dict[str, str] | None = None,
+    parent_shutdown_time_s: int = 2,
 ) -> AsyncIterator[Supervised]:
     port = pick_free_port()
     bootstrap = short_dir / "bootstrap.json"
@@ -71,7 +76,7 @@ async def open_supervisor(
     command = [
         *(sys.executable, "-m", "aether.cli", "proxy-supervisor", "--bootstrap", str(bootstrap)),
         *("--node-name", short_dir.name, "--runtime-dir", str(runtime)),
-        *("--drain-time-s", "1", "--parent-shutdown-time-s", "2"),
+        *("--drain-time-s", "1", "--parent-shutdown-time-s", str(parent_shutdown_time_s)),
         *("--", "--concurrency", "1", "-l", "warning"),
     ]
     async with trio.open_nursery() as nursery:
@@ -109,6 +114,13 @@ def _alive(pid: int) -> bool:
 
 async def _gone(pid: int) -> bool:
     return not _alive(pid)
+
+
+async def _stop(process: trio.Process) -> None:
+    """SIGTERM to a supervisor (the kubelet stopping its pod), and its exit, bounded in time."""
+    process.send_signal(signal.SIGTERM)
+    with trio.fail_after(CONVERGE):
+        await process.wait()
 
 
 async def test_hot_restarts_under_a_request_loop_fail_no_request(short_dir: Path) -> None:
@@ -159,45 +171,16 @@ async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: 
     assert not _alive(envoy)
 
 
-async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_waits_for_its_stop(
-    short_dir: Path,
+@pytest.mark.parametrize("stopped", ["after the drain", "during the drain"])
+async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_ends_on_its_sigterm(
+    short_dir: Path, stopped: str
 ) -> None:
     """A DaemonSet roll: a new supervisor on the same node and runtime directory hot-restarts from the running
-    Envoy (the next epoch); the old Envoy drains and exits, the old supervisor stays (an exit would have the kubelet
-    restart it) until its SIGTERM and exits 0 then; no request fails meanwhile, and on SIGTERM the last supervisor
-    leaves no shared memory behind."""
-    async with open_supervisor(short_dir) as old:
-        old_envoy = old.envoy_pid()
-        loop = RequestLoop(LOOPBACK, old.port)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(loop.run)
-            new: trio.Process = await nursery.start(
-                functools.partial(trio.run_process, old.command, check=False, stdout=subprocess.DEVNULL)
-            )
-            await wait_for(functools.partial(_gone, old_envoy), timeout=CONVERGE, interval=0.05)
-            assert old.epoch() == 1
-            assert old.process.returncode is None
-            await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
-            old.process.send_signal(signal.SIGTERM)
-            with trio.fail_after(CONVERGE):
-                await old.process.wait()
-            assert old.process.returncode == 0
-            await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
-            nursery.cancel_scope.cancel()
-        new.send_signal(signal.SIGTERM)
-        with trio.fail_after(CONVERGE):
-            await new.wait()
-
-    assert loop.failures == []
-    assert new.returncode == 0
-    assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
-
-
-async def test_the_old_pods_sigterm_during_the_drain_lets_the_drain_finish(short_dir: Path) -> None:
-    """The kubelet stops the old pod while its Envoy still drains for the new pod's: the old supervisor does not
-    forward SIGTERM (which would cut the drain short), waits for its Envoy to leave as a parent does, and exits 0;
-    the new Envoy serves on and no request fails."""
-    async with open_supervisor(short_dir) as old:
+    Envoy (the next epoch); the old Envoy drains and exits. The old supervisor stays (an exit would have the kubelet
+    restart it) until its SIGTERM, then exits 0; a SIGTERM while its Envoy still drains is not forwarded (it would
+    cut the drain short): the Envoy leaves as a parent does. No request fails meanwhile, and on SIGTERM the last
+    supervisor leaves no shared memory behind."""
+    async with open_supervisor(short_dir, parent_shutdown_time_s=5) as old:
         old_envoy = old.envoy_pid()
         loop = RequestLoop(LOOPBACK, old.port)
         async with trio.open_nursery() as nursery:
@@ -210,21 +193,21 @@ async def test_the_old_pods_sigterm_during_the_drain_lets_the_drain_finish(short
                 return old.epoch() == 1 and old.envoy_pid() != old_envoy and await _answers(old.port)
 
             await wait_for(new_epoch_serves, timeout=CONVERGE, interval=0.02)
-            # The parent drains for --parent-shutdown-time-s (2 s here): SIGTERM lands in that drain.
-            assert _alive(old_envoy)
-            old.process.send_signal(signal.SIGTERM)
-            with trio.fail_after(CONVERGE):
-                await old.process.wait()
+            if stopped == "after the drain":
+                await wait_for(functools.partial(_gone, old_envoy), timeout=CONVERGE, interval=0.05)
+                assert old.process.returncode is None
+            else:
+                assert _alive(old_envoy)  # it drains for --parent-shutdown-time-s (5 s here)
+            await _stop(old.process)
             assert old.process.returncode == 0
             assert not _alive(old_envoy)
             await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
             nursery.cancel_scope.cancel()
-        new.send_signal(signal.SIGTERM)
-        with trio.fail_after(CONVERGE):
-            await new.wait()
+        await _stop(new)
 
     assert loop.failures == []
     assert new.returncode == 0
+    assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
 
 
 async def test_a_runtime_dir_left_without_shared_memory_starts_cold(short_dir: Path) -> None:

@@ -64,7 +64,7 @@ async def _answers(port: int) -> bool:
 
 async def _is_supervisor(unshare_pid: int) -> bool:
     try:
-        command = Path(f"/proc/{_pid_one(unshare_pid)}/cmdline").read_bytes()
+        command = await trio.Path(f"/proc/{_pid_one(unshare_pid)}/cmdline").read_bytes()
     except (OSError, IndexError, ValueError):
         return False
     return b"proxy-supervisor" in command
@@ -101,14 +101,15 @@ async def test_the_new_pods_supervisor_takes_over_through_the_node_paths(short_d
         start = functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL)
         old: trio.Process = await nursery.start(start)
         await wait_for(functools.partial(_answers, port), timeout=CONVERGE, interval=0.05)
-        assert (node_shm / shared_memory).exists()
-        assert not Path("/dev/shm", shared_memory).exists()
+        assert await trio.Path(node_shm / shared_memory).exists()
+        assert not await trio.Path("/dev/shm", shared_memory).exists()
         nursery.start_soon(loop.run)
 
         new: trio.Process = await nursery.start(start)
 
         async def handed_over() -> bool:
-            return (runtime / "epoch").read_text().strip() == "1" and await _answers(port)
+            epoch = await trio.Path(runtime / "epoch").read_text()
+            return epoch.strip() == "1" and await _answers(port)
 
         await wait_for(handed_over, timeout=CONVERGE, interval=0.05)
         await wait_for(functools.partial(_is_supervisor, old.pid), timeout=CONVERGE, interval=0.05)
@@ -127,7 +128,7 @@ async def test_the_new_pods_supervisor_takes_over_through_the_node_paths(short_d
     assert loop_failures == []
     assert loop_answered > 0
     assert new.returncode == 0
-    assert not (node_shm / shared_memory).exists(), "the node's last supervisor removes the shared memory"
+    assert not await trio.Path(node_shm / shared_memory).exists(), "the node's last supervisor removes it"
 
 
 def _signal_pid_one(unshare_pid: int, signum: signal.Signals) -> None:

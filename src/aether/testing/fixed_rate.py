@@ -24,7 +24,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.testing.cni_shim import CFLAGS, find_compiler
+from aether.testing.cni_shim import compile_c
 
 __all__ = ["FIXED_RATE_SOURCE", "FixedRateLoad", "LoadResult", "compile_fixed_rate", "fixed_rate_load"]
 
@@ -82,17 +82,7 @@ def compile_fixed_rate(directory: Path, *, name: str = "fixed-rate") -> Path:
         FileNotFoundError: no C compiler (`gcc` on Debian; or set CC).
         subprocess.CalledProcessError: the compiler refused the source (its stderr in the exception).
     """
-    compiler = find_compiler()
-    if compiler is None:
-        raise FileNotFoundError("no C compiler for the fixed-rate load: set CC or install gcc (Debian gcc)")
-    output = directory / name
-    subprocess.run(
-        [compiler, *CFLAGS, "-o", str(output), str(FIXED_RATE_SOURCE)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return output
+    return compile_c(FIXED_RATE_SOURCE, directory / name)
 
 
 @contextlib.asynccontextmanager
