@@ -79,19 +79,21 @@ async def open_supervisor(
         *("--drain-time-s", "1", "--parent-shutdown-time-s", str(parent_shutdown_time_s)),
         *("--", "--concurrency", "1", "-l", "warning"),
     ]
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL, env=env)
-        )
-        supervised = Supervised(
-            process=process, runtime=runtime, bootstrap=bootstrap, port=port, command=command
-        )
-        await wait_for(functools.partial(_answers, port), timeout=CONVERGE, interval=0.02)
-        yield supervised
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(CONVERGE):
-                await process.wait()
+    # The supervisor's log, for the tests that read what it said.
+    with (short_dir / "supervisor.stderr").open("ab") as stderr:
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                functools.partial(
+                    trio.run_process, command, check=False, stdout=subprocess.DEVNULL, stderr=stderr, env=env
+                )
+            )
+            supervised = Supervised(
+                process=process, runtime=runtime, bootstrap=bootstrap, port=port, command=command
+            )
+            await wait_for(functools.partial(_answers, port), timeout=CONVERGE, interval=0.02)
+            yield supervised
+            if process.returncode is None:
+                await _stop(process)
 
 
 async def _answers(port: int, body: str | None = None) -> bool:
@@ -231,6 +233,41 @@ async def test_a_new_envoy_binary_is_hot_restarted_into(short_dir: Path) -> None
         loop = RequestLoop(LOOPBACK, supervised.port)
         nursery.start_soon(loop.run)
         first = supervised.envoy_pid()
+        os.link(find_envoy_binary(), binary.with_name("envoy.new"))
+        os.replace(binary.with_name("envoy.new"), binary)
+        await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)
+        assert supervised.epoch() == 1
+        await wait_for(functools.partial(_answers, supervised.port), timeout=CONVERGE)
+        nursery.cancel_scope.cancel()
+
+    assert loop.failures == []
+
+
+async def test_a_failed_hot_restart_leaves_the_parent_serving_and_the_next_one_continues_from_it(
+    short_dir: Path,
+) -> None:
+    """A new binary that cannot start (here: a script exiting 1) fails its hot restart: the running Envoy serves on
+    and its epoch is recorded as the node's again, so the next good binary hot-restarts from it (epoch 1, not 2,
+    which would find no parent) and the old Envoy drains and leaves; no request fails."""
+    binary = short_dir / "bin" / "envoy"
+    binary.parent.mkdir()
+    os.link(find_envoy_binary(), binary)
+    env = {**os.environ, ENVOY_VARIABLE: str(binary)}
+    async with open_supervisor(short_dir, env=env) as supervised, trio.open_nursery() as nursery:
+        loop = RequestLoop(LOOPBACK, supervised.port)
+        nursery.start_soon(loop.run)
+        first = supervised.envoy_pid()
+        broken = binary.with_name("envoy.broken")
+        broken.write_text("#!/bin/sh\nexit 1\n")
+        broken.chmod(0o755)
+        os.replace(broken, binary)
+
+        async def failed_and_recorded_back() -> bool:
+            said = await trio.Path(short_dir / "supervisor.stderr").read_text()
+            failed = "epoch 1 exited with status 1 during its hot restart; epoch 0 keeps serving" in said
+            return failed and supervised.epoch() == 0 and supervised.envoy_pid() == first
+
+        await wait_for(failed_and_recorded_back, timeout=CONVERGE, interval=0.05)
         os.link(find_envoy_binary(), binary.with_name("envoy.new"))
         os.replace(binary.with_name("envoy.new"), binary)
         await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)

@@ -311,8 +311,12 @@ class ProxySupervisor:
             self._last_status = 0
             return _Exit.SUPERSEDED
         if self._running:
-            # The new epoch died while its parent still serves: the parent stays the newest.
+            # The new epoch died while its parent still serves: the parent stays the newest, and its epoch is the
+            # node's again (the next hot restart, or the next pod's supervisor, must find it as epoch + 1's parent).
             self._failed_hot_restarts += 1
+            parent = self._running[-1]
+            self._epoch = parent.epoch
+            await trio.to_thread.run_sync(self._record, parent.epoch, parent.process.pid)
             _log.error(
                 "envoy epoch %d exited with status %d during its hot restart; epoch %d keeps serving",
                 running.epoch,
