@@ -77,6 +77,7 @@ async def open_supervisor(
         *(sys.executable, "-m", "aether.cli", "proxy-supervisor", "--bootstrap", str(bootstrap)),
         *("--node-name", short_dir.name, "--runtime-dir", str(runtime)),
         *("--drain-time-s", "1", "--parent-shutdown-time-s", str(parent_shutdown_time_s)),
+        *("--ready-file", str(short_dir / "ready")),
         *("--", "--concurrency", "1", "-l", "warning"),
     ]
     # The supervisor's log, for the tests that read what it said.
@@ -276,3 +277,24 @@ async def test_a_failed_hot_restart_leaves_the_parent_serving_and_the_next_one_c
         nursery.cancel_scope.cancel()
 
     assert loop.failures == []
+
+
+async def test_the_ready_file_is_kept_by_the_supervisor_whose_envoy_serves_the_node(short_dir: Path) -> None:
+    """The readiness probe's file: present once the supervisor's Envoy is ready; in a roll it moves to the new
+    pod's supervisor (the old one's goes as soon as the epoch is not its own); gone when a supervisor stops."""
+    async with open_supervisor(short_dir) as old, trio.open_nursery() as nursery:
+        old_ready, new_ready = short_dir / "ready", short_dir / "ready-new"
+        await wait_for(trio.Path(old_ready).exists, timeout=CONVERGE, interval=0.05)
+        command = [str(new_ready) if word == str(old_ready) else word for word in old.command]
+        new: trio.Process = await nursery.start(
+            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL)
+        )
+
+        async def moved() -> bool:
+            return await trio.Path(new_ready).exists() and not await trio.Path(old_ready).exists()
+
+        await wait_for(moved, timeout=CONVERGE, interval=0.05)
+        await _stop(old.process)
+        await _stop(new)
+        assert not await trio.Path(new_ready).exists()
+        assert not await trio.Path(old_ready).exists()

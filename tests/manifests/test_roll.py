@@ -85,6 +85,21 @@ def test_the_proxy_is_a_supervisor_hot_restarting_through_node_local_paths(overl
     assert spec["terminationGracePeriodSeconds"] > arguments.parent_shutdown_time_s
 
 
+def test_the_new_proxy_is_ready_once_its_envoy_serves_the_node(overlay: list[Object]) -> None:
+    """The proxy's readiness probe tests for the supervisor's ready file, which is pod-local (a node path would
+    be the old pod's file too), on a mount the supervisor can write."""
+    workload, spec = _agent(overlay)
+    proxy = _container(spec, "proxy")
+    arguments = _parsed(_expanded(overlay, workload, proxy)[1:], "aether-agent proxy")
+    ready = PurePosixPath(arguments.ready_file)
+    assert proxy["readinessProbe"]["exec"]["command"] == ["/usr/bin/test", "-f", str(ready)]
+    assert _host_path(spec, proxy, ready) is None
+    [mount] = [mount for mount in proxy["volumeMounts"] if PurePosixPath(mount["mountPath"]) == ready.parent]
+    assert not mount.get("readOnly")
+    [volume] = [volume for volume in spec["volumes"] if volume["name"] == mount["name"]]
+    assert "emptyDir" in volume
+
+
 def test_a_read_only_or_pod_local_mount_is_not_node_local() -> None:
     """The check is real: an emptyDir, a read-only hostPath and no mount at all do not count."""
     spec = {

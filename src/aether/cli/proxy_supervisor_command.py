@@ -44,6 +44,12 @@ def add_parser(roles: Any) -> None:
         metavar="S",
         help="when the old Envoy is told to exit",
     )
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="FILE",
+        help="a pod-local file kept while this pod's Envoy serves the node and is ready (for a readiness probe)",
+    )
     parser.add_argument("envoy_args", nargs=argparse.REMAINDER, help="more Envoy arguments, after --")
     add_verbose_argument(parser)
     parser.set_defaults(run=run_proxy_supervisor)
@@ -77,4 +83,5 @@ def supervisor_config(arguments: argparse.Namespace) -> SupervisorConfig:
         drain_time_s=arguments.drain_time_s,
         parent_shutdown_time_s=arguments.parent_shutdown_time_s,
         extra_args=tuple(extra),
+        ready_file=arguments.ready_file,
     )

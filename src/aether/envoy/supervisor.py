@@ -47,6 +47,7 @@ import attrs
 import trio
 
 from aether.envoy.process import find_envoy_binary
+from aether.http1 import http_get
 
 __all__ = [
     "BACKOFF_MAX",
@@ -91,6 +92,14 @@ def base_id_of(node_name: str) -> int:
     return zlib.crc32(node_name.encode()) % 100_000_000
 
 
+def _mark(path: Path, present: bool) -> None:
+    """Create `path` (empty) or remove it."""
+    if present:
+        path.touch()
+    else:
+        path.unlink(missing_ok=True)
+
+
 def crash_backoff(crashes: int) -> float:
     """Seconds to wait before restarting after the `crashes`-th crash in a row (1, 2, ...): doubling, capped."""
     return float(min(BACKOFF_MAX, BACKOFF_MIN * 2.0 ** max(0, crashes - 1)))
@@ -117,6 +126,10 @@ class SupervisorConfig:
     """The executable; `find_envoy_binary()` by default."""
     extra_args: tuple[str, ...] = ()
     """More Envoy arguments (log level, concurrency...)."""
+    ready_file: Path | None = None
+    """A pod-local file kept while the node's newest Envoy is this supervisor's and its admin API answers /ready
+    200, absent otherwise (a readiness probe tests for it: a DaemonSet roll deletes the old pod only once the new
+    pod's Envoy has taken over); None: no such file."""
 
     @property
     def socket_path(self) -> Path:
@@ -225,6 +238,8 @@ class ProxySupervisor:
                     with trio.CancelScope(shield=True):
                         await self._stop_all(signal.SIGTERM)
                         await trio.to_thread.run_sync(self._release_shared_memory)
+                        if self.config.ready_file is not None:
+                            await trio.to_thread.run_sync(_mark, self.config.ready_file, False)
                 nursery.cancel_scope.cancel()
         return status
 
@@ -259,6 +274,8 @@ class ProxySupervisor:
             pumps.start_soon(pump_signals)
             pumps.start_soon(pump_exits)
             pumps.start_soon(watch_files)
+            if self.config.ready_file is not None:
+                pumps.start_soon(self._keep_ready_file, self.config.ready_file)
             restart_at = math.inf
             while True:
                 with trio.move_on_at(restart_at):
@@ -290,6 +307,26 @@ class ProxySupervisor:
                 restart_at = math.inf
                 if not self._running:
                     await self._start(0)  # no parent after a crash: a cold start (see the module's docstring)
+
+    async def _keep_ready_file(self, path: Path) -> None:
+        """Keep `path` while `_serves_the_node()`, every `WATCH_INTERVAL`."""
+        while True:
+            await trio.to_thread.run_sync(_mark, path, await self._serves_the_node())
+            await trio.sleep(WATCH_INTERVAL)
+
+    async def _serves_the_node(self) -> bool:
+        """The node's newest epoch is this supervisor's, and its Envoy's admin API answers /ready 200."""
+        if self._superseded or not self._running:
+            return False
+        if await trio.to_thread.run_sync(self._recorded_epoch) != self._epoch:
+            return False
+        try:
+            address = await trio.Path(self.config.admin_address_path).read_text()
+            host, _, port = address.strip().rpartition(":")
+            ready = await http_get(host, int(port), "/ready", timeout=1)
+        except (OSError, ValueError, trio.BrokenResourceError, trio.TooSlowError):
+            return False
+        return ready.status == 200
 
     async def _exited(self, running: _Running) -> _Exit:
         """Book an Envoy's exit and say what it was."""
