@@ -224,36 +224,28 @@ async def test_a_runtime_dir_left_without_shared_memory_starts_cold(short_dir: P
         assert supervised.epoch() == 0
 
 
-async def test_a_new_envoy_binary_is_hot_restarted_into(short_dir: Path) -> None:
-    """Replacing the Envoy executable (here: a hard link swapped in) starts the next epoch from it; nothing fails."""
+def _own_envoy(short_dir: Path) -> tuple[Path, dict[str, str]]:
+    """An Envoy executable of the test's own (a hard link to the real one) and the environment running it."""
     binary = short_dir / "bin" / "envoy"
     binary.parent.mkdir()
     os.link(find_envoy_binary(), binary)
-    env = {**os.environ, ENVOY_VARIABLE: str(binary)}
-    async with open_supervisor(short_dir, env=env) as supervised, trio.open_nursery() as nursery:
-        loop = RequestLoop(LOOPBACK, supervised.port)
-        nursery.start_soon(loop.run)
-        first = supervised.envoy_pid()
-        os.link(find_envoy_binary(), binary.with_name("envoy.new"))
-        os.replace(binary.with_name("envoy.new"), binary)
-        await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)
-        assert supervised.epoch() == 1
-        await wait_for(functools.partial(_answers, supervised.port), timeout=CONVERGE)
-        nursery.cancel_scope.cancel()
-
-    assert loop.failures == []
+    return binary, {**os.environ, ENVOY_VARIABLE: str(binary)}
 
 
-async def test_a_failed_hot_restart_leaves_the_parent_serving_and_the_next_one_continues_from_it(
+def _swap_in_envoy(binary: Path) -> None:
+    """Replace `binary` with a new hard link to the real Envoy, as a package upgrade replaces a file."""
+    os.link(find_envoy_binary(), binary.with_name("envoy.new"))
+    os.replace(binary.with_name("envoy.new"), binary)
+
+
+async def test_a_new_envoy_binary_is_hot_restarted_into_and_a_broken_one_changes_nothing(
     short_dir: Path,
 ) -> None:
-    """A new binary that cannot start (here: a script exiting 1) fails its hot restart: the running Envoy serves on
-    and its epoch is recorded as the node's again, so the next good binary hot-restarts from it (epoch 1, not 2,
-    which would find no parent) and the old Envoy drains and leaves; no request fails."""
-    binary = short_dir / "bin" / "envoy"
-    binary.parent.mkdir()
-    os.link(find_envoy_binary(), binary)
-    env = {**os.environ, ENVOY_VARIABLE: str(binary)}
+    """Replacing the Envoy executable starts the next epoch from it. First a binary that cannot start (a script
+    exiting 1): its hot restart fails, the running Envoy serves on and its epoch is recorded as the node's again;
+    then a good one (a hard link swapped in) hot-restarts from it (epoch 1, not 2, which would find no parent) and
+    the old Envoy drains and leaves. No request fails."""
+    binary, env = _own_envoy(short_dir)
     async with open_supervisor(short_dir, env=env) as supervised, trio.open_nursery() as nursery:
         loop = RequestLoop(LOOPBACK, supervised.port)
         nursery.start_soon(loop.run)
@@ -269,8 +261,7 @@ async def test_a_failed_hot_restart_leaves_the_parent_serving_and_the_next_one_c
             return failed and supervised.epoch() == 0 and supervised.envoy_pid() == first
 
         await wait_for(failed_and_recorded_back, timeout=CONVERGE, interval=0.05)
-        os.link(find_envoy_binary(), binary.with_name("envoy.new"))
-        os.replace(binary.with_name("envoy.new"), binary)
+        _swap_in_envoy(binary)
         await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)
         assert supervised.epoch() == 1
         await wait_for(functools.partial(_answers, supervised.port), timeout=CONVERGE)
