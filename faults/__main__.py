@@ -1,8 +1,8 @@
 """`python -m faults`: run the long fault loops and print their figures (also written to bench/results/faults.json,
 by loop, each with its size).
 
-python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--outage 60]
-                 [--only edge,agent,registrar,inputs,spire]
+python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--outage 60] [--handovers 20]
+                 [--only edge,agent,registrar,inputs,spire,standby]
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import attrs
 import trio
 
 from faults.bad_inputs import bad_inputs
+from faults.handovers import HANDOVER_RATE, standby_handovers
 from faults.registrar_kills import registrar_kills
 from faults.restarts import RATE, role_restarts
 from faults.spire_outage import spire_outage
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "faults.json"
-LOOPS = ("edge", "agent", "registrar", "inputs", "spire")
+LOOPS = ("edge", "agent", "registrar", "inputs", "spire", "standby")
 
 
 async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str, Any], bool]:
@@ -38,6 +39,12 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             lines, record = restarts.lines(), attrs.asdict(restarts)
             record |= {"resync_p50": restarts.resync_p50, "resync_max": restarts.resync_max}
             healthy &= restarts.failed == 0 and restarts.resync_max <= 1.0
+        elif loop == "standby":
+            handovers = await standby_handovers(
+                own, handovers=arguments.handovers, rate=arguments.handover_rate
+            )
+            lines, record = handovers.lines(), attrs.asdict(handovers)
+            healthy &= handovers.failed == 0 and handovers.handovers == arguments.handovers
         elif loop == "registrar":
             kills = await registrar_kills(own, trials=arguments.trials)
             lines, record = kills.lines(), attrs.asdict(kills)
@@ -55,6 +62,7 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             "agent": arguments.restarts,
             "registrar": arguments.trials,
             "spire": arguments.outage,
+            "standby": arguments.handovers,
         }.get(loop, arguments.inputs)
         record["seconds"] = round(time.monotonic() - started, 1)
         figures[loop] = record
@@ -73,6 +81,18 @@ def main() -> int:
         "--outage", type=float, default=60.0, help="seconds the SPIFFE endpoints stay down (spire loop)"
     )
     parser.add_argument("--rate", type=float, default=RATE, help="requests/s through Envoy during restarts")
+    parser.add_argument(
+        "--handovers",
+        type=int,
+        default=20,
+        help="agent hand-overs to a --standby (SIGTERM and SIGKILL in turn)",
+    )
+    parser.add_argument(
+        "--handover-rate",
+        type=float,
+        default=HANDOVER_RATE,
+        help="requests/s through Envoy during the hand-overs (a fixed-rate C load: needs gcc)",
+    )
     parser.add_argument(
         "--only",
         type=lambda text: text.split(","),

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 
 from aether.envoy.process import ENVOY_VARIABLE, find_envoy_binary
@@ -62,7 +63,11 @@ class Supervised:
 
 @asynccontextmanager
 async def open_supervisor(
-    short_dir: Path, *, body: str = "one", env: dict[str, str] | None = None
+    short_dir: Path,
+    *,
+    body: str = "one",
+    env: dict[str, str] | None = None,
+    parent_shutdown_time_s: int = 2,
 ) -> AsyncIterator[Supervised]:
     port = pick_free_port()
     bootstrap = short_dir / "bootstrap.json"
@@ -71,22 +76,25 @@ async def open_supervisor(
     command = [
         *(sys.executable, "-m", "aether.cli", "proxy-supervisor", "--bootstrap", str(bootstrap)),
         *("--node-name", short_dir.name, "--runtime-dir", str(runtime)),
-        *("--drain-time-s", "1", "--parent-shutdown-time-s", "2"),
+        *("--drain-time-s", "1", "--parent-shutdown-time-s", str(parent_shutdown_time_s)),
+        *("--ready-file", str(short_dir / "ready")),
         *("--", "--concurrency", "1", "-l", "warning"),
     ]
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL, env=env)
-        )
-        supervised = Supervised(
-            process=process, runtime=runtime, bootstrap=bootstrap, port=port, command=command
-        )
-        await wait_for(functools.partial(_answers, port), timeout=CONVERGE, interval=0.02)
-        yield supervised
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(CONVERGE):
-                await process.wait()
+    # The supervisor's log, for the tests that read what it said.
+    with (short_dir / "supervisor.stderr").open("ab") as stderr:
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                functools.partial(
+                    trio.run_process, command, check=False, stdout=subprocess.DEVNULL, stderr=stderr, env=env
+                )
+            )
+            supervised = Supervised(
+                process=process, runtime=runtime, bootstrap=bootstrap, port=port, command=command
+            )
+            await wait_for(functools.partial(_answers, port), timeout=CONVERGE, interval=0.02)
+            yield supervised
+            if process.returncode is None:
+                await _stop(process)
 
 
 async def _answers(port: int, body: str | None = None) -> bool:
@@ -109,6 +117,13 @@ def _alive(pid: int) -> bool:
 
 async def _gone(pid: int) -> bool:
     return not _alive(pid)
+
+
+async def _stop(process: trio.Process) -> None:
+    """SIGTERM to a supervisor (the kubelet stopping its pod), and its exit, bounded in time."""
+    process.send_signal(signal.SIGTERM)
+    with trio.fail_after(CONVERGE):
+        await process.wait()
 
 
 async def test_hot_restarts_under_a_request_loop_fail_no_request(short_dir: Path) -> None:
@@ -147,6 +162,9 @@ async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: 
             return supervised.envoy_pid() != crashed and await _answers(supervised.port)
 
         await wait_for(restarted, timeout=CONVERGE, interval=0.05)
+        assert (
+            supervised.epoch() == 0
+        )  # no parent to hand over from: a cold start, its shared memory made anew
         envoy = supervised.envoy_pid()
         supervised.process.send_signal(signal.SIGTERM)
         with trio.fail_after(CONVERGE):
@@ -156,11 +174,16 @@ async def test_a_crashed_envoy_is_restarted_and_sigterm_is_forwarded(short_dir: 
     assert not _alive(envoy)
 
 
-async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_exits(short_dir: Path) -> None:
+@pytest.mark.parametrize("stopped", ["after the drain", "during the drain"])
+async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_ends_on_its_sigterm(
+    short_dir: Path, stopped: str
+) -> None:
     """A DaemonSet roll: a new supervisor on the same node and runtime directory hot-restarts from the running
-    Envoy (the next epoch); the old Envoy drains and exits, and so does the old supervisor (status 0); no request
-    fails meanwhile, and on SIGTERM the last supervisor leaves no shared memory behind."""
-    async with open_supervisor(short_dir) as old:
+    Envoy (the next epoch); the old Envoy drains and exits. The old supervisor stays (an exit would have the kubelet
+    restart it) until its SIGTERM, then exits 0; a SIGTERM while its Envoy still drains is not forwarded (it would
+    cut the drain short): the Envoy leaves as a parent does. No request fails meanwhile, and on SIGTERM the last
+    supervisor leaves no shared memory behind."""
+    async with open_supervisor(short_dir, parent_shutdown_time_s=5) as old:
         old_envoy = old.envoy_pid()
         loop = RequestLoop(LOOPBACK, old.port)
         async with trio.open_nursery() as nursery:
@@ -168,37 +191,101 @@ async def test_a_second_supervisor_on_the_node_takes_over_and_the_first_exits(sh
             new: trio.Process = await nursery.start(
                 functools.partial(trio.run_process, old.command, check=False, stdout=subprocess.DEVNULL)
             )
-            with trio.fail_after(CONVERGE):
-                await old.process.wait()
+
+            async def new_epoch_serves() -> bool:
+                return old.epoch() == 1 and old.envoy_pid() != old_envoy and await _answers(old.port)
+
+            await wait_for(new_epoch_serves, timeout=CONVERGE, interval=0.02)
+            if stopped == "after the drain":
+                await wait_for(functools.partial(_gone, old_envoy), timeout=CONVERGE, interval=0.05)
+                assert old.process.returncode is None
+            else:
+                assert _alive(old_envoy)  # it drains for --parent-shutdown-time-s (5 s here)
+            await _stop(old.process)
             assert old.process.returncode == 0
             assert not _alive(old_envoy)
-            assert old.epoch() == 1
             await wait_for(functools.partial(_answers, old.port), timeout=CONVERGE)
             nursery.cancel_scope.cancel()
-        new.send_signal(signal.SIGTERM)
-        with trio.fail_after(CONVERGE):
-            await new.wait()
+        await _stop(new)
 
     assert loop.failures == []
     assert new.returncode == 0
     assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
 
 
-async def test_a_new_envoy_binary_is_hot_restarted_into(short_dir: Path) -> None:
-    """Replacing the Envoy executable (here: a hard link swapped in) starts the next epoch from it; nothing fails."""
+async def test_a_runtime_dir_left_without_shared_memory_starts_cold(short_dir: Path) -> None:
+    """An epoch recorded by an earlier supervisor whose shared memory is gone (a node reboot, the DaemonSet
+    deleted and applied again): the next start is a cold epoch 0, not an Envoy refusing to start for ever."""
+    runtime = short_dir / "run"
+    runtime.mkdir()
+    (runtime / "epoch").write_text("7\n")
+    assert not await trio.Path(f"/dev/shm/envoy_shared_memory_{base_id_of(short_dir.name) * 10}").exists()
+    async with open_supervisor(short_dir) as supervised:
+        assert supervised.epoch() == 0
+
+
+def _own_envoy(short_dir: Path) -> tuple[Path, dict[str, str]]:
+    """An Envoy executable of the test's own (a hard link to the real one) and the environment running it."""
     binary = short_dir / "bin" / "envoy"
     binary.parent.mkdir()
     os.link(find_envoy_binary(), binary)
-    env = {**os.environ, ENVOY_VARIABLE: str(binary)}
+    return binary, {**os.environ, ENVOY_VARIABLE: str(binary)}
+
+
+def _swap_in_envoy(binary: Path) -> None:
+    """Replace `binary` with a new hard link to the real Envoy, as a package upgrade replaces a file."""
+    os.link(find_envoy_binary(), binary.with_name("envoy.new"))
+    os.replace(binary.with_name("envoy.new"), binary)
+
+
+async def test_a_new_envoy_binary_is_hot_restarted_into_and_a_broken_one_changes_nothing(
+    short_dir: Path,
+) -> None:
+    """Replacing the Envoy executable starts the next epoch from it. First a binary that cannot start (a script
+    exiting 1): its hot restart fails, the running Envoy serves on and its epoch is recorded as the node's again;
+    then a good one (a hard link swapped in) hot-restarts from it (epoch 1, not 2, which would find no parent) and
+    the old Envoy drains and leaves. No request fails."""
+    binary, env = _own_envoy(short_dir)
     async with open_supervisor(short_dir, env=env) as supervised, trio.open_nursery() as nursery:
         loop = RequestLoop(LOOPBACK, supervised.port)
         nursery.start_soon(loop.run)
         first = supervised.envoy_pid()
-        os.link(find_envoy_binary(), binary.with_name("envoy.new"))
-        os.replace(binary.with_name("envoy.new"), binary)
+        broken = binary.with_name("envoy.broken")
+        broken.write_text("#!/bin/sh\nexit 1\n")
+        broken.chmod(0o755)
+        os.replace(broken, binary)
+
+        async def failed_and_recorded_back() -> bool:
+            said = await trio.Path(short_dir / "supervisor.stderr").read_text()
+            failed = "epoch 1 exited with status 1 during its hot restart; epoch 0 keeps serving" in said
+            return failed and supervised.epoch() == 0 and supervised.envoy_pid() == first
+
+        await wait_for(failed_and_recorded_back, timeout=CONVERGE, interval=0.05)
+        _swap_in_envoy(binary)
         await wait_for(functools.partial(_gone, first), timeout=CONVERGE, interval=0.05)
         assert supervised.epoch() == 1
         await wait_for(functools.partial(_answers, supervised.port), timeout=CONVERGE)
         nursery.cancel_scope.cancel()
 
     assert loop.failures == []
+
+
+async def test_the_ready_file_is_kept_by_the_supervisor_whose_envoy_serves_the_node(short_dir: Path) -> None:
+    """The readiness probe's file: present once the supervisor's Envoy is ready; in a roll it moves to the new
+    pod's supervisor (the old one's goes as soon as the epoch is not its own); gone when a supervisor stops."""
+    async with open_supervisor(short_dir) as old, trio.open_nursery() as nursery:
+        old_ready, new_ready = short_dir / "ready", short_dir / "ready-new"
+        await wait_for(trio.Path(old_ready).exists, timeout=CONVERGE, interval=0.05)
+        command = [str(new_ready) if word == str(old_ready) else word for word in old.command]
+        new: trio.Process = await nursery.start(
+            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL)
+        )
+
+        async def moved() -> bool:
+            return await trio.Path(new_ready).exists() and not await trio.Path(old_ready).exists()
+
+        await wait_for(moved, timeout=CONVERGE, interval=0.05)
+        await _stop(old.process)
+        await _stop(new)
+        assert not await trio.Path(new_ready).exists()
+        assert not await trio.Path(old_ready).exists()

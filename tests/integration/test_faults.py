@@ -1,7 +1,8 @@
 """The fault loops of `faults/` (`nox -s faults`), small: the same code, a few cycles each.
 
 Real processes from the outside: `aether edge` and `aether agent` killed -9 and restarted under traffic through
-their Envoy, the registrar killed -9 under concurrent writes, bad inputs on every interface.
+their Envoy, agent hand-overs to a `--standby` under the fixed-rate load, the registrar killed -9 under concurrent
+writes, bad inputs on every interface.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from faults.bad_inputs import bad_inputs
+from faults.handovers import standby_handovers
 from faults.registrar_kills import registrar_kills
 from faults.restarts import role_restarts
+from tests.needs import needs
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +38,16 @@ async def test_a_plane_killed_and_restarted_under_traffic_fails_no_request_and_r
     assert (figures.restarts, figures.failed, figures.failures) == (RESTARTS[role], 0, ())
     assert figures.requests > 0
     assert figures.resync_max <= RESYNC_AIM, figures.resync
+
+
+@needs("cc")
+async def test_agent_hand_overs_to_a_standby_fail_no_request(tmp_path: Path) -> None:
+    """Two hand-overs (the owner stopped with SIGTERM, then with SIGKILL) to a `--standby` agent under the
+    fixed-rate load: each standby takes over, Envoy gets SYNCED with it, and not one request fails."""
+    figures = await standby_handovers(tmp_path, handovers=2, rate=RATE)
+    assert (figures.handovers, figures.killed, figures.failed, figures.failures) == (2, 1, 0, ())
+    assert figures.requests > 0
+    assert len(figures.resync) == 2
 
 
 async def test_the_registrar_killed_mid_write_keeps_every_acknowledged_write(tmp_path: Path) -> None:

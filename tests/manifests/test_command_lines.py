@@ -10,12 +10,15 @@ import re
 import subprocess
 from pathlib import Path
 
+import attrs
 import pytest
 
 from aether.cli.bootstrap_command import bootstrap_of
 from aether.cli.commands import COMMANDS
 from aether.cli.main import build_parser
+from aether.cli.proxy_supervisor_command import supervisor_config
 from aether.envoy.process import find_envoy_binary
+from aether.envoy.supervisor import ProxySupervisor
 from aether.registrar.backends.etcd import parse_etcd_endpoints
 from tests.manifests.rendered import Object, containers, name_of
 from tests.needs import needs
@@ -112,6 +115,7 @@ def test_every_aether_command_line_parses(overlay: list[Object]) -> None:
         "controller",
         "edge",
         "mesh-dns",
+        "proxy-supervisor",
         "registrar",
     ]
 
@@ -124,23 +128,31 @@ def test_a_refused_command_line_fails_the_check() -> None:
         _parsed(["agent", "--no-such-flag"], "agent")
 
 
+def _envoy_command(words: list[str], where: str, tmp_path: Path) -> tuple[str, list[str]]:
+    """The Envoy command line of a proxy container (Envoy itself, or the one `aether proxy-supervisor` starts at
+    its first epoch, the runtime directory moved under `tmp_path`) and the bootstrap path in it."""
+    if words[0] == ENVOY:
+        return words[words.index("--config-path") + 1], [str(find_envoy_binary()), *words[1:]]
+    arguments = _parsed(words[1:], where)
+    config = attrs.evolve(supervisor_config(arguments), runtime_dir=tmp_path / "run")
+    return str(config.bootstrap), ProxySupervisor(config).envoy_command(0)
+
+
 def test_every_proxy_validates_on_its_bootstrap(overlay: list[Object], tmp_path: Path) -> None:
-    """Each Envoy container, run with `--mode validate` on what its pod's `aether bootstrap` writes, passes."""
+    """Each Envoy container (or the Envoy its `aether proxy-supervisor` runs), run with `--mode validate` on what
+    its pod's `aether bootstrap` writes, passes."""
     validated = []
     for workload, spec, container in containers(overlay):
         words = _expanded(overlay, workload, container)
-        if words[0] != ENVOY:
+        if words[0] != ENVOY and words[:2] != [AETHER, "proxy-supervisor"]:
             continue
         [init] = [item for item in spec["initContainers"] if item["name"] == "bootstrap"]
         arguments = _parsed(_expanded(overlay, workload, init)[1:], f"{name_of(workload)} bootstrap")
-        config_path = words[words.index("--config-path") + 1]
+        config_path, envoy = _envoy_command(words, f"{name_of(workload)} {container['name']}", tmp_path)
         assert str(arguments.output) == config_path, f"{name_of(workload)}: Envoy reads what bootstrap writes"
         local = tmp_path / f"{workload['metadata']['name']}.json"
         local.write_text(json.dumps(bootstrap_of(arguments)))
-        command = [
-            str(find_envoy_binary()),
-            *[str(local) if word == config_path else word for word in words[1:]],
-        ]
+        command = [str(local) if word == config_path else word for word in envoy]
         done = subprocess.run(
             [*command, "--mode", "validate"], capture_output=True, text=True, timeout=120, check=False
         )

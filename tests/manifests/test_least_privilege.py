@@ -24,7 +24,15 @@ ROOT_WITHOUT_CAPABILITIES = {("aether-agent", "install-cni")}
 HOST_NETWORK = {"aether-mesh-dns"}
 """mesh-dns answers on the node's IP, where the pods' DNS is DNATed."""
 HOST_PATHS = {
-    "aether-agent": {"/etc/cni", "/opt/cni/bin", "/run/aether", "/var/lib/aether", "/var/run/netns"},
+    # /run/aether/envoy-shm: Envoy's hot-restart shared memory, shared by the old and the new pod of a roll.
+    "aether-agent": {
+        "/etc/cni",
+        "/opt/cni/bin",
+        "/run/aether",
+        "/run/aether/envoy-shm",
+        "/var/lib/aether",
+        "/var/run/netns",
+    },
     "aether-mesh-dns": {"/run/aether/dns"},
 }
 ALL_INTERFACES = {

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from aether.cli.commands import summary
 from aether.cli.common import add_verbose_argument, configure_logging
+
+if TYPE_CHECKING:
+    from aether.envoy.supervisor import SupervisorConfig
 
 DEFAULT_RUNTIME_DIR = Path("/run/aether/proxy")
 """Node-local (a hostPath): the old and the new proxy pod of a roll meet here."""
@@ -41,6 +44,12 @@ def add_parser(roles: Any) -> None:
         metavar="S",
         help="when the old Envoy is told to exit",
     )
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="FILE",
+        help="a pod-local file kept while this pod's Envoy serves the node and is ready (for a readiness probe)",
+    )
     parser.add_argument("envoy_args", nargs=argparse.REMAINDER, help="more Envoy arguments, after --")
     add_verbose_argument(parser)
     parser.set_defaults(run=run_proxy_supervisor)
@@ -49,11 +58,24 @@ def add_parser(roles: Any) -> None:
 def run_proxy_supervisor(arguments: argparse.Namespace) -> int:
     """`aether proxy-supervisor`: runs until SIGTERM/SIGINT/SIGQUIT; exits with the newest Envoy's status (128 + N
     for a death by signal N), or 2 when no Envoy binary is found."""
-    from aether.envoy.supervisor import ProxySupervisor, SupervisorConfig
+    from aether.envoy.supervisor import ProxySupervisor
 
     configure_logging(arguments)
+    config = supervisor_config(arguments)
+    try:
+        supervisor = ProxySupervisor(config)
+    except FileNotFoundError as error:
+        print(f"aether proxy-supervisor: error: {error}", file=sys.stderr)
+        return 2
+    return trio.run(supervisor.run)
+
+
+def supervisor_config(arguments: argparse.Namespace) -> SupervisorConfig:
+    """The supervisor's configuration from `aether proxy-supervisor`'s parsed arguments."""
+    from aether.envoy.supervisor import SupervisorConfig
+
     extra = arguments.envoy_args[1:] if arguments.envoy_args[:1] == ["--"] else arguments.envoy_args
-    config = SupervisorConfig(
+    return SupervisorConfig(
         bootstrap=arguments.bootstrap,
         node_name=arguments.node_name,
         runtime_dir=arguments.runtime_dir,
@@ -61,10 +83,5 @@ def run_proxy_supervisor(arguments: argparse.Namespace) -> int:
         drain_time_s=arguments.drain_time_s,
         parent_shutdown_time_s=arguments.parent_shutdown_time_s,
         extra_args=tuple(extra),
+        ready_file=arguments.ready_file,
     )
-    try:
-        supervisor = ProxySupervisor(config)
-    except FileNotFoundError as error:
-        print(f"aether proxy-supervisor: error: {error}", file=sys.stderr)
-        return 2
-    return trio.run(supervisor.run)

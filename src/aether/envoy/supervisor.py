@@ -13,6 +13,17 @@ new proxy pod of a DaemonSet roll hand over exactly as two epochs in one pod do 
 epoch the old one left in the runtime directory, and Envoy's `--skip-hot-restart-on-no-parent` starts cold when
 there is no parent after all).
 
+A start with no parent to hand over from is a cold start at epoch 0, which makes Envoy's shared memory anew: the
+first start on a node whose shared memory is gone (a node reboot, the last supervisor stopped, a runtime directory
+left from before) and every restart after a crash (a crashed Envoy can leave the memory marked "initializing", and
+Envoy refuses any later epoch on such memory: the supervisor would restart it into the same refusal for ever).
+
+In a roll the old supervisor outlives its Envoy: once another supervisor's Envoy has taken over, it waits for its
+own stop signal and exits 0 then (a container that exits is restarted by the kubelet, and a restarted supervisor
+would take the node's Envoy back from the new pod). A stop signal while its Envoy is the draining parent of another
+supervisor's is not forwarded: the drain runs to its end (the new Envoy stops the old one after
+`--parent-shutdown-time-s`), so the pod's grace period must be longer than that.
+
 Signals: SIGHUP hot-restarts; SIGTERM, SIGINT and SIGQUIT are forwarded to every running Envoy and the supervisor
 exits once they have, with the newest Envoy's status as a shell reports it (128 + N for a death by signal N);
 SIGUSR1 (reopen the logs) is forwarded.
@@ -36,6 +47,7 @@ import attrs
 import trio
 
 from aether.envoy.process import find_envoy_binary
+from aether.http1 import http_get
 
 __all__ = [
     "BACKOFF_MAX",
@@ -80,6 +92,14 @@ def base_id_of(node_name: str) -> int:
     return zlib.crc32(node_name.encode()) % 100_000_000
 
 
+def _mark(path: Path, present: bool) -> None:
+    """Create `path` (empty) or remove it."""
+    if present:
+        path.touch()
+    else:
+        path.unlink(missing_ok=True)
+
+
 def crash_backoff(crashes: int) -> float:
     """Seconds to wait before restarting after the `crashes`-th crash in a row (1, 2, ...): doubling, capped."""
     return float(min(BACKOFF_MAX, BACKOFF_MIN * 2.0 ** max(0, crashes - 1)))
@@ -106,6 +126,10 @@ class SupervisorConfig:
     """The executable; `find_envoy_binary()` by default."""
     extra_args: tuple[str, ...] = ()
     """More Envoy arguments (log level, concurrency...)."""
+    ready_file: Path | None = None
+    """A pod-local file kept while the node's newest Envoy is this supervisor's and its admin API answers /ready
+    200, absent otherwise (a readiness probe tests for it: a DaemonSet roll deletes the old pod only once the new
+    pod's Envoy has taken over); None: no such file."""
 
     @property
     def socket_path(self) -> Path:
@@ -214,6 +238,8 @@ class ProxySupervisor:
                     with trio.CancelScope(shield=True):
                         await self._stop_all(signal.SIGTERM)
                         await trio.to_thread.run_sync(self._release_shared_memory)
+                        if self.config.ready_file is not None:
+                            await trio.to_thread.run_sync(_mark, self.config.ready_file, False)
                 nursery.cancel_scope.cancel()
         return status
 
@@ -248,6 +274,8 @@ class ProxySupervisor:
             pumps.start_soon(pump_signals)
             pumps.start_soon(pump_exits)
             pumps.start_soon(watch_files)
+            if self.config.ready_file is not None:
+                pumps.start_soon(self._keep_ready_file, self.config.ready_file)
             restart_at = math.inf
             while True:
                 with trio.move_on_at(restart_at):
@@ -255,10 +283,15 @@ class ProxySupervisor:
                     if kind == "signal":
                         assert isinstance(value, int)
                         if value in _FORWARDED_STOP:
-                            await self._stop_all(signal.Signals(value))
+                            await self._stop(signal.Signals(value))
                             pumps.cancel_scope.cancel()
                             return self._last_status
-                        if value == signal.SIGHUP:
+                        if self._superseded:
+                            _log.warning(
+                                "signal %d ignored: this node's Envoy is another supervisor's now",
+                                value,
+                            )
+                        elif value == signal.SIGHUP:
                             await self._hot_restart("SIGHUP")
                         else:
                             self._signal_all(signal.Signals(value))
@@ -270,13 +303,30 @@ class ProxySupervisor:
                         verdict = await self._exited(value)
                         if verdict is _Exit.CRASHED:
                             restart_at = trio.current_time() + crash_backoff(self._crashes_in_row)
-                        elif verdict is _Exit.SUPERSEDED:
-                            pumps.cancel_scope.cancel()
-                            return self._last_status
                     continue
                 restart_at = math.inf
                 if not self._running:
-                    await self._start(self._epoch + 1)
+                    await self._start(0)  # no parent after a crash: a cold start (see the module's docstring)
+
+    async def _keep_ready_file(self, path: Path) -> None:
+        """Keep `path` while `_serves_the_node()`, every `WATCH_INTERVAL`."""
+        while True:
+            await trio.to_thread.run_sync(_mark, path, await self._serves_the_node())
+            await trio.sleep(WATCH_INTERVAL)
+
+    async def _serves_the_node(self) -> bool:
+        """The node's newest epoch is this supervisor's, and its Envoy's admin API answers /ready 200."""
+        if self._superseded or not self._running:
+            return False
+        if await trio.to_thread.run_sync(self._recorded_epoch) != self._epoch:
+            return False
+        try:
+            address = await trio.Path(self.config.admin_address_path).read_text()
+            host, _, port = address.strip().rpartition(":")
+            ready = await http_get(host, int(port), "/ready", timeout=1)
+        except (OSError, ValueError, trio.BrokenResourceError, trio.TooSlowError):
+            return False
+        return ready.status == 200
 
     async def _exited(self, running: _Running) -> _Exit:
         """Book an Envoy's exit and say what it was."""
@@ -289,13 +339,21 @@ class ProxySupervisor:
             return _Exit.REPLACED  # a parent leaving after a hot restart: its normal end
         if not self._running and await trio.to_thread.run_sync(self._recorded_epoch) > running.epoch:
             # Another supervisor on this node (the new proxy pod of a roll) hot-restarted from our Envoy, which
-            # then left as a parent does: this pod's work is done.
-            _log.warning("envoy epoch %d handed over to another supervisor's epoch; exiting", running.epoch)
+            # then left as a parent does: this pod's work is done; it waits for its stop signal.
+            _log.warning(
+                "envoy epoch %d handed over to another supervisor's epoch; waiting for the stop signal",
+                running.epoch,
+            )
             self._superseded = True
+            self._last_status = 0
             return _Exit.SUPERSEDED
         if self._running:
-            # The new epoch died while its parent still serves: the parent stays the newest.
+            # The new epoch died while its parent still serves: the parent stays the newest, and its epoch is the
+            # node's again (the next hot restart, or the next pod's supervisor, must find it as epoch + 1's parent).
             self._failed_hot_restarts += 1
+            parent = self._running[-1]
+            self._epoch = parent.epoch
+            await trio.to_thread.run_sync(self._record, parent.epoch, parent.process.pid)
             _log.error(
                 "envoy epoch %d exited with status %d during its hot restart; epoch %d keeps serving",
                 running.epoch,
@@ -319,10 +377,10 @@ class ProxySupervisor:
         _log.warning("hot restart to epoch %d: %s", self._epoch + 1, reason)
         await self._start(self._epoch + 1)
 
-    async def _start(self, epoch: int) -> None:
-        """Start Envoy at `epoch` (a hot restart when another Envoy runs, a cold start otherwise)."""
+    def envoy_command(self, epoch: int) -> list[str]:
+        """The command line of the Envoy this supervisor starts at restart epoch `epoch`."""
         config = self.config
-        command = [
+        return [
             str(self._binary),
             *("-c", str(config.bootstrap)),
             *("--restart-epoch", str(epoch), "--base-id", str(self._base_id)),
@@ -334,7 +392,10 @@ class ProxySupervisor:
             *("--admin-address-path", str(config.admin_address_path)),
             *config.extra_args,
         ]
-        process = await trio.lowlevel.open_process(command, stdin=subprocess.DEVNULL)
+
+    async def _start(self, epoch: int) -> None:
+        """Start Envoy at `epoch` (a hot restart when another Envoy runs, a cold start otherwise)."""
+        process = await trio.lowlevel.open_process(self.envoy_command(epoch), stdin=subprocess.DEVNULL)
         running = _Running(process=process, epoch=epoch, started_at=trio.current_time())
         self._running.append(running)
         self._epoch = epoch
@@ -346,6 +407,24 @@ class ProxySupervisor:
         with trio.CancelScope(shield=True):
             await running.process.wait()
         self._exits.send_nowait(running)
+
+    async def _stop(self, signum: signal.Signals) -> None:
+        """Stop on `signum`: forward it, unless every Envoy of ours is the draining parent of another supervisor's
+        (a roll in progress), whose drain is then waited for (`--parent-shutdown-time-s`, plus `STOP_GRACE`)."""
+        handed_over = await trio.to_thread.run_sync(self._recorded_epoch) > self._epoch
+        if self._running and handed_over:
+            _log.warning(
+                "stop signal %d: envoy epoch %d drains for another supervisor's epoch; waiting for it to end",
+                signum,
+                self._epoch,
+            )
+            with trio.move_on_after(self.config.parent_shutdown_time_s + STOP_GRACE):
+                for running in list(self._running):
+                    await running.process.wait()
+            self._superseded = True
+        await self._stop_all(signum)
+        if handed_over:
+            self._last_status = 0
 
     def _signal_all(self, signum: signal.Signals) -> None:
         for running in self._running:
@@ -373,8 +452,15 @@ class ProxySupervisor:
         self._running.clear()
 
     def _first_epoch(self) -> int:
-        """The epoch after the one a supervisor left on this node (a pod roll), or 0."""
+        """The epoch after the one a supervisor left on this node (a pod roll); 0 when no Envoy's shared memory is
+        there to hand over through (the first start on the node, or after a reboot)."""
+        if not self._shared_memory_path().exists():
+            return 0
         return self._recorded_epoch() + 1
+
+    def _shared_memory_path(self) -> Path:
+        # Envoy's name for it: `/envoy_shared_memory_<base id * 10>` (source/server/hot_restart_impl.cc).
+        return Path(f"/dev/shm/envoy_shared_memory_{self._base_id * 10}")
 
     def _recorded_epoch(self) -> int:
         """The newest epoch any supervisor on this node started (-1 when none did)."""
@@ -392,9 +478,8 @@ class ProxySupervisor:
         """
         if self._superseded or self._recorded_epoch() != self._epoch:
             return
-        # Envoy's name for it: `/envoy_shared_memory_<base id * 10>` (source/server/hot_restart_impl.cc).
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"/dev/shm/envoy_shared_memory_{self._base_id * 10}")
+            self._shared_memory_path().unlink()
 
     def _prepare_runtime_dir(self) -> None:
         self.config.runtime_dir.mkdir(parents=True, exist_ok=True)

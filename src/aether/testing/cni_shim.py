@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aether.cni
 
-__all__ = ["SHIM_SOURCE", "compile_shim", "find_compiler"]
+__all__ = ["SHIM_SOURCE", "compile_c", "compile_shim", "find_compiler"]
 
 SHIM_SOURCE = Path(aether.cni.__file__).parent / "shim" / "aether-cni.c"
 """The executable's one source file (package data: an installed wheel holds it too)."""
@@ -36,11 +36,20 @@ def compile_shim(directory: Path, *, name: str = "aether-cni") -> Path:
         FileNotFoundError: no C compiler (see `find_compiler`).
         subprocess.CalledProcessError: the compiler refused the source (its stderr in the exception).
     """
+    return compile_c(SHIM_SOURCE, directory / name)
+
+
+def compile_c(source: Path, output: Path) -> Path:
+    """Compile the one-file, libc-only C program `source` into the executable `output` and return its path.
+
+    Raises:
+        FileNotFoundError: no C compiler (see `find_compiler`).
+        subprocess.CalledProcessError: the compiler refused the source (its stderr in the exception).
+    """
     compiler = find_compiler()
     if compiler is None:
-        raise FileNotFoundError("no C compiler: set CC or install gcc (Debian gcc)")
-    output = directory / name
+        raise FileNotFoundError(f"no C compiler for {source.name}: set CC or install gcc (Debian gcc)")
     subprocess.run(
-        [compiler, *CFLAGS, "-o", str(output), str(SHIM_SOURCE)], check=True, capture_output=True, text=True
+        [compiler, *CFLAGS, "-o", str(output), str(source)], check=True, capture_output=True, text=True
     )
     return output
