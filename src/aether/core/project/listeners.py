@@ -240,19 +240,25 @@ def udp_listener(record: PodRecord, destination: UdpDestination) -> Any:
     pod = record.pod
     name = udp_listener_name(pod, destination.address, destination.port)
     address = socket_address(destination.address, destination.port, netns=pod.netns)
+    listener = udp_proxy_listener(name, address, cluster=destination.cluster)
+    listener.traffic_direction = base_pb2.OUTBOUND
+    listener.transparent.value = True
+    return listener
+
+
+def udp_proxy_listener(name: str, address: Any, *, cluster: str) -> Any:
+    """Return the UDP listener `name` on `address` (made UDP here) whose `udp_proxy` sends every session to
+    `cluster` (the matcher's `on_no_match`: the `cluster` field is deprecated)."""
     address.socket_address.protocol = address_pb2.SocketAddress.UDP
-    # Every datagram goes to the one cluster: the matcher's `on_no_match` (the `cluster` field is deprecated).
     route = matcher_pb2.Matcher.OnMatch(
         action=xds_extension_pb2.TypedExtensionConfig(
-            name="route", typed_config=pack(route_pb2.Route(cluster=destination.cluster))
+            name="route", typed_config=pack(route_pb2.Route(cluster=cluster))
         )
     )
     proxy = udp_proxy_pb2.UdpProxyConfig(stat_prefix=name, matcher=matcher_pb2.Matcher(on_no_match=route))
     return listener_pb2.Listener(
         name=name,
         address=address,
-        traffic_direction=base_pb2.OUTBOUND,
-        transparent=wrappers_pb2.BoolValue(value=True),
         udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
         listener_filters=[_listener_filter("envoy.filters.udp_listener.udp_proxy", proxy)],
     )
