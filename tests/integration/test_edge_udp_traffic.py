@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from aether.cli.render_command import Identity, RenderRequest, bootstrap_document, render_snapshot, render_state
+from aether.cli.render_command import (
+    Identity,
+    RenderRequest,
+    bootstrap_document,
+    render_snapshot,
+    render_state,
+)
 from aether.envoy.process import open_envoy
 from aether.kube.manifests import ManifestDirectory
 from aether.testing.envoy import wait_for
