@@ -24,8 +24,7 @@ import attrs
 
 from aether.core.events.kube import KubeService, ServicePort
 from aether.core.gateway.attach import Resolved
-from aether.core.gateway.contract import MESH_CONTROLLER
-from aether.core.gateway.l4 import claim
+from aether.core.gateway.l4 import claim, service_destinations
 from aether.core.gateway.model.routes import UDP_ROUTE
 from aether.core.gateway.resolve import BACKEND_NOT_FOUND, Backend
 
@@ -189,26 +188,19 @@ def mesh_udp_routing(resolved: Sequence[Resolved], *, services: Mapping[str, Kub
         if route.kind != UDP_ROUTE or not item.working:
             continue
         cluster: UdpRouteCluster | None = None
-        seen: set[tuple[str, int]] = set()
-        for result in item.parents:
-            if not result.accepted or result.controller != MESH_CONTROLLER:
-                continue
-            for port in result.ports:
-                if (result.address, port) in seen:
-                    continue  # two parentRefs of the route naming the same destination
-                seen.add((result.address, port))
-                won, _ = claim(UDP_ROUTE, (), claims.setdefault((result.address, port), set()))
-                if won is None:
-                    shadowed.setdefault(route.key, []).append(
-                        f"Service {result.ref.namespace}/{result.ref.name} port {port}: already routed by an "
-                        "older UDPRoute"
-                    )
-                    continue
-                cluster = cluster or udp_route_cluster(item, services)
-                found.setdefault(result.service, []).append(
-                    MeshUdpDestination(address=result.address, port=port, cluster=cluster)
+        for result, port in service_destinations(item):
+            won, _ = claim(UDP_ROUTE, (), claims.setdefault((result.address, port), set()))
+            if won is None:
+                shadowed.setdefault(route.key, []).append(
+                    f"Service {result.ref.namespace}/{result.ref.name} port {port}: the port is already routed "
+                    "by an older UDPRoute"
                 )
-                targets.setdefault(result.service, set()).update(cluster.services)
+                continue
+            cluster = cluster or udp_route_cluster(item, services)
+            found.setdefault(result.service, []).append(
+                MeshUdpDestination(address=result.address, port=port, cluster=cluster)
+            )
+            targets.setdefault(result.service, set()).update(cluster.services)
     routing = {
         service: MeshUdpRouting(
             service=service,
