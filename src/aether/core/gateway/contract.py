@@ -13,6 +13,7 @@ import immutables
 from aether.core.gateway.ir import HTTPRoute, SelectorKeys, VirtualHost
 
 if TYPE_CHECKING:  # they build on this module's types
+    from aether.core.gateway.frontends import MeshFrontend
     from aether.core.gateway.udp_routes import MeshUdpRouting, UdpRouteCluster
 
 MESH_CONTROLLER = "gateway.aether.io/mesh"
@@ -253,5 +254,8 @@ class GatewayView:
     """GAMMA UDP routing (UDPRoute) per mesh service `<ns>/<sa>` of the parent Services."""
     udp_clusters: Mapping[str, UdpRouteCluster] = attrs.field(factory=immutables.Map)
     """By route key, the weighted cluster of each UDPRoute an edge UDP listener forwards through."""
+    mesh_frontends: Mapping[str, tuple[MeshFrontend, ...]] = attrs.field(factory=immutables.Map)
+    """Per mesh service, the ClusterIP and port of each Service its GAMMA HTTP and gRPC routes name as parent:
+    where the node routes a captured request by its destination (`aether.core.gateway.frontends`)."""
     status: Mapping[str, ObjectStatus] = attrs.field(factory=immutables.Map)
     """The computed status of every Gateway API object, keyed by `<kind>/<ns>/<name>`."""

@@ -11,7 +11,7 @@ import attrs
 import immutables
 
 from aether.core.events.kube import KubeObject
-from aether.core.gateway import edge, mesh, mesh_l4, udp_routes
+from aether.core.gateway import edge, frontends, mesh, mesh_l4, udp_routes
 from aether.core.gateway.attach import (
     ParentResult,
     Resolved,
@@ -477,6 +477,7 @@ class GatewayProjector:
             ),
             mesh_l4=immutables.Map(l4_result.routing),
             mesh_udp=immutables.Map(udp_result.routing),
+            mesh_frontends=immutables.Map(frontends.mesh_frontends(resolved, services=kube.services)),
             udp_clusters=immutables.Map(
                 udp_routes.edge_udp_clusters(
                     (

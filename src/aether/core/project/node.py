@@ -16,6 +16,7 @@ identity (done by `map` and a comprehension, about a millisecond), then the chan
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from aether.core.gateway import (
     MeshUdpRouting,
     UdpRouteCluster,
 )
+from aether.core.gateway.frontends import MeshFrontend
 from aether.core.gateway.ir import SelectorKeys
 from aether.core.mesh_names import SliceClusterName, parse_cluster_name, parse_slice_cluster_name
 from aether.core.order import sorted_unique
@@ -37,6 +39,7 @@ from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
 from aether.core.project.dependencies import Demand, LocalPods, RequestIndex
 from aether.core.project.endpoints import Locality, node_locality
+from aether.core.project.frontends import FrontendRoute, frontend_routes
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.pods import PodContext, project_pod
 from aether.core.project.routes import catch_all_vhost, route_configuration_body, vhost_entry
@@ -217,6 +220,9 @@ class NodeProjector:
         self._l4: Mapping[str, MeshL4Routing] = {}
         self._l4_held: _L4InSet | None = None
         self._udp_routes: Mapping[str, MeshUdpRouting] = {}
+        self._frontends: Mapping[str, tuple[MeshFrontend, ...]] = {}
+        self._frontends_in_set = _Last()
+        self._frontends_held: tuple[FrontendRoute, ...] = ()
         self._udp_route_units: dict[str, tuple[tuple[Any, ...], tuple[Resource, ...]]] = {}
         """Per UDPRoute cluster: the cluster and its backends' endpoint maps it was projected from, and its
         resources."""
@@ -279,6 +285,7 @@ class NodeProjector:
         l4_in_set = self._l4_of(demand, l4)
         subsets = self._subsets_of(demand, routings, mesh.mesh_domain)
         udp = self._udp_of(state, demand)
+        frontends = self._frontends_of(demand, routings, mesh.mesh_domain)
         service_context = _interned(
             self._service_context,
             ServiceContext(
@@ -298,7 +305,7 @@ class NodeProjector:
             state, demand, service_context, routings, l4_in_set.backends, subsets, udp.ports, changes
         )
         pods_projected = self._project_pods(
-            local, pod_context, l4_in_set.destinations, udp.destinations, changes
+            local, pod_context, l4_in_set.destinations, udp.destinations, frontends, changes
         )
         self._udp_capture = self._udp_capture_of.get(
             (local, udp.destinations),
@@ -361,6 +368,8 @@ class NodeProjector:
             self._l4 = view.mesh_l4
         if view.mesh_udp is not self._udp_routes and view.mesh_udp != self._udp_routes:
             self._udp_routes = view.mesh_udp
+        if view.mesh_frontends is not self._frontends and view.mesh_frontends != self._frontends:
+            self._frontends = view.mesh_frontends
         return self._routings
 
     def _l4_of(self, demand: Demand, l4: Mapping[str, MeshL4Routing]) -> _L4InSet:
@@ -414,6 +423,30 @@ class NodeProjector:
         )
         self._subsets = subsets
         return subsets
+
+    def _frontends_of(
+        self, demand: Demand, routings: Mapping[str, MeshRouting], mesh_domain: str
+    ) -> tuple[FrontendRoute, ...]:
+        """Return the GAMMA frontends of the dependency set with their virtual hosts, sorted by address and port
+        (the same object while equal, so that pod units stay reused)."""
+        frontends = self._frontends
+
+        def compute() -> tuple[FrontendRoute, ...]:
+            found = frontend_routes(
+                sorted(
+                    (item for service in demand.services for item in frontends.get(service, ())),
+                    key=lambda item: (ipaddress.IPv4Address(item.address), item.port),
+                ),
+                routings,
+                mesh_domain=mesh_domain,
+            )
+            return self._frontends_held if found == self._frontends_held else found
+
+        held: tuple[FrontendRoute, ...] = self._frontends_in_set.get(
+            (demand.services, frontends, routings, mesh_domain), compute
+        )
+        self._frontends_held = held
+        return held
 
     def _udp_of(self, state: State, demand: Demand) -> _UdpInSet:
         """Return the UDP Service destinations of the dependency set (the same objects while equal, so that pod
@@ -637,6 +670,7 @@ class NodeProjector:
         context: PodContext,
         l4: tuple[MeshL4Destination, ...],
         udp: tuple[UdpDestination, ...],
+        frontends: tuple[FrontendRoute, ...],
         changes: _Changes,
     ) -> int:
         present = {record.pod.key for record in local.records}
@@ -645,11 +679,11 @@ class NodeProjector:
         projected = 0
         for record in local.records:
             bound = record.pod.key in local.bound
-            inputs = (record, bound, context, l4, udp)
+            inputs = (record, bound, context, l4, udp, frontends)
             held = self._pods.get(record.pod.key)
             if held is not None and _same(held[0], inputs):
                 continue
-            new = project_pod(record, bound=bound, context=context, l4=l4, udp=udp)
+            new = project_pod(record, bound=bound, context=context, l4=l4, udp=udp, frontends=frontends)
             self._pods[record.pod.key] = (inputs, changes.replace(held[1] if held else (), new))
             projected += 1
         return projected
