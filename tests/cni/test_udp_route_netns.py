@@ -57,7 +57,7 @@ SESSIONS = 400
 """Client sessions (each a new socket, so a new source port: the UDP proxy balances per session)."""
 V2_SHARE = 0.2
 FAILURE_PROBABILITY = 1e-9
-BACKENDS = {"v1": "127.0.0.2", "v2": "127.0.0.3"}
+BACKENDS = {"v1": "127.0.38.2", "v2": "127.0.38.3"}
 """Version → the IP of its one pod (on this host's loopback: Envoy's upstream sockets are made here)."""
 
 
