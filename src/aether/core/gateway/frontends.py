@@ -21,8 +21,11 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from aether.core.events.kube import KubeService
+from aether.core.gateway import ir
 from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import MESH_CONTROLLER
+from aether.core.gateway.memo import Memo
+from aether.core.gateway.mesh import caller_routes
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
 
 __all__ = ["MeshFrontend", "mesh_frontends"]
@@ -37,10 +40,16 @@ class MeshFrontend:
     port: int
     """The Service port (what clients connect to)."""
     service: str
-    """The mesh service `<ns>/<sa>` of the Service: whose routing (`MeshRouting`) holds its routes."""
-    routes: tuple[str, ...]
-    """The keys of the routes naming this Service (on this port, or on none), sorted: of the mesh service's
-    routes, only theirs apply here (other Services of the same service account have routes of their own)."""
+    """The mesh service `<ns>/<sa>` of the Service."""
+    http_routes: tuple[ir.HTTPRoute, ...] = ()
+    grpc_routes: tuple[ir.HTTPRoute, ...] = ()
+    """The routes of the routes naming this Service (on this port, or on none) in precedence order, decided among
+    them alone: other Services of the same service account have routes of their own, which do not apply here."""
+
+    @property
+    def all_routes(self) -> tuple[ir.HTTPRoute, ...]:
+        """The virtual host's routes in the order Envoy evaluates them: gRPC first, then HTTP."""
+        return (*self.grpc_routes, *self.http_routes)
 
 
 def _ipv4(text: str) -> bool:
@@ -52,11 +61,11 @@ def _ipv4(text: str) -> bool:
 
 
 def mesh_frontends(
-    resolved: Sequence[Resolved], *, services: Mapping[str, KubeService]
+    resolved: Sequence[Resolved], *, services: Mapping[str, KubeService], memo: Memo
 ) -> dict[str, tuple[MeshFrontend, ...]]:
-    """Return, per mesh service, the frontends of the GAMMA HTTP and gRPC routes of `resolved`, sorted by address
-    and port (each once)."""
-    found: dict[str, dict[tuple[ipaddress.IPv4Address, int], set[str]]] = {}
+    """Return, per mesh service, the frontends of the GAMMA HTTP and gRPC routes of `resolved` (oldest first),
+    sorted by address and port (each once)."""
+    found: dict[str, dict[tuple[ipaddress.IPv4Address, int], list[Resolved]]] = {}
     for item in resolved:
         if item.route.kind not in (HTTP_ROUTE, GRPC_ROUTE) or not item.working:
             continue
@@ -71,13 +80,21 @@ def mesh_frontends(
             address = ipaddress.IPv4Address(kube.cluster_ip)
             held = found.setdefault(result.service, {})
             for port in ports:
-                if port in tcp:
-                    held.setdefault((address, port), set()).add(item.route.key)
-    return {
-        service: tuple(
-            MeshFrontend(address=str(address), port=port, service=service, routes=tuple(sorted(keys)))
-            for (address, port), keys in sorted(pairs.items())
-        )
-        for service, pairs in sorted(found.items())
-        if pairs
-    }
+                if port not in tcp:
+                    continue
+                contributors = held.setdefault((address, port), [])
+                if not contributors or contributors[-1] is not item:  # two parentRefs of one route
+                    contributors.append(item)
+    frontends: dict[str, tuple[MeshFrontend, ...]] = {}
+    for service, pairs in sorted(found.items()):
+        built = []
+        for (address, port), contributors in sorted(pairs.items()):
+            http, grpc = caller_routes(service, contributors, memo=memo)
+            built.append(
+                MeshFrontend(
+                    address=str(address), port=port, service=service, http_routes=http, grpc_routes=grpc
+                )
+            )
+        if built:
+            frontends[service] = tuple(built)
+    return frontends

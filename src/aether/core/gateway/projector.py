@@ -477,7 +477,9 @@ class GatewayProjector:
             ),
             mesh_l4=immutables.Map(l4_result.routing),
             mesh_udp=immutables.Map(udp_result.routing),
-            mesh_frontends=immutables.Map(frontends.mesh_frontends(resolved, services=kube.services)),
+            mesh_frontends=immutables.Map(
+                frontends.mesh_frontends(resolved, services=kube.services, memo=memo)
+            ),
             udp_clusters=immutables.Map(
                 udp_routes.edge_udp_clusters(
                     (

@@ -4,18 +4,17 @@ takes, whatever its Host header (see `aether.core.gateway.frontends`).
 Each frontend becomes, in every captured pod's capture listener, a filter chain matching that destination (and
 cleartext HTTP) whose connection manager routes with one virtual host for any Host (`*`): the routes of the
 Service's GAMMA routes for that port (those naming the port, merged by precedence with those naming none), or,
-should none be left, the Service's default route to its mesh service. A request to any other address (a pod IP, a
+should none be left (every rule dropped), the Service's default route to its mesh service. A request to any other address (a pod IP, a
 Service without routes) keeps matching `cap_http` by Host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import attrs
 from envoy.config.route.v3 import route_components_pb2
 
-from aether.core.gateway import MeshRouting, ir
 from aether.core.gateway.frontends import MeshFrontend
 from aether.core.mesh_names import http_cluster_name
 from aether.core.project.gateway_routes import envoy_route_list
@@ -38,24 +37,7 @@ class FrontendRoute:
         return route_components_pb2.VirtualHost.FromString(self.vhost)
 
 
-def _route_key(route: ir.HTTPRoute) -> str:
-    """The key `<kind>/<ns>/<name>` of the route object `route` was translated from (its name's first parts)."""
-    return "/".join(route.name.split("/")[:3])
-
-
-def _routes(frontend: MeshFrontend, routing: MeshRouting | None) -> list[ir.HTTPRoute]:
-    """The routes of `routing` that apply to `frontend`: those of its port (or of no port), from its own routes."""
-    if routing is None:
-        return []
-    by_port = next((item for item in routing.ports if item.port == frontend.port), None)
-    candidates = by_port.all_routes if by_port is not None else routing.all_routes
-    keys = set(frontend.routes)
-    return [route for route in candidates if _route_key(route) in keys]
-
-
-def frontend_routes(
-    frontends: Iterable[MeshFrontend], routings: Mapping[str, MeshRouting], *, mesh_domain: str
-) -> tuple[FrontendRoute, ...]:
+def frontend_routes(frontends: Iterable[MeshFrontend], *, mesh_domain: str) -> tuple[FrontendRoute, ...]:
     """Return the frontend routes of `frontends`, sorted by address and port as given (each destination once)."""
     found: list[FrontendRoute] = []
     seen: set[tuple[str, int]] = set()
@@ -65,7 +47,7 @@ def frontend_routes(
             continue  # one ClusterIP is one Service: only a re-created Service mid-watch could repeat it
         seen.add(where)
         name = f"frontend:{frontend.address}:{frontend.port}"
-        routes = _routes(frontend, routings.get(frontend.service))
+        routes = frontend.all_routes
         if routes:
             vhost = routed_vhost(name, domains=["*"], routes=envoy_route_list(routes, mesh=True))
         else:

@@ -285,7 +285,7 @@ class NodeProjector:
         l4_in_set = self._l4_of(demand, l4)
         subsets = self._subsets_of(demand, routings, mesh.mesh_domain)
         udp = self._udp_of(state, demand)
-        frontends = self._frontends_of(demand, routings, mesh.mesh_domain)
+        frontends = self._frontends_of(demand, mesh.mesh_domain)
         service_context = _interned(
             self._service_context,
             ServiceContext(
@@ -424,9 +424,7 @@ class NodeProjector:
         self._subsets = subsets
         return subsets
 
-    def _frontends_of(
-        self, demand: Demand, routings: Mapping[str, MeshRouting], mesh_domain: str
-    ) -> tuple[FrontendRoute, ...]:
+    def _frontends_of(self, demand: Demand, mesh_domain: str) -> tuple[FrontendRoute, ...]:
         """Return the GAMMA frontends of the dependency set with their virtual hosts, sorted by address and port
         (the same object while equal, so that pod units stay reused)."""
         frontends = self._frontends
@@ -437,13 +435,12 @@ class NodeProjector:
                     (item for service in demand.services for item in frontends.get(service, ())),
                     key=lambda item: (ipaddress.IPv4Address(item.address), item.port),
                 ),
-                routings,
                 mesh_domain=mesh_domain,
             )
             return self._frontends_held if found == self._frontends_held else found
 
         held: tuple[FrontendRoute, ...] = self._frontends_in_set.get(
-            (demand.services, frontends, routings, mesh_domain), compute
+            (demand.services, frontends, mesh_domain), compute
         )
         self._frontends_held = held
         return held
