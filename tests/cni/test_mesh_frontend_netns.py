@@ -6,7 +6,6 @@ pods run as one service account (upstream conformance's shape)."""
 from __future__ import annotations
 
 import functools
-import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -18,32 +17,18 @@ from aether.core.events.kube import ServicePort
 from aether.envoy.bootstrap import ads_bootstrap
 from aether.envoy.process import open_envoy
 from aether.http1 import HttpConnection, HttpResponse
-from aether.testing import (
-    endpoints_snapshot_completed,
-    endpoints_snapshot_received,
-    gateway_object_upserted,
-    kube_service_upserted,
-    make_endpoint,
-    make_kube_object,
-    make_kube_service,
-    make_pod,
-    pod_added,
-)
+from aether.testing import make_kube_object, make_kube_service
 from aether.testing.envoy import wait_for
 from aether.testing.h2c_upstream import open_h2c_upstream
+from tests.cni.canary import learn_canary, start_captured_pod
 from tests.cni.conftest import (
     MANAGED,
     NODE_NAME,
     VIP,
     NetnsPair,
-    PluginRun,
     agent_config,
     dict_lookup,
-    environment,
     needs_netns,
-    network_config,
-    prev_result,
-    run_cni_process,
     socket_in,
 )
 
@@ -94,22 +79,12 @@ async def test_a_request_to_a_routed_service_address_takes_its_route_whatever_th
     )
     config = agent_config(short_dir, lookup=dict_lookup({("default", "web-1"): metadata}), ack_wait=20.0)
     pod = netns_pair.pod_path
-    labels = {version: {**MANAGED, "app": "echo", "version": version} for version in PODS}
     http = [ServicePort(name="http", port=80, target_port="8080")]
     services = [
         make_kube_service(
             "echo-v1", cluster_ip="10.96.7.10", selector={"app": "echo", "version": "v1"}, ports=http
         ),
         make_kube_service("echo-v2", cluster_ip=VIP, selector={"app": "echo", "version": "v2"}, ports=http),
-    ]
-    remote = [
-        make_pod(
-            f"echo-{version}", service_account="echo", node_name="node-b", ips=(ip,), labels=labels[version]
-        )
-        for version, ip in PODS.items()
-    ]
-    endpoints = [
-        make_endpoint(ip, service="default/echo", labels=labels[version]) for version, ip in PODS.items()
     ]
 
     async def routed() -> bool:
@@ -129,20 +104,9 @@ async def test_a_request_to_a_routed_service_address_takes_its_route_whatever_th
             async with open_envoy(bootstrap, work_dir=short_dir / "envoy", wait_live=False):
                 # Everything is known before the pod starts: its capture listener is ACKed with the frontend's
                 # chain, so no request of the test ever passes through to an address outside this machine.
-                async with agent.journal.sender() as send:
-                    at = time.time_ns()
-                    for item in remote:
-                        await send.send(pod_added(item, at=at, source="kubernetes"))
-                    for service in services:
-                        await send.send(kube_service_upserted(service, at=at))
-                    route = make_kube_object("mesh-split-v1", kind="HTTPRoute", spec=_route())
-                    await send.send(gateway_object_upserted(route, at=at))
-                    await send.send(endpoints_snapshot_received(*endpoints, at=at))
-                    await send.send(endpoints_snapshot_completed(at=at))
-                run = await run_cni_process(
-                    environment("ADD", netns=pod), network_config(short_dir / "cni.sock")
-                )
-                assert run == PluginRun(status=0, output=prev_result())
+                route = make_kube_object("mesh-split-v1", kind="HTTPRoute", spec=_route())
+                await learn_canary(agent, PODS, services=services, objects=[route])
+                await start_captured_pod(pod, short_dir / "cni.sock")
                 await wait_for(routed, timeout=20)
                 for host in ("echo-v2", "echo-v1", VIP, f"{VIP}:80", "echo-v2.default.svc.cluster.local"):
                     response = await _get(pod, host)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import functools
 import socket
-import time
 from pathlib import Path
 
 import trio
@@ -18,34 +17,20 @@ from aether.cni.server import PodMetadata
 from aether.core.events.kube import ServicePort
 from aether.envoy.bootstrap import ads_bootstrap
 from aether.envoy.process import open_envoy
-from aether.testing import (
-    endpoints_snapshot_completed,
-    endpoints_snapshot_received,
-    gateway_object_upserted,
-    kube_service_upserted,
-    make_endpoint,
-    make_kube_object,
-    make_kube_service,
-    make_pod,
-    pod_added,
-)
+from aether.testing import make_kube_object, make_kube_service
 from aether.testing.envoy import wait_for
 from aether.testing.xds_resources import pick_free_port
+from tests.cni.canary import learn_canary, start_captured_pod
 from tests.cni.conftest import (
     MANAGED,
     NODE_IP_2,
     NODE_NAME,
     VIP,
     NetnsPair,
-    PluginRun,
     agent_config,
     answer,
     dict_lookup,
-    environment,
     needs_netns,
-    network_config,
-    prev_result,
-    run_cni_process,
     udp_exchange,
     udp_server,
 )
@@ -102,23 +87,6 @@ async def test_a_udproute_splits_a_service_cluster_ip_by_weight_and_other_udp_pa
             "echo-v2", cluster_ip="10.96.7.11", selector={"app": "echo", "version": "v2"}, ports=udp
         ),
     ]
-    # The canary's shape: both versions' pods run as one service account, so they are endpoints of one mesh
-    # service, and only the Services' selectors tell them apart. They run on another node.
-    labels = {version: {**MANAGED, "app": "echo", "version": version} for version in BACKENDS}
-    pods = [
-        make_pod(
-            f"echo-{version}",
-            service_account="echo",
-            node_name="node-b",
-            ips=(address,),
-            labels=labels[version],
-        )
-        for version, address in BACKENDS.items()
-    ]
-    endpoints = [
-        make_endpoint(address, service="default/echo", labels=labels[version])
-        for version, address in BACKENDS.items()
-    ]
     other_port = await udp_server(node, (VIP, 9999))
     other_host = await udp_server(node, (NODE_IP_2, 7070))
 
@@ -137,30 +105,16 @@ async def test_a_udproute_splits_a_service_cluster_ip_by_weight_and_other_udp_pa
             agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
             bootstrap = ads_bootstrap(node_id=NODE_NAME, xds_unix_socket=short_dir / "xds.sock", delta=True)
             async with open_envoy(bootstrap, work_dir=short_dir / "envoy", wait_live=False):
-                run = await run_cni_process(
-                    environment("ADD", netns=pod), network_config(short_dir / "cni.sock")
+                route = make_kube_object("echo", kind="UDPRoute", spec=_route())
+                await learn_canary(agent, BACKENDS, services=services, objects=[route])
+                await start_captured_pod(pod, short_dir / "cni.sock")
+                await wait_for(routed, timeout=20)
+                answers = collections.Counter(
+                    [(await udp_exchange(pod, (VIP, 5300))).split(b":")[0] for _ in range(SESSIONS)]
                 )
-                assert run == PluginRun(status=0, output=prev_result())
-                async with agent.journal.sender() as send:
-                    at = time.time_ns()
-                    for remote in pods:
-                        await send.send(pod_added(remote, at=at, source="kubernetes"))
-                    for service in services:
-                        await send.send(kube_service_upserted(service, at=at))
-                    await send.send(
-                        gateway_object_upserted(
-                            make_kube_object("echo", kind="UDPRoute", spec=_route()), at=at
-                        )
-                    )
-                    await send.send(endpoints_snapshot_received(*endpoints, at=at))
-                    await send.send(endpoints_snapshot_completed(at=at))
-                    await wait_for(routed, timeout=20)
-                    answers = collections.Counter(
-                        [(await udp_exchange(pod, (VIP, 5300))).split(b":")[0] for _ in range(SESSIONS)]
-                    )
-                    assert set(answers) <= {b"v1", b"v2"}
-                    low, high = binomial_bounds(SESSIONS, V2_SHARE, failure=FAILURE_PROBABILITY)
-                    assert low <= answers[b"v2"] <= high, (answers, (low, high))
-                    assert await udp_exchange(pod, (VIP, 9999)) == b"other-port:ping"
-                    assert await udp_exchange(pod, (NODE_IP_2, 7070)) == b"other-host:ping"
+                assert set(answers) <= {b"v1", b"v2"}
+                low, high = binomial_bounds(SESSIONS, V2_SHARE, failure=FAILURE_PROBABILITY)
+                assert low <= answers[b"v2"] <= high, (answers, (low, high))
+                assert await udp_exchange(pod, (VIP, 9999)) == b"other-port:ping"
+                assert await udp_exchange(pod, (NODE_IP_2, 7070)) == b"other-host:ping"
             nursery.cancel_scope.cancel()
