@@ -50,6 +50,22 @@ def _mesh_l4(view: GatewayView) -> dict[str, Any]:
     }
 
 
+def _mesh_udp(view: GatewayView) -> dict[str, Any]:
+    """GAMMA UDP routing per mesh service and the edge's UDP route clusters; left out of cases without them."""
+    found: dict[str, Any] = {}
+    if view.mesh_udp:
+        found["mesh_udp"] = {
+            service: {
+                "destinations": [attrs.asdict(destination) for destination in routing.destinations],
+                "backend_services": list(routing.backend_services),
+            }
+            for service, routing in sorted(view.mesh_udp.items())
+        }
+    if view.udp_clusters:
+        found["udp_clusters"] = {key: attrs.asdict(item) for key, item in sorted(view.udp_clusters.items())}
+    return found
+
+
 def _ports(routing: MeshRouting) -> dict[str, Any]:
     """The routes per Service port (MeshPorts); left out of cases whose routes name no port (most of them)."""
     if not routing.ports:
@@ -66,6 +82,7 @@ def _ports(routing: MeshRouting) -> dict[str, Any]:
 def _routes(view: GatewayView) -> dict[str, Any]:
     return {
         **_mesh_l4(view),
+        **_mesh_udp(view),
         "mesh": {
             service: {
                 "grpc": [_message(route) for route in envoy_route_list(routing.grpc_routes, mesh=True)],

@@ -1,6 +1,7 @@
 """Node snapshots with GAMMA L4 routes pass real Envoy's validation: the golden TCPRoute and TLSRoute cases on a
 realistic node, with a pod in a network namespace calling their parent Services, so that its capture and L4
-listeners carry the routes' chains (ClusterIP, port, SNI) and the backends their `tcp:` clusters."""
+listeners carry the routes' chains (ClusterIP, port, SNI) and the backends their `tcp:` clusters; the UDPRoute's
+parent destination gets its listener to the route's weighted cluster."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ CASES = (
     "gamma-tlsroute-routes-a-service-port-by-sni",
     "gamma-tcproute-two-routes-on-one-service-port-older-wins",
     "gamma-tcproute-backend-that-is-not-tcp-is-unresolved",
-    "gamma-udproute-with-a-service-parent-is-refused",
+    "gamma-udproute-splits-a-service-by-weight",
 )
 
 
@@ -66,5 +67,7 @@ def test_gamma_l4_chains_on_a_realistic_node_pass_envoy_validation(tmp_path: Pat
         "tcp:cache-a.default.aether.internal",
         "tcp:cache-b.default.aether.internal",
         "tcp:mq-v1.default.aether.internal",
+        "udproute:dns.default",
     } <= set(messages(snapshot, CLUSTER_TYPE))
+    assert "udp_caller-0.default_10.96.4.1_53" in listeners
     validate(snapshot, tmp_path)

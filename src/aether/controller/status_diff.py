@@ -40,6 +40,7 @@ SUPPORTED_FEATURES: tuple[str, ...] = (
     "HTTPRouteResponseHeaderModification",
     "ReferenceGrant",
     "TLSRoute",
+    "UDPRoute",
 )
 """The Gateway API features (v1.2 names, sorted as the API requires) the edge's GatewayClass reports in
 `status.supportedFeatures`: the core features and the extended ones the edge projection implements."""

@@ -39,13 +39,19 @@ def test_view_is_deterministic_and_order_independent(case: str) -> None:
 
 @pytest.mark.parametrize("case", CASES)
 def test_every_route_names_a_declared_cluster_or_answers_itself(case: str) -> None:
-    """Edge routes name only `backend_clusters`; mesh routes only the clusters of their `backend_services`."""
+    """Edge routes name only `backend_clusters` (UDP routes: their `udp_clusters`); mesh routes only the clusters of
+    their `backend_services`."""
     view = project_case(case)
     for listener in view.edge_listeners:
         for vhost in listener.virtual_hosts:
             for route in vhost.routes:
                 assert _clusters(route) <= view.backend_clusters
         for l4 in listener.l4_routes:
+            if (
+                listener.protocol == "UDP"
+            ):  # through the route's own weighted cluster, which the view declares
+                assert view.udp_clusters[l4.route].route == l4.route
+                continue
             assert {item.cluster for item in l4.backends if item.cluster} <= view.backend_clusters
     for service, routing in view.mesh_routes.items():
         assert routing.service == service

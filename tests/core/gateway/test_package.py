@@ -19,9 +19,13 @@ CONTRACT = [
     "MeshL4Destination",
     "MeshL4Routing",
     "MeshRouting",
+    "MeshUdpDestination",
+    "MeshUdpRouting",
     "ObjectStatus",
     "ParentStatus",
     "PortRouting",
+    "UdpBackend",
+    "UdpRouteCluster",
     "WeightedBackend",
     "gateway_view",
 ]

@@ -3,6 +3,7 @@ their translation to typed, Envoy-free routes (`aether.core.gateway.ir`, which `
 Envoy messages), for GAMMA (east-west, per mesh service) and the edge (north-south, per listener).
 """
 
+from aether.core.gateway.udp_routes import MeshUdpDestination, MeshUdpRouting, UdpBackend, UdpRouteCluster
 from aether.core.gateway.view import (
     EDGE_CONTROLLER,
     MESH_CONTROLLER,
@@ -36,9 +37,13 @@ __all__ = [
     "MeshL4Destination",
     "MeshL4Routing",
     "MeshRouting",
+    "MeshUdpDestination",
+    "MeshUdpRouting",
     "ObjectStatus",
     "ParentStatus",
     "PortRouting",
+    "UdpBackend",
+    "UdpRouteCluster",
     "WeightedBackend",
     "gateway_view",
 ]

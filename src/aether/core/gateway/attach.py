@@ -45,11 +45,11 @@ class ParentResult:
     service: str = ""
     """The mesh service of a Service parent."""
     address: str = ""
-    """The ClusterIP of a Service parent of an L4 route (TCPRoute, TLSRoute)."""
+    """The ClusterIP of a Service parent of an L4 route (TCPRoute, TLSRoute, UDPRoute)."""
     ports: tuple[int, ...] = ()
-    """The Service ports an L4 route forwards on: the parentRef's port, or every TCP port of the Service. For an
-    HTTP or gRPC route whose parentRef names a port: every port of the Service (a Host without a port names the
-    route's port when it is the Service's only one)."""
+    """The Service ports an L4 route forwards on: the parentRef's port, or every TCP (for a UDPRoute: UDP) port of
+    the Service. For an HTTP or gRPC route whose parentRef names a port: every port of the Service (a Host without
+    a port names the route's port when it is the Service's only one)."""
 
     @property
     def accepted(self) -> bool:
@@ -188,11 +188,12 @@ def attach_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
     return result
 
 
-def attach_l4_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
-    """Attach a GAMMA TCPRoute or TLSRoute: the mesh service behind the Service, and where its clients connect.
+def attach_l4_to_service(ref: ParentRef, resolver: Resolver, *, protocol: str = "TCP") -> ParentResult:
+    """Attach a GAMMA TCPRoute or TLSRoute (`protocol` TCP) or UDPRoute (UDP): the mesh service behind the Service,
+    and where its clients send.
 
-    The node tells an L4 route's connections apart only by their original destination, so the Service needs a
-    ClusterIP (a headless one has none: its clients dial pod IPs) and a TCP port to forward on.
+    The node tells an L4 route's connections (or datagrams) apart only by their original destination, so the
+    Service needs a ClusterIP (a headless one has none: its clients dial pod IPs) and a port of `protocol`.
     """
     result = _mesh_parent(ref, resolver)
     kube = resolver.kube_service(ref.namespace, ref.name)
@@ -208,11 +209,11 @@ def attach_l4_to_service(ref: ParentRef, resolver: Resolver) -> ParentResult:
                 "ClusterIP they were sent to; give the Service a ClusterIP"
             ),
         )
-    ports = sorted({port.port for port in kube.ports if port.protocol == "TCP"})
+    ports = sorted({port.port for port in kube.ports if port.protocol == protocol})
     if ref.port:
         ports = [ref.port] if ref.port in ports else []
     if not ports:
-        wanted = f"TCP port {ref.port}" if ref.port else "TCP port"
+        wanted = f"{protocol} port {ref.port}" if ref.port else f"{protocol} port"
         return attrs.evolve(result, reason=NO_MATCHING_PARENT, message=f"{where} has no {wanted}")
     return attrs.evolve(result, address=kube.cluster_ip, ports=tuple(ports))
 

@@ -5,11 +5,16 @@ and the status sink. Names here are stable: other packages build on them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 import immutables
 
 from aether.core.gateway.ir import HTTPRoute, SelectorKeys, VirtualHost
+
+if TYPE_CHECKING:  # they build on this module's types
+    from aether.core.gateway.frontends import MeshFrontend
+    from aether.core.gateway.udp_routes import MeshUdpRouting, UdpRouteCluster
 
 MESH_CONTROLLER = "gateway.aether.io/mesh"
 """The controllerName of GAMMA route status (routes whose parentRef is a Service)."""
@@ -245,5 +250,12 @@ class GatewayView:
     """The mesh services that GAMMA routes point to (the node adds them to a dependency set it routes for)."""
     mesh_l4: Mapping[str, MeshL4Routing] = attrs.field(factory=immutables.Map)
     """GAMMA L4 routing (TCPRoute, TLSRoute) per mesh service `<ns>/<sa>` of the parent Services."""
+    mesh_udp: Mapping[str, MeshUdpRouting] = attrs.field(factory=immutables.Map)
+    """GAMMA UDP routing (UDPRoute) per mesh service `<ns>/<sa>` of the parent Services."""
+    udp_clusters: Mapping[str, UdpRouteCluster] = attrs.field(factory=immutables.Map)
+    """By route key, the weighted cluster of each UDPRoute an edge UDP listener forwards through."""
+    mesh_frontends: Mapping[str, tuple[MeshFrontend, ...]] = attrs.field(factory=immutables.Map)
+    """Per mesh service, the ClusterIP and port of each Service its GAMMA HTTP and gRPC routes name as parent:
+    where the node routes a captured request by its destination (`aether.core.gateway.frontends`)."""
     status: Mapping[str, ObjectStatus] = attrs.field(factory=immutables.Map)
     """The computed status of every Gateway API object, keyed by `<kind>/<ns>/<name>`."""

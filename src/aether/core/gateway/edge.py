@@ -27,7 +27,7 @@ from aether.core.gateway.l4 import claim, weighted_backends
 from aether.core.gateway.listeners import ListenerState
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.gateways import Gateway, Listener
-from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, Route
+from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, UDP_ROUTE, Route
 from aether.core.gateway.precedence import ordered, shadow_note
 from aether.core.gateway.status import ACCEPTED, PROGRAMMED, condition
 
@@ -196,7 +196,8 @@ class _Builder:
             for backend in backends:
                 if backend.service:
                     self.services.add(backend.service)
-                    self.clusters.add(backend.cluster)
+                    if route.kind != UDP_ROUTE:  # a UDPRoute forwards through its own weighted cluster
+                        self.clusters.add(backend.cluster)
             routes.append(L4Route(route=route.key, hostnames=free, backends=backends))
         return tuple(routes)
 

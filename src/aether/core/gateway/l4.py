@@ -8,10 +8,10 @@ route only: the oldest claiming it keeps it, and every later one is told why in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from aether.core.gateway.attach import Resolved
-from aether.core.gateway.contract import WeightedBackend
+from aether.core.gateway.attach import ParentResult, Resolved
+from aether.core.gateway.contract import MESH_CONTROLLER, WeightedBackend
 from aether.core.gateway.hostnames import ANY_HOST
 from aether.core.gateway.model.routes import TLS_ROUTE, UDP_ROUTE
 from aether.core.mesh_names import tcp_cluster_name, udp_cluster_name
@@ -59,3 +59,16 @@ def claim(
         return None, (ANY_HOST,)
     claimed.add(ANY_HOST)
     return (), ()
+
+
+def service_destinations(item: Resolved) -> Iterator[tuple[ParentResult, int]]:
+    """Yield each `(Service parent, port)` a GAMMA L4 route forwards on: its accepted Service parents' ports, each
+    ClusterIP and port once (two parentRefs may name one destination)."""
+    seen: set[tuple[str, int]] = set()
+    for result in item.parents:
+        if not result.accepted or result.controller != MESH_CONTROLLER:
+            continue
+        for port in result.ports:
+            if (result.address, port) not in seen:
+                seen.add((result.address, port))
+                yield result, port

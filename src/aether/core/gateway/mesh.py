@@ -175,3 +175,12 @@ def mesh_routing(resolved: Sequence[Resolved], *, memo: Memo) -> MeshResult:
         routing[service] = held.routing
         backends.update(held.routing.backend_services)
     return MeshResult(routing=routing, shadowed=shadowed, backend_services=frozenset(backends))
+
+
+def caller_routes(
+    service: str, contributors: Sequence[Resolved], *, memo: Memo
+) -> tuple[tuple[ir.HTTPRoute, ...], tuple[ir.HTTPRoute, ...]]:
+    """Return the HTTP and gRPC routes `contributors` give `service`'s callers, in precedence order, as its routing
+    does (consumer routes first; what they lose to older routes is the mesh routing's to report)."""
+    http, grpc, _ = _translated(service, contributors, memo, {})
+    return http, grpc

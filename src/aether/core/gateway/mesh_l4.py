@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import attrs
 
 from aether.core.gateway.attach import Resolved
-from aether.core.gateway.contract import MESH_CONTROLLER, L4Route, MeshL4Destination, MeshL4Routing
-from aether.core.gateway.l4 import claim, weighted_backends
+from aether.core.gateway.contract import L4Route, MeshL4Destination, MeshL4Routing
+from aether.core.gateway.l4 import claim, service_destinations, weighted_backends
 from aether.core.gateway.model.routes import TCP_ROUTE, TLS_ROUTE
 
 
@@ -46,35 +46,28 @@ def mesh_l4_routing(resolved: Sequence[Resolved], *, mesh_domain: str) -> MeshL4
         if route.kind not in (TCP_ROUTE, TLS_ROUTE) or not item.working:
             continue
         backends = weighted_backends(item, mesh_domain=mesh_domain)
-        seen: set[tuple[str, int]] = set()
-        for result in item.parents:
-            if not result.accepted or result.controller != MESH_CONTROLLER:
+        for result, port in service_destinations(item):
+            claimed = claims.setdefault((result.address, port), set())
+            # A TLSRoute always names hostnames (the schema requires them); a TCPRoute claims the nameless.
+            won, taken = claim(route.kind, route.hostnames, claimed)
+            where = f"Service {result.ref.namespace}/{result.ref.name} port {port}"
+            if taken:
+                lost = f"SNI {list(taken)}" if route.kind == TLS_ROUTE else "the port"
+                shadowed.setdefault(route.key, []).append(
+                    f"{where}: {lost} is already routed by an older {route.kind}"
+                )
+            if won is None:
                 continue
-            for port in result.ports:
-                if (result.address, port) in seen:
-                    continue  # two parentRefs of the route naming the same destination
-                seen.add((result.address, port))
-                claimed = claims.setdefault((result.address, port), set())
-                # A TLSRoute always names hostnames (the schema requires them); a TCPRoute claims the nameless.
-                won, taken = claim(route.kind, route.hostnames, claimed)
-                where = f"Service {result.ref.namespace}/{result.ref.name} port {port}"
-                if taken:
-                    lost = f"SNI {list(taken)}" if route.kind == TLS_ROUTE else "the port"
-                    shadowed.setdefault(route.key, []).append(
-                        f"{where}: {lost} is already routed by an older {route.kind}"
-                    )
-                if won is None:
-                    continue
-                found.setdefault(result.service, []).append(
-                    MeshL4Destination(
-                        address=result.address,
-                        port=port,
-                        route=L4Route(route=route.key, hostnames=won, backends=backends),
-                    )
+            found.setdefault(result.service, []).append(
+                MeshL4Destination(
+                    address=result.address,
+                    port=port,
+                    route=L4Route(route=route.key, hostnames=won, backends=backends),
                 )
-                targets.setdefault(result.service, set()).update(
-                    backend.service for backend in backends if backend.service
-                )
+            )
+            targets.setdefault(result.service, set()).update(
+                backend.service for backend in backends if backend.service
+            )
     routing = {
         service: MeshL4Routing(
             service=service,

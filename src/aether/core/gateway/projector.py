@@ -11,7 +11,7 @@ import attrs
 import immutables
 
 from aether.core.events.kube import KubeObject
-from aether.core.gateway import edge, mesh, mesh_l4
+from aether.core.gateway import edge, frontends, mesh, mesh_l4, udp_routes
 from aether.core.gateway.attach import (
     ParentResult,
     Resolved,
@@ -41,11 +41,10 @@ from aether.core.gateway.model.gateways import (
 from aether.core.gateway.model.grants import ReferenceGrant, parse_reference_grant
 from aether.core.gateway.model.refs import ParentRef
 from aether.core.gateway.model.routes import (
-    GRPC_ROUTE,
-    HTTP_ROUTE,
     ROUTE_KINDS,
     TCP_ROUTE,
     TLS_ROUTE,
+    UDP_ROUTE,
     Route,
     RouteRejected,
     parse_route,
@@ -64,9 +63,8 @@ from aether.core.gateway.status import (
 from aether.core.order import sorted_items
 from aether.core.state.state import State
 
-MESH_ROUTE_KINDS = (HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, TLS_ROUTE)
-"""GAMMA kinds this projection routes; a UDPRoute with a Service parent is refused (the node projects no UDP)."""
-MESH_L4_KINDS = (TCP_ROUTE, TLS_ROUTE)
+MESH_L4_KINDS = (TCP_ROUTE, TLS_ROUTE, UDP_ROUTE)
+"""The GAMMA kinds routed by the destination their clients send to (a Service's ClusterIP and port)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -106,18 +104,9 @@ class _Parents:
     def attach(self, route_kind: str, route: Route | None, ref: ParentRef) -> ParentResult | None:
         """Return what became of `ref` (None: not our parent)."""
         if ref.is_service:
-            if route_kind not in MESH_ROUTE_KINDS:
-                return ParentResult(
-                    ref=ref,
-                    controller=MESH_CONTROLLER,
-                    reason=UNSUPPORTED_VALUE,
-                    message=(
-                        f"{route_kind}s with a Service parent are not projected: the node projects no UDP "
-                        "(HTTPRoute, GRPCRoute, TCPRoute and TLSRoute are)"
-                    ),
-                )
             if route_kind in MESH_L4_KINDS:
-                return attach_l4_to_service(ref, self._resolver)
+                protocol = "UDP" if route_kind == UDP_ROUTE else "TCP"
+                return attach_l4_to_service(ref, self._resolver, protocol=protocol)
             return attach_to_service(ref, self._resolver)
         if not ref.is_gateway:
             return None
@@ -160,7 +149,11 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
         )
         for rule in route.rules
     )
-    if route.kind in MESH_L4_KINDS and any(
+    if route.kind == UDP_ROUTE:
+        backends = tuple(
+            tuple(udp_routes.udp_backend(backend, resolver.services) for backend in rule) for rule in backends
+        )
+    elif route.kind in MESH_L4_KINDS and any(
         result.accepted and result.controller == MESH_CONTROLLER for result in results
     ):
         backends = tuple(tuple(resolver.tcp_backend(backend) for backend in rule) for rule in backends)
@@ -433,6 +426,7 @@ class GatewayProjector:
 
         mesh_result = mesh.mesh_routing(resolved, memo=memo)
         l4_result = mesh_l4.mesh_l4_routing(resolved, mesh_domain=mesh_domain)
+        udp_result = udp_routes.mesh_udp_routing(resolved, services=kube.services)
         edge_result = edge.edge_listeners(resolved, states, memo=memo)
 
         statuses_now: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
@@ -441,6 +435,7 @@ class GatewayProjector:
             shadowed = (
                 *mesh_result.shadowed.get(key, ()),
                 *l4_result.shadowed.get(key, ()),
+                *udp_result.shadowed.get(key, ()),
                 *edge_result.shadowed.get(key, ()),
             )
             held_status = self._statuses.get(key)
@@ -477,8 +472,26 @@ class GatewayProjector:
                     for route in vhost.routes
                 )
             ),
-            mesh_backend_services=mesh_result.backend_services | l4_result.backend_services,
+            mesh_backend_services=(
+                mesh_result.backend_services | l4_result.backend_services | udp_result.backend_services
+            ),
             mesh_l4=immutables.Map(l4_result.routing),
+            mesh_udp=immutables.Map(udp_result.routing),
+            mesh_frontends=immutables.Map(
+                frontends.mesh_frontends(resolved, services=kube.services, memo=memo)
+            ),
+            udp_clusters=immutables.Map(
+                udp_routes.edge_udp_clusters(
+                    (
+                        route.route
+                        for listener in edge_result.listeners
+                        if listener.protocol == "UDP"
+                        for route in listener.l4_routes[:1]
+                    ),
+                    resolved,
+                    services=kube.services,
+                )
+            ),
             status=immutables.Map(statuses),
         )
 

@@ -110,6 +110,11 @@ class Resolver:
             return {NAMESPACE_NAME_LABEL: namespace}
         return {**known.labels, NAMESPACE_NAME_LABEL: namespace}
 
+    @property
+    def services(self) -> Mapping[str, KubeService]:
+        """The Kubernetes Services resolved against, by key `Service/<ns>/<name>`."""
+        return self._services
+
     def kube_service(self, namespace: str, name: str) -> KubeService | None:
         """Return the Kubernetes Service `namespace/name`, or None."""
         return self._services.get(f"Service/{namespace}/{name}")

@@ -26,6 +26,7 @@ from aether.core.gateway.contract import (
     WeightedBackend,
 )
 from aether.core.gateway.projector import GatewayProjector, GatewayStatistics
+from aether.core.gateway.udp_routes import MeshUdpDestination, MeshUdpRouting, UdpBackend, UdpRouteCluster
 from aether.core.state.state import State
 
 __all__ = [
@@ -42,9 +43,13 @@ __all__ = [
     "MeshL4Destination",
     "MeshL4Routing",
     "MeshRouting",
+    "MeshUdpDestination",
+    "MeshUdpRouting",
     "ObjectStatus",
     "ParentStatus",
     "PortRouting",
+    "UdpBackend",
+    "UdpRouteCluster",
     "WeightedBackend",
     "gateway_view",
 ]

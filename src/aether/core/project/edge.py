@@ -10,7 +10,10 @@
 * one cluster per other backend cluster the routes name, built like the node's (`aether.core.project.services`): EDS
   from the registry, subset by the selectors of the Services the routes name (`aether.core.project.subsets`), dialled at the pods' mesh inbound `<pod ip>:18008` with the edge's own SVID (mTLS, peer pinned
   by SPIFFE ID) or, with `cleartext`, in HTTP/2 without TLS (identity none);
-* the secrets: the edge's SVID and trust bundle, and the certificate of every HTTPS/TLS listener.
+* the secrets: the edge's SVID and trust bundle, and the certificate of every HTTPS/TLS listener;
+* per UDP listener port `edge_udp_<port>`, a `udp_proxy` to the weighted cluster of its route
+  (`udproute:<name>.<namespace>`, `aether.core.project.udp_routes`): the pods each backend Service selects, in
+  plaintext at the Service port's targetPort (UDP has no mesh inbound to carry mTLS).
 
 The edge has one identity and no local pods: nothing here depends on pods but through the registry.
 """
@@ -41,12 +44,14 @@ from aether.core.project.edge_listeners import (
     tls_listener,
 )
 from aether.core.project.gateway_routes import envoy_virtual_host
-from aether.core.project.messages import milliseconds
+from aether.core.project.listeners import udp_proxy_listener
+from aether.core.project.messages import milliseconds, socket_address
 from aether.core.project.names import ANY_ADDRESS, spiffe_id
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import ServiceContext, project_service
 from aether.core.project.slices import slice_resources
 from aether.core.project.tls import PLAINTEXT, UpstreamIdentity
+from aether.core.project.udp_routes import udp_route_resources
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, Resource, Snapshot
 from aether.core.state.state import State
 
@@ -104,6 +109,7 @@ def edge_snapshot(view: GatewayView, state: State, *, node_id: str, options: Edg
     )
     resources.extend(Resource.from_message(table) for table in tables)
     resources.extend(_clusters(view.backend_clusters, state, context=context, subsets=view.backend_selectors))
+    resources.extend(_udp(view, state, bind=options.bind))
     if unroutable:
         resources.append(Resource.from_message(_empty_cluster(UNROUTABLE_CLUSTER)))
     secrets = (
@@ -160,6 +166,8 @@ def _listeners(
     `edge_unroutable`. Gateway listeners sharing a port must share its protocol: the first one's wins."""
     by_port: dict[int, list[EdgeListener]] = {}
     for listener in edge_listeners:
+        if listener.protocol == "UDP":
+            continue  # on sockets of their own (`_udp`)
         group = by_port.setdefault(listener.port, [])
         if not group or (group[0].protocol, group[0].tls_mode) == (listener.protocol, listener.tls_mode):
             group.append(listener)
@@ -245,6 +253,32 @@ def _l4_listener(
         needs = needs or backends[0][0] == UNROUTABLE_CLUSTER
         chains.append((names, backends))
     return tls_listener(port, bind=bind, chains=chains, certificate=certificate), needs
+
+
+def udp_listener_name(port: int) -> str:
+    """`edge_udp_<port>`: the Envoy listener of every UDP Gateway listener on `port` (UDP ports are apart from
+    TCP ones: a TCP and a UDP listener may share a number)."""
+    return f"edge_udp_{port}"
+
+
+def _udp(view: GatewayView, state: State, *, bind: str) -> list[Resource]:
+    """The UDP listeners (one per port: its first listener's oldest route forwards) and their routes' clusters."""
+    resources: list[Resource] = []
+    served: set[int] = set()
+    clusters: dict[str, Resource] = {}
+    for listener in view.edge_listeners:
+        if listener.protocol != "UDP" or listener.port in served or not listener.l4_routes:
+            continue
+        served.add(listener.port)
+        cluster = view.udp_clusters[listener.l4_routes[0].route]
+        name = udp_listener_name(listener.port)
+        message = udp_proxy_listener(name, socket_address(bind, listener.port), cluster=cluster.name)
+        resources.append(Resource.from_message(message))
+        if cluster.name not in clusters:
+            for item in udp_route_resources(cluster, state.registry.endpoints.get):
+                clusters[f"{item.type_url} {item.name}"] = item
+    resources.extend(item for _, item in sorted(clusters.items()))
+    return resources
 
 
 # --- clusters ---

@@ -25,6 +25,7 @@ from typing import Any
 
 from envoy.config.core.v3 import address_pb2, base_pb2, substitution_format_string_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_listener_config_pb2
+from envoy.config.route.v3 import route_pb2 as http_route_pb2
 from envoy.extensions.filters.common.set_filter_state.v3 import value_pb2
 from envoy.extensions.filters.http.on_demand.v3 import on_demand_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
@@ -40,6 +41,7 @@ from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
 from aether.core.gateway.contract import MeshL4Destination
+from aether.core.project.frontends import FrontendRoute
 from aether.core.project.l4_chains import l4_chains, needs_sni
 from aether.core.project.messages import ads, milliseconds, pack, socket_address
 from aether.core.project.names import (
@@ -119,10 +121,10 @@ def _source_identity(record: PodRecord, *, trust_domain: str) -> Any:
     )
 
 
-def _mesh_http(stat_prefix: str, *, route: str) -> Any:
+def _mesh_http(stat_prefix: str, *, route: str = "", table: Any = None) -> Any:
+    """The mesh's HTTP connection manager, routing with RDS `route` or with the inline route `table`."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
-        rds=hcm_pb2.Rds(config_source=ads(), route_config_name=route),
         http_filters=[
             _http_filter(
                 "envoy.filters.http.on_demand",
@@ -133,6 +135,10 @@ def _mesh_http(stat_prefix: str, *, route: str) -> Any:
             _http_filter("envoy.filters.http.router", router_pb2.Router()),
         ],
     )
+    if table is not None:
+        manager.route_config.CopyFrom(table)
+    else:
+        manager.rds.CopyFrom(hcm_pb2.Rds(config_source=ads(), route_config_name=route))
     return _filter(_HCM, manager)
 
 
@@ -180,8 +186,15 @@ def _inspectors(l4: Sequence[MeshL4Destination], *, http: bool) -> list[Any]:
     return filters
 
 
-def capture_listener(record: PodRecord, *, trust_domain: str, l4: Sequence[MeshL4Destination] = ()) -> Any:
-    """Return `capture_<pod>`: captured HTTP into `cap_http`, the GAMMA L4 destinations `l4` to their routes'
+def capture_listener(
+    record: PodRecord,
+    *,
+    trust_domain: str,
+    l4: Sequence[MeshL4Destination] = (),
+    frontends: Sequence[FrontendRoute] = (),
+) -> Any:
+    """Return `capture_<pod>`: captured HTTP into `cap_http`, but HTTP to a GAMMA frontend (a routed Service's
+    ClusterIP and port) into that frontend's virtual host; the GAMMA L4 destinations `l4` to their routes'
     backends, anything else through to where it was going."""
     name = capture_listener_name(record.pod)
     token = pod_token(record.pod)
@@ -205,9 +218,38 @@ def capture_listener(record: PodRecord, *, trust_domain: str, l4: Sequence[MeshL
                     _mesh_http(f"capture_{token}", route=CAPTURE_ROUTE),
                 ],
             ),
+            *(
+                _frontend_chain(
+                    f"capture_frontend_{token}_{item.address}_{item.port}", record, item, trust_domain
+                )
+                for item in frontends
+            ),
             *l4_chains(f"capture_l4_{token}", l4),
         ],
         default_filter_chain=_passthrough_chain(f"capture_passthrough_{token}"),
+    )
+
+
+def _frontend_chain(name: str, record: PodRecord, frontend: FrontendRoute, trust_domain: str) -> Any:
+    """The capture chain of one GAMMA frontend: cleartext HTTP to its ClusterIP and port, routed by its own
+    virtual host (inline: it is the pod's only use of it; clusters are not validated, as with RDS)."""
+    table = http_route_pb2.RouteConfiguration(
+        name=name,
+        virtual_hosts=[frontend.virtual_host()],
+        validate_clusters=wrappers_pb2.BoolValue(value=False),
+    )
+    return listener_components_pb2.FilterChain(
+        name=name,
+        filter_chain_match=listener_components_pb2.FilterChainMatch(
+            prefix_ranges=[
+                address_pb2.CidrRange(
+                    address_prefix=frontend.address, prefix_len=wrappers_pb2.UInt32Value(value=32)
+                )
+            ],
+            destination_port=wrappers_pb2.UInt32Value(value=frontend.port),
+            application_protocols=list(HTTP_PROTOCOLS),
+        ),
+        filters=[_source_identity(record, trust_domain=trust_domain), _mesh_http(name, table=table)],
     )
 
 
@@ -240,19 +282,25 @@ def udp_listener(record: PodRecord, destination: UdpDestination) -> Any:
     pod = record.pod
     name = udp_listener_name(pod, destination.address, destination.port)
     address = socket_address(destination.address, destination.port, netns=pod.netns)
+    listener = udp_proxy_listener(name, address, cluster=destination.cluster)
+    listener.traffic_direction = base_pb2.OUTBOUND
+    listener.transparent.value = True
+    return listener
+
+
+def udp_proxy_listener(name: str, address: Any, *, cluster: str) -> Any:
+    """Return the UDP listener `name` on `address` (made UDP here) whose `udp_proxy` sends every session to
+    `cluster` (the matcher's `on_no_match`: the `cluster` field is deprecated)."""
     address.socket_address.protocol = address_pb2.SocketAddress.UDP
-    # Every datagram goes to the one cluster: the matcher's `on_no_match` (the `cluster` field is deprecated).
     route = matcher_pb2.Matcher.OnMatch(
         action=xds_extension_pb2.TypedExtensionConfig(
-            name="route", typed_config=pack(route_pb2.Route(cluster=destination.cluster))
+            name="route", typed_config=pack(route_pb2.Route(cluster=cluster))
         )
     )
     proxy = udp_proxy_pb2.UdpProxyConfig(stat_prefix=name, matcher=matcher_pb2.Matcher(on_no_match=route))
     return listener_pb2.Listener(
         name=name,
         address=address,
-        traffic_direction=base_pb2.OUTBOUND,
-        transparent=wrappers_pb2.BoolValue(value=True),
         udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
         listener_filters=[_listener_filter("envoy.filters.udp_listener.udp_proxy", proxy)],
     )

@@ -16,12 +16,22 @@ identity (done by `map` and a comprehension, about a millisecond), then the chan
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
 
-from aether.core.gateway import GatewayProjector, GatewayView, MeshL4Destination, MeshL4Routing, MeshRouting
+from aether.core.gateway import (
+    GatewayProjector,
+    GatewayView,
+    MeshL4Destination,
+    MeshL4Routing,
+    MeshRouting,
+    MeshUdpRouting,
+    UdpRouteCluster,
+)
+from aether.core.gateway.frontends import MeshFrontend
 from aether.core.gateway.ir import SelectorKeys
 from aether.core.mesh_names import SliceClusterName, parse_cluster_name, parse_slice_cluster_name
 from aether.core.order import sorted_unique
@@ -29,6 +39,7 @@ from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
 from aether.core.project.dependencies import Demand, LocalPods, RequestIndex
 from aether.core.project.endpoints import Locality, node_locality
+from aether.core.project.frontends import FrontendRoute, frontend_routes
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.pods import PodContext, project_pod
 from aether.core.project.routes import catch_all_vhost, route_configuration_body, vhost_entry
@@ -43,6 +54,7 @@ from aether.core.project.udp import (
     udp_destinations,
     udp_ports_by_service,
 )
+from aether.core.project.udp_routes import udp_route_resources
 from aether.core.snapshot import ROUTE_TYPE, Resource, Snapshot
 from aether.core.state.state import State
 
@@ -111,6 +123,8 @@ class _UdpInSet:
 
     destinations: tuple[UdpDestination, ...]
     ports: Mapping[str, tuple[int, ...]]
+    clusters: tuple[UdpRouteCluster, ...] = ()
+    """The weighted clusters of the UDPRoutes that took destinations over, by name."""
 
 
 @attrs.frozen(kw_only=True)
@@ -205,6 +219,13 @@ class NodeProjector:
         self._routings: Mapping[str, MeshRouting] = {}
         self._l4: Mapping[str, MeshL4Routing] = {}
         self._l4_held: _L4InSet | None = None
+        self._udp_routes: Mapping[str, MeshUdpRouting] = {}
+        self._frontends: Mapping[str, tuple[MeshFrontend, ...]] = {}
+        self._frontends_in_set = _Last()
+        self._frontends_held: tuple[FrontendRoute, ...] = ()
+        self._udp_route_units: dict[str, tuple[tuple[Any, ...], tuple[Resource, ...]]] = {}
+        """Per UDPRoute cluster: the cluster and its backends' endpoint maps it was projected from, and its
+        resources."""
         self._gateway_projector = GatewayProjector()
         self._service_context: ServiceContext | None = None
         self._pod_context: PodContext | None = None
@@ -259,11 +280,12 @@ class NodeProjector:
         )
         routings = self._mesh_routings(state)
         l4 = self._l4
-        demand = self._dependency_set(state, local, routings, l4, now=now)
+        demand = self._dependency_set(state, local, routings, (l4, self._udp_routes), now=now)
         self._dependencies = demand.services
         l4_in_set = self._l4_of(demand, l4)
         subsets = self._subsets_of(demand, routings, mesh.mesh_domain)
         udp = self._udp_of(state, demand)
+        frontends = self._frontends_of(demand, mesh.mesh_domain)
         service_context = _interned(
             self._service_context,
             ServiceContext(
@@ -283,7 +305,7 @@ class NodeProjector:
             state, demand, service_context, routings, l4_in_set.backends, subsets, udp.ports, changes
         )
         pods_projected = self._project_pods(
-            local, pod_context, l4_in_set.destinations, udp.destinations, changes
+            local, pod_context, l4_in_set.destinations, udp.destinations, frontends, changes
         )
         self._udp_capture = self._udp_capture_of.get(
             (local, udp.destinations),
@@ -291,6 +313,7 @@ class NodeProjector:
         )
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
         self._project_slices(state, demand, routings, changes)
+        self._project_udp_routes(state, udp.clusters, changes)
         self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
         if not self._passthrough:
             self._passthrough = changes.replace((), (Resource.from_message(passthrough_cluster()),))
@@ -343,6 +366,10 @@ class NodeProjector:
             self._routings = current
         if view.mesh_l4 is not self._l4 and view.mesh_l4 != self._l4:
             self._l4 = view.mesh_l4
+        if view.mesh_udp is not self._udp_routes and view.mesh_udp != self._udp_routes:
+            self._udp_routes = view.mesh_udp
+        if view.mesh_frontends is not self._frontends and view.mesh_frontends != self._frontends:
+            self._frontends = view.mesh_frontends
         return self._routings
 
     def _l4_of(self, demand: Demand, l4: Mapping[str, MeshL4Routing]) -> _L4InSet:
@@ -397,30 +424,67 @@ class NodeProjector:
         self._subsets = subsets
         return subsets
 
+    def _frontends_of(self, demand: Demand, mesh_domain: str) -> tuple[FrontendRoute, ...]:
+        """Return the GAMMA frontends of the dependency set with their virtual hosts, sorted by address and port
+        (the same object while equal, so that pod units stay reused)."""
+        frontends = self._frontends
+
+        def compute() -> tuple[FrontendRoute, ...]:
+            found = frontend_routes(
+                sorted(
+                    (item for service in demand.services for item in frontends.get(service, ())),
+                    key=lambda item: (ipaddress.IPv4Address(item.address), item.port),
+                ),
+                mesh_domain=mesh_domain,
+            )
+            return self._frontends_held if found == self._frontends_held else found
+
+        held: tuple[FrontendRoute, ...] = self._frontends_in_set.get(
+            (demand.services, frontends, mesh_domain), compute
+        )
+        self._frontends_held = held
+        return held
+
     def _udp_of(self, state: State, demand: Demand) -> _UdpInSet:
         """Return the UDP Service destinations of the dependency set (the same objects while equal, so that pod
         and service units stay reused)."""
         mesh_domain = state.kube.mesh_config.mesh_domain
+        udp_routes = self._udp_routes
 
         def compute() -> _UdpInSet:
+            routes = {
+                service: routing.destinations
+                for service, routing in udp_routes.items()
+                if service in demand.by_service
+            }
             destinations = udp_destinations(
                 state.kube.services,
                 state.pods.values(),
                 in_set=frozenset(demand.services),
                 mesh_domain=mesh_domain,
+                routes=routes,
+            )
+            clusters = tuple(
+                sorted(
+                    {item.cluster.name: item.cluster for items in routes.values() for item in items}.values(),
+                    key=lambda cluster: cluster.name,
+                )
             )
             previous = self._udp_held
-            if previous is not None and previous.destinations == destinations:
+            if previous is not None and (previous.destinations, previous.clusters) == (
+                destinations,
+                clusters,
+            ):
                 return previous
             held = previous.ports if previous is not None else {}
             ports = {
                 service: held[service] if held.get(service) == value else value
                 for service, value in udp_ports_by_service(destinations).items()
             }
-            return _UdpInSet(destinations=destinations, ports=ports)
+            return _UdpInSet(destinations=destinations, ports=ports, clusters=clusters)
 
         udp: _UdpInSet = self._udp_in_set.get(
-            (state.kube.services, state.pods, demand.services, mesh_domain), compute
+            (state.kube.services, state.pods, demand.services, mesh_domain, udp_routes), compute
         )
         self._udp_held = udp
         return udp
@@ -430,7 +494,7 @@ class NodeProjector:
         state: State,
         local: LocalPods,
         routings: Mapping[str, MeshRouting],
-        l4: Mapping[str, MeshL4Routing],
+        l4_routings: tuple[Mapping[str, MeshL4Routing], Mapping[str, MeshUdpRouting]],
         *,
         now: int,
     ) -> Demand:
@@ -454,13 +518,15 @@ class NodeProjector:
             (declared, index, live_from), lambda: dependencies.demand(declared, index, live_from=live_from)
         )
 
+        l4, udp = l4_routings
+
         def with_backends() -> Demand:
-            # The services GAMMA routes (HTTP and L4) of the set send to need their clusters here too (one level:
-            # routing happens once, at the caller).
+            # The services GAMMA routes (HTTP, TCP/TLS and UDP) of the set send to need their clusters (UDP: their
+            # endpoints) here too (one level: routing happens once, at the caller).
             extra = {
                 backend
                 for service in demand.services
-                for routing in (routings.get(service), l4.get(service))
+                for routing in (routings.get(service), l4.get(service), udp.get(service))
                 if routing is not None
                 for backend in routing.backend_services
             }.difference(demand.services)
@@ -468,7 +534,7 @@ class NodeProjector:
                 return demand
             return dependencies.demand(sorted_unique((*declared, *extra)), index, live_from=live_from)
 
-        routed: Demand = self._routed_demand.get((demand, routings, l4), with_backends)
+        routed: Demand = self._routed_demand.get((demand, routings, l4, udp), with_backends)
         return routed
 
     def _node_locality(self, state: State, local: LocalPods) -> Locality | None:
@@ -601,6 +667,7 @@ class NodeProjector:
         context: PodContext,
         l4: tuple[MeshL4Destination, ...],
         udp: tuple[UdpDestination, ...],
+        frontends: tuple[FrontendRoute, ...],
         changes: _Changes,
     ) -> int:
         present = {record.pod.key for record in local.records}
@@ -609,11 +676,11 @@ class NodeProjector:
         projected = 0
         for record in local.records:
             bound = record.pod.key in local.bound
-            inputs = (record, bound, context, l4, udp)
+            inputs = (record, bound, context, l4, udp, frontends)
             held = self._pods.get(record.pod.key)
             if held is not None and _same(held[0], inputs):
                 continue
-            new = project_pod(record, bound=bound, context=context, l4=l4, udp=udp)
+            new = project_pod(record, bound=bound, context=context, l4=l4, udp=udp, frontends=frontends)
             self._pods[record.pod.key] = (inputs, changes.replace(held[1] if held else (), new))
             projected += 1
         return projected
@@ -673,6 +740,23 @@ class NodeProjector:
             )
             self._slices[name] = (service, entry, changes.replace(held[2] if held else (), new))
 
+    def _project_udp_routes(
+        self, state: State, clusters: tuple[UdpRouteCluster, ...], changes: _Changes
+    ) -> None:
+        """Project the weighted clusters of the UDPRoutes serving the set's destinations, each from its backends'
+        endpoint maps: a registry change re-projects only the clusters of the services it touched."""
+        endpoints = state.registry.endpoints
+        wanted = {cluster.name for cluster in clusters}
+        for name in sorted(set(self._udp_route_units).difference(wanted)):
+            changes.replace(self._udp_route_units.pop(name)[1], ())
+        for cluster in clusters:
+            inputs = (cluster, *(endpoints.get(service) for service in cluster.services))
+            held = self._udp_route_units.get(cluster.name)
+            if held is not None and held[0][0] == cluster and _same(held[0][1:], inputs[1:]):
+                continue
+            new = udp_route_resources(cluster, endpoints.get)
+            self._udp_route_units[cluster.name] = (inputs, changes.replace(held[1] if held else (), new))
+
     def _project_secrets(self, state: State, wanted: tuple[str, ...], changes: _Changes) -> None:
         identity = state.identity
         trust_domain = state.kube.mesh_config.trust_domain
@@ -707,6 +791,8 @@ class NodeProjector:
         for _, items in self._pods.values():
             resources.extend(items)
         for _, _, items in self._slices.values():
+            resources.extend(items)
+        for _, items in self._udp_route_units.values():
             resources.extend(items)
         for unit in (self._routes, self._secrets):
             if unit is not None:

@@ -16,6 +16,7 @@ import attrs
 
 from aether.core.gateway.contract import MeshL4Destination
 from aether.core.project.clusters import app_cluster
+from aether.core.project.frontends import FrontendRoute
 from aether.core.project.listeners import (
     capture_listener,
     inbound_listener,
@@ -45,11 +46,13 @@ def project_pod(
     context: PodContext,
     l4: Sequence[MeshL4Destination] = (),
     udp: Sequence[UdpDestination] = (),
+    frontends: Sequence[FrontendRoute] = (),
 ) -> tuple[Resource, ...]:
     """Return the listeners and app clusters of `record`'s pod; nothing when it has no place to bind (`bound`).
 
     `l4` are the GAMMA L4 destinations of the node's dependency set, matched on the pod's capture and L4 ports;
-    `udp` the UDP Service destinations the node serves, each a listener of its own.
+    `udp` the UDP Service destinations the node serves, each a listener of its own; `frontends` the GAMMA
+    frontends of the set, matched on the capture port by destination.
     """
     if not bound:
         return ()
@@ -58,7 +61,8 @@ def project_pod(
     if record.pod.netns:
         captured = (
             Resource.from_message(
-                capture_listener(record, trust_domain=trust_domain, l4=l4), references=(CAPTURE_ROUTE,)
+                capture_listener(record, trust_domain=trust_domain, l4=l4, frontends=frontends),
+                references=(CAPTURE_ROUTE,),
             ),
             Resource.from_message(l4_tcp_listener(record, l4=l4)),
             *(Resource.from_message(udp_listener(record, destination)) for destination in udp),

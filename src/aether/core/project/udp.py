@@ -13,6 +13,10 @@ name (the state does not hold the pods' container ports), and Services of mesh s
 (UDP cannot ask for a cluster on demand: declare the service in `config.aether.io/upstreams`). Datagrams go to every
 endpoint of the mesh service, at the target port, in plaintext (DTLS is not implemented): the UDP proxy chooses hosts
 without metadata, so a Service's selector does not narrow them further.
+
+A UDPRoute whose parent is the Service takes its destination over (GAMMA, `aether.core.gateway.udp_routes`): the
+listener sends to the route's weighted cluster instead, whatever the Service's own `targetPort` (a named one too),
+and the destination is served while the parent's mesh service is in the dependency set.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
-from aether.core.events.kube import KubeService, ServicePort
+from aether.core.events.kube import KubeService
 from aether.core.gateway.resolve import Resolver
+from aether.core.gateway.udp_routes import MeshUdpDestination, numeric_target_port
 from aether.core.mesh_names import udp_cluster_name
 from aether.core.order import sorted_items
 from aether.core.state.pods import PodRecord
+
+_NO_ROUTES: Mapping[str, Iterable[MeshUdpDestination]] = {}
 
 __all__ = ["UdpCapture", "UdpDestination", "udp_captures", "udp_destinations", "udp_ports_by_service"]
 
@@ -44,7 +51,10 @@ class UdpDestination:
     target_port: int
     """The endpoints' UDP port (the Service port's `targetPort`, or its `port` when none)."""
     cluster: str
-    """The `udp:<sa>.<ns>.<meshDomain>:<target_port>` cluster the datagrams go to."""
+    """The `udp:<sa>.<ns>.<meshDomain>:<target_port>` cluster the datagrams go to, or a UDPRoute's
+    `udproute:<name>.<namespace>`."""
+    route: str = ""
+    """The key of the UDPRoute that took the destination over (its `cluster` is the route's; `target_port` 0)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -61,16 +71,6 @@ class UdpCapture:
     """`(ClusterIP, port)` pairs, sorted by address then port."""
 
 
-def _target_port(port: ServicePort) -> int | None:
-    """The numeric target port of `port` (its own number when none is given); None for a named one."""
-    text = port.target_port
-    if not text:
-        return port.port
-    if text.isascii() and text.isdigit() and 1 <= int(text) <= 65535:
-        return int(text)
-    return None
-
-
 def _ipv4(text: str) -> ipaddress.IPv4Address | None:
     try:
         return ipaddress.IPv4Address(text)
@@ -84,11 +84,13 @@ def udp_destinations(
     *,
     in_set: Collection[str],
     mesh_domain: str,
+    routes: Mapping[str, Iterable[MeshUdpDestination]] = _NO_ROUTES,
 ) -> tuple[UdpDestination, ...]:
     """Return the UDP destinations of `services` whose mesh service is in `in_set`, sorted by address and port.
 
     The mesh service behind a Service is resolved as for a backendRef (`aether.core.gateway.resolve.Resolver`):
-    the service account of the pods it selects, or the Service's own name.
+    the service account of the pods it selects, or the Service's own name. `routes` are, per mesh service, the
+    destinations GAMMA UDPRoutes take over (those of services outside `in_set` are not served).
     """
     resolver = Resolver(services=services, pods=pods, grants=())
     found: list[tuple[ipaddress.IPv4Address, UdpDestination]] = []
@@ -101,7 +103,7 @@ def udp_destinations(
         if service is None or service not in in_set:
             continue
         for port in udp:
-            target = _target_port(port)
+            target = numeric_target_port(port)
             if target is None:
                 continue
             found.append(
@@ -116,7 +118,23 @@ def udp_destinations(
                     ),
                 )
             )
-    found.sort(key=lambda item: (item[0], item[1].port))
+    for service in sorted(set(routes).intersection(in_set)):
+        for taken in routes[service]:
+            found.append(
+                (
+                    ipaddress.IPv4Address(taken.address),
+                    UdpDestination(
+                        address=taken.address,
+                        port=taken.port,
+                        service=service,
+                        target_port=0,
+                        cluster=taken.cluster.name,
+                        route=taken.cluster.route,
+                    ),
+                )
+            )
+    # A route's destination before the Service's own (a route takes it over), then the order ties are broken in.
+    found.sort(key=lambda item: (item[0], item[1].port, not item[1].route))
     # Invariant: a ClusterIP belongs to one Service and its ports are distinct, so no two destinations collide;
     # should the API server ever show two (a Service re-created mid-watch), the first in order keeps the place.
     seen: set[tuple[str, int]] = set()
@@ -133,7 +151,8 @@ def udp_ports_by_service(destinations: Iterable[UdpDestination]) -> dict[str, tu
     """Return, per mesh service, the sorted target ports its `udp:` clusters serve, by service."""
     ports: dict[str, set[int]] = {}
     for destination in destinations:
-        ports.setdefault(destination.service, set()).add(destination.target_port)
+        if not destination.route:
+            ports.setdefault(destination.service, set()).add(destination.target_port)
     return {service: tuple(sorted(values)) for service, values in sorted(ports.items())}
 
 
