@@ -186,6 +186,9 @@ def realistic_events(work_dir: Path, *, identities: bool) -> list[Event]:
         on_demand_cluster_requested("svc5.team5.aether.internal:8443", at=AT),
         on_demand_cluster_requested("svc6.team6.aether.internal", at=AT - 3_600 * 10**9),
         on_demand_cluster_requested("ghost.nowhere.aether.internal:80", at=AT),
+        # HTTP/3 (`aether.core.project.quic`): a caller's own cluster of a service and of one of its extra ports.
+        on_demand_cluster_requested("quic:web.default@svc3.team3.aether.internal", at=AT),
+        on_demand_cluster_requested("quic:batch.jobs@svc5.team5.aether.internal:8443", at=AT),
     ]
     return events
 
@@ -196,10 +199,12 @@ def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: st
     state = fold_events(*realistic_events(tmp_path, identities=identities))
     snapshot = project_node(state, node_name=node_name, now=AT)
     assert snapshot.consistent() == ()
-    assert snapshot.not_found == frozenset({"ghost.nowhere.aether.internal:80"})
-    assert (
-        len(snapshot.of_type(LISTENER_TYPE)) == 16
-    )  # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4)
+    quic = {"quic:web.default@svc3.team3.aether.internal", "quic:batch.jobs@svc5.team5.aether.internal:8443"}
+    # A plaintext node has no HTTP/3 (QUIC is TLS): its `quic:` names are answered as not found.
+    assert snapshot.not_found == frozenset({"ghost.nowhere.aether.internal:80", *(() if identities else quic)})
+    # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4), + 5 x the QUIC inbound with identities
+    assert len(snapshot.of_type(LISTENER_TYPE)) == 16 + (5 if identities else 0)
+    assert quic <= set(snapshot.of_type(CLUSTER_TYPE)) or not identities
     assert "svc6.team6.aether.internal" not in snapshot.of_type(CLUSTER_TYPE)  # expired
     validate(snapshot, tmp_path)
 

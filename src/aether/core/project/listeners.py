@@ -63,6 +63,12 @@ from aether.core.project.names import (
     udp_listener_name,
 )
 from aether.core.project.outcome import inbound_local_replies
+from aether.core.project.quic import (
+    http3_codec,
+    inbound_quic_listener,
+    quic_header_mutation,
+    quic_server_name,
+)
 from aether.core.project.routes import inbound_route_configuration
 from aether.core.project.tls import downstream_socket
 from aether.core.project.udp import UdpDestination
@@ -119,7 +125,9 @@ def _source_identity(record: PodRecord, *, trust_domain: str) -> Any:
     )
 
 
-def _mesh_http(stat_prefix: str, *, route: str) -> Any:
+def _mesh_http(stat_prefix: str, *, route: str, quic_source: str = "") -> Any:
+    """The HTTP manager of a pod's outbound or capture listener; with `quic_source` (the pod's service, on a node
+    with SVIDs) it names the caller's `quic:` cluster before routing (see `aether.core.project.quic`)."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
         rds=hcm_pb2.Rds(config_source=ads(), route_config_name=route),
@@ -133,6 +141,8 @@ def _mesh_http(stat_prefix: str, *, route: str) -> Any:
             _http_filter("envoy.filters.http.router", router_pb2.Router()),
         ],
     )
+    if quic_source:
+        manager.early_header_mutation_extensions.append(quic_header_mutation(quic_source))
     return _filter(_HCM, manager)
 
 
@@ -142,7 +152,7 @@ def _tcp_proxy(stat_prefix: str, cluster: str) -> Any:
     )
 
 
-def outbound_listener(record: PodRecord, *, trust_domain: str) -> Any:
+def outbound_listener(record: PodRecord, *, trust_domain: str, quic: bool = False) -> Any:
     """Return `outbound_http_<pod>`: the pod's HTTP proxy port, routed by `out_http`."""
     name = outbound_listener_name(record.pod)
     return listener_pb2.Listener(
@@ -154,7 +164,11 @@ def outbound_listener(record: PodRecord, *, trust_domain: str) -> Any:
                 name=name,
                 filters=[
                     _source_identity(record, trust_domain=trust_domain),
-                    _mesh_http(f"out_http_{pod_token(record.pod)}", route=OUTBOUND_ROUTE),
+                    _mesh_http(
+                        f"out_http_{pod_token(record.pod)}",
+                        route=OUTBOUND_ROUTE,
+                        quic_source=record.service if quic else "",
+                    ),
                 ],
             )
         ],
@@ -180,7 +194,9 @@ def _inspectors(l4: Sequence[MeshL4Destination], *, http: bool) -> list[Any]:
     return filters
 
 
-def capture_listener(record: PodRecord, *, trust_domain: str, l4: Sequence[MeshL4Destination] = ()) -> Any:
+def capture_listener(
+    record: PodRecord, *, trust_domain: str, l4: Sequence[MeshL4Destination] = (), quic: bool = False
+) -> Any:
     """Return `capture_<pod>`: captured HTTP into `cap_http`, the GAMMA L4 destinations `l4` to their routes'
     backends, anything else through to where it was going."""
     name = capture_listener_name(record.pod)
@@ -202,7 +218,9 @@ def capture_listener(record: PodRecord, *, trust_domain: str, l4: Sequence[MeshL
                 ),
                 filters=[
                     _source_identity(record, trust_domain=trust_domain),
-                    _mesh_http(f"capture_{token}", route=CAPTURE_ROUTE),
+                    _mesh_http(
+                        f"capture_{token}", route=CAPTURE_ROUTE, quic_source=record.service if quic else ""
+                    ),
                 ],
             ),
             *l4_chains(f"capture_l4_{token}", l4),
@@ -258,7 +276,7 @@ def udp_listener(record: PodRecord, destination: UdpDestination) -> Any:
     )
 
 
-def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
+def _inbound_manager(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
         route_config=inbound_route_configuration(routes),
@@ -271,7 +289,11 @@ def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *,
         manager.forward_client_cert_details = hcm_pb2.HttpConnectionManager.SANITIZE_SET
         manager.set_current_client_cert_details.uri = True
         manager.set_current_client_cert_details.subject.value = True
-    return _filter(_HCM, manager)
+    return manager
+
+
+def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
+    return _filter(_HCM, _inbound_manager(stat_prefix, routes, plaintext=plaintext))
 
 
 def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -> Any:
@@ -316,7 +338,13 @@ def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -
     for port in record.config.ports:
         listener.filter_chains.add(
             name=f"in_{token}_{port}",
-            filter_chain_match=listener_components_pb2.FilterChainMatch(server_names=[str(port)]),
+            filter_chain_match=listener_components_pb2.FilterChainMatch(
+                # The bare port (HTTP/2 clusters), and the DNS form of the `quic:` clusters' TCP fallback.
+                server_names=[
+                    str(port),
+                    quic_server_name(record.service, trust_domain=trust_domain, port=port),
+                ]
+            ),
             transport_socket=http_socket,
             filters=[
                 _inbound_http(f"in_{token}_{port}", [(None, app_cluster_name(pod, port))], plaintext=False)
@@ -329,3 +357,21 @@ def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -
         filters=[_inbound_http(f"in_{token}", [(None, primary)], plaintext=False)],
     )
     return listener
+
+
+def inbound_quic(record: PodRecord, *, trust_domain: str) -> Any:
+    """Return `inbound_quic_<pod>`: the UDP half of the pod's mesh inbound, HTTP/3 with the TCP side's SVID and
+    client-certificate requirement (see `aether.core.project.quic`)."""
+    identity = spiffe_id(record.service, trust_domain=trust_domain)
+
+    def http(stat_prefix: str, cluster: str) -> Any:
+        manager = _inbound_manager(stat_prefix, [(None, cluster)], plaintext=False)
+        return _filter(_HCM, http3_codec(manager))
+
+    return inbound_quic_listener(
+        record,
+        address=_address(record, MESH_INBOUND_PORT, host=ANY_ADDRESS),
+        tcp_socket=downstream_socket(identity, trust_domain=trust_domain, alpn=INBOUND_ALPN),
+        trust_domain=trust_domain,
+        http=http,
+    )

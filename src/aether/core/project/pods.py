@@ -1,6 +1,7 @@
 """The resources of one local pod: its listeners and the app clusters its inbound delivers to.
 
-Every pod gets the explicit outbound listener (18081) and the mesh inbound (18008). The capture listeners (18001,
+Every pod gets the explicit outbound listener (18081) and the mesh inbound (18008, TCP, and UDP for HTTP/3 unless
+the node holds no SVID: `aether.core.project.quic`). The capture listeners (18001,
 the L4 port 18082, and one per UDP Service destination the node serves) exist only for a pod with a network namespace: capture is programmed there by the CNI
 plugin, which is also what reports the namespace. A pod known without one (local mode, a pod the CNI never saw)
 has nothing diverting its traffic, and a transparent listener on a host address would need privileges for no
@@ -19,6 +20,7 @@ from aether.core.project.clusters import app_cluster
 from aether.core.project.listeners import (
     capture_listener,
     inbound_listener,
+    inbound_quic,
     l4_tcp_listener,
     outbound_listener,
     udp_listener,
@@ -54,22 +56,25 @@ def project_pod(
     if not bound:
         return ()
     trust_domain = context.trust_domain
+    quic = not context.plaintext
     captured: tuple[Resource, ...] = ()
     if record.pod.netns:
         captured = (
             Resource.from_message(
-                capture_listener(record, trust_domain=trust_domain, l4=l4), references=(CAPTURE_ROUTE,)
+                capture_listener(record, trust_domain=trust_domain, l4=l4, quic=quic),
+                references=(CAPTURE_ROUTE,),
             ),
             Resource.from_message(l4_tcp_listener(record, l4=l4)),
             *(Resource.from_message(udp_listener(record, destination)) for destination in udp),
         )
     return (
         Resource.from_message(
-            outbound_listener(record, trust_domain=trust_domain), references=(OUTBOUND_ROUTE,)
+            outbound_listener(record, trust_domain=trust_domain, quic=quic), references=(OUTBOUND_ROUTE,)
         ),
         *captured,
         Resource.from_message(
             inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext)
         ),
+        *((Resource.from_message(inbound_quic(record, trust_domain=trust_domain)),) if quic else ()),
         *(Resource.from_message(app_cluster(record.pod, port)) for port in record.config.ports),
     )
