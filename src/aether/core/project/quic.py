@@ -256,6 +256,8 @@ def quic_cluster(
     )
     context = tls_pb2.UpstreamTlsContext()
     cluster.transport_socket.typed_config.Unpack(context)
+    # No ALPN of our own: QUIC offers h3, and `auto_config` offers h2 and http/1.1 on the TCP fallback.
+    del context.common_tls_context.alpn_protocols[:]
     cluster.transport_socket.CopyFrom(quic_transport_socket(context))
     cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(
         pack(quic_protocol_options(server_name, idle_timeout_seconds=UPSTREAM_IDLE_SECONDS))
