@@ -239,16 +239,24 @@ def http3_codec(manager: Any) -> Any:
     return manager
 
 
+def caller_identity(identity: UpstreamIdentity, source: str) -> UpstreamIdentity:
+    """Return the one certificate a per-caller cluster presents: `source`'s SVID, or while it has none the
+    node's fallback (plaintext stays plaintext)."""
+    if identity.plaintext:
+        return identity
+    presented = source if source in identity.sources else identity.fallback
+    return UpstreamIdentity(fallback=presented, sds_cluster=identity.sds_cluster)
+
+
 def quic_cluster(
     name: str, *, source: str, identity: UpstreamIdentity, peer: str, trust_domain: str, server_name: str
 ) -> Any:
     """Return the `quic:` cluster `name`: HTTP/3 (HTTP/2 as the fallback) to endpoints presenting `peer`,
     presenting the SVID of `source` (the SPIFFE ID its name's caller runs as) or, while that caller has none, the
     node's fallback, with SNI `server_name`."""
-    presented = source if source in identity.sources else identity.fallback
     cluster = service_cluster(
         name,
-        identity=UpstreamIdentity(fallback=presented, sds_cluster=identity.sds_cluster),
+        identity=caller_identity(identity, source),
         peer=peer,
         trust_domain=trust_domain,
         http=True,

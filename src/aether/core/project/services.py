@@ -42,7 +42,14 @@ from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.endpoints import Locality, load_assignment
 from aether.core.project.gateway_routes import envoy_route_list
 from aether.core.project.names import spiffe_id
-from aether.core.project.quic import quic_cluster, quic_eligible, quic_server_name, quic_target, source_of
+from aether.core.project.quic import (
+    caller_identity,
+    quic_cluster,
+    quic_eligible,
+    quic_server_name,
+    quic_target,
+    source_of,
+)
 from aether.core.project.routes import routed_vhost, service_vhost, vhost_entry
 from aether.core.project.tls import UpstreamIdentity
 from aether.core.snapshot import Resource
@@ -168,9 +175,19 @@ def _vhosts(
 
 
 def _quic_clusters(
-    service: str, http: Sequence[Endpoint], requested: Sequence[str], context: ServiceContext
+    service: str,
+    http: Sequence[Endpoint],
+    requested: Sequence[str],
+    context: ServiceContext,
+    *,
+    http3: bool,
 ) -> list[tuple[str, object, tuple[Endpoint, ...]]]:
-    """Return the `quic:` clusters requested for `service` that it serves: name, cluster, members."""
+    """Return the `quic:` clusters requested for `service` that it serves: name, cluster, members.
+
+    When the service must stay on HTTP/2 (`http3` false: an endpoint behind the waypoint, a plaintext node), a
+    name Envoy still asks for (its route table may lag one push behind) is answered with the caller's own HTTP/2
+    cluster, so that no request fails on a missing cluster while the routes catch up.
+    """
     primaries = sorted({item.port for item in http})
     advertised = {port for item in http for port in (item.port, *item.ports)}
     peer = spiffe_id(service, trust_domain=context.trust_domain)
@@ -184,14 +201,25 @@ def _quic_clusters(
             continue
         port = target if isinstance(target, int) else None
         members = tuple(http) if port is None else tuple(item for item in http if _serves(item, port))
-        message = quic_cluster(
-            name,
-            source=source_of(parsed, trust_domain=context.trust_domain),
-            identity=context.identity,
-            peer=peer,
-            trust_domain=context.trust_domain,
-            server_name=quic_server_name(service, trust_domain=context.trust_domain, port=port),
-        )
+        source = source_of(parsed, trust_domain=context.trust_domain)
+        if http3:
+            message = quic_cluster(
+                name,
+                source=source,
+                identity=context.identity,
+                peer=peer,
+                trust_domain=context.trust_domain,
+                server_name=quic_server_name(service, trust_domain=context.trust_domain, port=port),
+            )
+        else:
+            message = service_cluster(
+                name,
+                identity=caller_identity(context.identity, source),
+                peer=peer,
+                trust_domain=context.trust_domain,
+                http=True,
+                sni="" if port is None else str(port),
+            )
         found.append((name, message, members))
     return found
 
@@ -251,13 +279,12 @@ def project_service(
     names = {item.name for item in clusters}
     http_members = [item for item in members if item.protocol != Protocol.TCP]
     quic = not context.identity.plaintext and quic_eligible(http_members) and bool(vhosts)
-    if quic:
-        for name, message, members_of in _quic_clusters(service, http_members, demand.requested, context):
-            names.add(name)
-            resources.append(Resource.from_message(message, references=(name,)))
-            resources.append(
-                Resource.from_message(load_assignment(name, members_of, locality=context.locality))
-            )
+    for name, message, members_of in _quic_clusters(
+        service, http_members, demand.requested, context, http3=quic
+    ):
+        names.add(name)
+        resources.append(Resource.from_message(message, references=(name,)))
+        resources.append(Resource.from_message(load_assignment(name, members_of, locality=context.locality)))
     for port in udp_ports:
         name = udp_cluster_name(service, mesh_domain=context.mesh_domain, port=port)
         names.add(name)
