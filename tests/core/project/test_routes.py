@@ -72,7 +72,10 @@ def test_an_assembled_route_table_is_the_message_s_own_serialization() -> None:
     vhosts.append(catch_all_vhost(mesh_domain="aether.internal", passthrough=True))
     body = route_configuration_body("cap_http", [vhost_entry(vhost) for vhost in vhosts])
     message = route_pb2.RouteConfiguration(
-        name="cap_http", virtual_hosts=vhosts, validate_clusters=wrappers_pb2.BoolValue(value=False)
+        name="cap_http",
+        virtual_hosts=vhosts,
+        validate_clusters=wrappers_pb2.BoolValue(value=False),
+        request_headers_to_remove=["x-aether-quic-cluster"],
     )
     assert body == message.SerializeToString(deterministic=True)
     assert Resource.from_body(ROUTE_TYPE, name="cap_http", body=body, references=()) == Resource.from_message(
