@@ -50,4 +50,6 @@ def _identity_lines(admin: Path) -> list[str]:
             lines.append(f"identity {pod['pod']}: NOT SERVED ({pod['spiffeId']}) {pod['rejection']}".rstrip())
         elif pod["rejection"]:
             lines.append(f"identity {pod['pod']}: serving the last good SVID; rejected: {pod['rejection']}")
+        if pod["served"] and pod.get("http3"):
+            lines.append(f"identity {pod['pod']}: no HTTP/3: {pod['http3']}")
     return lines

@@ -25,7 +25,7 @@ from aether.core.project.listeners import (
     outbound_listener,
     udp_listener,
 )
-from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE
+from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.udp import UdpDestination
 from aether.core.snapshot import Resource
 from aether.core.state.pods import PodRecord
@@ -38,6 +38,9 @@ class PodContext:
     trust_domain: str
     plaintext: bool
     """True when the node holds no SVID at all: the inbound listener accepts plaintext."""
+    no_http3: frozenset[str] = frozenset()
+    """SPIFFE IDs whose SVID lacks the DNS SANs HTTP/3 needs (`Svid.http3_problem`): their pods get no QUIC
+    inbound, so their callers' QUIC attempts fail at once and Envoy keeps them on HTTP/2."""
 
 
 def project_pod(
@@ -57,6 +60,7 @@ def project_pod(
         return ()
     trust_domain = context.trust_domain
     quic = not context.plaintext
+    serves_http3 = quic and spiffe_id(record.service, trust_domain=trust_domain) not in context.no_http3
     captured: tuple[Resource, ...] = ()
     if record.pod.netns:
         captured = (
@@ -75,6 +79,6 @@ def project_pod(
         Resource.from_message(
             inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext)
         ),
-        *((Resource.from_message(inbound_quic(record, trust_domain=trust_domain)),) if quic else ()),
+        *((Resource.from_message(inbound_quic(record, trust_domain=trust_domain)),) if serves_http3 else ()),
         *(Resource.from_message(app_cluster(record.pod, port)) for port in record.config.ports),
     )
