@@ -14,13 +14,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from typing import Any
+
 import trio
 
+from aether.identity.mint import MintedSvid, TestCA
+from aether.plane.admin_client import fetch_admin
 from tests.integration.test_mesh_e2e import (
     CALLER_CLUSTER,
     CART_IPS,
     CLIENT_ID,
     NAMESPACE,
+    TRUST_DOMAIN,
+    _listeners,
     _stat,
     open_mesh,
     request,
@@ -90,3 +96,28 @@ async def test_a_blocked_udp_18008_falls_back_to_http2_without_failed_requests(t
             with trio.fail_after(30):
                 while not await marked_broken():
                     await trio.sleep(0.05)
+
+
+class _WithoutDnsSans(TestCA):
+    """The mesh's CA (the same root: minting is deterministic) issuing SVIDs without DNS SANs."""
+
+    __test__ = False
+
+    def issue(self, spiffe_id: str, **options: Any) -> MintedSvid:
+        options.setdefault("dns_sans", ())
+        return super().issue(spiffe_id, **options)
+
+
+async def test_a_callee_svid_without_the_dns_sans_keeps_its_callers_on_http2(tmp_path: Path) -> None:
+    """Node-b's cart SVIDs lack the two DNS SANs: they are served (mTLS over TCP), its pods get no QUIC inbound,
+    every request succeeds over HTTP/2, and the agent's `/identity` (what `aether status` prints) says why."""
+    async with open_mesh(tmp_path, cart_ca=_WithoutDnsSans(TRUST_DOMAIN)) as mesh:
+        listeners = _listeners(await mesh.b.envoy.config_dump())
+        assert not any(name.startswith("inbound_quic_cart") for name in listeners)
+        statuses = [(await request()).status for _ in range(5)]
+        assert statuses == [200] * 5
+        assert await _stat(mesh.a.envoy, f"cluster.{CALLER_CLUSTER}.upstream_cx_http2_total") >= 1
+        document = await trio.to_thread.run_sync(fetch_admin, tmp_path / "node-b" / "admin.sock", "/identity")
+        cart = {pod["pod"]: pod for pod in document["pods"]}[f"{NAMESPACE}/cart-1"]
+        assert cart["served"]
+        assert "lacks the DNS SANs 'cart.shop.aether.internal' and '*.cart.shop.aether.internal'" in cart["http3"]
