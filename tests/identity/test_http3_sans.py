@@ -14,7 +14,6 @@ DB = "spiffe://aether.internal/ns/shop/sa/db"
 NOW = 1_700_000_000 * 10**9
 
 
-
 def test_a_minted_svid_carries_both_names_and_passes() -> None:
     svid = svid_from_pem(TestCA("aether.internal").issue(DB).file_content, spiffe_id=DB)
     assert (svid.problem, svid.http3_problem) == ("", "")

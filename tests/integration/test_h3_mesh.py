@@ -13,13 +13,13 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
 from typing import Any
 
 import trio
 
 from aether.identity.mint import MintedSvid, TestCA
 from aether.plane.admin_client import fetch_admin
+from aether.testing.envoy import wait_for
 from tests.integration.test_mesh_e2e import (
     CALLER_CLUSTER,
     CART_IPS,
@@ -93,9 +93,7 @@ async def test_a_blocked_udp_18008_falls_back_to_http2_without_failed_requests(t
                 return await _stat(mesh.a.envoy, f"cluster.{CALLER_CLUSTER}.upstream_http3_broken") >= 1
 
             # Envoy marks HTTP/3 broken once its QUIC attempt gives up (its connect timeout).
-            with trio.fail_after(30):
-                while not await marked_broken():
-                    await trio.sleep(0.05)
+            await wait_for(marked_broken, timeout=30, interval=0.05)
 
 
 class _WithoutDnsSans(TestCA):
@@ -120,4 +118,7 @@ async def test_a_callee_svid_without_the_dns_sans_keeps_its_callers_on_http2(tmp
         document = await trio.to_thread.run_sync(fetch_admin, tmp_path / "node-b" / "admin.sock", "/identity")
         cart = {pod["pod"]: pod for pod in document["pods"]}[f"{NAMESPACE}/cart-1"]
         assert cart["served"]
-        assert "lacks the DNS SANs 'cart.shop.aether.internal' and '*.cart.shop.aether.internal'" in cart["http3"]
+        assert (
+            "lacks the DNS SANs 'cart.shop.aether.internal' and '*.cart.shop.aether.internal'"
+            in cart["http3"]
+        )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from aether.core.events import Event
 from aether.core.mesh_names import ClusterName, parse_cluster_name, quic_cluster_name
 from aether.core.project import project_node
 from aether.core.project.quic import QUIC_CLUSTER_HEADER, quic_dns_sans, quic_dns_sans_of_id, quic_server_name
 from aether.core.snapshot import CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE
+from aether.core.state.state import State
 from aether.testing import (
     AT,
     endpoints_snapshot_received,
@@ -35,33 +37,40 @@ def test_quic_names_take_the_caller_and_the_destination_apart() -> None:
 
 def test_the_two_dns_sans_derive_from_the_spiffe_id_alone() -> None:
     """The SNI of a service's own cluster and, by the wildcard, of each of its ports."""
-    assert quic_dns_sans("shop/db", trust_domain=DOMAIN) == ("db.shop.aether.internal", "*.db.shop.aether.internal")
-    assert quic_dns_sans_of_id("spiffe://aether.internal/ns/shop/sa/db") == quic_dns_sans("shop/db", trust_domain=DOMAIN)
+    assert quic_dns_sans("shop/db", trust_domain=DOMAIN) == (
+        "db.shop.aether.internal",
+        "*.db.shop.aether.internal",
+    )
+    assert quic_dns_sans_of_id("spiffe://aether.internal/ns/shop/sa/db") == quic_dns_sans(
+        "shop/db", trust_domain=DOMAIN
+    )
     assert quic_dns_sans_of_id("spiffe://aether.internal") is None
     assert quic_server_name("shop/db", trust_domain=DOMAIN, port=9090) == "9090.db.shop.aether.internal"
 
 
-def _state(*extra: object, http3_problem: str = "") -> object:
+def _state(*extra: Event, http3_problem: str = "") -> State:
     return fold_events(
-        pod_added(make_pod("web-1", ips=("10.0.0.1",), annotations={"config.aether.io/upstreams": "shop/db"})),
+        pod_added(
+            make_pod("web-1", ips=("10.0.0.1",), annotations={"config.aether.io/upstreams": "shop/db"})
+        ),
         pod_added(make_pod("db-0", namespace="shop", service_account="db", ips=("10.0.0.2",))),
         svid_rotated(make_svid(WEB)),
         svid_rotated(make_svid("spiffe://aether.internal/ns/shop/sa/db", http3_problem=http3_problem)),
         endpoints_snapshot_received(make_endpoint("10.0.0.2", service="shop/db", node_name=NODE)),
-        *extra,  # type: ignore[arg-type]
+        *extra,
     )
 
 
 def test_a_callers_first_request_names_its_own_quic_cluster_which_presents_its_own_svid() -> None:
     """Nothing per caller exists until Envoy asks: then one cluster, one transport socket (no matcher)."""
     name = f"quic:web.default@db.shop.{DOMAIN}"
-    before = project_node(_state(), node_name=NODE, now=AT)  # type: ignore[arg-type]
+    before = project_node(_state(), node_name=NODE, now=AT)
     assert not any(item.startswith("quic:") for item in before.of_type(CLUSTER_TYPE))
     routes = as_dict(messages(before, ROUTE_TYPE)["out_http"])
     db = next(vhost for vhost in routes["virtual_hosts"] if vhost["name"] == f"db.shop.{DOMAIN}")
     assert db["routes"][0]["route"]["cluster_header"] == QUIC_CLUSTER_HEADER
     assert routes["request_headers_to_remove"] == [QUIC_CLUSTER_HEADER]
-    after = project_node(_state(on_demand_cluster_requested(name, at=AT)), node_name=NODE, now=AT)  # type: ignore[arg-type]
+    after = project_node(_state(on_demand_cluster_requested(name, at=AT)), node_name=NODE, now=AT)
     cluster = as_dict(messages(after, CLUSTER_TYPE)[name])
     assert "transport_socket_matches" not in cluster
     socket = cluster["transport_socket"]
@@ -69,18 +78,18 @@ def test_a_callers_first_request_names_its_own_quic_cluster_which_presents_its_o
     tls = socket["typed_config"]["upstream_tls_context"]
     assert tls["sni"] == f"db.shop.{DOMAIN}"
     assert tls["common_tls_context"]["tls_certificate_sds_secret_configs"][0]["name"] == WEB
-    auto = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"][
-        "auto_config"
-    ]
+    auto = cluster["typed_extension_protocol_options"][
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+    ]["auto_config"]
     assert auto["alternate_protocols_cache_options"]["prepopulated_entries"] == [
         {"hostname": f"db.shop.{DOMAIN}", "port": 18008}
     ]
 
 
 def test_every_pod_listens_for_quic_unless_its_svid_lacks_the_dns_sans() -> None:
-    listeners = project_node(_state(), node_name=NODE, now=AT).of_type(LISTENER_TYPE)  # type: ignore[arg-type]
+    listeners = project_node(_state(), node_name=NODE, now=AT).of_type(LISTENER_TYPE)
     assert {"inbound_quic_web-1.default", "inbound_quic_db-0.shop"} <= set(listeners)
-    lacking = project_node(_state(http3_problem="lacks the DNS SANs"), node_name=NODE, now=AT)  # type: ignore[arg-type]
+    lacking = project_node(_state(http3_problem="lacks the DNS SANs"), node_name=NODE, now=AT)
     names = set(lacking.of_type(LISTENER_TYPE))
     assert "inbound_quic_db-0.shop" not in names
     assert {"inbound_quic_web-1.default", "inbound_db-0.shop"} <= names  # still served over TCP

@@ -130,7 +130,9 @@ def quic_header_present() -> Any:
     return route_components_pb2.HeaderMatcher(name=QUIC_CLUSTER_HEADER, present_match=True)
 
 
-def quic_target(parsed: ClusterName, *, primaries: Sequence[int], advertised: Iterable[int]) -> int | None | str:
+def quic_target(
+    parsed: ClusterName, *, primaries: Sequence[int], advertised: Iterable[int]
+) -> int | str | None:
     """Return the port whose endpoints a `quic:` cluster reaches (None: the primary ports), or "" when the Host it
     was named after is not one the service serves."""
     if parsed.port is None or parsed.port in primaries:

@@ -79,7 +79,8 @@ def service_vhost(name: str, *, domains: Iterable[str], cluster: str, quic: bool
     routes = []
     if quic:
         routes = _service_routes(
-            route_components_pb2.RouteAction(cluster_header=QUIC_CLUSTER_HEADER), headers=[quic_header_present()]
+            route_components_pb2.RouteAction(cluster_header=QUIC_CLUSTER_HEADER),
+            headers=[quic_header_present()],
         )
     routes.extend(_service_routes(route_components_pb2.RouteAction(cluster=cluster)))
     return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=routes)

@@ -23,6 +23,7 @@ Service's share reaches the pods it selects, and callers of the service's own na
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -181,7 +182,7 @@ def _quic_clusters(
     context: ServiceContext,
     *,
     http3: bool,
-) -> list[tuple[str, object, tuple[Endpoint, ...]]]:
+) -> list[tuple[str, Any, tuple[Endpoint, ...]]]:
     """Return the `quic:` clusters requested for `service` that it serves: name, cluster, members.
 
     When the service must stay on HTTP/2 (`http3` false: an endpoint behind the waypoint, a plaintext node), a
@@ -295,9 +296,7 @@ def project_service(
     return ServiceProjection(
         resources=tuple(resources),
         vhosts=b"".join(
-            _vhosts(
-                vhosts, routing, fqdn=service_fqdn(service, mesh_domain=context.mesh_domain), quic=quic
-            )
+            _vhosts(vhosts, routing, fqdn=service_fqdn(service, mesh_domain=context.mesh_domain), quic=quic)
         ),
         not_found=tuple(name for name in demand.requested if name not in names),
     )

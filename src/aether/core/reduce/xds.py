@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from aether.core.mesh_names import parse_cluster_name
 from aether.core.events.xds import OnDemandClusterRequested, ResourceAcked, ResourceNacked
+from aether.core.mesh_names import parse_cluster_name
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
 from aether.core.state.feedback import OnDemandRequest, XdsFeedback
