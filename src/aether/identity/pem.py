@@ -74,7 +74,10 @@ def svid_from_pem(content: bytes, *, spiffe_id: str) -> Svid:
         not_after=facts.not_after,
         leaf_spiffe_id=facts.spiffe_id,
         problem=problem or "",
-        http3_problem="" if problem else http3_problem(spiffe_id, facts.dns_names),
+        # Judged only for an SVID that can be served: one of another identity is refused anyway.
+        http3_problem=""
+        if problem or facts.spiffe_id != spiffe_id
+        else http3_problem(spiffe_id, facts.dns_names),
     )
 
 
