@@ -206,7 +206,7 @@ def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: st
     )
     # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4), + 5 x the QUIC inbound with identities
     assert len(snapshot.of_type(LISTENER_TYPE)) == 16 + (5 if identities else 0)
-    assert quic <= set(snapshot.of_type(CLUSTER_TYPE)) or not identities
+    assert quic <= set(snapshot.of_type(CLUSTER_TYPE))
     assert "svc6.team6.aether.internal" not in snapshot.of_type(CLUSTER_TYPE)  # expired
     validate(snapshot, tmp_path)
 
