@@ -200,10 +200,8 @@ def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: st
     snapshot = project_node(state, node_name=node_name, now=AT)
     assert snapshot.consistent() == ()
     quic = {"quic:web.default@svc3.team3.aether.internal", "quic:batch.jobs@svc5.team5.aether.internal:8443"}
-    # A plaintext node has no HTTP/3 (QUIC is TLS): its `quic:` names are answered as not found.
-    assert snapshot.not_found == frozenset(
-        {"ghost.nowhere.aether.internal:80", *(() if identities else quic)}
-    )
+    # A plaintext node has no HTTP/3 (QUIC is TLS): its `quic:` names get the caller's own plaintext HTTP/2 cluster.
+    assert snapshot.not_found == frozenset({"ghost.nowhere.aether.internal:80"})
     # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4), + 5 x the QUIC inbound with identities
     assert len(snapshot.of_type(LISTENER_TYPE)) == 16 + (5 if identities else 0)
     assert quic <= set(snapshot.of_type(CLUSTER_TYPE))
