@@ -403,3 +403,63 @@ def test_a_captured_render_of_the_demo_manifests_passes_envoy_validation(tmp_pat
     listeners = {item["name"] for item in bootstrap["static_resources"]["listeners"]}
     assert {"capture_cart-1.shop", "l4_tcp_cart-1.shop", "inbound_cart-1.shop"} <= listeners
     validate_config(bootstrap, tmp_path, what="the captured render of examples/demo")
+
+
+@needs(ROOT)  # Envoy binds transparent listeners (IP_TRANSPARENT needs CAP_NET_ADMIN)
+async def test_a_callers_quic_cluster_of_an_extra_port_reaches_that_port_over_http3(tmp_path: Path) -> None:
+    """`Host: db...:<extra port>` names the caller's `quic:` cluster of that port: SNI `<port>.db.default.<td>`
+    (covered by the SVID's wildcard DNS SAN) selects the callee's QUIC chain of that port, not the primary's."""
+    ca = TestCA(TRUST_DOMAIN)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind((CALLEE_IP, 0))
+            ports.append(probe.getsockname()[1])
+    primary, extra = ports
+    db = "db.default.aether.internal"
+    state = fold_events(
+        mesh_config_updated(),
+        trust_bundle_rotated(make_trust_bundle(bundle_pem=ca.bundle_pem)),
+        pod_added(make_pod("web-1", ips=(CALLER_IP,), annotations={"config.aether.io/upstreams": "db"})),
+        pod_added(
+            make_pod(
+                "db-0",
+                service_account="db",
+                ips=(CALLEE_IP,),
+                annotations={"endpoint.aether.io/port": str(primary), "endpoint.aether.io/ports": str(extra)},
+            )
+        ),
+        _svid(ca, "default/web"),
+        _svid(ca, "default/db"),
+        endpoints_snapshot_received(
+            make_endpoint(CALLEE_IP, service="default/db", port=primary, ports=(extra,))
+        ),
+        on_demand_cluster_requested(f"quic:web.default@{db}:{extra}", at=AT),
+    )
+    seen: list[int] = []
+
+    def app(port: int) -> Any:
+        async def handle(stream: trio.SocketStream) -> None:
+            async with stream:
+                connection = HttpConnection(stream, client=False, peer="caller's proxy")
+                if await connection.receive_request() is None:
+                    return
+                seen.append(port)
+                await connection.send_response(200, headers=[("connection", "close")], body=b"ok")
+
+        return handle
+
+    async with trio.open_nursery() as nursery:
+        for port in ports:
+            listeners = await trio.open_tcp_listeners(port, host=CALLEE_IP)
+            await nursery.start(trio.serve_listeners, app(port), listeners)
+        async with open_envoy(
+            snapshot_bootstrap(project_node(state, node_name=NODE, now=AT), admin_port=0),
+            work_dir=tmp_path / "envoy",
+        ) as envoy:
+            status, _, _ = await _request(CALLER_IP, 18081, "GET", "/", authority=f"{db}:{extra}")
+            assert (status, seen) == (200, [extra])
+            quic = f"cluster.quic_web.default@{db}:{extra}".replace(":", "_", 1)
+            assert await _stat(envoy, f"{quic}.upstream_cx_http3_total") == 1
+            assert await _stat(envoy, f"{quic}.upstream_http3_broken") == 0
+        nursery.cancel_scope.cancel()
