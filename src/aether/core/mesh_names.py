@@ -85,6 +85,8 @@ def parse_cluster_name(name: str, *, mesh_domain: str) -> ClusterName | None:
         ):
             return None
         protocol, source = "quic", f"{caller_namespace}/{caller_account}"
+        # The destination half is the request's Host, which matched its virtual host without regard to case.
+        name = name.lower()
     host, colon, port_text = name.partition(":")
     rest = host.removesuffix(f".{mesh_domain}")
     account, dot, namespace = rest.rpartition(".")

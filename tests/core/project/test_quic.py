@@ -31,6 +31,10 @@ def test_quic_names_take_the_caller_and_the_destination_apart() -> None:
     assert parse_cluster_name(name, mesh_domain=DOMAIN) == ClusterName(
         service="shop/db", protocol="quic", port=9090, source="default/web"
     )
+    # The destination half is a Host header, matched without regard to case by its virtual host.
+    assert parse_cluster_name("quic:web.default@DB.Shop.aether.internal", mesh_domain=DOMAIN) == ClusterName(
+        service="shop/db", protocol="quic", port=None, source="default/web"
+    )
     for bad in ("quic:web@db.shop.aether.internal", "quic:db.shop.aether.internal", "quic:Web.x@db.shop.x"):
         assert parse_cluster_name(bad, mesh_domain=DOMAIN) is None
 
@@ -93,3 +97,10 @@ def test_every_pod_listens_for_quic_unless_its_svid_lacks_the_dns_sans() -> None
     names = set(lacking.of_type(LISTENER_TYPE))
     assert "inbound_quic_db-0.shop" not in names
     assert {"inbound_quic_web-1.default", "inbound_db-0.shop"} <= names  # still served over TCP
+
+
+def test_a_mixed_case_host_still_gets_its_quic_cluster_under_the_exact_name_asked() -> None:
+    name = "quic:web.default@DB.Shop.aether.internal"
+    snapshot = project_node(_state(on_demand_cluster_requested(name, at=AT)), node_name=NODE, now=AT)
+    assert name in snapshot.of_type(CLUSTER_TYPE)
+    assert snapshot.not_found == frozenset()
