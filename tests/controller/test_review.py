@@ -20,6 +20,7 @@ import yaml
 from aether.controller import (
     IDENTITY_READY_CONTAINER,
     ROUTE_KINDS_VALIDATED,
+    IdentityCheck,
     PodMutation,
     answer_review,
     config_verdict,
@@ -207,21 +208,49 @@ def test_the_pod_patch_meshes_the_pod_and_is_idempotent() -> None:
     ready = patched["spec"]["initContainers"][0]
     assert ready["image"] == MUTATION.image
     assert ready["command"][-1] == "identity-ready"
-    # It reaches the node agent's admin socket (the hostPath of /run/aether, read-only, in the agent's group) and
-    # names its pod from the Downward API, as `aether identity-ready` reads them.
-    assert ready["args"] == ["--admin=/run/aether/admin.sock"]
+    # By default it checks the pod's own mesh inbound: its pod, service account and IP from the Downward API, as
+    # `aether identity-ready --inbound` reads them, and no volume (Pod Security "baseline" refuses hostPath).
+    assert ready["args"] == ["--inbound"]
     assert {item["name"]: item["valueFrom"]["fieldRef"]["fieldPath"] for item in ready["env"]} == {
         "POD_NAMESPACE": "metadata.namespace",
         "POD_NAME": "metadata.name",
+        "POD_SERVICE_ACCOUNT": "spec.serviceAccountName",
+        "POD_IP": "status.podIP",
     }
+    assert "volumeMounts" not in ready
+    assert "volumes" not in patched["spec"]
+    assert _restricted(ready["securityContext"])
+    assert pod_verdict(patched, namespace="shop", mutation=MUTATION).patch == ()
+
+
+def _restricted(context: dict[str, Any]) -> bool:
+    """What the Pod Security "restricted" level asks of a container."""
+    return (
+        context["allowPrivilegeEscalation"] is False
+        and context["capabilities"] == {"drop": ["ALL"]}
+        and context["runAsNonRoot"] is True
+        and context["seccompProfile"] == {"type": "RuntimeDefault"}
+    )
+
+
+def test_the_admin_socket_check_mounts_the_agents_run_directory() -> None:
+    """`IdentityCheck.ADMIN_SOCKET`: the init container asks the node agent's admin socket, through the hostPath
+    of /run/aether (read-only) in the agent's group; the patched pod patches to nothing."""
+    mutation = PodMutation(image=MUTATION.image, identity_check=IdentityCheck.ADMIN_SOCKET)
+    pod = _pod(volumes=[{"name": "data", "emptyDir": {}}])
+    patched = jsonpatch.apply_patch(pod, list(pod_verdict(pod, namespace="shop", mutation=mutation).patch))
+    ready = patched["spec"]["initContainers"][0]
+    assert ready["args"] == ["--admin=/run/aether/admin.sock"]
+    assert [item["name"] for item in ready["env"]] == ["POD_NAMESPACE", "POD_NAME"]
     assert ready["volumeMounts"] == [
         {"name": "aether-agent-run", "mountPath": "/run/aether", "readOnly": True}
     ]
     assert (ready["securityContext"]["runAsGroup"], ready["securityContext"]["runAsNonRoot"]) == (10001, True)
     assert patched["spec"]["volumes"] == [
-        {"name": "aether-agent-run", "hostPath": {"path": "/run/aether", "type": "Directory"}}
+        {"name": "data", "emptyDir": {}},
+        {"name": "aether-agent-run", "hostPath": {"path": "/run/aether", "type": "Directory"}},
     ]
-    assert pod_verdict(patched, namespace="shop", mutation=MUTATION).patch == ()
+    assert pod_verdict(patched, namespace="shop", mutation=mutation).patch == ()
 
 
 def test_ndots_follows_the_mesh_domain_and_replaces_a_different_value() -> None:

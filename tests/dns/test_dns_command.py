@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import socket
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +56,23 @@ def test_refuses_to_start_without_host_ip_or_listen(
     arguments = parser().parse_args(["mesh-dns", "--records", "r.json"])
     assert arguments.run(arguments) == 2
     assert capsys.readouterr().err == "aether: error: mesh-dns needs --listen HOST:PORT or $HOST_IP set\n"
+
+
+def test_a_taken_port_is_refused_with_the_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another server on the port: exit status 1 and one line naming the address, no traceback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        arguments = parser().parse_args(
+            [
+                "mesh-dns",
+                "--records",
+                str(tmp_path / "records.json"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--upstream",
+                "127.0.0.1:9",
+            ]
+        )
+        assert arguments.run(arguments) == 1
+    assert capsys.readouterr().err.startswith(f"aether: error: mesh-dns cannot listen on 127.0.0.1:{port}: ")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 import trio
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli import identity_ready_command
@@ -21,7 +22,7 @@ from aether.core.events import PodAdded, PodRemoved
 from aether.core.state import RejectionReason, State
 from aether.identity.broker import BrokerClient, process_in_netns
 from aether.identity.mint import MintedSvid, TestCA
-from aether.identity.status import IDENTITY_DOCUMENT
+from aether.identity.status import IDENTITY_DOCUMENT, identity_document
 from aether.identity.workload_api import WorkloadIdentity, endpoint_socket_from_env, serve_workload_api
 from aether.plane.journal import Journal, open_journal
 from aether.registrar import serve_registrar
@@ -86,10 +87,17 @@ class Rig:
 
 @asynccontextmanager
 async def rig(
-    tmp_path: Path, *, references: frozenset[str] = frozenset({"kubernetes", "pid"}), broker_up: bool = True
+    tmp_path: Path,
+    *,
+    references: frozenset[str] = frozenset({"kubernetes", "pid"}),
+    broker_up: bool = True,
+    ca: TestCA | None = None,
+    workload: FakeWorkloadApi | None = None,
 ) -> AsyncIterator[Rig]:
-    ca = TestCA(TD)
-    workload = FakeWorkloadApi(ca, svids=[ca.issue(AGENT_ID)])
+    """The fakes (a broker of `ca`, default a new one; `workload` default: the agent's SVID of `ca`), a journal,
+    the Workload API client and the broker client, running."""
+    ca = TestCA(TD) if ca is None else ca
+    workload = FakeWorkloadApi(ca, svids=[ca.issue(AGENT_ID)]) if workload is None else workload
     broker = FakeBroker(ca, directory=tmp_path / "broker", references=references)
     workload_socket, broker_socket = tmp_path / "workload.sock", tmp_path / "broker.sock"
     async with open_journal(tmp_path / "log") as journal, trio.open_nursery() as nursery:
@@ -160,6 +168,74 @@ async def test_a_pods_svid_is_brokered_by_kubernetes_reference_rotated_and_dropp
         with trio.fail_after(SECONDS):
             await r.broker.open_streams.wait_value(lambda n: n == 0)
         assert WEB_ID not in r.journal.state.identity.svids
+
+
+async def test_the_brokers_per_pod_bundles_are_judged_by_the_nodes_and_their_disagreement_reported(
+    tmp_path: Path,
+) -> None:
+    """The broker sends web-1's SVID with a bundle holding a second root the node's bundle lacks, and a federated
+    bundle: the SVID (of the node's root) is served, the disagreement and the federation are reported per pod
+    (`/identity`), an SVID of the second root is refused (peers would refuse it: the node's bundle is what they
+    verify with), and once the node's Workload API has both bundles the disagreement is gone and that SVID is served."""
+    second_root = TestCA(TD, key=ec.generate_private_key(ec.SECP256R1()))
+    partner = TestCA("partner.example")
+    async with rig(tmp_path) as r:
+        pod_bundles = {
+            "bundle_pem": r.ca.bundle_pem + second_root.bundle_pem,
+            "federated": {"spiffe://partner.example": partner.bundle_pem},
+        }
+        first = r.ca.issue(WEB_ID)
+        r.broker.set_svids("default/web-1", [first], **pod_bundles)  # type: ignore[arg-type]
+        await r.add_pod("web-1")
+        await until(r.journal, lambda s: WEB_ID in s.identity.svids)
+        (web,) = r.client.pods()
+        assert web.federated == ("partner.example",)
+        assert "holds 1 CA(s) the node's (Workload API) bundle lacks" in web.bundle_disagreement
+        assert "federates with ['partner.example'], whose bundles the node does not hold" in (
+            web.bundle_disagreement
+        )
+        document = identity_document(r.journal.state, now=time.time_ns(), broker=r.client.pods())
+        assert document["pods"][0]["broker"]["bundleDisagreement"] == web.bundle_disagreement
+        r.broker.set_svids("default/web-1", [second_root.issue(WEB_ID)], **pod_bundles)  # type: ignore[arg-type]
+        state = await until(r.journal, lambda s: f"svid/{WEB_ID}" in s.diagnostics.rejections)
+        assert (
+            "does not lead to a CA of the trust bundle"
+            in state.diagnostics.rejections[f"svid/{WEB_ID}"].message
+        )
+        assert state.identity.svids[WEB_ID].cert_chain_pem == first.cert_chain_pem
+        r.workload.set_bundles(
+            {
+                f"spiffe://{TD}": r.ca.bundle_pem + second_root.bundle_pem,
+                "spiffe://partner.example": partner.bundle_pem,
+            }
+        )
+
+        async def agreed() -> bool:
+            return r.client.pods()[0].bundle_disagreement == ""
+
+        await wait_for(agreed, timeout=SECONDS)
+        # The SVID refused for want of its CA is judged again with the node's new bundle, and served.
+        await until(r.journal, lambda s: s.identity.svids[WEB_ID].cert_chain_pem != first.cert_chain_pem)
+
+
+async def test_the_broker_connection_is_redialled_when_the_bundle_drops_the_brokers_ca(
+    tmp_path: Path,
+) -> None:
+    """The broker's certificate is of a root the node's bundle then drops: the open connection (verified with that
+    root) is redialled at once with the new bundle, and fails its handshake; the SVID sent stays served."""
+    old_root, new_root = TestCA(TD), TestCA(TD, key=ec.generate_private_key(ec.SECP256R1()))
+    workload = FakeWorkloadApi(new_root, svids=[old_root.issue(AGENT_ID)])
+    workload.set_bundles({f"spiffe://{TD}": new_root.bundle_pem + old_root.bundle_pem})
+    async with rig(tmp_path, ca=old_root, workload=workload) as r:
+        r.broker.set_svids("default/web-1", [old_root.issue(WEB_ID)])
+        await r.add_pod("web-1")
+        await until(r.journal, lambda s: WEB_ID in s.identity.svids)
+        failures, connects = r.client.statistics().failures, r.client.statistics().connects
+        workload.set_bundles({f"spiffe://{TD}": new_root.bundle_pem})
+        await counted(lambda: r.client.statistics().failures, failures + 1)
+        assert r.client.statistics().connects == connects, "no connection trusts the dropped root any more"
+        assert "CERTIFICATE_VERIFY_FAILED" in r.client.statistics().last_error
+        assert WEB_ID in r.journal.state.identity.svids
 
 
 async def test_a_server_without_kubernetes_references_is_asked_by_pid(tmp_path: Path) -> None:
@@ -288,43 +364,59 @@ async def test_a_broker_endpoint_of_another_identity_is_refused(tmp_path: Path) 
         nursery.cancel_scope.cancel()
 
 
+async def start_spiffe_agent_and_registrar(
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    *,
+    workload: FakeWorkloadApi,
+    registrar_ca: TestCA,
+    clients_ca: TestCA,
+) -> RunningAgent:
+    """Start `workload` (the agent's Workload API), a registrar over mTLS (its certificate of `registrar_ca`,
+    trusting clients of `clients_ca`, authorizing by SPIFFE ID) and an agent of node-a with `registrar_spiffe`."""
+    registrar = registrar_ca.issue(f"spiffe://{TD}/ns/aether-system/sa/aether-registrar")
+    for name, content in (
+        ("registrar.pem", registrar.cert_chain_pem),
+        ("registrar.key", registrar.private_key_pem),
+        ("bundle.pem", clients_ca.bundle_pem),
+    ):
+        (tmp_path / name).write_bytes(content)
+    await nursery.start(workload.serve, tmp_path / "workload.sock")
+    address = await nursery.start(
+        functools.partial(
+            serve_registrar,
+            backend=MemoryBackend(),
+            listen=ListenAddress.tcp(host="127.0.0.1", port=0),
+            tls=server_tls_context(
+                certificate=tmp_path / "registrar.pem",
+                key=tmp_path / "registrar.key",
+                bundle=tmp_path / "bundle.pem",
+            ),
+            trust_domain=TD,
+        )
+    )
+    config = AgentConfig(
+        node_name="node-a",
+        log_dir=tmp_path / "log",
+        xds=ListenAddress.unix(tmp_path / "xds.sock"),
+        admin_socket=tmp_path / "admin.sock",
+        registrar=address,
+        spiffe_workload_socket=tmp_path / "workload.sock",
+        registrar_spiffe=True,
+    )
+    agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
+    return agent
+
+
 async def test_the_agent_presents_its_workload_api_svid_to_the_registrar(tmp_path: Path) -> None:
     """`registrar_spiffe`: the agent's mTLS identity towards a registrar that authorizes by it comes from the
     Workload API (no certificate files), and its pod is registered and watched back over that connection."""
     ca = TestCA(TD)
-    registrar = ca.issue(f"spiffe://{TD}/ns/aether-system/sa/aether-registrar")
-    for name, content in (
-        ("registrar.pem", registrar.cert_chain_pem),
-        ("registrar.key", registrar.private_key_pem),
-        ("bundle.pem", ca.bundle_pem),
-    ):
-        (tmp_path / name).write_bytes(content)
     workload = FakeWorkloadApi(ca, svids=[ca.issue(agent_spiffe_id("node-a", trust_domain=TD))])
     async with trio.open_nursery() as nursery:
-        await nursery.start(workload.serve, tmp_path / "workload.sock")
-        address = await nursery.start(
-            functools.partial(
-                serve_registrar,
-                backend=MemoryBackend(),
-                listen=ListenAddress.tcp(host="127.0.0.1", port=0),
-                tls=server_tls_context(
-                    certificate=tmp_path / "registrar.pem",
-                    key=tmp_path / "registrar.key",
-                    bundle=tmp_path / "bundle.pem",
-                ),
-                trust_domain=TD,
-            )
+        agent = await start_spiffe_agent_and_registrar(
+            tmp_path, nursery, workload=workload, registrar_ca=ca, clients_ca=ca
         )
-        config = AgentConfig(
-            node_name="node-a",
-            log_dir=tmp_path / "log",
-            xds=ListenAddress.unix(tmp_path / "xds.sock"),
-            admin_socket=tmp_path / "admin.sock",
-            registrar=address,
-            spiffe_workload_socket=tmp_path / "workload.sock",
-            registrar_spiffe=True,
-        )
-        agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
         web = make_pod(
             "web-1", namespace="shop", service_account="web", ips=("127.0.10.1",), node_name="node-a"
         )

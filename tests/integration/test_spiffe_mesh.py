@@ -164,7 +164,7 @@ async def _answered() -> bool:
     return (await request()).status == 200
 
 
-async def _served_chain(envoy: Envoy, name: str = CART_ID) -> str:
+async def served_chain(envoy: Envoy, name: str = CART_ID) -> str:
     secret = _secrets(await envoy.config_dump()).get(name, {})
     chain: str = (
         secret.get("secret", {})
@@ -216,7 +216,7 @@ async def test_broker_issued_identities_carry_mtls_between_two_envoys(
 
 async def test_a_rotation_by_the_broker_reaches_envoy_without_a_failed_request(tmp_path: Path) -> None:
     async with open_mesh(tmp_path) as mesh:
-        old_chain = await _served_chain(mesh.b.envoy)
+        old_chain = await served_chain(mesh.b.envoy)
         assert old_chain
         statuses: list[int] = []
         stop = trio.Event()
@@ -237,7 +237,7 @@ async def test_a_rotation_by_the_broker_reaches_envoy_without_a_failed_request(t
             mesh.a.broker.set_svids(f"{NAMESPACE}/client-1", [mesh.ca.issue(CLIENT_ID)])
 
             async def rotated() -> bool:
-                return await _served_chain(mesh.b.envoy) not in ("", old_chain)
+                return await served_chain(mesh.b.envoy) not in ("", old_chain)
 
             await wait_for(rotated, timeout=CONVERGE, interval=0.05)
             await wait_for(functools.partial(at_least, len(statuses) + 10), timeout=CONVERGE)
@@ -249,7 +249,7 @@ async def test_a_refused_svid_leaves_the_last_good_one_served_and_a_revoked_one_
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with open_mesh(tmp_path) as mesh:
-        good_chain = await _served_chain(mesh.b.envoy)
+        good_chain = await served_chain(mesh.b.envoy)
         now = time.time_ns()
         expired = mesh.ca.issue(CART_ID, not_before=now - 2 * HOUR, not_after=now - HOUR)
         mesh.b.broker.set_svids(f"{NAMESPACE}/cart-1", [expired])
@@ -258,7 +258,7 @@ async def test_a_refused_svid_leaves_the_last_good_one_served_and_a_revoked_one_
             return "expired" in (await _identity(mesh.b))[f"{NAMESPACE}/cart-1"]["rejection"]
 
         await wait_for(refused, timeout=CONVERGE, interval=0.05)
-        assert await _served_chain(mesh.b.envoy) == good_chain
+        assert await served_chain(mesh.b.envoy) == good_chain
         assert (await request()).status == 200
         capsys.readouterr()
         assert await trio.to_thread.run_sync(main, ["status", "--admin", str(mesh.b.admin_socket)]) == 0
@@ -273,10 +273,13 @@ async def test_a_refused_svid_leaves_the_last_good_one_served_and_a_revoked_one_
         assert not (await _identity(mesh.b))[f"{NAMESPACE}/cart-1"]["served"]
 
 
-async def test_the_broker_down_at_start_and_mid_stream(tmp_path: Path) -> None:
-    """node-b's broker is down when its agent starts: the agent retries with backoff and serves the SVIDs once the
-    broker is up; when it goes down again, Envoy keeps serving the last good SVIDs and traffic flows; a rotation
-    made while it was down arrives when it is back."""
+async def test_the_broker_down_at_start_and_mid_stream(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """node-b's broker is down when its agent starts: the agent retries with backoff, `aether identity-ready
+    --inbound` says no SVID is served yet, and the SVIDs are served once the broker is up; when it goes down again,
+    Envoy keeps serving the last good SVIDs and traffic flows; a rotation made while it was down arrives when it
+    is back."""
     async with open_mesh(tmp_path, b_broker_up=False) as mesh:
         broker = mesh.b.agent.broker
         assert broker is not None
@@ -286,10 +289,16 @@ async def test_the_broker_down_at_start_and_mid_stream(tmp_path: Path) -> None:
 
         await wait_for(retried, timeout=CONVERGE, interval=0.01)
         assert CART_ID not in _snapshot_secrets(mesh.b)
+        inbound = f"{CART_IPS['cart-1']}:18008"
+        ready = ["identity-ready", "--inbound", inbound, "--namespace", NAMESPACE, "--pod", "cart-1"]
+        ready += ["--service-account", "cart"]
+        assert await trio.to_thread.run_sync(main, [*ready, "--timeout", "0.2"]) == 1
+        assert "identity not ready after 0.2 s" in capsys.readouterr().err
         await mesh.nursery.start(mesh.b.broker.serve, mesh.b.broker_socket)
+        assert await trio.to_thread.run_sync(main, [*ready, "--timeout", str(CONVERGE)]) == 0
         await wait_for(functools.partial(_converged, mesh), timeout=CONVERGE, interval=0.05)
         await wait_for(_answered, timeout=CONVERGE, interval=0.05)
-        served = await _served_chain(mesh.b.envoy)
+        served = await served_chain(mesh.b.envoy)
         failures = broker.statistics().failures
         await mesh.b.broker.stop()
 
@@ -297,14 +306,57 @@ async def test_the_broker_down_at_start_and_mid_stream(tmp_path: Path) -> None:
             return broker.statistics().failures > failures + 1
 
         await wait_for(noticed, timeout=CONVERGE, interval=0.01)
-        assert await _served_chain(mesh.b.envoy) == served
+        assert await served_chain(mesh.b.envoy) == served
         assert [(await request()).status for _ in range(3)] == [200, 200, 200]
         for name in CART_IPS:
             mesh.b.broker.set_svids(f"{NAMESPACE}/{name}", [mesh.ca.issue(CART_ID)])
         await mesh.nursery.start(mesh.b.broker.serve, mesh.b.broker_socket)
 
         async def rotated() -> bool:
-            return await _served_chain(mesh.b.envoy) not in ("", served)
+            return await served_chain(mesh.b.envoy) not in ("", served)
 
         await wait_for(rotated, timeout=CONVERGE, interval=0.05)
         assert (await request()).status == 200
+
+
+async def test_identity_ready_checks_the_svid_the_pods_own_inbound_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`aether identity-ready --inbound`: no admin socket; a TLS handshake with the pod's mesh inbound (node-b's
+    real Envoy) must show the pod's SVID, verified against the bundle when one is given. The wrong service
+    account, a bundle of another CA and a port nothing serves are each refused with the reason."""
+    async with open_mesh(tmp_path) as mesh:
+        bundle, foreign = tmp_path / "bundle.pem", tmp_path / "foreign.pem"
+        bundle.write_bytes(mesh.ca.bundle_pem)
+        foreign.write_bytes(TestCA("elsewhere.example").bundle_pem)
+        inbound = f"{CART_IPS['cart-1']}:18008"
+        ready = ["identity-ready", "--inbound", inbound, "--namespace", NAMESPACE, "--pod", "cart-1"]
+
+        async def run(*arguments: str) -> int:
+            code: int = await trio.to_thread.run_sync(main, [*ready, *arguments])
+            return code
+
+        assert await run("--service-account", "cart", "--timeout", "5") == 0
+        assert (
+            await run("--service-account", "cart", "--trust-domain", TRUST_DOMAIN, "--bundle", str(bundle))
+            == 0
+        )
+        assert "pod shop/cart-1: SVID served" in capsys.readouterr().out
+        assert await run("--service-account", "client", "--timeout", "0.2") == 1
+        assert (
+            f"names '{CART_ID}', not 'spiffe://<trust domain>/ns/shop/sa/client'" in capsys.readouterr().err
+        )
+        assert await run("--service-account", "cart", "--bundle", str(foreign), "--timeout", "0.2") == 1
+        assert "does not verify against the trust bundle" in capsys.readouterr().err
+        assert (
+            await run("--service-account", "cart", "--trust-domain", "other.example", "--timeout", "0.2") == 1
+        )
+        assert "not 'spiffe://other.example/ns/shop/sa/cart'" in capsys.readouterr().err
+        unused = ["identity-ready", "--inbound", f"{CART_IPS['cart-1']}:1", "--namespace", NAMESPACE]
+        assert (
+            await trio.to_thread.run_sync(
+                main, [*unused, "--pod", "cart-1", "--service-account", "cart", "--timeout", "0.2"]
+            )
+            == 1
+        )
+        assert "cannot connect to" in capsys.readouterr().err

@@ -224,6 +224,27 @@ async def test_refilter_restarts_the_watch_with_a_full_resync_under_the_new_filt
             assert client.statistics().resyncs == 2
 
 
+async def test_reconnect_dials_again_and_resumes_without_a_resync() -> None:
+    """`reconnect()` (the TLS trust narrowed): a new connection at once, resuming at the version held: only the
+    completion arrives, no second snapshot."""
+    async with _registrar(MemoryBackend()) as registrar:
+        await _register(registrar.address, endpoint("10.0.0.1"))
+        async with _client(registrar.address) as (client, receive):
+            await _take(receive, 2)
+            client.reconnect()
+            assert await _take(receive, 1) == [
+                EndpointsSnapshotCompleted(observed_at=NOW, source="registrar", version="1")
+            ]
+            await trio.testing.wait_all_tasks_blocked()
+            statistics = client.statistics()
+            assert (statistics.connects, statistics.resyncs, statistics.resumes, statistics.failures) == (
+                2,
+                1,
+                1,
+                0,
+            )
+
+
 async def test_after_a_registrar_restart_the_client_resumes_with_only_the_missed_changes() -> None:
     """Same backend, same port: no second snapshot, only what changed while it was down, then the completion."""
     backend = MemoryBackend()

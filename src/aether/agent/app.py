@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -26,8 +27,8 @@ from aether.core.project.node import NodeProjector
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
 from aether.identity.broker import BrokerClient
+from aether.identity.renewal import RenewingContext, serve_context_renewal
 from aether.identity.status import IDENTITY_DOCUMENT, identity_document
-from aether.identity.tls import client_context, keep_context_current
 from aether.identity.workload_api import WorkloadIdentity, serve_workload_api
 from aether.kube import KubeClient
 from aether.kube.mesh_config_file import serve_mesh_config_file
@@ -88,7 +89,8 @@ class AgentConfig:
     (`aether.identity.workload_api`); without a broker, the SVIDs it streams are the pods' too."""
     registrar_spiffe: bool = False
     """mTLS to the registrar with the Workload API's SVID (needs `spiffe_workload_socket`; `registrar_tls` unset):
-    it is loaded into the context again whenever it rotates, for every later connection."""
+    each rotation of the SVID or the bundle builds a fresh context for every later connection, and a bundle that
+    drops a CA makes the open registrar connections redial (`aether.identity.renewal`)."""
     spiffe_broker_socket: Path | None = None
     """Broker every pod's SVID from the SPIFFE Broker API at this Unix socket (`aether.identity.broker`), over
     mTLS with the agent's own SVID: needs `spiffe_workload_socket`."""
@@ -158,11 +160,25 @@ async def serve_agent(
         await _record_capture(journal, node_name=config.node_name, captured=config.cni_socket is not None)
         workload_identity, broker = await _start_spiffe(config, journal, nursery)
         registrar_tls = config.registrar_tls
+        reconnects: list[Callable[[], None]] = []
+        """What must redial when the registrar TLS context's bundle drops a CA."""
+
+        def reconnect_all() -> None:
+            for reconnect in reconnects:
+                reconnect()
+
         if config.registrar_spiffe:
             if workload_identity is None:
                 raise ValueError("registrar_spiffe needs the Workload API socket (the agent's own SVID)")
-            registrar_tls = client_context()
-            nursery.start_soon(keep_context_current, workload_identity, registrar_tls)
+            registrar_tls = RenewingContext()
+            nursery.start_soon(
+                functools.partial(
+                    serve_context_renewal,
+                    workload_identity,
+                    registrar_tls,
+                    on_narrowed=reconnect_all,
+                )
+            )
         registrations: Registrations | None = None
         if config.registrar is not None:
             client = await nursery.start(
@@ -177,6 +193,7 @@ async def serve_agent(
                 )
             )
             scope.attach(client)
+            reconnects.append(client.reconnect)
             registrations = await nursery.start(
                 functools.partial(
                     serve_registrations,
@@ -187,6 +204,7 @@ async def serve_agent(
                 )
             )
             journal.subscribe(registrations.update)
+            reconnects.append(registrations.reconnect)
         if config.dns_records is not None:
             await nursery.start(functools.partial(serve_mesh_records, config.dns_records, journal=journal))
         cni: CniServer | None = None

@@ -87,6 +87,8 @@ class Registrations:
         self._registered: dict[EndpointKey, Endpoint] = {}
         self._calls = 0
         self._failures = 0
+        self._restart = trio.CancelScope()
+        """The current session's scope: `reconnect` cancels it."""
 
     def update(self, state: State, now: int = 0) -> None:
         """Take the intents of `state` (a journal subscriber: `now` is unused).
@@ -116,23 +118,29 @@ class Registrations:
             failures=self._failures,
         )
 
+    def reconnect(self) -> None:
+        """Drop the connection and dial again at once (the TLS context's trust changed: the open connection was
+        verified with the old one); the new session reconciles from a fresh listing, as every session does."""
+        self._restart.cancel()
+
     async def serve(self) -> None:
         """Reconcile until cancelled, reconnecting after failures."""
         failures = 0
         while True:
-            try:
-                await self._session()
-            except CONNECTION_ERRORS as exc:
-                failures += 1
-                self._failures += 1
-                delay = self._backoff.delay(failures, rng=self._rng)
-                LOG.warning(
-                    "registration with the registrar at %s failed (%s); retrying in %.1f s",
-                    self._target,
-                    exc,
-                    delay,
-                )
-                await trio.sleep(delay)
+            with trio.CancelScope() as self._restart:
+                try:
+                    await self._session()
+                except CONNECTION_ERRORS as exc:
+                    failures += 1
+                    self._failures += 1
+                    delay = self._backoff.delay(failures, rng=self._rng)
+                    LOG.warning(
+                        "registration with the registrar at %s failed (%s); retrying in %.1f s",
+                        self._target,
+                        exc,
+                        delay,
+                    )
+                    await trio.sleep(delay)
 
     async def _session(self) -> None:
         """One connection: drop what the registrar holds for this node beyond the intents, then follow them."""

@@ -18,6 +18,7 @@ from aether.cli.common import (
     add_serving_arguments,
     add_verbose_argument,
     configure_logging,
+    run_until_stopped,
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.registrar_options import add_registrar_watch_arguments, registrar_tls_context
@@ -119,7 +120,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
     owned: list[BaseException] = []
     try:
         with running_telemetry(arguments, role="agent"):
-            trio.run(main)
+            run_until_stopped(main)
     except* LogLockedError as group:
         owned.extend(leaves(group))
     except* KeyboardInterrupt:

@@ -4,7 +4,6 @@ project the MeshConfigs; serve the admission webhooks on every replica."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import trio
 
 from aether.cli.commands import summary
-from aether.cli.common import add_verbose_argument, configure_logging
+from aether.cli.common import add_verbose_argument, configure_logging, run_until_stopped
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.controller import (
@@ -23,6 +22,7 @@ from aether.controller import (
     SERVING_SECRET,
     ControllerConfig,
     ElectionTiming,
+    IdentityCheck,
     LeaseName,
     WebhookOptions,
     serve_controller,
@@ -109,6 +109,14 @@ def _add_webhook_arguments(parser: Any) -> None:
         help="this replica's namespace (default aether-system)",
     )
     webhooks.add_argument(
+        "--identity-check",
+        choices=[check.value for check in IdentityCheck],
+        default=IdentityCheck.INBOUND.value,
+        help="how the aether-identity-ready init container checks the pod's SVID: inbound (a TLS handshake with "
+        "the pod's own mesh inbound; no volume, admitted by Pod Security baseline) or admin-socket (the node "
+        "agent's admin socket through a hostPath volume of /run/aether); default inbound",
+    )
+    webhooks.add_argument(
         "--mesh-domain",
         default="aether.internal",
         help="the mesh domain mutated pods get DNS ndots for (default aether.internal)",
@@ -133,6 +141,7 @@ def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
         pod_namespace=arguments.pod_namespace,
         pod_name=arguments.pod_name,
         mesh_domain=arguments.mesh_domain,
+        identity_check=IdentityCheck(arguments.identity_check),
     )
 
 
@@ -189,6 +198,9 @@ def run_controller(arguments: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    with contextlib.suppress(KeyboardInterrupt), running_telemetry(arguments, role="controller"):
-        trio.run(main)
+    try:
+        with running_telemetry(arguments, role="controller"):
+            run_until_stopped(main)
+    except* KeyboardInterrupt:  # bare, or inside the nurseries' exception group
+        pass
     return 0

@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from aether.cli.commands import summary
-from aether.cli.common import add_verbose_argument, configure_logging
+from aether.cli.common import add_verbose_argument, configure_logging, run_until_stopped
 from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.dns import (
     HostPort,
@@ -21,6 +21,7 @@ from aether.dns import (
     serve_mesh_dns,
     upstreams_from_resolv_conf,
 )
+from aether.sync import leaves
 
 DEFAULT_DNS_PORT = 18054
 """The port `--listen` defaults to on `$HOST_IP`: unprivileged, so the server needs no CAP_NET_BIND_SERVICE."""
@@ -98,12 +99,16 @@ def run_mesh_dns(arguments: argparse.Namespace) -> int:
                 flush=True,
             )
 
+    failed: list[OSError] = []
     try:
         with running_telemetry(arguments, role="mesh-dns"):
-            trio.run(main)
-    except KeyboardInterrupt:
-        return 0
-    except OSError as exc:
-        print(f"aether: error: mesh-dns cannot listen on {listen}: {exc.strerror or exc}", file=sys.stderr)
+            run_until_stopped(main)
+    except* KeyboardInterrupt:  # bare, or inside the nurseries' exception group
+        pass
+    except* OSError as group:
+        failed.extend(error for error in leaves(group) if isinstance(error, OSError))
+    if failed:
+        reason = failed[0].strerror or failed[0]
+        print(f"aether: error: mesh-dns cannot listen on {listen}: {reason}", file=sys.stderr)
         return 1
     return 0

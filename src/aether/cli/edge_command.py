@@ -17,6 +17,7 @@ from aether.cli.common import (
     add_serving_arguments,
     add_verbose_argument,
     configure_logging,
+    run_until_stopped,
 )
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.registrar_options import add_registrar_watch_arguments, registrar_tls_context
@@ -144,7 +145,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
     owned: list[BaseException] = []
     try:
         with running_telemetry(arguments, role="edge"):
-            trio.run(main)
+            run_until_stopped(main)
     except* ManifestError as group:
         unreadable.extend(leaves(group))
     except* LogLockedError as group:

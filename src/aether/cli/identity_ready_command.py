@@ -1,18 +1,29 @@
 """`aether identity-ready`: the check the controller's injected init container runs; it holds the pod's
-application containers until the pod's X.509-SVID is served by its node agent.
+application containers until the pod's X.509-SVID is served by its node agent. Two ways to ask:
 
-The pod asks its node agent's admin socket (the `/run/aether` host directory mounted read-only into the init
-container) for the `/identity` document, and finds its own entry by namespace and name (the Downward API's
-`POD_NAMESPACE` and `POD_NAME`). It exits 0 as soon as the entry says `served`, and 1 with the reason (the SVID's
-rejection, the broker's last error, or "the agent does not know the pod") once `--timeout` passes.
+- `--inbound [HOST:PORT]` (what the controller injects): a TLS handshake with the pod's own mesh inbound
+  (`$POD_IP:18008` by default; the init container shares the pod's network), whose certificate must be the pod's
+  SVID, `spiffe://<td>/ns/$POD_NAMESPACE/sa/$POD_SERVICE_ACCOUNT`, valid now (`aether.identity.served`); with
+  `--bundle FILE` its chain must also verify against that trust bundle. No volume, no privilege: it passes the
+  Pod Security "baseline" and "restricted" levels. It proves what Envoy serves, which is the point; the agent's
+  reasons (a rejection, the broker's error) are not visible from there, so the failure names what the handshake
+  found.
+- `--admin PATH` (the default without `--inbound`): the node agent's admin socket (the node's `/run/aether`
+  mounted read-only: a hostPath volume) gives the `/identity` document, and the pod's entry by namespace and name
+  (`POD_NAMESPACE`, `POD_NAME`) must say `served`; a failure carries the agent's reason (the SVID's rejection, the
+  broker's last error, or "the agent does not know the pod").
+
+It exits 0 as soon as the check passes, and 1 with the last reason once `--timeout` passes.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +32,9 @@ from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET, fetch_admin
 
 IDENTITY_DOCUMENT = "/identity"
 """The admin socket's document (`aether.identity.status.IDENTITY_DOCUMENT`; a test keeps them equal)."""
+MESH_INBOUND_PORT = 18008
+"""The pod's mesh inbound (`aether.core.project.names.MESH_INBOUND_PORT`; a test keeps them equal: importing the
+projection would add half a second to every pod's start)."""
 POLL_INTERVAL = 0.2
 """Seconds between two asks: an SVID arrives within milliseconds of the pod's ADD, so this bounds the delay."""
 
@@ -28,17 +42,39 @@ POLL_INTERVAL = 0.2
 def add_parser(roles: Any) -> None:
     """Add `aether identity-ready` to the root parser's subparsers `roles`."""
     parser = roles.add_parser("identity-ready", help=summary("identity-ready"))
-    parser.add_argument(
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument(
         "--admin",
         type=Path,
         default=DEFAULT_ADMIN_SOCKET,
         metavar="PATH",
-        help="the node agent's admin socket",
+        help="ask the node agent's admin socket (the default)",
+    )
+    how.add_argument(
+        "--inbound",
+        nargs="?",
+        const="",
+        metavar="HOST:PORT",
+        help=f"check the certificate the pod's mesh inbound serves (default $POD_IP:{MESH_INBOUND_PORT})",
     )
     parser.add_argument(
         "--namespace", default=os.environ.get("POD_NAMESPACE", ""), help="default: $POD_NAMESPACE"
     )
     parser.add_argument("--pod", default=os.environ.get("POD_NAME", ""), help="default: $POD_NAME")
+    parser.add_argument(
+        "--service-account",
+        default=os.environ.get("POD_SERVICE_ACCOUNT", ""),
+        help="with --inbound: the pod's service account (default: $POD_SERVICE_ACCOUNT)",
+    )
+    parser.add_argument(
+        "--trust-domain", default="", help="with --inbound: the SVID's trust domain (default: any)"
+    )
+    parser.add_argument(
+        "--bundle",
+        type=Path,
+        metavar="FILE",
+        help="with --inbound: the trust bundle (PEM) the served chain must verify against (default: not verified)",
+    )
     parser.add_argument(
         "--timeout", type=float, default=60.0, metavar="SECONDS", help="give up after (default 60)"
     )
@@ -61,6 +97,66 @@ def pod_identity_reason(document: dict[str, Any], pod: str) -> str | None:
     return "; ".join(reasons)
 
 
+def inbound_address(text: str, *, environ: dict[str, str] | None = None) -> tuple[str, int]:
+    """Return (host, port) of `--inbound`'s value: `HOST:PORT`, `[V6]:PORT`, or '' for `$POD_IP` (else
+    127.0.0.1) and the mesh inbound port.
+
+    Raises:
+        ValueError: The value is neither (named in the message).
+    """
+    if not text:
+        pod_ip = (os.environ if environ is None else environ).get("POD_IP", "")
+        return pod_ip or "127.0.0.1", MESH_INBOUND_PORT
+    host, _, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"--inbound: expected HOST:PORT such as 10.0.0.7:{MESH_INBOUND_PORT} (got {text!r})")
+    return host, int(port)
+
+
+def _inbound_check(arguments: argparse.Namespace) -> Callable[[], str | None] | str:
+    """The `--inbound` check of the pod, or the usage error."""
+    # Imported here: only this form needs TLS and certificates (a quarter second at every pod's start).
+    from aether.identity.served import (
+        ServedCertificateError,
+        fetch_served_certificate,
+        served_certificate_problem,
+    )
+
+    if not arguments.service_account:
+        return "give --service-account (or set POD_SERVICE_ACCOUNT) with --inbound"
+    try:
+        host, port = inbound_address(arguments.inbound)
+        bundle = None if arguments.bundle is None else arguments.bundle.read_bytes()
+    except (ValueError, OSError) as exc:
+        return str(exc)
+
+    def check() -> str | None:
+        try:
+            der = fetch_served_certificate(host, port, bundle_pem=bundle)
+        except ServedCertificateError as exc:
+            return str(exc)
+        return served_certificate_problem(
+            der,
+            namespace=arguments.namespace,
+            service_account=arguments.service_account,
+            trust_domain=arguments.trust_domain,
+            now=datetime.datetime.now(datetime.UTC),
+        )
+
+    return check
+
+
+def _admin_check(arguments: argparse.Namespace, pod: str) -> Callable[[], str | None]:
+    def check() -> str | None:
+        try:
+            return pod_identity_reason(fetch_admin(arguments.admin, IDENTITY_DOCUMENT), pod)
+        except (OSError, ValueError) as exc:
+            return f"cannot ask the node agent at {str(arguments.admin)!r}: {exc}"
+
+    return check
+
+
 def run_identity_ready(arguments: argparse.Namespace) -> int:
     """`aether identity-ready`: 0 once served, 1 with the reason after the timeout, 2 for a usage error."""
     if not arguments.namespace or not arguments.pod:
@@ -69,12 +165,13 @@ def run_identity_ready(arguments: argparse.Namespace) -> int:
         )
         return 2
     pod = f"{arguments.namespace}/{arguments.pod}"
+    check = _admin_check(arguments, pod) if arguments.inbound is None else _inbound_check(arguments)
+    if isinstance(check, str):
+        print(f"aether: error: {check}", file=sys.stderr)
+        return 2
     deadline = time.monotonic() + arguments.timeout
     while True:
-        try:
-            reason = pod_identity_reason(fetch_admin(arguments.admin, IDENTITY_DOCUMENT), pod)
-        except (OSError, ValueError) as exc:
-            reason = f"cannot ask the node agent at {str(arguments.admin)!r}: {exc}"
+        reason = check()
         if reason is None:
             print(f"pod {pod}: SVID served")
             return 0

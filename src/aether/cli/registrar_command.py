@@ -14,7 +14,7 @@ import trio
 import trio_asyncio
 
 from aether.cli.commands import summary
-from aether.cli.common import add_verbose_argument, configure_logging, tls_files
+from aether.cli.common import add_verbose_argument, configure_logging, run_until_stopped, tls_files
 from aether.cli.kube_options import add_kube_arguments, cluster_config
 from aether.cli.telemetry_options import add_telemetry_arguments, running_telemetry
 from aether.kube.api import KubeClient
@@ -121,9 +121,9 @@ def run_registrar(arguments: argparse.Namespace) -> int:
 
     try:
         with running_telemetry(arguments, role="registrar"):
-            trio.run(main)
-    except KeyboardInterrupt:
-        return 0
+            run_until_stopped(main)
+    except* KeyboardInterrupt:  # bare, or inside the nurseries' exception group
+        pass
     return 0
 
 

@@ -50,6 +50,9 @@ def _identity_lines(admin: Path) -> list[str]:
             lines.append(f"identity {pod['pod']}: NOT SERVED ({pod['spiffeId']}) {pod['rejection']}".rstrip())
         elif pod["rejection"]:
             lines.append(f"identity {pod['pod']}: serving the last good SVID; rejected: {pod['rejection']}")
+        disagreement = (pod.get("broker") or {}).get("bundleDisagreement")
+        if disagreement:
+            lines.append(f"identity {pod['pod']}: bundles: {disagreement}")
         if pod["served"] and pod.get("http3"):
             lines.append(f"identity {pod['pod']}: no HTTP/3: {pod['http3']}")
     return lines

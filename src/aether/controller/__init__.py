@@ -34,7 +34,13 @@ from aether.controller.mesh_config_projection import (
     MeshConfigProjectionStatistics,
     serve_mesh_config_projection,
 )
-from aether.controller.pod_mutation import IDENTITY_READY_CONTAINER, PodMutation, mesh_ndots, pod_verdict
+from aether.controller.pod_mutation import (
+    IDENTITY_READY_CONTAINER,
+    IdentityCheck,
+    PodMutation,
+    mesh_ndots,
+    pod_verdict,
+)
 from aether.controller.review import ADMISSION_API_VERSION, WEBHOOK_PATHS, ReviewInvalid, answer_review
 from aether.controller.route_admission import ROUTE_KINDS_VALIDATED, route_verdict
 from aether.controller.status_diff import OUR_CONTROLLERS, SUPPORTED_FEATURES, status_update
@@ -67,6 +73,7 @@ __all__ = [
     "Elected",
     "ElectionState",
     "ElectionTiming",
+    "IdentityCheck",
     "LeaderElection",
     "Leadership",
     "LeadershipStatistics",

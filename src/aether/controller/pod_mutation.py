@@ -7,13 +7,19 @@ nothing) and the same pod always gets the same patch:
 2. the DNS option `ndots` so that a mesh name, `<sa>.<ns>.<meshDomain>`, is tried as an absolute name first
    instead of walking the cluster's search domains (Kubernetes' default `ndots: 5` would try five of them);
 3. the init container `aether-identity-ready`, first of all, running `aether identity-ready`: it holds the app's
-   containers until the pod's SVID is issued.
+   containers until the pod's SVID is issued. By default (`IdentityCheck.INBOUND`) it checks the certificate the
+   pod's own mesh inbound serves (`--inbound`: `$POD_IP:18008`, the pod's SPIFFE ID from its namespace and service
+   account): no volume, no privilege, so a namespace enforcing the Pod Security "baseline" (or "restricted")
+   level admits it. `IdentityCheck.ADMIN_SOCKET` asks the node agent's admin socket instead, through the node's
+   `/run/aether` as a read-only hostPath volume the patch adds (which "baseline" refuses), for the agent's reasons
+   on failure.
 
 A pod that opts out with `aether.io/managed: "false"`, or lives in a namespace that is never meshed, is left alone.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +28,7 @@ import attrs
 from aether.controller.verdict import ALLOWED, Verdict
 from aether.core.reduce.annotations import MANAGED_LABEL, NEVER_MESHED
 
-__all__ = ["IDENTITY_READY_CONTAINER", "PodMutation", "mesh_ndots", "pod_verdict"]
+__all__ = ["IDENTITY_READY_CONTAINER", "IdentityCheck", "PodMutation", "mesh_ndots", "pod_verdict"]
 
 IDENTITY_READY_CONTAINER = "aether-identity-ready"
 """The init container's name (also how the webhook knows a pod already has it)."""
@@ -34,7 +40,20 @@ admin socket is where `aether identity-ready` asks whether the pod's SVID is ser
 AGENT_RUN_DIR = "/run/aether"
 AGENT_GROUP = 10001
 """The agent's group (`manifests/base/agent.yaml`'s runAsGroup): its sockets are mode 0660 of this group, so the
-init container runs in it to connect (as this non-root user, with no capability)."""
+init container runs in it to connect to the admin socket (as this non-root user, with no capability)."""
+
+
+class IdentityCheck(enum.Enum):
+    """How the injected `aether identity-ready` asks whether the pod's SVID is served."""
+
+    INBOUND = "inbound"
+    """A TLS handshake with the pod's own mesh inbound: no volume (Pod Security "baseline" admits it)."""
+    ADMIN_SOCKET = "admin-socket"
+    """The node agent's admin socket, through a hostPath volume of the node's `/run/aether`."""
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
 def mesh_ndots(mesh_domain: str) -> int:
@@ -48,33 +67,46 @@ class PodMutation:
 
     image: str
     mesh_domain: str = "aether.internal"
+    identity_check: IdentityCheck = IdentityCheck.INBOUND
 
     def init_container(self) -> dict[str, Any]:
-        """The `aether-identity-ready` container spec (restricted: no privileges, read-only root)."""
-        return {
+        """The `aether-identity-ready` container spec (Pod Security "restricted": no privileges, read-only root,
+        the runtime's seccomp profile), naming its pod from the Downward API."""
+        env = [_field_env("POD_NAMESPACE", "metadata.namespace"), _field_env("POD_NAME", "metadata.name")]
+        container: dict[str, Any] = {
             "name": IDENTITY_READY_CONTAINER,
             "image": self.image,
             "imagePullPolicy": "IfNotPresent",
             "command": list(IDENTITY_READY_COMMAND),
-            "args": [f"--admin={AGENT_RUN_DIR}/admin.sock"],
-            "env": [
-                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            ],
-            "volumeMounts": [{"name": AGENT_RUN_VOLUME, "mountPath": AGENT_RUN_DIR, "readOnly": True}],
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-                "readOnlyRootFilesystem": True,
-                "runAsNonRoot": True,
-                "runAsUser": AGENT_GROUP,
-                "runAsGroup": AGENT_GROUP,
-            },
         }
+        if self.identity_check is IdentityCheck.INBOUND:
+            container["args"] = ["--inbound"]
+            env += [
+                _field_env("POD_SERVICE_ACCOUNT", "spec.serviceAccountName"),
+                _field_env("POD_IP", "status.podIP"),
+            ]
+            container["env"] = env
+        else:
+            container["args"] = [f"--admin={AGENT_RUN_DIR}/admin.sock"]
+            container["env"] = env
+            container["volumeMounts"] = [
+                {"name": AGENT_RUN_VOLUME, "mountPath": AGENT_RUN_DIR, "readOnly": True}
+            ]
+        container["securityContext"] = {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": AGENT_GROUP,
+            "runAsGroup": AGENT_GROUP,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        return container
 
-    @staticmethod
-    def volume() -> dict[str, Any]:
-        """The pod volume the init container mounts: the node's `/run/aether`."""
+    def volume(self) -> dict[str, Any] | None:
+        """The pod volume the init container mounts (the node's `/run/aether`), or None (the inbound check)."""
+        if self.identity_check is IdentityCheck.INBOUND:
+            return None
         return {"name": AGENT_RUN_VOLUME, "hostPath": {"path": AGENT_RUN_DIR, "type": "Directory"}}
 
 
@@ -117,7 +149,9 @@ def _init_patch(spec: Mapping[str, Any], container: dict[str, Any]) -> list[dict
     return [{"op": "add", "path": "/spec/initContainers/0", "value": container}]
 
 
-def _volume_patch(spec: Mapping[str, Any], volume: dict[str, Any]) -> list[dict[str, Any]]:
+def _volume_patch(spec: Mapping[str, Any], volume: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if volume is None:
+        return []
     present = spec.get("volumes")
     if not isinstance(present, list) or not present:
         return [{"op": "add", "path": "/spec/volumes", "value": [volume]}]

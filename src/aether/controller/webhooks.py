@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from aether.controller.pod_mutation import PodMutation
+from aether.controller.pod_mutation import IdentityCheck, PodMutation
 from aether.controller.route_admission import GatewayOwner, every_gateway
 from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer
 from aether.controller.webhook_tls import (
@@ -51,6 +51,8 @@ class WebhookOptions:
     container: str = "controller"
     """The container of the own pod whose image the init container runs."""
     mesh_domain: str = "aether.internal"
+    identity_check: IdentityCheck = IdentityCheck.INBOUND
+    """How the injected init container checks the pod's SVID (`aether.controller.pod_mutation`)."""
 
 
 async def own_image(client: KubeClient, options: WebhookOptions) -> str:
@@ -122,7 +124,9 @@ async def serve_webhooks(
         return
     server = WebhookServer(
         ssl_context=context,
-        mutation=PodMutation(image=image, mesh_domain=options.mesh_domain),
+        mutation=PodMutation(
+            image=image, mesh_domain=options.mesh_domain, identity_check=options.identity_check
+        ),
         owns_gateway=owns_gateway,
     )
     async with trio.open_nursery() as nursery:

@@ -22,17 +22,22 @@ When a pod leaves, its stream is cancelled and what it received is dropped (the 
 when no pod of its service account holds an SVID any more, `SvidRemoved` follows, and when the server answers
 PermissionDenied (the workload is not entitled) the pod's material is dropped likewise. NotFound (the server does
 not see the pod yet), FailedPrecondition and Unavailable are retried for that pod alone after a backoff. A broken
-connection ends every stream and is redialled after a backoff; what was sent stays in force meanwhile, so Envoy
-keeps serving the last good SVIDs, and each is re-sent when its `not_after` passes (`aether.identity.recheck`).
+connection ends every stream and is redialled after a backoff (`SPIFFE_BACKOFF`, capped at 5 s); what was sent
+stays in force meanwhile, so Envoy keeps serving the last good SVIDs, and each is re-sent when its `not_after` passes
+(`aether.identity.recheck`). When the node's bundles change, every held SVID is judged again, and a bundle that
+dropped a CA the connection was verified with makes the client redial at once.
 
-The Broker API's per-workload bundles are not used: the node's Envoy trusts one bundle per trust domain, the
-Workload API's.
+The Broker API's per-workload bundles are compared with the node's and reported, not served
+(`aether.identity.workload_bundles` says why): the node's Envoy trusts one bundle per trust domain, the Workload
+API's, and each SVID is judged against it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import operator
 import os
 import random
 import time
@@ -49,12 +54,13 @@ from aether.core.events import Event, Pod, SvidRemoved, SvidRotated
 from aether.core.state import State
 from aether.identity.files import spiffe_id_of
 from aether.identity.recheck import Rechecks
-from aether.identity.streams import BROKER_HEADER, server_stream
+from aether.identity.streams import BROKER_HEADER, SPIFFE_BACKOFF, server_stream
 from aether.identity.tls import client_context, peer_spiffe_id
 from aether.identity.workload_api import WorkloadIdentity
+from aether.identity.workload_bundles import bundle_disagreement, bundle_narrowed
 from aether.identity.x509 import not_before_of_chain, report_http3, svid_from_der, trust_domain_of_id
 from aether.proto.spiffe.v1 import broker_pb2
-from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
+from aether.rpc.backoff import Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
 from aether.rpc.listen import ListenAddress
@@ -99,6 +105,11 @@ class PodIdentity:
     received: bool
     """The pod holds an SVID from the broker."""
     last_error: str
+    federated: tuple[str, ...] = ()
+    """The trust domains of the federated bundles the broker gave the pod (its SPIRE entry's), sorted."""
+    bundle_disagreement: str = ""
+    """How the broker's bundles for the pod differ from the node's ('' when they agree; see
+    `aether.identity.workload_bundles.bundle_disagreement`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -116,6 +127,8 @@ class BrokerStatistics:
     wants_pid: bool
     """The server refused Kubernetes references: pods are referenced by PID."""
     last_error: str
+    longest_wait: float
+    """The longest wait in seconds before a redial so far (at most the backoff's cap)."""
 
 
 @attrs.define
@@ -127,6 +140,8 @@ class _PodStream:
     svid: broker_pb2.X509SVID | None = None
     received_at: int = 0
     last_error: str = ""
+    federated: tuple[str, ...] = ()
+    disagreement: str = ""
 
 
 class BrokerClient:
@@ -141,7 +156,7 @@ class BrokerClient:
         trust_domain: str | None = None,
         server_id: str | None = None,
         clock: Callable[[], int] = time.time_ns,
-        backoff: Backoff = DEFAULT_BACKOFF,
+        backoff: Backoff = SPIFFE_BACKOFF,
         rng: random.Random | None = None,
     ) -> None:
         self._target = ListenAddress.unix(socket)
@@ -162,6 +177,11 @@ class BrokerClient:
         self._wants_pid = False
         self._connects = self._failures = self._pod_failures = self._messages = self._events_sent = 0
         self._last_error = ""
+        self._longest_wait = 0.0
+        self._connection = trio.CancelScope()
+        """The current connection's scope: cancelled to redial when the trust narrows."""
+        self._dialled_bundle = b""
+        """The bundle (PEM) the current connection verified the endpoint with."""
 
     @property
     def trust_domain(self) -> str:
@@ -186,6 +206,7 @@ class BrokerClient:
             events_sent=self._events_sent,
             wants_pid=self._wants_pid,
             last_error=self._last_error,
+            longest_wait=self._longest_wait,
         )
 
     def pods(self) -> list[PodIdentity]:
@@ -197,6 +218,8 @@ class BrokerClient:
                 reference=stream.reference,
                 received=stream.svid is not None,
                 last_error=stream.last_error,
+                federated=stream.federated,
+                bundle_disagreement=self._disagreement(stream),
             )
             for key, stream in sorted(self._streams.items())
         ]
@@ -207,24 +230,31 @@ class BrokerClient:
         async with self._send, trio.open_nursery() as nursery:
             nursery.start_soon(self.rechecks.serve, self._recheck)
             nursery.start_soon(self._drop_departed)
+            nursery.start_soon(self._follow_node_bundles)
             await self._identity.wait_ready()
             failures = 0
             while True:
                 before = self._messages
-                try:
-                    await self._run_connection()
-                except* CONNECTION_ERRORS as group:
-                    error = first_leaf(group)
-                    self._last_error = f"{type(error).__name__}: {error}"
-                    LOG.warning("SPIFFE Broker API at %s failed: %r", self._target, error)
+                with trio.CancelScope() as self._connection:
+                    try:
+                        await self._run_connection()
+                    except* CONNECTION_ERRORS as group:
+                        error = first_leaf(group)
+                        self._last_error = f"{type(error).__name__}: {error}"
+                        LOG.warning("SPIFFE Broker API at %s failed: %r", self._target, error)
+                if self._connection.cancelled_caught:
+                    continue  # the node's bundle dropped a CA: redial at once, trusting only the new bundle
                 self._failures += 1
                 failures = 1 if self._messages > before else failures + 1
-                await trio.sleep(self._backoff.delay(failures, rng=self._rng))
+                wait = self._backoff.delay(failures, rng=self._rng)
+                self._longest_wait = max(self._longest_wait, wait)
+                await trio.sleep(wait)
 
     async def _run_connection(self) -> None:
         material = self._identity.tls_material()
         assert material is not None, "wait_ready() returned before the agent's SVID arrived"
         tls = client_context(material)
+        self._dialled_bundle = material.bundle_pem
         async with open_grpc_socket(self._target, tls=tls) as grpc_socket, trio.open_nursery() as nursery:
             self._authenticate(peer_spiffe_id(grpc_socket))
             self._connects += 1
@@ -251,6 +281,28 @@ class BrokerClient:
             raise BrokerAuthenticationError(
                 f"the broker endpoint is {server!r}, not of the mesh's trust domain {self.trust_domain!r}"
             )
+
+    async def _follow_node_bundles(self) -> None:
+        """Until cancelled: when the node's bundles change, redial if the bundle the connection was verified with
+        lost a CA (the connection rests on trust withdrawn; the SVIDs sent stay in force), and judge every held
+        SVID again (an SVID of a CA the node's bundle lacked is served once it has it, not only at its next
+        rotation; unchanged ones send nothing)."""
+        seen = self._identity.material_version.value
+        while True:
+            seen = await self._identity.material_version.wait_value(functools.partial(operator.ne, seen))
+            material = self._identity.tls_material()
+            if material is not None and self._dialled_bundle:
+                try:
+                    narrowed = bundle_narrowed(self._dialled_bundle, material.bundle_pem)
+                except ValueError:
+                    narrowed = False  # a bundle that does not parse was refused when it arrived
+                if narrowed:
+                    LOG.info("broker: the bundle of %r dropped a CA: redialling", self._identity.trust_domain)
+                    self._dialled_bundle = b""
+                    self._connection.cancel()
+            now = self._clock()
+            for spiffe_id in sorted({stream.spiffe_id for stream in self._streams.values() if stream.svid}):
+                await self._publish(spiffe_id, now=now)
 
     async def _drop_departed(self) -> None:
         """Until cancelled: close the stream of every pod that left and drop its material, connected or not."""
@@ -318,7 +370,25 @@ class BrokerClient:
                 (svid for svid in message.svids if svid.spiffe_id == stream.spiffe_id), message.svids[0]
             )
             stream.svid, stream.received_at, stream.last_error = chosen, self._clock(), ""
+            stream.federated = tuple(
+                sorted(trust_domain_of_id(key) or key for key in message.federated_bundles)
+            )
+            disagreement = self._disagreement(stream)
+            if disagreement and disagreement != stream.disagreement:
+                LOG.warning("broker: pod %s: %s", stream.pod.key, disagreement)
+            stream.disagreement = disagreement
             await self._publish(stream.spiffe_id, now=stream.received_at)
+
+    def _disagreement(self, stream: _PodStream) -> str:
+        """How the broker's bundles for `stream`'s pod differ from the node's, as of now ('' without an SVID)."""
+        if stream.svid is None:
+            return ""
+        return bundle_disagreement(
+            stream.svid.bundle,
+            federated=stream.federated,
+            trust_domain=self.trust_domain,
+            node_bundles=self._identity.bundles_pem,
+        )
 
     def _reference(self, pod: Pod) -> tuple[broker_pb2.WorkloadReference, str]:
         packed = any_pb2.Any()

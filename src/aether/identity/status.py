@@ -24,7 +24,8 @@ IDENTITY_DOCUMENT = "/identity"
 
 def identity_document(state: State, *, now: int, broker: Iterable[PodIdentity] = ()) -> dict[str, Any]:
     """Return `{"pods": [...]}`: per pod of `state` (sorted), its SPIFFE ID, whether its SVID is served (and until
-    when), the latest rejection of its SPIFFE ID, and what the broker client reports for it (with `broker`)."""
+    when), the latest rejection of its SPIFFE ID, and what the broker client reports for it (with `broker`: the
+    reference type, its last error, its federated trust domains and how its bundles differ from the node's)."""
     trust_domain = state.kube.mesh_config.trust_domain
     brokered = {item.pod: item for item in broker}
     pods: list[dict[str, Any]] = []
@@ -49,6 +50,8 @@ def identity_document(state: State, *, now: int, broker: Iterable[PodIdentity] =
                 "reference": item.reference,
                 "received": item.received,
                 "lastError": item.last_error,
+                "federated": list(item.federated),
+                "bundleDisagreement": item.bundle_disagreement,
             }
         pods.append(entry)
     return {"pods": pods}

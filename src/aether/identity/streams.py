@@ -17,9 +17,10 @@ from purerpc.grpc_proto import GRPCProtoSocket
 from purerpc.grpclib.events import ResponseEnded
 from purerpc.grpclib.exceptions import raise_status
 
+from aether.rpc.backoff import Backoff
 from aether.rpc.compat import cancel_client_stream
 
-__all__ = ["BROKER_HEADER", "WORKLOAD_HEADER", "server_stream"]
+__all__ = ["BROKER_HEADER", "SPIFFE_BACKOFF", "WORKLOAD_HEADER", "server_stream"]
 
 ResponseT = TypeVar("ResponseT", bound=Message)
 
@@ -27,6 +28,11 @@ WORKLOAD_HEADER = ("workload.spiffe.io", "true")
 """The metadata every call to the SPIFFE Workload Endpoint carries."""
 BROKER_HEADER = ("broker.spiffe.io", "true")
 """The metadata every call to the SPIFFE Broker Endpoint carries."""
+SPIFFE_BACKOFF = Backoff(base=0.1, cap=5.0)
+"""Redials of the SPIFFE endpoints: capped lower than the registrar's (10 s), so that the agent is back on its
+SPIRE agent within 5 s of that agent's return (a SPIRE agent restarted, or down for a minute). The registrar's cap
+protects one server shared by every node; a SPIFFE endpoint is the node's own Unix socket with one client per
+role, so a dial every 2.5-5 s while it is down costs nothing and floods no one."""
 
 
 async def server_stream(

@@ -7,8 +7,6 @@ checked; the chain is verified against the bundle, and the caller checks the pee
 
 from __future__ import annotations
 
-import functools
-import operator
 import ssl
 import tempfile
 from pathlib import Path
@@ -17,12 +15,11 @@ from typing import Any
 import anyio.streams.tls
 from cryptography import x509
 
-from aether.identity.workload_api import TlsMaterial, WorkloadIdentity
+from aether.identity.workload_api import TlsMaterial
 
 __all__ = [
     "certificate_spiffe_id",
     "client_context",
-    "keep_context_current",
     "load_material",
     "peer_spiffe_id",
 ]
@@ -47,23 +44,10 @@ def client_context(material: TlsMaterial | None = None) -> ssl.SSLContext:
     return context
 
 
-async def keep_context_current(identity: WorkloadIdentity, context: ssl.SSLContext) -> None:
-    """Until cancelled, load the Workload API's default SVID and bundle into `context` whenever they change:
-    connections made from then on present the new SVID (the ones open keep theirs), with no restart."""
-    seen = -1
-    while True:
-        seen = await identity.material_version.wait_value(functools.partial(operator.ne, seen))
-        material = identity.tls_material()
-        if material is not None:
-            try:
-                load_material(context, material)
-            except ssl.SSLError as exc:
-                identity.last_error = f"the SVID {material.spiffe_id!r} does not load into TLS: {exc}"
-
-
 def load_material(context: ssl.SSLContext, material: TlsMaterial) -> None:
     """Make `context` present `material`'s SVID and trust its bundle from its next handshake on (CA certificates
-    add up: `ssl` cannot forget one, so a CA dropped from the bundle stays trusted by this context).
+    add up: `ssl` cannot forget one, so a CA dropped from the bundle stays trusted by this context; to follow a
+    bundle, build a fresh context per change: `aether.identity.renewal`).
 
     Raises:
         ssl.SSLError: The material does not load.

@@ -34,7 +34,7 @@ from purerpc.grpc_proto import GRPCProtoSocket
 
 from aether.core.events import Event, SvidRemoved, SvidRotated, TrustBundleRemoved, TrustBundleRotated
 from aether.identity.recheck import Rechecks
-from aether.identity.streams import WORKLOAD_HEADER, server_stream
+from aether.identity.streams import SPIFFE_BACKOFF, WORKLOAD_HEADER, server_stream
 from aether.identity.x509 import (
     bundle_from_der,
     der_to_pem_certificates,
@@ -45,7 +45,7 @@ from aether.identity.x509 import (
     trust_domain_of_id,
 )
 from aether.proto.spiffe.v1 import workload_pb2
-from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
+from aether.rpc.backoff import Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
 from aether.rpc.compat import apply_purerpc_fixes
 from aether.rpc.listen import ListenAddress
@@ -120,6 +120,8 @@ class WorkloadApiStatistics:
     spiffe_id: str
     """The default SVID's SPIFFE ID ('' before the first)."""
     last_error: str
+    longest_wait: float
+    """The longest wait in seconds before a redial so far (at most the backoff's cap)."""
 
 
 class WorkloadIdentity:
@@ -132,9 +134,10 @@ class WorkloadIdentity:
         self._bundles: dict[str, bytes] = {}
         self._ready = trio.Event()
         self.material_version: LatestValue[int] = LatestValue(0)
-        """Bumped whenever the default SVID or a bundle changes: `keep_context_current` follows it."""
+        """Bumped whenever the default SVID or a bundle changes: `aether.identity.renewal` follows it."""
         self.connects = self.failures = self.svid_messages = self.bundle_messages = self.events_sent = 0
         self.last_error = ""
+        self.longest_wait = 0.0
 
     @property
     def bundles_pem(self) -> dict[str, bytes]:
@@ -164,6 +167,7 @@ class WorkloadIdentity:
             trust_domain=self.trust_domain,
             spiffe_id="" if self._material is None else self._material.spiffe_id,
             last_error=self.last_error,
+            longest_wait=self.longest_wait,
         )
 
     def _check_ready(self) -> None:
@@ -333,7 +337,7 @@ async def serve_workload_api(
     send: trio.MemorySendChannel[Event],
     publish_svids: bool = False,
     clock: Callable[[], int] = time.time_ns,
-    backoff: Backoff = DEFAULT_BACKOFF,
+    backoff: Backoff = SPIFFE_BACKOFF,
     rng: random.Random | None = None,
     task_status: trio.TaskStatus[WorkloadIdentity] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -347,7 +351,8 @@ async def serve_workload_api(
         send: Where events go (`Journal.sender()`); the client owns it and closes it when it ends.
         publish_svids: Also send the SVIDs themselves to the journal (see the module docstring).
         clock: The wall clock in ns since the epoch, which stamps events and drives re-checks.
-        backoff: Waits between reconnects; reset once a connection has delivered a message.
+        backoff: Waits between reconnects (`SPIFFE_BACKOFF`: capped at 5 s); reset once a connection has
+            delivered a message.
         rng: The jitter's randomness (seed it in tests).
 
     Error handling:
@@ -375,4 +380,6 @@ async def serve_workload_api(
                 client.identity.failures += 1
                 delivered = client.identity.svid_messages + client.identity.bundle_messages > before
                 failures = 1 if delivered else failures + 1
-                await trio.sleep(backoff.delay(failures, rng=rng))
+                wait = backoff.delay(failures, rng=rng)
+                client.identity.longest_wait = max(client.identity.longest_wait, wait)
+                await trio.sleep(wait)

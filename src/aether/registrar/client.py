@@ -114,6 +114,12 @@ class RegistrarClient:
         if self._restart is not None:
             self._restart.cancel()
 
+    def reconnect(self) -> None:
+        """Drop the connection and dial again at once, resuming where the watch was (the TLS context's trust
+        changed: the open connection was verified with the old one)."""
+        if self._restart is not None:
+            self._restart.cancel()
+
     async def wait_synced(self) -> None:
         """Return once the first (re)sync completed and its events were sent."""
         await self._synced.wait()

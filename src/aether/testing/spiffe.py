@@ -285,6 +285,10 @@ class _Workload:
     svids: tuple[MintedSvid, ...] = ()
     revoked: bool = False
     version: int = 0
+    bundle_pem: bytes | None = None
+    """The bundle sent with its SVIDs (None: the CA's)."""
+    federated: dict[str, bytes] = attrs.Factory(dict)
+    """Its federated bundles, PEM by `spiffe://<td>`."""
 
 
 class FakeBroker:
@@ -333,10 +337,20 @@ class FakeBroker:
         context.set_alpn_protocols(["h2"])
         return context
 
-    def set_svids(self, pod: str, svids: Iterable[MintedSvid]) -> None:
-        """Issue `svids` to `pod` (the first is its default); its open streams get a new message."""
+    def set_svids(
+        self,
+        pod: str,
+        svids: Iterable[MintedSvid],
+        *,
+        bundle_pem: bytes | None = None,
+        federated: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Issue `svids` to `pod` (the first is its default), sent with `bundle_pem` (default: the CA's) and the
+        `federated` bundles (PEM by `spiffe://<td>`; default none) its SPIRE entry would grant; its open streams
+        get a new message."""
         workload = self._workloads.setdefault(pod, _Workload())
         workload.svids, workload.revoked = tuple(svids), False
+        workload.bundle_pem, workload.federated = bundle_pem, dict(federated or {})
         workload.version += 1
         self._changed.set(self._changed.value + 1)
 
@@ -402,11 +416,15 @@ class FakeBroker:
                     raise purerpc.PermissionDeniedError(f"WORKLOAD_NOT_ENTITLED: pod {pod}")
                 if workload.version != seen:
                     seen = workload.version
+                    bundle = self.ca.bundle_pem if workload.bundle_pem is None else workload.bundle_pem
                     yield broker_pb2.SubscribeToX509SVIDResponse(
                         svids=[
-                            broker_pb2.X509SVID(**svid_message(svid, bundle_pem=self.ca.bundle_pem))
+                            broker_pb2.X509SVID(**svid_message(svid, bundle_pem=bundle))
                             for svid in workload.svids
-                        ]
+                        ],
+                        federated_bundles={
+                            key: _der_certificates(pem) for key, pem in sorted(workload.federated.items())
+                        },
                     )
                 await self._changed.wait_value(functools.partial(self._moved, pod, workload, seen))
         finally:
