@@ -63,6 +63,17 @@ async def test_requests_ride_http3_with_the_callers_identity_and_outcome_retries
         assert await _stat(mesh.a.envoy, f"cluster.{CALLER_CLUSTER}.upstream_http3_broken") == 0
 
 
+async def test_the_first_request_to_an_undeclared_service_rides_http3_too(tmp_path: Path) -> None:
+    """The caller does not declare cart: its first request matches the catch-all virtual host, which asks for the
+    caller's own `quic:` cluster on demand (not the bare one), so even that request rides HTTP/3."""
+    async with open_mesh(tmp_path, declared=False) as mesh:
+        response = await request()
+        assert response.status == 200, response.body
+        assert f"URI={CLIENT_ID}" in response.json()["xfcc"]
+        assert await _stat(mesh.a.envoy, f"cluster.{CALLER_CLUSTER}.upstream_cx_http3_total") >= 1
+        assert await _callee_h3_requests(mesh) >= 1
+
+
 @contextmanager
 def udp_blocked(addresses: list[str], port: int) -> Iterator[None]:
     """Drop every UDP datagram to `addresses` at `port` (an nftables table of this process, removed after)."""

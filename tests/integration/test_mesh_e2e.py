@@ -235,11 +235,12 @@ async def open_node(
 
 @asynccontextmanager
 async def open_mesh(
-    tmp_path: Path, *, cart_ca: TestCA | None = None, impostor: bool = False
+    tmp_path: Path, *, cart_ca: TestCA | None = None, impostor: bool = False, declared: bool = True
 ) -> AsyncIterator[Mesh]:
     """Run both nodes and the cart apps; return once the caller's proxy knows both cart endpoints and node-b's
     inbound listeners are active. `cart_ca` issues node-b's SVIDs and bundle (default: the mesh's one CA); with
-    `impostor`, the pod at cart-1's registered address runs as service account `evil` (and holds its SVID)."""
+    `impostor`, the pod at cart-1's registered address runs as service account `evil` (and holds its SVID); without
+    `declared`, the caller does not declare cart as an upstream (its first request discovers it on demand)."""
     ca = TestCA(TRUST_DOMAIN)
     cart_ca = ca if cart_ca is None else cart_ca
     client = make_pod(
@@ -248,7 +249,7 @@ async def open_mesh(
         service_account="client",
         ips=(CLIENT_IP,),
         node_name="node-a",
-        annotations={"config.aether.io/upstreams": "cart"},
+        annotations={"config.aether.io/upstreams": "cart"} if declared else {},
     )
     carts = [
         make_pod(
@@ -278,7 +279,7 @@ async def open_mesh(
                 return (
                     "active_state" in a_listeners.get(f"outbound_http_client-1.{NAMESPACE}", {})
                     and all("active_state" in b_listeners.get(name, {}) for name in inbound)
-                    and len(await _cluster_hosts(a.envoy, CART_CLUSTER)) == len(CART_IPS)
+                    and (not declared or len(await _cluster_hosts(a.envoy, CART_CLUSTER)) == len(CART_IPS))
                 )
 
             await wait_for(converged, timeout=CONVERGE, interval=0.05)

@@ -34,11 +34,15 @@ def test_a_service_vhost_routes_idempotent_methods_first() -> None:
 
 
 def test_the_catch_all_discovers_mesh_names_on_demand() -> None:
-    """Liveness, then the mesh-name routes to `cluster_header: :authority`, then a 404 with a clear body."""
+    """Liveness, then the mesh-name routes to the caller's `quic:` cluster (when its listener named one) or to
+    `cluster_header: :authority`, then a 404 with a clear body."""
     vhost = catch_all_vhost(mesh_domain="aether.internal", passthrough=False)
     assert (vhost.name, list(vhost.domains)) == ("on_demand_catch_all", ["*"])
-    live, idempotent, any_method, last = vhost.routes
+    live, quic_idempotent, quic_any, idempotent, any_method, last = vhost.routes
     assert (live.match.path, live.direct_response.status) == ("/-/-/live", 200)
+    for route in (quic_idempotent, quic_any):
+        assert route.route.cluster_header == "x-aether-quic-cluster"
+        assert [item.name for item in route.match.headers][:2] == [":authority", "x-aether-quic-cluster"]
     for route in (idempotent, any_method):
         assert route.route.cluster_header == ":authority"
         assert route.match.headers[0].name == ":authority"

@@ -110,9 +110,18 @@ def catch_all_vhost(*, mesh_domain: str, passthrough: bool) -> Any:
             status=200, body=base_pb2.DataSource(inline_string="live\n")
         ),
     )
-    on_demand = _service_routes(
-        route_components_pb2.RouteAction(cluster_header=AUTHORITY_HEADER), headers=[authority]
-    )
+    # A caller that named its own `quic:` cluster (every pod of a node with SVIDs) asks for that one, so even the
+    # first request to a service outside the dependency set rides HTTP/3 with the caller's certificate; the others
+    # (a plaintext node) ask for the cluster the Host names.
+    on_demand = [
+        *_service_routes(
+            route_components_pb2.RouteAction(cluster_header=QUIC_CLUSTER_HEADER),
+            headers=[authority, quic_header_present()],
+        ),
+        *_service_routes(
+            route_components_pb2.RouteAction(cluster_header=AUTHORITY_HEADER), headers=[authority]
+        ),
+    ]
     if passthrough:
         # No timeout: captured non-mesh traffic (long polls, streams) must behave as without the mesh.
         last = route_components_pb2.Route(
