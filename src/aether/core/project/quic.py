@@ -6,7 +6,8 @@ certificate requirement as its TCP side. A caller's HTTP requests ride HTTP/3 wi
 1. The pod's outbound and capture HTTP managers run an early header mutation (before routing) that sets
    `x-aether-quic-cluster: quic:<caller sa>.<caller ns>@%REQ(:authority)%`: the caller's half is the listener's own
    (a client cannot forge it: the header is overwritten), the destination's half is the Host the request names.
-2. A service's own virtual host (not its GAMMA routes) routes requests carrying that header by `cluster_header`, so
+2. A service's own virtual host (not its GAMMA routes), and the catch-all for a mesh name outside the dependency
+   set, route requests carrying that header by `cluster_header`, so
    the first request of a (source service account, destination) pair names a cluster Envoy does not hold; the
    on-demand filter asks for it (ODCDS) and the projection answers with a `quic:` cluster presenting exactly that
    caller's SVID (one transport socket, no matcher): the callee sees the caller's own identity.
