@@ -133,12 +133,12 @@ def quic_header_present() -> Any:
 
 def quic_target(
     parsed: ClusterName, *, primaries: Sequence[int], advertised: Iterable[int]
-) -> int | str | None:
-    """Return the port whose endpoints a `quic:` cluster reaches (None: the primary ports), or "" when the Host it
-    was named after is not one the service serves."""
+) -> tuple[bool, int | None]:
+    """Return whether the service serves the Host a `quic:` cluster was named after, and the port its endpoints
+    are reached at (None: their primary ports, which the service's own cluster reaches)."""
     if parsed.port is None or parsed.port in primaries:
-        return None
-    return parsed.port if parsed.port in set(advertised) else ""
+        return True, None
+    return parsed.port in set(advertised), parsed.port
 
 
 def quic_protocol_options(server_name: str, *, idle_timeout_seconds: int) -> Any:

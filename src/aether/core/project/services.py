@@ -197,10 +197,9 @@ def _quic_clusters(
         parsed = parse_cluster_name(name, mesh_domain=context.mesh_domain)
         if parsed is None or parsed.protocol != "quic":
             continue
-        target = quic_target(parsed, primaries=primaries, advertised=advertised)
-        if target == "":
+        served, port = quic_target(parsed, primaries=primaries, advertised=advertised)
+        if not served:
             continue
-        port = target if isinstance(target, int) else None
         members = tuple(http) if port is None else tuple(item for item in http if _serves(item, port))
         source = source_of(parsed, trust_domain=context.trust_domain)
         if http3:
