@@ -104,3 +104,21 @@ def test_a_mixed_case_host_still_gets_its_quic_cluster_under_the_exact_name_aske
     snapshot = project_node(_state(on_demand_cluster_requested(name, at=AT)), node_name=NODE, now=AT)
     assert name in snapshot.of_type(CLUSTER_TYPE)
     assert snapshot.not_found == frozenset()
+
+
+def test_a_quic_cluster_between_declared_services_outlives_the_on_demand_ttl() -> None:
+    """web declares db: its `quic:` cluster of db stays past the TTL (Envoy asks once, then routes every request of
+    the pair to it); one of a service nobody declares expires like any on-demand name."""
+    kept, gone = f"quic:web.default@db.shop.{DOMAIN}", f"quic:web.default@api.shop.{DOMAIN}"
+    state = _state(
+        endpoints_snapshot_received(
+            make_endpoint("10.0.0.2", service="shop/db", node_name=NODE),
+            make_endpoint("10.0.0.3", service="shop/api"),
+        ),
+        on_demand_cluster_requested(kept, at=AT),
+        on_demand_cluster_requested(gone, at=AT),
+    )
+    assert {kept, gone} <= set(project_node(state, node_name=NODE, now=AT).of_type(CLUSTER_TYPE))
+    later = project_node(state, node_name=NODE, now=AT + 3_600 * 10**9)  # past the default TTL of 600 s
+    assert kept in later.of_type(CLUSTER_TYPE)
+    assert gone not in later.of_type(CLUSTER_TYPE)
