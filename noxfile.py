@@ -91,6 +91,7 @@ def bench(session: nox.Session) -> None:
             "bench_dns.py",
             "bench_fold.py",
             "bench_gateway.py",
+            "bench_h3.py",
             "bench_hot_restart.py",
             "bench_kube.py",
             "bench_projection.py",

@@ -186,6 +186,9 @@ def realistic_events(work_dir: Path, *, identities: bool) -> list[Event]:
         on_demand_cluster_requested("svc5.team5.aether.internal:8443", at=AT),
         on_demand_cluster_requested("svc6.team6.aether.internal", at=AT - 3_600 * 10**9),
         on_demand_cluster_requested("ghost.nowhere.aether.internal:80", at=AT),
+        # HTTP/3 (`aether.core.project.quic`): a caller's own cluster of a service and of one of its extra ports.
+        on_demand_cluster_requested("quic:web.default@svc3.team3.aether.internal", at=AT),
+        on_demand_cluster_requested("quic:batch.jobs@svc5.team5.aether.internal:8443", at=AT),
     ]
     return events
 
@@ -196,10 +199,12 @@ def test_projected_snapshots_pass_envoy_validation(tmp_path: Path, node_name: st
     state = fold_events(*realistic_events(tmp_path, identities=identities))
     snapshot = project_node(state, node_name=node_name, now=AT)
     assert snapshot.consistent() == ()
+    quic = {"quic:web.default@svc3.team3.aether.internal", "quic:batch.jobs@svc5.team5.aether.internal:8443"}
+    # A plaintext node has no HTTP/3 (QUIC is TLS): its `quic:` names get the caller's own plaintext HTTP/2 cluster.
     assert snapshot.not_found == frozenset({"ghost.nowhere.aether.internal:80"})
-    assert (
-        len(snapshot.of_type(LISTENER_TYPE)) == 16
-    )  # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4)
+    # 5 pods x (outbound, inbound) + 3 in netns x (capture, l4), + 5 x the QUIC inbound with identities
+    assert len(snapshot.of_type(LISTENER_TYPE)) == 16 + (5 if identities else 0)
+    assert quic <= set(snapshot.of_type(CLUSTER_TYPE))
     assert "svc6.team6.aether.internal" not in snapshot.of_type(CLUSTER_TYPE)  # expired
     validate(snapshot, tmp_path)
 
@@ -334,6 +339,11 @@ async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(tmp_
             )
         ),
         _svid(ca, "default/idle"),
+        # What the callers' first requests ask for on demand (a static bootstrap has no xDS server to ask).
+        *(
+            on_demand_cluster_requested(f"quic:{caller}.default@{callee}.default.aether.internal", at=AT)
+            for caller, callee in (("web", "db"), ("db", "db"), ("web", "idle"))
+        ),
     )
     app = App()
     db = "db.default.aether.internal"
@@ -349,7 +359,8 @@ async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(tmp_
             assert status == 200
             xfcc = json.loads(body)["xfcc"]
             assert f"URI={web_id}" in xfcc
-            assert f"By={db_id}" in xfcc
+            # Over HTTP/3 Envoy knows the verified peer but not its own certificate's SAN: no `By=` element.
+            assert "By=" not in xfcc or f"By={db_id}" in xfcc  # the HTTP/2 fallback has it
             status, _, body = await _request(CALLEE_IP, 18081, "GET", "/ok", authority=db)
             assert f"URI={db_id}" in json.loads(body)["xfcc"]  # the other caller, its own certificate
             status, headers, _ = await _request(CALLER_IP, 18081, "GET", "/forge", authority=db)
@@ -371,6 +382,11 @@ async def test_projected_config_carries_mtls_traffic_and_retries_by_outcome(tmp_
                 )
                 == 3
             )
+            # Every request above rode HTTP/3 from the caller's own `quic:` cluster (`aether.core.project.quic`).
+            stats = await envoy.stats()
+            quic = f"cluster.quic_web.default@{db}"  # Envoy's stat names spell the cluster's `:` as `_`
+            assert stats.get(f"{quic}.upstream_cx_http3_total", 0) >= 1
+            assert stats.get(f"{quic}.upstream_http3_broken", 0) == 0
             status, _, body = await _request(CALLER_IP, 18081, "GET", "/x", authority="example.com")
             assert (status, body) == (
                 404,
@@ -387,3 +403,63 @@ def test_a_captured_render_of_the_demo_manifests_passes_envoy_validation(tmp_pat
     listeners = {item["name"] for item in bootstrap["static_resources"]["listeners"]}
     assert {"capture_cart-1.shop", "l4_tcp_cart-1.shop", "inbound_cart-1.shop"} <= listeners
     validate_config(bootstrap, tmp_path, what="the captured render of examples/demo")
+
+
+@needs(ROOT)  # Envoy binds transparent listeners (IP_TRANSPARENT needs CAP_NET_ADMIN)
+async def test_a_callers_quic_cluster_of_an_extra_port_reaches_that_port_over_http3(tmp_path: Path) -> None:
+    """`Host: db...:<extra port>` names the caller's `quic:` cluster of that port: SNI `<port>.db.default.<td>`
+    (covered by the SVID's wildcard DNS SAN) selects the callee's QUIC chain of that port, not the primary's."""
+    ca = TestCA(TRUST_DOMAIN)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind((CALLEE_IP, 0))
+            ports.append(probe.getsockname()[1])
+    primary, extra = ports
+    db = "db.default.aether.internal"
+    state = fold_events(
+        mesh_config_updated(),
+        trust_bundle_rotated(make_trust_bundle(bundle_pem=ca.bundle_pem)),
+        pod_added(make_pod("web-1", ips=(CALLER_IP,), annotations={"config.aether.io/upstreams": "db"})),
+        pod_added(
+            make_pod(
+                "db-0",
+                service_account="db",
+                ips=(CALLEE_IP,),
+                annotations={"endpoint.aether.io/port": str(primary), "endpoint.aether.io/ports": str(extra)},
+            )
+        ),
+        _svid(ca, "default/web"),
+        _svid(ca, "default/db"),
+        endpoints_snapshot_received(
+            make_endpoint(CALLEE_IP, service="default/db", port=primary, ports=(extra,))
+        ),
+        on_demand_cluster_requested(f"quic:web.default@{db}:{extra}", at=AT),
+    )
+    seen: list[int] = []
+
+    def app(port: int) -> Any:
+        async def handle(stream: trio.SocketStream) -> None:
+            async with stream:
+                connection = HttpConnection(stream, client=False, peer="caller's proxy")
+                if await connection.receive_request() is None:
+                    return
+                seen.append(port)
+                await connection.send_response(200, headers=[("connection", "close")], body=b"ok")
+
+        return handle
+
+    async with trio.open_nursery() as nursery:
+        for port in ports:
+            listeners = await trio.open_tcp_listeners(port, host=CALLEE_IP)
+            await nursery.start(trio.serve_listeners, app(port), listeners)
+        async with open_envoy(
+            snapshot_bootstrap(project_node(state, node_name=NODE, now=AT), admin_port=0),
+            work_dir=tmp_path / "envoy",
+        ) as envoy:
+            status, _, _ = await _request(CALLER_IP, 18081, "GET", "/", authority=f"{db}:{extra}")
+            assert (status, seen) == (200, [extra])
+            quic = f"cluster.quic_web.default@{db}:{extra}".replace(":", "_", 1)
+            assert await _stat(envoy, f"{quic}.upstream_cx_http3_total") == 1
+            assert await _stat(envoy, f"{quic}.upstream_http3_broken") == 0
+        nursery.cancel_scope.cancel()

@@ -53,4 +53,6 @@ def _identity_lines(admin: Path) -> list[str]:
         disagreement = (pod.get("broker") or {}).get("bundleDisagreement")
         if disagreement:
             lines.append(f"identity {pod['pod']}: bundles: {disagreement}")
+        if pod["served"] and pod.get("http3"):
+            lines.append(f"identity {pod['pod']}: no HTTP/3: {pod['http3']}")
     return lines

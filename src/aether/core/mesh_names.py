@@ -1,7 +1,8 @@
 """The mesh's names for its services and their clusters (DESIGN.md section 4), below every view and projection.
 
 A mesh service is `<namespace>/<serviceAccount>`; its FQDN is `<sa>.<ns>.<meshDomain>` and its clusters are named
-after it: `<fqdn>`, `<fqdn>:<port>`, `tcp:<fqdn>`, `udp:<fqdn>`. The Gateway API view names the clusters its
+after it: `<fqdn>`, `<fqdn>:<port>`, `tcp:<fqdn>`, `udp:<fqdn>`, and the per-caller HTTP/3 clusters
+`quic:<caller sa>.<caller ns>@<fqdn>[:<port>]` (`aether.core.project.quic`). The Gateway API view names the clusters its
 routes reach, the projections build them: both spell them here.
 """
 
@@ -43,14 +44,26 @@ def udp_cluster_name(service: str, *, mesh_domain: str, port: int | None = None)
 
 @attrs.frozen(kw_only=True)
 class ClusterName:
-    """A mesh cluster name taken apart: `[tcp:|udp:]<sa>.<ns>.<meshDomain>[:<port>]`."""
+    """A mesh cluster name taken apart: `[tcp:|udp:|quic:<caller>@]<sa>.<ns>.<meshDomain>[:<port>]`."""
 
     service: str
     """The service key `<namespace>/<serviceAccount>`."""
     protocol: str
-    """`http`, `tcp` or `udp` (the prefix; none means http)."""
+    """`http`, `tcp`, `udp` or `quic` (the prefix; none means http)."""
     port: int | None
     """The port suffix, or None."""
+    source: str = ""
+    """`quic` only: the calling service `<namespace>/<serviceAccount>` whose SVID the cluster presents."""
+
+
+QUIC_PREFIX = "quic:"
+
+
+def quic_cluster_name(source: str, target: str) -> str:
+    """Return `quic:<caller sa>.<caller ns>@<target>`: HTTP/3 from the local service `source` to the HTTP cluster
+    `target` (`<fqdn>` or `<fqdn>:<port>`), presenting `source`'s own SVID."""
+    namespace, account = split_service(source)
+    return f"{QUIC_PREFIX}{account}.{namespace}@{target}"
 
 
 def parse_cluster_name(name: str, *, mesh_domain: str) -> ClusterName | None:
@@ -59,10 +72,21 @@ def parse_cluster_name(name: str, *, mesh_domain: str) -> ClusterName | None:
     The account is everything left of the last label before the domain (a service account may hold dots, a
     namespace cannot): the same split `aether.core.reduce.xds` checks requests with.
     """
-    protocol = "http"
+    protocol, source = "http", ""
     for prefix in ("tcp", "udp"):
         if name.startswith(f"{prefix}:"):
             protocol, name = prefix, name[len(prefix) + 1 :]
+    if name.startswith(QUIC_PREFIX):
+        caller, at, name = name[len(QUIC_PREFIX) :].partition("@")
+        caller_account, dot, caller_namespace = caller.rpartition(".")
+        if not (at and dot) or (
+            dns_subdomain_problem(caller_account, what="account")
+            or dns_label_problem(caller_namespace, what="namespace")
+        ):
+            return None
+        protocol, source = "quic", f"{caller_namespace}/{caller_account}"
+        # The destination half is the request's Host, which matched its virtual host without regard to case.
+        name = name.lower()
     host, colon, port_text = name.partition(":")
     rest = host.removesuffix(f".{mesh_domain}")
     account, dot, namespace = rest.rpartition(".")
@@ -75,7 +99,7 @@ def parse_cluster_name(name: str, *, mesh_domain: str) -> ClusterName | None:
         if not (port_text.isascii() and port_text.isdigit()) or port_problem(int(port_text), what="port"):
             return None
         port = int(port_text)
-    return ClusterName(service=f"{namespace}/{account}", protocol=protocol, port=port)
+    return ClusterName(service=f"{namespace}/{account}", protocol=protocol, port=port, source=source)
 
 
 SLICE_CLUSTER_PREFIX = "slices:"

@@ -58,7 +58,7 @@ from aether.identity.streams import BROKER_HEADER, SPIFFE_BACKOFF, server_stream
 from aether.identity.tls import client_context, peer_spiffe_id
 from aether.identity.workload_api import WorkloadIdentity
 from aether.identity.workload_bundles import bundle_disagreement, bundle_narrowed
-from aether.identity.x509 import not_before_of_chain, svid_from_der, trust_domain_of_id
+from aether.identity.x509 import not_before_of_chain, report_http3, svid_from_der, trust_domain_of_id
 from aether.proto.spiffe.v1 import broker_pb2
 from aether.rpc.backoff import Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket
@@ -440,7 +440,7 @@ class BrokerClient:
             return
         self._sent[spiffe_id] = digest
         self.rechecks.set(spiffe_id, (not_before_of_chain(message.x509_svid), svid.not_after))
-        await self._emit(SvidRotated(observed_at=now, source=SOURCE, svid=svid))
+        await self._emit(SvidRotated(observed_at=now, source=SOURCE, svid=report_http3(svid)))
 
     async def _recheck(self, spiffe_id: str, now: int) -> None:
         await self._publish(spiffe_id, now=now, again=True)

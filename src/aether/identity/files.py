@@ -42,6 +42,7 @@ from aether.core.validation import service_key_problem, trust_domain_problem
 from aether.core.values import Redacted
 from aether.identity.errors import SvidDirectoryError, TrustDomainError
 from aether.identity.pem import bundle_from_pem, bundle_trust_domains, svid_from_pem
+from aether.identity.x509 import report_http3
 from aether.sync import LatestValue
 
 BUNDLE_FILE = "bundle.pem"
@@ -289,7 +290,7 @@ def _rotation(name: str, read: _FileRead, *, trust_domain: str, observed_at: int
         svid = Svid(spiffe_id=spiffe_id, cert_chain_pem=b"", private_key=Redacted(b""), problem=unreadable)
     else:
         svid = svid_from_pem(read.content, spiffe_id=spiffe_id)
-    return SvidRotated(observed_at=observed_at, source=SOURCE, svid=svid)
+    return SvidRotated(observed_at=observed_at, source=SOURCE, svid=report_http3(svid))
 
 
 def _removal(name: str, *, trust_domain: str, observed_at: int) -> Event:

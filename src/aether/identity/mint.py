@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aether.core.events import Svid
+from aether.core.project.quic import quic_dns_sans_of_id
 from aether.core.values import Redacted
 from aether.identity.files import BUNDLE_FILE, svid_file_name
 
@@ -139,6 +140,7 @@ class TestCA:
         not_after: int = NOT_AFTER,
         key: ec.EllipticCurvePrivateKey | None = None,
         uri_sans: tuple[str, ...] | None = None,
+        dns_sans: tuple[str, ...] | None = None,
     ) -> MintedSvid:
         """Issue an X.509-SVID for `spiffe_id`, valid from `not_before` to `not_after` (ns since the epoch).
 
@@ -148,6 +150,8 @@ class TestCA:
             not_after: The end of validity (truncated to whole seconds).
             key: The leaf's key (default: a new one).
             uri_sans: The URI SANs of the leaf (default: `spiffe_id` alone), to mint a malformed SVID.
+            dns_sans: The DNS SANs of the leaf (default: the two HTTP/3 needs, `<sa>.<ns>.<td>` and
+                `*.<sa>.<ns>.<td>`, for a workload SPIFFE ID; none for another), `()` to mint an SVID without.
         """
         label = self._next_label(f"leaf:{spiffe_id}")
         leaf_key = _derived_key(label) if key is None else key
@@ -171,9 +175,12 @@ class TestCA:
             )
         )
         uris = (spiffe_id,) if uri_sans is None else uri_sans
-        if uris:
-            names = x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri) for uri in uris])
-            builder = builder.add_extension(names, critical=False)
+        if dns_sans is None:
+            dns_sans = quic_dns_sans_of_id(spiffe_id) or ()
+        sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(uri) for uri in uris]
+        sans.extend(x509.DNSName(name) for name in dns_sans)
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         leaf = _signed(builder, key=self.key)
         return MintedSvid(
             spiffe_id=spiffe_id,

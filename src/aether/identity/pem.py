@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 
 from aether.core.events import Svid, TrustBundle
+from aether.core.project.quic import quic_dns_sans_of_id
 from aether.core.values import Redacted
 
 CERTIFICATE = "CERTIFICATE"
@@ -73,6 +74,28 @@ def svid_from_pem(content: bytes, *, spiffe_id: str) -> Svid:
         not_after=facts.not_after,
         leaf_spiffe_id=facts.spiffe_id,
         problem=problem or "",
+        # Judged only for an SVID that can be served: one of another identity is refused anyway.
+        http3_problem=""
+        if problem or facts.spiffe_id != spiffe_id
+        else http3_problem(spiffe_id, facts.dns_names),
+    )
+
+
+def http3_problem(spiffe_id: str, dns_names: tuple[str, ...]) -> str:
+    """Return which of the two DNS SANs HTTP/3 between proxies needs (`aether.core.project.quic`) a leaf of
+    `spiffe_id` with the DNS SANs `dns_names` lacks, as a sentence; empty when it has both (or `spiffe_id` is no
+    workload ID, which needs none)."""
+    wanted = quic_dns_sans_of_id(spiffe_id)
+    if wanted is None:
+        return ""
+    have = {name.lower() for name in dns_names}
+    missing = [name for name in wanted if name not in have]
+    if not missing:
+        return ""
+    names = " and ".join(repr(name) for name in missing)
+    return (
+        f"the certificate lacks the DNS SAN{'s' if len(missing) > 1 else ''} {names} that HTTP/3 between proxies"
+        " needs: served over TCP only, its callers stay on HTTP/2"
     )
 
 
@@ -113,6 +136,7 @@ def bundle_trust_domains(content: bytes) -> tuple[str, ...]:
 class _LeafFacts:
     spiffe_id: str = ""
     not_after: int = 0
+    dns_names: tuple[str, ...] = ()
 
 
 def _block_problem(
@@ -150,6 +174,7 @@ def _svid_problem(certificates: list[bytes], keys: list[bytes], facts: _LeafFact
     if len(uris) != 1:
         return f"the leaf certificate must name exactly one URI SAN (got {uris!r})"
     facts.spiffe_id = uris[0]
+    facts.dns_names = tuple(_sans(leaf, x509.DNSName))
     if leaf_is_ca:
         return "the leaf certificate must not be a CA (the chain must start with the leaf)"
     for number, (child, issuer) in enumerate(itertools.pairwise(chain), 1):
@@ -187,12 +212,19 @@ def _bundle_problem(certificates: list[bytes], *, trust_domain: str) -> str | No
     return None
 
 
-def _uri_sans(certificate: x509.Certificate) -> list[str]:
+def _sans(
+    certificate: x509.Certificate, kind: type[x509.DNSName] | type[x509.UniformResourceIdentifier]
+) -> list[str]:
+    """The certificate's subject alternative names of `kind` (URI, DNS)."""
     try:
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return []
-    return names.get_values_for_type(x509.UniformResourceIdentifier)
+    return names.get_values_for_type(kind)
+
+
+def _uri_sans(certificate: x509.Certificate) -> list[str]:
+    return _sans(certificate, x509.UniformResourceIdentifier)
 
 
 def _is_ca(certificate: x509.Certificate) -> bool:

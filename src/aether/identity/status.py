@@ -3,7 +3,8 @@
 
 A pod's SVID is *served* when the state holds a valid SVID for the pod's SPIFFE ID (the node's SDS secret of that
 name): it is in the snapshot Envoy is given. A rejection of that SPIFFE ID (the checks of `aether.identity.x509`
-and of the reducer) is shown with its reason, whether or not an older SVID still serves.
+and of the reducer) is shown with its reason, whether or not an older SVID still serves. A served SVID without the
+DNS SANs HTTP/3 needs says so in `http3` (the pod is reached over HTTP/2 only).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def identity_document(state: State, *, now: int, broker: Iterable[PodIdentity] =
             "served": served,
             "notAfter": svid.not_after if svid is not None else 0,
             "rejection": "" if rejection is None else rejection.message,
+            # Why the pod's inbound takes no HTTP/3 (its SVID lacks the DNS SANs QUIC needs), or empty.
+            "http3": svid.http3_problem if svid is not None else "",
         }
         item = brokered.get(key)
         if item is not None:

@@ -40,6 +40,7 @@ from aether.identity.x509 import (
     der_to_pem_certificates,
     key_der_to_pem,
     not_before_of_chain,
+    report_http3,
     svid_from_der,
     trust_domain_of_id,
 )
@@ -318,7 +319,7 @@ class _Client:
             return
         self._sent[spiffe_id] = digest
         self.rechecks.set(spiffe_id, (not_before_of_chain(message.x509_svid), svid.not_after))
-        await self._emit(SvidRotated(observed_at=now, source=SOURCE, svid=svid))
+        await self._emit(SvidRotated(observed_at=now, source=SOURCE, svid=report_http3(svid)))
 
     async def recheck(self, spiffe_id: str, now: int) -> None:
         await self._publish_svid(spiffe_id, now=now, again=True)

@@ -11,6 +11,8 @@ explains every rejection. Expiry (`not_after`) is left to the reducer, which com
 
 from __future__ import annotations
 
+import logging
+
 import attrs
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -18,6 +20,8 @@ from cryptography.hazmat.primitives import serialization
 
 from aether.core.events import Svid, TrustBundle
 from aether.identity.pem import _issued_by, bundle_from_pem, svid_from_pem
+
+LOG = logging.getLogger("aether.identity.x509")
 
 __all__ = [
     "bundle_from_der",
@@ -135,6 +139,9 @@ def check_svid(svid: Svid, *, bundle_pem: bytes, trust_domain: str, now: int) ->
     - the chain leads to a CA certificate of `bundle_pem` (every certificate issued by the next, the last by a CA
       of the bundle);
     - the leaf is valid at `now` (`not_before` passed; `not_after` is the reducer's to judge).
+
+    The DNS SANs HTTP/3 needs were checked when the leaf was read (`aether.identity.pem.http3_problem`): their
+    absence is no problem here, only `Svid.http3_problem` (reported with `report_http3`).
     """
     if svid.problem:
         return svid
@@ -166,6 +173,15 @@ def _svid_problem(svid: Svid, *, bundle_pem: bytes, trust_domain: str, now: int)
     if not_before > now:
         return f"the certificate is not valid yet (not_before {not_before!r} > now {now!r})"
     return None
+
+
+def report_http3(svid: Svid) -> Svid:
+    """Log what keeps `svid` from serving HTTP/3 (`Svid.http3_problem`, found when the leaf was read: the two DNS
+    SANs of `aether.core.project.quic`), if anything; return `svid`. Not a refusal: the SVID is served over TCP,
+    its pods get no QUIC inbound, and their callers stay on HTTP/2 (`aether status` says why)."""
+    if svid.http3_problem and not svid.problem:
+        LOG.warning("svid %r: %s", svid.spiffe_id, svid.http3_problem)
+    return svid
 
 
 def not_before_of_chain(chain: bytes) -> int:

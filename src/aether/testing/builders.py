@@ -264,6 +264,7 @@ def make_svid(
     not_after: int = AT + 3_600 * 1_000_000_000,
     leaf_spiffe_id: str = "",
     problem: str = "",
+    http3_problem: str = "",
 ) -> Svid:
     """Return an SVID for `spiffe_id`, valid for an hour after `AT`."""
     return Svid(
@@ -273,6 +274,7 @@ def make_svid(
         not_after=not_after,
         leaf_spiffe_id=leaf_spiffe_id,
         problem=problem,
+        http3_problem=http3_problem,
     )
 
 

@@ -137,8 +137,9 @@ def test_the_inbound_listener_terminates_mtls_and_demultiplexes_by_sni_and_alpn(
     assert [item.name for item in listener.listener_filters] == ["envoy.filters.listener.tls_inspector"]
     chains = {chain.name: chain for chain in listener.filter_chains}
     assert {name: as_dict(chain.filter_chain_match) for name, chain in chains.items()} == {
-        "in_web-1.default_8080": {"server_names": ["8080"]},
-        "in_web-1.default_9090": {"server_names": ["9090"]},
+        # The bare port (HTTP/2 clusters) and its DNS form (the HTTP/3 clusters' TCP fallback).
+        "in_web-1.default_8080": {"server_names": ["8080", "8080.web.default.aether.internal"]},
+        "in_web-1.default_9090": {"server_names": ["9090", "9090.web.default.aether.internal"]},
         "in_web-1.default": {"application_protocols": ["h2"]},
     }
     routes = {

@@ -82,6 +82,8 @@ def test_the_node_snapshot_holds_its_pods_and_their_dependencies() -> None:
         "Listener": [  # db-0 has no network namespace: no capture listeners
             "capture_web-1.default",
             "inbound_db-0.shop",
+            "inbound_quic_db-0.shop",  # the UDP (HTTP/3) half of each mesh inbound
+            "inbound_quic_web-1.default",
             "inbound_web-1.default",
             "l4_tcp_web-1.default",
             "outbound_http_db-0.shop",

@@ -34,11 +34,15 @@ def test_a_service_vhost_routes_idempotent_methods_first() -> None:
 
 
 def test_the_catch_all_discovers_mesh_names_on_demand() -> None:
-    """Liveness, then the mesh-name routes to `cluster_header: :authority`, then a 404 with a clear body."""
+    """Liveness, then the mesh-name routes to the caller's `quic:` cluster (when its listener named one) or to
+    `cluster_header: :authority`, then a 404 with a clear body."""
     vhost = catch_all_vhost(mesh_domain="aether.internal", passthrough=False)
     assert (vhost.name, list(vhost.domains)) == ("on_demand_catch_all", ["*"])
-    live, idempotent, any_method, last = vhost.routes
+    live, quic_idempotent, quic_any, idempotent, any_method, last = vhost.routes
     assert (live.match.path, live.direct_response.status) == ("/-/-/live", 200)
+    for route in (quic_idempotent, quic_any):
+        assert route.route.cluster_header == "x-aether-quic-cluster"
+        assert [item.name for item in route.match.headers][:2] == [":authority", "x-aether-quic-cluster"]
     for route in (idempotent, any_method):
         assert route.route.cluster_header == ":authority"
         assert route.match.headers[0].name == ":authority"
@@ -72,7 +76,10 @@ def test_an_assembled_route_table_is_the_message_s_own_serialization() -> None:
     vhosts.append(catch_all_vhost(mesh_domain="aether.internal", passthrough=True))
     body = route_configuration_body("cap_http", [vhost_entry(vhost) for vhost in vhosts])
     message = route_pb2.RouteConfiguration(
-        name="cap_http", virtual_hosts=vhosts, validate_clusters=wrappers_pb2.BoolValue(value=False)
+        name="cap_http",
+        virtual_hosts=vhosts,
+        validate_clusters=wrappers_pb2.BoolValue(value=False),
+        request_headers_to_remove=["x-aether-quic-cluster"],
     )
     assert body == message.SerializeToString(deterministic=True)
     assert Resource.from_body(ROUTE_TYPE, name="cap_http", body=body, references=()) == Resource.from_message(

@@ -153,7 +153,7 @@ def test_a_request_for_a_name_outside_the_mesh_is_rejected(cluster_name: str) ->
     rejection = Rejection(
         subject=subject,
         reason=RejectionReason.NOT_A_MESH_SERVICE,
-        message=f"cluster {cluster_name!r} is not a mesh service ('[tcp:|udp:]<sa>.<ns>.aether.internal[:port]')",
+        message=f"cluster {cluster_name!r} is not a mesh service ('[tcp:|udp:|quic:<sa>.<ns>@]<sa>.<ns>.aether.internal[:port]')",
         seq=1,
     )
     assert state.diagnostics == Diagnostics(rejections=immutables.Map({subject: rejection}), rejected_total=1)

@@ -33,6 +33,14 @@ class Svid:
 
     Empty when it found nothing wrong. The source reports; the reducer rejects, so replay explains the rejection.
     """
+    http3_problem: str = ""
+    """What keeps the SVID from serving HTTP/3 between proxies, as the source that read the leaf found it: the DNS
+    SANs `aether.core.project.quic` needs that it lacks (`aether.identity.pem.http3_problem`). Empty: nothing (or
+    a record older than the check). Not a rejection: the SVID is served for mTLS over TCP, and its pods' callers
+    stay on HTTP/2 to them.
+
+    .. versionadded:: with HTTP/3 between proxies (empty in earlier records: no check was made).
+    """
 
 
 @attrs.frozen(kw_only=True)

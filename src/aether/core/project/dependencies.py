@@ -2,8 +2,9 @@
 
 A node's dependency set is its local pods' own services, the services they declare in `config.aether.io/upstreams`
 (parsed into `PodConfig.upstreams`), and the services its Envoy asked for on demand no longer ago than the mesh's
-on-demand TTL before `now`. `now` is a parameter (the agent passes the observation time of the last event it
-folded), so a replay projects the same set.
+on-demand TTL before `now` (a caller's `quic:` cluster of a service both declare lives as long as the
+declarations). `now` is a parameter (the agent passes the observation time of the last event it folded), so a replay
+projects the same set.
 """
 
 from __future__ import annotations
@@ -162,10 +163,34 @@ class Demand:
     """Live requested names that name no mesh service under the mesh domain in force (answered as not found)."""
 
 
+def _held_quic(
+    declared: tuple[str, ...], index: RequestIndex, *, live_from: int
+) -> list[tuple[str, ClusterName]]:
+    """The expired requests that stay: `quic:` clusters of a declared caller to a declared service.
+
+    Envoy asks for a cluster once and then holds it; it says nothing about using it. A caller's `quic:` cluster of
+    a service it declares is what its requests to that service ride (`aether.core.project.quic`), so it lives as
+    long as both declarations, not for the on-demand TTL: dropping it would fail the pair's requests until Envoy
+    asked again.
+    """
+    wanted = set(declared)
+    return [
+        (name, parsed)
+        for name, parsed in zip(index.names[:live_from], index.parsed[:live_from], strict=True)
+        if parsed is not None
+        and parsed.protocol == "quic"
+        and parsed.service in wanted
+        and parsed.source in wanted
+    ]
+
+
 def demand(declared: tuple[str, ...], index: RequestIndex, *, live_from: int) -> Demand:
-    """Return the dependency set: `declared` plus the services of the requests from `live_from` on."""
+    """Return the dependency set: `declared` plus the services of the requests from `live_from` on (and the
+    `quic:` clusters between declared services, whatever their age: `_held_quic`)."""
     requested: dict[str, list[str]] = {}
     unmatched: list[str] = []
+    for name, held in _held_quic(declared, index, live_from=live_from):
+        requested.setdefault(held.service, []).append(name)
     for name, parsed in zip(index.names[live_from:], index.parsed[live_from:], strict=True):
         if parsed is None:
             unmatched.append(name)

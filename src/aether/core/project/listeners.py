@@ -65,6 +65,12 @@ from aether.core.project.names import (
     udp_listener_name,
 )
 from aether.core.project.outcome import inbound_local_replies
+from aether.core.project.quic import (
+    http3_codec,
+    inbound_quic_listener,
+    quic_header_mutation,
+    quic_server_name,
+)
 from aether.core.project.routes import inbound_route_configuration
 from aether.core.project.tls import downstream_socket
 from aether.core.project.udp import UdpDestination
@@ -121,8 +127,10 @@ def _source_identity(record: PodRecord, *, trust_domain: str) -> Any:
     )
 
 
-def _mesh_http(stat_prefix: str, *, route: str = "", table: Any = None) -> Any:
-    """The mesh's HTTP connection manager, routing with RDS `route` or with the inline route `table`."""
+def _mesh_http(stat_prefix: str, *, route: str = "", table: Any = None, quic_source: str = "") -> Any:
+    """The mesh's HTTP connection manager, routing with RDS `route` or with the inline route `table`; with
+    `quic_source` (the pod's service, on a node with SVIDs) it names the caller's `quic:` cluster before routing
+    (see `aether.core.project.quic`)."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
         http_filters=[
@@ -139,6 +147,8 @@ def _mesh_http(stat_prefix: str, *, route: str = "", table: Any = None) -> Any:
         manager.route_config.CopyFrom(table)
     else:
         manager.rds.CopyFrom(hcm_pb2.Rds(config_source=ads(), route_config_name=route))
+    if quic_source:
+        manager.early_header_mutation_extensions.append(quic_header_mutation(quic_source))
     return _filter(_HCM, manager)
 
 
@@ -148,7 +158,7 @@ def _tcp_proxy(stat_prefix: str, cluster: str) -> Any:
     )
 
 
-def outbound_listener(record: PodRecord, *, trust_domain: str) -> Any:
+def outbound_listener(record: PodRecord, *, trust_domain: str, quic: bool = False) -> Any:
     """Return `outbound_http_<pod>`: the pod's HTTP proxy port, routed by `out_http`."""
     name = outbound_listener_name(record.pod)
     return listener_pb2.Listener(
@@ -160,7 +170,11 @@ def outbound_listener(record: PodRecord, *, trust_domain: str) -> Any:
                 name=name,
                 filters=[
                     _source_identity(record, trust_domain=trust_domain),
-                    _mesh_http(f"out_http_{pod_token(record.pod)}", route=OUTBOUND_ROUTE),
+                    _mesh_http(
+                        f"out_http_{pod_token(record.pod)}",
+                        route=OUTBOUND_ROUTE,
+                        quic_source=record.service if quic else "",
+                    ),
                 ],
             )
         ],
@@ -192,9 +206,11 @@ def capture_listener(
     trust_domain: str,
     l4: Sequence[MeshL4Destination] = (),
     frontends: Sequence[FrontendRoute] = (),
+    quic: bool = False,
 ) -> Any:
-    """Return `capture_<pod>`: captured HTTP into `cap_http`, but HTTP to a GAMMA frontend (a routed Service's
-    ClusterIP and port) into that frontend's virtual host; the GAMMA L4 destinations `l4` to their routes'
+    """Return `capture_<pod>`: captured HTTP into `cap_http` (naming the caller's `quic:` cluster with `quic`), but
+    HTTP to a GAMMA frontend (a routed Service's ClusterIP and port) into that frontend's virtual host (GAMMA stays on
+    HTTP/2); the GAMMA L4 destinations `l4` to their routes'
     backends, anything else through to where it was going."""
     name = capture_listener_name(record.pod)
     token = pod_token(record.pod)
@@ -215,7 +231,9 @@ def capture_listener(
                 ),
                 filters=[
                     _source_identity(record, trust_domain=trust_domain),
-                    _mesh_http(f"capture_{token}", route=CAPTURE_ROUTE),
+                    _mesh_http(
+                        f"capture_{token}", route=CAPTURE_ROUTE, quic_source=record.service if quic else ""
+                    ),
                 ],
             ),
             *(
@@ -306,7 +324,7 @@ def udp_proxy_listener(name: str, address: Any, *, cluster: str) -> Any:
     )
 
 
-def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
+def _inbound_manager(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
         route_config=inbound_route_configuration(routes),
@@ -319,7 +337,11 @@ def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *,
         manager.forward_client_cert_details = hcm_pb2.HttpConnectionManager.SANITIZE_SET
         manager.set_current_client_cert_details.uri = True
         manager.set_current_client_cert_details.subject.value = True
-    return _filter(_HCM, manager)
+    return manager
+
+
+def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
+    return _filter(_HCM, _inbound_manager(stat_prefix, routes, plaintext=plaintext))
 
 
 def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -> Any:
@@ -364,7 +386,13 @@ def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -
     for port in record.config.ports:
         listener.filter_chains.add(
             name=f"in_{token}_{port}",
-            filter_chain_match=listener_components_pb2.FilterChainMatch(server_names=[str(port)]),
+            filter_chain_match=listener_components_pb2.FilterChainMatch(
+                # The bare port (HTTP/2 clusters), and the DNS form of the `quic:` clusters' TCP fallback.
+                server_names=[
+                    str(port),
+                    quic_server_name(record.service, trust_domain=trust_domain, port=port),
+                ]
+            ),
             transport_socket=http_socket,
             filters=[
                 _inbound_http(f"in_{token}_{port}", [(None, app_cluster_name(pod, port))], plaintext=False)
@@ -377,3 +405,21 @@ def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -
         filters=[_inbound_http(f"in_{token}", [(None, primary)], plaintext=False)],
     )
     return listener
+
+
+def inbound_quic(record: PodRecord, *, trust_domain: str) -> Any:
+    """Return `inbound_quic_<pod>`: the UDP half of the pod's mesh inbound, HTTP/3 with the TCP side's SVID and
+    client-certificate requirement (see `aether.core.project.quic`)."""
+    identity = spiffe_id(record.service, trust_domain=trust_domain)
+
+    def http(stat_prefix: str, cluster: str) -> Any:
+        manager = _inbound_manager(stat_prefix, [(None, cluster)], plaintext=False)
+        return _filter(_HCM, http3_codec(manager))
+
+    return inbound_quic_listener(
+        record,
+        address=_address(record, MESH_INBOUND_PORT, host=ANY_ADDRESS),
+        tcp_socket=downstream_socket(identity, trust_domain=trust_domain, alpn=INBOUND_ALPN),
+        trust_domain=trust_domain,
+        http=http,
+    )

@@ -98,6 +98,11 @@ def inbound_listener_name(pod: Pod) -> str:
     return f"inbound_{pod_token(pod)}"
 
 
+def inbound_quic_listener_name(pod: Pod) -> str:
+    """`inbound_quic_<pod>`: the UDP (QUIC, HTTP/3) half of the pod's mesh inbound (18008)."""
+    return f"inbound_quic_{pod_token(pod)}"
+
+
 def app_cluster_name(pod: Pod, port: int) -> str:
     """`app_<pod>_<port>`: the static cluster that delivers inbound traffic to the app's `port`."""
     return f"app_{pod_token(pod)}_{port}"

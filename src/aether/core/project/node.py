@@ -295,8 +295,13 @@ class NodeProjector:
                 locality=self._node_locality(state, local),
             ),
         )
+        svids = state.identity.svids
+        no_http3 = frozenset(
+            item for item in identities if (svid := svids.get(item)) is not None and svid.http3_problem
+        )
         pod_context = _interned(
-            self._pod_context, PodContext(trust_domain=mesh.trust_domain, plaintext=identity.plaintext)
+            self._pod_context,
+            PodContext(trust_domain=mesh.trust_domain, plaintext=identity.plaintext, no_http3=no_http3),
         )
         self._service_context, self._pod_context = service_context, pod_context
 

@@ -1,6 +1,7 @@
 """The resources of one local pod: its listeners and the app clusters its inbound delivers to.
 
-Every pod gets the explicit outbound listener (18081) and the mesh inbound (18008). The capture listeners (18001,
+Every pod gets the explicit outbound listener (18081) and the mesh inbound (18008, TCP, and UDP for HTTP/3 unless
+the node holds no SVID: `aether.core.project.quic`). The capture listeners (18001,
 the L4 port 18082, and one per UDP Service destination the node serves) exist only for a pod with a network namespace: capture is programmed there by the CNI
 plugin, which is also what reports the namespace. A pod known without one (local mode, a pod the CNI never saw)
 has nothing diverting its traffic, and a transparent listener on a host address would need privileges for no
@@ -20,11 +21,12 @@ from aether.core.project.frontends import FrontendRoute
 from aether.core.project.listeners import (
     capture_listener,
     inbound_listener,
+    inbound_quic,
     l4_tcp_listener,
     outbound_listener,
     udp_listener,
 )
-from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE
+from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.udp import UdpDestination
 from aether.core.snapshot import Resource
 from aether.core.state.pods import PodRecord
@@ -37,6 +39,9 @@ class PodContext:
     trust_domain: str
     plaintext: bool
     """True when the node holds no SVID at all: the inbound listener accepts plaintext."""
+    no_http3: frozenset[str] = frozenset()
+    """SPIFFE IDs whose SVID lacks the DNS SANs HTTP/3 needs (`Svid.http3_problem`): their pods get no QUIC
+    inbound, so their callers' QUIC attempts fail at once and Envoy keeps them on HTTP/2."""
 
 
 def project_pod(
@@ -57,11 +62,13 @@ def project_pod(
     if not bound:
         return ()
     trust_domain = context.trust_domain
+    quic = not context.plaintext
+    serves_http3 = quic and spiffe_id(record.service, trust_domain=trust_domain) not in context.no_http3
     captured: tuple[Resource, ...] = ()
     if record.pod.netns:
         captured = (
             Resource.from_message(
-                capture_listener(record, trust_domain=trust_domain, l4=l4, frontends=frontends),
+                capture_listener(record, trust_domain=trust_domain, l4=l4, frontends=frontends, quic=quic),
                 references=(CAPTURE_ROUTE,),
             ),
             Resource.from_message(l4_tcp_listener(record, l4=l4)),
@@ -69,11 +76,12 @@ def project_pod(
         )
     return (
         Resource.from_message(
-            outbound_listener(record, trust_domain=trust_domain), references=(OUTBOUND_ROUTE,)
+            outbound_listener(record, trust_domain=trust_domain, quic=quic), references=(OUTBOUND_ROUTE,)
         ),
         *captured,
         Resource.from_message(
             inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext)
         ),
+        *((Resource.from_message(inbound_quic(record, trust_domain=trust_domain)),) if serves_http3 else ()),
         *(Resource.from_message(app_cluster(record.pod, port)) for port in record.config.ports),
     )

@@ -28,6 +28,7 @@ from aether.core.project.names import (
     mesh_authority_regex,
 )
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
+from aether.core.project.quic import QUIC_CLUSTER_HEADER, quic_header_present
 
 _VIRTUAL_HOSTS_TAG = b"\x12"
 """Field 2 (`virtual_hosts`), wire type 2 (length-delimited): `(2 << 3) | 2`."""
@@ -69,13 +70,20 @@ def _service_routes(action: Any, *, headers: Sequence[Any] = ()) -> list[Any]:
     return routes
 
 
-def service_vhost(name: str, *, domains: Iterable[str], cluster: str) -> Any:
-    """Return the virtual host `name` routing `domains` to `cluster`, with the retry policy by outcome."""
-    return route_components_pb2.VirtualHost(
-        name=name,
-        domains=list(domains),
-        routes=_service_routes(route_components_pb2.RouteAction(cluster=cluster)),
-    )
+def service_vhost(name: str, *, domains: Iterable[str], cluster: str, quic: bool = False) -> Any:
+    """Return the virtual host `name` routing `domains` to `cluster`, with the retry policy by outcome.
+
+    With `quic`, requests whose caller named its `quic:` cluster go there first (HTTP/3, the same retry policy:
+    see `aether.core.project.quic`); the others (a caller of a plaintext node) to `cluster`.
+    """
+    routes = []
+    if quic:
+        routes = _service_routes(
+            route_components_pb2.RouteAction(cluster_header=QUIC_CLUSTER_HEADER),
+            headers=[quic_header_present()],
+        )
+    routes.extend(_service_routes(route_components_pb2.RouteAction(cluster=cluster)))
+    return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=routes)
 
 
 def routed_vhost(name: str, *, domains: Iterable[str], routes: Iterable[Any]) -> Any:
@@ -102,9 +110,18 @@ def catch_all_vhost(*, mesh_domain: str, passthrough: bool) -> Any:
             status=200, body=base_pb2.DataSource(inline_string="live\n")
         ),
     )
-    on_demand = _service_routes(
-        route_components_pb2.RouteAction(cluster_header=AUTHORITY_HEADER), headers=[authority]
-    )
+    # A caller that named its own `quic:` cluster (every pod of a node with SVIDs) asks for that one, so even the
+    # first request to a service outside the dependency set rides HTTP/3 with the caller's certificate; the others
+    # (a plaintext node) ask for the cluster the Host names.
+    on_demand = [
+        *_service_routes(
+            route_components_pb2.RouteAction(cluster_header=QUIC_CLUSTER_HEADER),
+            headers=[authority, quic_header_present()],
+        ),
+        *_service_routes(
+            route_components_pb2.RouteAction(cluster_header=AUTHORITY_HEADER), headers=[authority]
+        ),
+    ]
     if passthrough:
         # No timeout: captured non-mesh traffic (long polls, streams) must behave as without the mesh.
         last = route_components_pb2.Route(
@@ -131,10 +148,12 @@ def route_configuration_body(name: str, entries: Iterable[bytes]) -> bytes:
     """Return the serialized RouteConfiguration `name` holding the `virtual_hosts` entries, in order.
 
     `validate_clusters` is off: a table may name a cluster Envoy is still discovering (on demand or in flight).
+    The caller's `x-aether-quic-cluster` is for routing only: it never leaves the caller's proxy.
     """
     head = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
     tail = route_pb2.RouteConfiguration(
-        validate_clusters=wrappers_pb2.BoolValue(value=False)
+        validate_clusters=wrappers_pb2.BoolValue(value=False),
+        request_headers_to_remove=[QUIC_CLUSTER_HEADER],
     ).SerializeToString(deterministic=True)
     return b"".join((head, *entries, tail))
 

@@ -23,6 +23,7 @@ Service's share reaches the pods it selects, and callers of the service's own na
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -42,6 +43,14 @@ from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.endpoints import Locality, load_assignment
 from aether.core.project.gateway_routes import envoy_route_list
 from aether.core.project.names import spiffe_id
+from aether.core.project.quic import (
+    caller_identity,
+    quic_cluster,
+    quic_eligible,
+    quic_server_name,
+    quic_target,
+    source_of,
+)
 from aether.core.project.routes import routed_vhost, service_vhost, vhost_entry
 from aether.core.project.tls import UpstreamIdentity
 from aether.core.snapshot import Resource
@@ -132,7 +141,11 @@ def port_vhost_name(fqdn: str, port: int) -> str:
 
 
 def _vhosts(
-    vhosts: Sequence[tuple[str, list[str], str]], routing: MeshRouting | None, *, fqdn: str
+    vhosts: Sequence[tuple[str, list[str], str]],
+    routing: MeshRouting | None,
+    *,
+    fqdn: str,
+    quic: bool = False,
 ) -> list[bytes]:
     """Return the service's virtual hosts, serialized: the first (its own) with the GAMMA routes that name no port
     (or its default routes when every route names one), the others with their default routes, and one per Service
@@ -151,7 +164,7 @@ def _vhosts(
             routes = envoy_route_list(routing.all_routes, mesh=True)
             entries.append(vhost_entry(routed_vhost(name, domains=kept, routes=routes)))
         else:
-            entries.append(vhost_entry(service_vhost(name, domains=kept, cluster=cluster)))
+            entries.append(vhost_entry(service_vhost(name, domains=kept, cluster=cluster, quic=quic)))
     for item in ports:
         routes = envoy_route_list(item.all_routes, mesh=True)
         entries.append(
@@ -160,6 +173,55 @@ def _vhosts(
             )
         )
     return entries
+
+
+def _quic_clusters(
+    service: str,
+    http: Sequence[Endpoint],
+    requested: Sequence[str],
+    context: ServiceContext,
+    *,
+    http3: bool,
+) -> list[tuple[str, Any, tuple[Endpoint, ...]]]:
+    """Return the `quic:` clusters requested for `service` that it serves: name, cluster, members.
+
+    When the service must stay on HTTP/2 (`http3` false: an endpoint behind the waypoint, a plaintext node), a
+    name Envoy still asks for (its route table may lag one push behind) is answered with the caller's own HTTP/2
+    cluster, so that no request fails on a missing cluster while the routes catch up.
+    """
+    primaries = sorted({item.port for item in http})
+    advertised = {port for item in http for port in (item.port, *item.ports)}
+    peer = spiffe_id(service, trust_domain=context.trust_domain)
+    found = []
+    for name in requested:
+        parsed = parse_cluster_name(name, mesh_domain=context.mesh_domain)
+        if parsed is None or parsed.protocol != "quic":
+            continue
+        served, port = quic_target(parsed, primaries=primaries, advertised=advertised)
+        if not served:
+            continue
+        members = tuple(http) if port is None else tuple(item for item in http if _serves(item, port))
+        source = source_of(parsed, trust_domain=context.trust_domain)
+        if http3:
+            message = quic_cluster(
+                name,
+                source=source,
+                identity=context.identity,
+                peer=peer,
+                trust_domain=context.trust_domain,
+                server_name=quic_server_name(service, trust_domain=context.trust_domain, port=port),
+            )
+        else:
+            message = service_cluster(
+                name,
+                identity=caller_identity(context.identity, source),
+                peer=peer,
+                trust_domain=context.trust_domain,
+                http=True,
+                sni="" if port is None else str(port),
+            )
+        found.append((name, message, members))
+    return found
 
 
 def project_service(
@@ -215,6 +277,14 @@ def project_service(
             )
         )
     names = {item.name for item in clusters}
+    http_members = [item for item in members if item.protocol != Protocol.TCP]
+    quic = not context.identity.plaintext and quic_eligible(http_members) and bool(vhosts)
+    for name, message, members_of in _quic_clusters(
+        service, http_members, demand.requested, context, http3=quic
+    ):
+        names.add(name)
+        resources.append(Resource.from_message(message, references=(name,)))
+        resources.append(Resource.from_message(load_assignment(name, members_of, locality=context.locality)))
     for port in udp_ports:
         name = udp_cluster_name(service, mesh_domain=context.mesh_domain, port=port)
         names.add(name)
@@ -225,7 +295,7 @@ def project_service(
     return ServiceProjection(
         resources=tuple(resources),
         vhosts=b"".join(
-            _vhosts(vhosts, routing, fqdn=service_fqdn(service, mesh_domain=context.mesh_domain))
+            _vhosts(vhosts, routing, fqdn=service_fqdn(service, mesh_domain=context.mesh_domain), quic=quic)
         ),
         not_found=tuple(name for name in demand.requested if name not in names),
     )

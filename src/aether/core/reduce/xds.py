@@ -5,11 +5,11 @@ from __future__ import annotations
 import attrs
 
 from aether.core.events.xds import OnDemandClusterRequested, ResourceAcked, ResourceNacked
+from aether.core.mesh_names import parse_cluster_name
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
 from aether.core.state.feedback import OnDemandRequest, XdsFeedback
 from aether.core.state.state import State
-from aether.core.validation import dns_label_problem, dns_subdomain_problem, port_problem
 
 
 def resource_acked(state: State, event: ResourceAcked, seq: int) -> State:
@@ -37,22 +37,13 @@ def resource_nacked(state: State, event: ResourceNacked, seq: int) -> State:
 
 
 def _cluster_problem(name: str, mesh_domain: str) -> str | None:
-    """Check a mesh cluster name: `[tcp:|udp:]<sa>.<ns>.<meshDomain>[:<port>]`."""
-    host, colon, port = name.removeprefix("tcp:").removeprefix("udp:").partition(":")
-    rest = host.removesuffix(f".{mesh_domain}")
-    account, dot, namespace = rest.rpartition(".")
-    valid = (
-        rest != host
-        and dot
-        and dns_subdomain_problem(account, what="service account") is None
-        and dns_label_problem(namespace, what="namespace") is None
-        and (
-            not colon or (port.isascii() and port.isdigit() and port_problem(int(port), what="port") is None)
-        )
-    )
-    if valid:
+    """Check a mesh cluster name: `[tcp:|udp:|quic:<caller>@]<sa>.<ns>.<meshDomain>[:<port>]`."""
+    if parse_cluster_name(name, mesh_domain=mesh_domain) is not None:
         return None
-    return f"cluster {name!r} is not a mesh service ('[tcp:|udp:]<sa>.<ns>.{mesh_domain}[:port]')"
+    return (
+        f"cluster {name!r} is not a mesh service"
+        f" ('[tcp:|udp:|quic:<sa>.<ns>@]<sa>.<ns>.{mesh_domain}[:port]')"
+    )
 
 
 def on_demand_cluster_requested(state: State, event: OnDemandClusterRequested, seq: int) -> State:

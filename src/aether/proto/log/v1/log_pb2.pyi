@@ -531,12 +531,14 @@ class Svid(_message.Message):
     NOT_AFTER_FIELD_NUMBER: _builtins.int
     LEAF_SPIFFE_ID_FIELD_NUMBER: _builtins.int
     PROBLEM_FIELD_NUMBER: _builtins.int
+    HTTP3_PROBLEM_FIELD_NUMBER: _builtins.int
     spiffe_id: _builtins.str
     cert_chain_pem: _builtins.bytes
     private_key: _builtins.bytes
     not_after: _builtins.int
     leaf_spiffe_id: _builtins.str
     problem: _builtins.str
+    http3_problem: _builtins.str
     def __init__(
         self,
         *,
@@ -546,10 +548,11 @@ class Svid(_message.Message):
         not_after: _builtins.int = ...,
         leaf_spiffe_id: _builtins.str = ...,
         problem: _builtins.str = ...,
+        http3_problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cert_chain_pem", b"cert_chain_pem", "leaf_spiffe_id", b"leaf_spiffe_id", "not_after", b"not_after", "private_key", b"private_key", "problem", b"problem", "spiffe_id", b"spiffe_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cert_chain_pem", b"cert_chain_pem", "http3_problem", b"http3_problem", "leaf_spiffe_id", b"leaf_spiffe_id", "not_after", b"not_after", "private_key", b"private_key", "problem", b"problem", "spiffe_id", b"spiffe_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
