@@ -54,7 +54,7 @@ from aether.registrar.snapshot import (
     apply_update,
     resync,
 )
-from aether.rpc.direct import EncodedMessage, current_server_stream, send_nowait
+from aether.rpc.direct import EncodedMessage, StreamSender, current_server_stream
 from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
 from aether.sync import LatestValue
 from aether.telemetry import RegistrarMetrics, current_telemetry, observe
@@ -147,6 +147,8 @@ class Registrar:
         self._write_wait = write_wait
         self._broadcaster = Broadcaster(capacity=watcher_buffer, encode=_encoded)
         self._snapshot: LatestValue[RegistrySnapshot | None] = LatestValue(None)
+        self._shared: dict[tuple[ChangeKind, str, int], bytes] = {}
+        self._shared_version = -1
         self._send: trio.MemorySendChannel[_OwnerInput] | None = None
         self._availability = LatestValue(StoreAvailability(available=True))
         self._applied = 0
@@ -349,6 +351,26 @@ class Registrar:
             with trio.move_on_after(self._write_wait):
                 await self.wait_version(submission.visible_at)
 
+    def _encoded_sync(self, changes: tuple[Change, ...]) -> list[bytes]:
+        """The bytes of a first sync's changes. Those without an endpoint (the opening, the catalog, the completion)
+        are the same for every watcher of a version: encoded once per version, not once per watcher."""
+        version = self.snapshot.version
+        if self._shared_version != version:
+            self._shared_version = version
+            self._shared.clear()
+        shared = self._shared
+        encoded = []
+        for change in changes:
+            if change.endpoint is not None or change.ip:
+                encoded.append(_encoded(change))
+                continue
+            key = (change.kind, change.service, change.version)
+            data = shared.get(key)
+            if data is None:
+                data = shared[key] = _encoded(change)
+            encoded.append(data)
+        return encoded
+
     def service(self) -> purerpc.Service:
         """Return the purerpc service definition (all four methods)."""
         service = purerpc.Service(SERVICE_NAME)
@@ -435,17 +457,18 @@ class Registrar:
         if initial[0].kind is ChangeKind.FULL_SNAPSHOT:
             self._metrics.resyncs.add(1, {"aether.registrar.side": "registrar"})
         stream = current_server_stream()
+        sender = None if stream is None else StreamSender(stream)
         watcher = self._broadcaster.subscribe(
             name=name,
             service_filter=service_filter,
             wake=lambda: rings.set(object()),
-            deliver=None if stream is None else functools.partial(send_nowait, stream),
+            deliver=None if sender is None else sender.send_nowait,
         )
         try:
             # The first sync as one write when the stream's window takes it (a resync of a filtered watcher
             # does), else message by message as the window opens.
-            first = [_encoded(change) for change in initial]
-            if stream is None or not send_nowait(stream, first):
+            first = self._encoded_sync(initial)
+            if sender is None or not sender.send_nowait(first):
                 for data in first:
                     yield EncodedMessage(data)
             while True:
