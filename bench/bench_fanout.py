@@ -36,7 +36,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
-import hpack
+import hpack  # type: ignore[import-untyped]
 import purerpc
 import trio
 from _common import write_results
@@ -126,7 +126,7 @@ def _arrival(ancillary: list[tuple[int, int, bytes]]) -> int:
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
             seconds, nanoseconds = struct.unpack("qq", data[:16])
-            return seconds * 1_000_000_000 + nanoseconds
+            return int(seconds * 1_000_000_000 + nanoseconds)
     # The kernel leaves it out of segments it merged to save memory: when read, then (later, never earlier).
     return time.time_ns()
 
@@ -160,9 +160,8 @@ def watch(port: int, first: int, count: int, output: Path) -> None:
         connection = _Connection(sock)
         connections.append(connection)
         selector.register(sock, selectors.EVENT_READ, connection)
-    stdin = sys.stdin.buffer.raw  # type: ignore[attr-defined]
-    os.set_blocking(stdin.fileno(), False)
-    selector.register(stdin, selectors.EVENT_READ, None)
+    os.set_blocking(0, False)
+    selector.register(0, selectors.EVENT_READ, None)
     received: list[tuple[str, int]] = []
     unsynced = count
     expected: int | None = None
@@ -180,7 +179,7 @@ def watch(port: int, first: int, count: int, output: Path) -> None:
         for key, _ in events:
             connection = key.data
             if connection is None:
-                commands += stdin.read() or b""
+                commands += os.read(0, 4096)
                 if b"stop" in commands:
                     return
                 if commands.endswith(b"\n") and commands.startswith(b"expect "):
@@ -338,13 +337,27 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
             connected_s = time.monotonic() - connect_start
             rss_synced = _rss_bytes(process.pid)
             sent: dict[str, tuple[int, int]] = {}
+            # Per service, how many watchers of each process filter it (counted before, off the paced loop).
+            hits_by_service = {
+                _service(index): [
+                    sum(
+                        1
+                        for one in filters[client.first : client.first + client.count]
+                        if _service(index) in one
+                    )
+                    for client in started
+                ]
+                for index in range(SERVICES)
+            }
             expected = [0] * len(started)
             assert process.address.port is not None
             async with purerpc.insecure_channel("127.0.0.1", process.address.port) as channel:
                 stub = purerpc.Client(SERVICE_NAME, channel).get_method_stub(
                     "RegisterEndpoint",
                     purerpc.RPCSignature(
-                        purerpc.Cardinality.UNARY_UNARY, pb.RegisterEndpointRequest, pb.RegisterEndpointResponse
+                        purerpc.Cardinality.UNARY_UNARY,
+                        pb.RegisterEndpointRequest,
+                        pb.RegisterEndpointResponse,
                     ),
                 )
                 cpu_before = process.cpu_seconds(), sum(client.cpu_seconds() for client in started)
@@ -355,13 +368,9 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
                         await trio.sleep_until(start + step / RATE)
                         service = _service(step % SERVICES)
                         endpoint = _endpoint(SERVICES + step, service=service)
-                        matching = 0
-                        for number, client in enumerate(started):
-                            hits = sum(
-                                1 for one in filters[client.first : client.first + client.count] if service in one
-                            )
+                        for number, hits in enumerate(hits_by_service[service]):
                             expected[number] += hits
-                            matching += hits
+                        matching = sum(hits_by_service[service])
                         sent[endpoint.ip] = (time.time_ns(), matching)  # the clock of receive timestamps
                         senders.start_soon(stub, registration_to_proto(endpoint))
                 elapsed = trio.current_time() - start
@@ -383,15 +392,17 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
                 await client.process.stdin.send_all(b"stop\n")
     deliveries: list[float] = []
     last: dict[str, int] = {}
-    count: dict[str, int] = {}
+    received: dict[str, int] = {}
     for client in started:
         for line in client.output.read_text().splitlines():
             ip, at = line.split()
             deliveries.append((int(at) - sent[ip][0]) / 1e9)
             last[ip] = max(last.get(ip, 0), int(at))
-            count[ip] = count.get(ip, 0) + 1
-    missing = [ip for ip, (_, matching) in sent.items() if count.get(ip, 0) != matching]
-    assert not missing, f"{len(missing)} changes not delivered to every matching watcher once, e.g. {missing[0]}"
+            received[ip] = received.get(ip, 0) + 1
+    missing = [ip for ip, (_, matching) in sent.items() if received.get(ip, 0) != matching]
+    assert not missing, (
+        f"{len(missing)} changes not delivered to every matching watcher once, e.g. {missing[0]}"
+    )
     per_change = [(last[ip] - at) / 1e9 for ip, (at, _) in sent.items()]
     return {
         "watchers": watchers,
@@ -463,7 +474,8 @@ def main() -> None:
         figures = trio.run(_main, sizes, Path(directory))
     encode_us = _encode_floor(sizes.changes) * 1e6
     reference, measured = figures["reference"], figures["measured"]
-    assert isinstance(reference, dict) and isinstance(measured, dict)
+    assert isinstance(reference, dict)
+    assert isinstance(measured, dict)
     print(
         f"registrar fan-out: filters of {FILTER_SIZE}/{SERVICES} services, {RATE:.0f} changes/s,"
         f" {sizes.changes} changes, watchers in {sizes.clients} processes"

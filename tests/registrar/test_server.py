@@ -375,6 +375,35 @@ async def test_statistics_count_versions_mutations_and_watchers(tmp_path: Path) 
         nursery.cancel_scope.cancel()
 
 
+async def test_live_changes_go_from_publish_to_the_streams_in_order(tmp_path: Path) -> None:
+    """Two synced watchers (one filtered to WEB): each of 20 registrations is handed to both streams by the publish
+    itself (no watch task woken), and each watcher reads them all, in order."""
+    socket = tmp_path / "registrar.sock"
+    registrar = Registrar(backend=MemoryBackend())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(registrar.serve)
+        await nursery.start(
+            lambda task_status: serve_grpc(
+                [registrar.service()], listen=ListenAddress.unix(socket), task_status=task_status
+            )
+        )
+        with trio.fail_after(30):
+            await register(socket, "10.0.0.1")
+            async with (
+                watching(socket, node_name="all") as everything,
+                watching(socket, node_name="web", filter=pb.ServiceFilter(services=[WEB])) as web,
+            ):
+                await everything.until_complete()
+                await web.until_complete()
+                for index in range(2, 22):
+                    await register(socket, f"10.0.0.{index}")
+                expected = [(ADDED, WEB, f"10.0.0.{index}", str(index)) for index in range(2, 22)]
+                assert await everything.take(20) == expected
+                assert await web.take(20) == expected
+            assert registrar.statistics().broadcaster.delivered_directly_total == 40
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_tcp_listener_binds_only_the_address_it_is_given() -> None:
     """Served on 127.0.0.1: reachable there, refused on 127.0.0.2 (same loopback interface, another address)."""
     async with trio.open_nursery() as nursery:

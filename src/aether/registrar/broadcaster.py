@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 _NO_SERVICE = ServiceFilter(services=frozenset())
+_FIRST = (0,)
 """A filter that wants no service: what it still sees goes to every watcher (catalog changes, completions)."""
 
 DEFAULT_WATCHER_BUFFER = 4096
@@ -114,21 +115,25 @@ class Watcher:
         """How many changes wait to be taken."""
         return len(self._pending)
 
-    def _offer(self, changes: tuple[Change, ...], encoded: Sequence[bytes]) -> bool:
-        """Deliver or buffer the changes it wants (`encoded`: theirs, by index, or empty without `encode`); return
-        False (buffering nothing more) if buffering overflows it."""
-        service_filter = self.service_filter
-        if len(changes) == 1:
-            if not visible(changes[0], service_filter):
+    def _offer(self, changes: tuple[Change, ...], to_all: Sequence[bool], encoded: Sequence[bytes]) -> bool:
+        """Deliver or buffer the changes it wants (`to_all`: whether each goes to every watcher; `encoded`: their
+        bytes, or empty); return False (buffering nothing more) if buffering overflows it."""
+        wants = self.service_filter.wants
+        indices: Sequence[int]
+        if len(changes) == 1:  # the common case, and the one publish makes per watcher: no list to build
+            if not (to_all[0] or wants(changes[0].service)):
                 return True
-            indices: Sequence[int] = (0,)
+            indices = _FIRST
         else:
-            indices = [index for index, change in enumerate(changes) if visible(change, service_filter)]
+            indices = [
+                index for index, change in enumerate(changes) if to_all[index] or wants(change.service)
+            ]
             if not indices:
                 return True
         if self._direct and encoded:
             assert self._deliver is not None, "direct only with deliver; this is a bug"
-            if self._deliver([encoded[index] for index in indices]):
+            chosen = encoded if len(indices) == len(encoded) else [encoded[index] for index in indices]
+            if self._deliver(chosen):
                 self.delivered += len(indices)
                 self.delivered_directly += len(indices)
                 return True
@@ -161,6 +166,8 @@ class BroadcasterStatistics:
     """Watchers disconnected because their buffer overflowed."""
     replaced_total: int
     """Watchers disconnected because a newer watch with the same name subscribed."""
+    delivered_directly_total: int
+    """Changes that `publish` handed to a watcher's stream itself (`deliver`), buffering nothing."""
 
 
 class Broadcaster:
@@ -189,6 +196,7 @@ class Broadcaster:
         self._published = 0
         self._fell_behind = 0
         self._replaced = 0
+        self._delivered_directly = 0
 
     def subscribe(
         self,
@@ -240,10 +248,17 @@ class Broadcaster:
         candidates = self._candidates(changes)
         encode = self._encode
         # Encoded once, shared by every watcher: the bytes are the same on every stream.
-        direct = encode is not None and any(watcher._direct for watcher in candidates)
-        encoded = [encode(change) for change in changes] if direct else []
+        encoded = (
+            [encode(change) for change in changes]
+            if encode is not None and any(watcher._direct for watcher in candidates)
+            else []
+        )
+        to_all = [visible(change, _NO_SERVICE) for change in changes]
         for watcher in candidates:
-            if not watcher._offer(changes, encoded):
+            before = watcher.delivered_directly
+            accepted = watcher._offer(changes, to_all, encoded)
+            self._delivered_directly += watcher.delivered_directly - before
+            if not accepted:
                 self._fell_behind += 1
                 self._remove(watcher)
                 dropped.append(watcher)
@@ -267,6 +282,7 @@ class Broadcaster:
             published_changes=self._published,
             fell_behind_total=self._fell_behind,
             replaced_total=self._replaced,
+            delivered_directly_total=self._delivered_directly,
         )
 
     def _remove(self, watcher: Watcher) -> None:

@@ -483,7 +483,9 @@ class Registrar:
                     raise purerpc.AbortedError(
                         f"watch {name!r} was replaced by a newer watch from the same node"
                     )
-                if watcher.idle():  # from now on, `publish` sends new changes itself while the stream takes them
+                if (
+                    watcher.idle()
+                ):  # from now on, `publish` sends new changes itself while the stream takes them
                     await rings.wait_changed(seen)
         finally:
             self._broadcaster.unsubscribe(watcher)

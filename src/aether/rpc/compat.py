@@ -437,7 +437,11 @@ def flush_nowait(wrapper: SocketWrapper) -> None:
     raw: socket.socket | None = getattr(wrapper, _RAW_ATTRIBUTE, _UNKNOWN)
     if raw is _UNKNOWN:
         stream = wrapper._stream
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket) if isinstance(stream, anyio.abc.SocketStream) else None
+        raw = (
+            stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            if isinstance(stream, anyio.abc.SocketStream)
+            else None
+        )
         setattr(wrapper, _RAW_ATTRIBUTE, raw)
     if raw is not None and wrapper._running and not getattr(wrapper, _SENDING_ATTRIBUTE, False):
         pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
@@ -446,7 +450,9 @@ def flush_nowait(wrapper: SocketWrapper) -> None:
         try:
             sent = raw.send(pending)
         except OSError:
-            sent = 0  # full (EAGAIN), or broken: the writer task's own send waits, or raises for the connection
+            sent = (
+                0  # full (EAGAIN), or broken: the writer task's own send waits, or raises for the connection
+            )
         del pending[:sent]
         if not pending:
             return

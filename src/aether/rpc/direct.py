@@ -67,7 +67,15 @@ class StreamSender:
             starts it before calling the handler.
     """
 
-    __slots__ = ("_connection", "_h2_connection", "_header_tail", "_limit", "_socket", "_stream", "_stream_id")
+    __slots__ = (
+        "_connection",
+        "_h2_connection",
+        "_header_tail",
+        "_limit",
+        "_socket",
+        "_stream",
+        "_stream_id",
+    )
 
     def __init__(self, stream: GRPCStream) -> None:
         self._stream = stream
@@ -102,7 +110,9 @@ class StreamSender:
             message = messages[0]
             if len(message) > limit:
                 return False
-            body = b"\x00" + len(message).to_bytes(4, "big") + message  # not compressed, the length, the message
+            body = (
+                b"\x00" + len(message).to_bytes(4, "big") + message
+            )  # not compressed, the length, the message
         else:
             framed: list[bytes] = []
             for message in messages:
