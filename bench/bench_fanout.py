@@ -250,8 +250,14 @@ def _messages(connection: _Connection, data: bytes) -> Iterator[bytes]:
 
 def _cpu_seconds(pid: int) -> float:
     """CPU time (user + system) process `pid` used so far."""
+    return sum(_cpu_split(pid))
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """CPU time process `pid` used so far in user space (Python) and in the kernel (the sockets), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _rss_bytes(pid: int) -> int:
@@ -361,6 +367,7 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
                     ),
                 )
                 cpu_before = process.cpu_seconds(), sum(client.cpu_seconds() for client in started)
+                split_before = _cpu_split(process.pid)
                 profiler = _start_profiler(process.pid, seconds=changes / RATE, watchers=watchers)
                 start = trio.current_time()
                 async with trio.open_nursery() as senders:
@@ -382,6 +389,11 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
                     await client.wait_line(b"done")
             busy = time.monotonic() - connect_start - connected_s
             registrar_cpu_s = process.cpu_seconds() - cpu_before[0]
+            user_after, system_after = _cpu_split(process.pid)
+            registrar_user_s, registrar_system_s = (
+                user_after - split_before[0],
+                system_after - split_before[1],
+            )
             registrar_cpu = registrar_cpu_s / busy
             watchers_cpu = (sum(client.cpu_seconds() for client in started) - cpu_before[1]) / busy
             rss_end = _rss_bytes(process.pid)
@@ -418,6 +430,8 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
         "registrar_cpu_cores": registrar_cpu,
         "registrar_cpu_us_per_change": registrar_cpu_s / changes * 1e6,
         "registrar_cpu_us_per_delivery": registrar_cpu_s / len(deliveries) * 1e6,
+        "registrar_user_us_per_delivery": registrar_user_s / len(deliveries) * 1e6,
+        "registrar_kernel_us_per_delivery": registrar_system_s / len(deliveries) * 1e6,
         "watchers_cpu_cores": watchers_cpu,
         "connect_and_sync_s": connected_s,
         "registrar_rss_before_mib": rss_before / 2**20,
