@@ -65,6 +65,21 @@ class Watcher:
     stream sends its first sync), so the stream calls `idle` first.
     """
 
+    __slots__ = (
+        "_deliver",
+        "_direct",
+        "_pending",
+        "_wake",
+        "capacity",
+        "delivered",
+        "delivered_directly",
+        "end",
+        "fell_behind_by",
+        "name",
+        "service_filter",
+        "watcher_id",
+    )
+
     def __init__(
         self,
         *,

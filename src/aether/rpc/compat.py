@@ -39,7 +39,7 @@ from purerpc.grpclib.status import Status, StatusCode
 
 from aether.rpc.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
 
-__all__ = ["PURERPC_VERSION", "apply_purerpc_fixes", "cancel_client_stream", "flush_nowait", "stream_failed"]
+__all__ = ["PURERPC_VERSION", "apply_purerpc_fixes", "cancel_client_stream", "flush_nowait"]
 
 PURERPC_VERSION = "0.8.0"
 """The only purerpc release these patches are written for (and read against, line by line)."""
@@ -236,11 +236,6 @@ def _fail_stream(connection: GRPCSocket, stream: GRPCStream, failure: Callable[[
     # flow-control window wakes up (see `_wait_flow_control_update`).
     stream._incoming_events[0].close()
     stream._flow_control_update_event.set()
-
-
-def stream_failed(stream: GRPCStream) -> bool:
-    """Whether `stream` failed (reset, its connection gone, a message over the limit): it sends nothing more."""
-    return getattr(stream, _FAILURE_ATTRIBUTE, None) is not None
 
 
 def _raise_if_failed(stream: GRPCStream) -> None:

@@ -24,7 +24,7 @@ from h2.connection import ConnectionState
 from h2.stream import StreamState
 from purerpc.grpc_socket import GRPCStream, GRPCStreamState
 
-from aether.rpc.compat import flush_nowait, stream_failed
+from aether.rpc.compat import flush_nowait
 
 __all__ = ["EncodedMessage", "StreamSender", "current_server_stream"]
 
@@ -67,25 +67,19 @@ class StreamSender:
             starts it before calling the handler.
     """
 
-    __slots__ = (
-        "_connection",
-        "_h2_connection",
-        "_header_tail",
-        "_limit",
-        "_socket",
-        "_stream",
-        "_stream_id",
-    )
+    __slots__ = ("_h2_connection", "_h2_stream", "_header_tail", "_limit", "_socket", "_stream")
 
     def __init__(self, stream: GRPCStream) -> None:
         self._stream = stream
-        self._connection = stream._grpc_connection
-        self._h2_connection = self._connection.h2_connection
+        connection = stream._grpc_connection
+        self._h2_connection = connection.h2_connection
+        stream_id: int = stream.stream_id
+        # Kept, not looked up: h2 forgets a stream that closed, and the closed state is what `send_nowait` checks.
+        self._h2_stream = self._h2_connection.streams[stream_id]
         self._socket = stream._socket
-        self._stream_id: int = stream.stream_id
-        self._limit: int = self._connection.config.max_message_length
+        self._limit: int = connection.config.max_message_length
         # The last five bytes of each DATA frame's header: type DATA (0), no flags, the stream identifier.
-        self._header_tail = b"\x00\x00" + self._stream_id.to_bytes(4, "big")
+        self._header_tail = b"\x00\x00" + stream_id.to_bytes(4, "big")
 
     def send_nowait(self, messages: Sequence[bytes]) -> bool:
         """Send the serialized `messages` now, whole, or return False having sent nothing.
@@ -95,14 +89,12 @@ class StreamSender:
         through the handler (`EncodedMessage`), which waits for the window or raises the error.
         """
         h2_connection = self._h2_connection
-        h2_stream = h2_connection.streams.get(self._stream_id)
-        stream = self._stream
+        h2_stream = self._h2_stream
+        # A stream that failed (reset, its connection gone: `aether.rpc.compat`) is CLOSED too.
         if (
-            h2_stream is None
+            self._stream._state not in _OPEN
             or h2_stream.state_machine.state not in _SENDABLE
             or h2_connection.state_machine.state is _CONNECTION_CLOSED
-            or stream._state not in _OPEN
-            or stream_failed(stream)
         ):
             return False
         limit = self._limit
