@@ -89,6 +89,7 @@ def bench(session: nox.Session) -> None:
             "bench_cni_add.py",
             "bench_demo.py",
             "bench_dns.py",
+            "bench_fanout.py",
             "bench_fold.py",
             "bench_gateway.py",
             "bench_h3.py",

@@ -4,8 +4,10 @@ Run ``python bench/bench_append.py``. It appends ~100-byte payloads from 1, 16 a
 trio tasks for a few seconds each, and measures, in the same run and directory, the raw rate of
 ``os.write`` + ``os.fdatasync`` of one frame per sync (the sync the log uses) as the reference. A single
 appender's latency percentiles are printed against the reference's own per-sync latency: the difference is the
-log's overhead (framing, the hand-off to the worker thread and back). Figures are printed and written to
-``bench/results/append.json``.
+log's overhead (framing, the hand-off to the worker thread and back). A last row has the 256 appenders hand
+16 events per call (``append_many``, as the journal hands its batches): each appender's wake-up then carries 16
+events, where one per call is bound by trio waking each task. CPU time per event is printed for every row (it
+moves less than events/s on a shared machine). Figures are printed and written to ``bench/results/append.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from aether.log.frame import encode_frame, encode_segment_header
 PAYLOAD = b"e" * 100
 
 CONCURRENCY = (1, 16, 256)
+
+BURST = 16
+"""Events per `append_many` call in the bursts row: a node's pod churn, or the journal's batch under load."""
 
 # Seconds per measured run: long enough for thousands of fsyncs on a fast disk, short enough
 # for the whole benchmark (two reference runs, three log runs) to stay under ~20 seconds.
@@ -77,26 +82,37 @@ def measure_reference(directory: Path, *, seconds: float) -> dict[str, Any]:
     }
 
 
-async def measure_log(directory: Path, *, appenders: int, seconds: float) -> dict[str, Any]:
-    """Append from ``appenders`` concurrent tasks until the time is up."""
+async def measure_log(
+    directory: Path, *, appenders: int, seconds: float, per_call: int = 1
+) -> dict[str, Any]:
+    """Append from ``appenders`` concurrent tasks until the time is up, each call `append` of one payload, or with
+    ``per_call`` > 1 `append_many` of that many (a source handing a burst whole, as the journal does)."""
     latencies: list[float] = []
+    burst = [PAYLOAD] * per_call
 
     async def append_until(deadline: float) -> None:
         while trio.current_time() < deadline:
             began = time.perf_counter()
-            await log.append(PAYLOAD)
+            if per_call == 1:
+                await log.append(PAYLOAD)
+            else:
+                await log.append_many(burst)
             latencies.append(time.perf_counter() - began)
 
     async with open_event_log(directory) as log:
+        cpu_start = time.process_time()
         start = time.perf_counter()
         deadline = trio.current_time() + seconds
         async with trio.open_nursery() as nursery:
             for _ in range(appenders):
                 nursery.start_soon(append_until, deadline)
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         statistics = log.statistics()
     return {
         "appenders": appenders,
+        "per_call": per_call,
+        "cpu_us_per_event": cpu / statistics.appends * 1e6,
         "events": statistics.appends,
         "batches": statistics.batches,
         "fsyncs": statistics.fsyncs,
@@ -165,6 +181,15 @@ def main() -> None:
             )
             for count in CONCURRENCY
         ]
+        burst_run = trio.run(
+            functools.partial(
+                measure_log,
+                directory / "log-bursts",
+                appenders=CONCURRENCY[-1],
+                seconds=LOG_SECONDS,
+                per_call=BURST,
+            )
+        )
         after = measure_reference(directory, seconds=REFERENCE_SECONDS)
         floor = trio.run(
             functools.partial(measure_trio_floor, appenders=CONCURRENCY[-1], seconds=REFERENCE_SECONDS)
@@ -173,18 +198,27 @@ def main() -> None:
 
     print(f"reference: os.write + os.fdatasync per frame: {reference_rate:,.0f} frames/s (= syncs/s)")
     print(f"  before {before['frames_per_second']:,.0f}/s, after {after['frames_per_second']:,.0f}/s")
-    header = ["appenders", "events/s", "fsyncs/s", "events/batch", "events/s ÷ ref", "fsyncs/s ÷ ref"]
+    header = [
+        "appenders",
+        "per call",
+        "events/s",
+        "fsyncs/s",
+        "events/batch",
+        "events/s ÷ ref",
+        "cpu us/event",
+    ]
     print("  ".join(f"{title:>14}" for title in header))
-    for run in runs:
+    for run in [*runs, burst_run]:
         run["events_per_second_ratio"] = run["events_per_second"] / reference_rate
         run["fsyncs_per_second_ratio"] = run["fsyncs_per_second"] / reference_rate
         cells = [
             f"{run['appenders']:>14}",
+            f"{run['per_call']:>14}",
             f"{run['events_per_second']:>14,.0f}",
             f"{run['fsyncs_per_second']:>14,.0f}",
             f"{run['events_per_batch']:>14,.1f}",
             f"{run['events_per_second_ratio']:>14.2f}",
-            f"{run['fsyncs_per_second_ratio']:>14.2f}",
+            f"{run['cpu_us_per_event']:>14.2f}",
         ]
         print("  ".join(cells))
     single = runs[0]["latency"]
@@ -208,6 +242,12 @@ def main() -> None:
         f" {reference_rate * busiest['events_per_batch']:,.0f} with {busiest['events_per_batch']:.0f}-record batches)"
     )
 
+    print(
+        f"{burst_run['appenders']} appenders handing {BURST} events per call (append_many):"
+        f" {burst_run['events_per_second']:,.0f} events/s, {burst_run['cpu_us_per_event']:.2f} us CPU per event"
+        f" against {busiest['cpu_us_per_event']:.2f} one per call"
+    )
+
     results: dict[str, Any] = {
         "benchmark": "append",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -222,6 +262,7 @@ def main() -> None:
             "after": after,
         },
         "runs": runs,
+        "bursts": burst_run,
         "trio_floor": floor,
     }
     arguments.output.parent.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,26 @@ def serve(port: int, preload: int) -> None:
             bound = await nursery.start(functools.partial(serve_registrar, backend=backend, listen=listen))
             print(bound.port, flush=True)
 
+    profile = os.environ.get("BENCH_CPROFILE")
+    if profile:
+        _profile_until_terminated(Path(profile))
     trio.run(main)
+
+
+def _profile_until_terminated(path: Path) -> None:
+    """With BENCH_CPROFILE=PATH: profile the registrar's CPU time (cProfile), written to PATH when terminated."""
+    import cProfile
+    import signal
+
+    profiler = cProfile.Profile(time.process_time)
+
+    def dump(*_: object) -> None:
+        profiler.disable()
+        profiler.dump_stats(path)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, dump)
+    profiler.enable()
 
 
 @attrs.frozen

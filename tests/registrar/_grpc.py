@@ -14,7 +14,9 @@ import trio
 
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.proto.registry.v1 import registry_pb2
-from aether.registrar import SERVICE_NAME
+from aether.registrar import SERVICE_NAME, Registrar
+from aether.registrar.backends.base import Backend
+from aether.rpc.listen import ListenAddress, serve_grpc
 
 WEB = "shop/web"
 DB = "shop/db"
@@ -141,3 +143,21 @@ async def watching(path: Path, *, read: bool = True, **fields: Any) -> AsyncIter
         yield watch
     finally:
         watch.close()
+
+
+@contextlib.asynccontextmanager
+async def serving_registrar(
+    backend: Backend, socket: Path, *, write_wait: float = 5.0
+) -> AsyncIterator[Registrar]:
+    """Serve a `Registrar` of `backend` on the Unix `socket` for the block (30 s at most); yield it."""
+    registrar = Registrar(backend=backend, write_wait=write_wait)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(registrar.serve)
+        await nursery.start(
+            lambda task_status: serve_grpc(
+                [registrar.service()], listen=ListenAddress.unix(socket), task_status=task_status
+            )
+        )
+        with trio.fail_after(30):
+            yield registrar
+        nursery.cancel_scope.cancel()

@@ -15,9 +15,18 @@ import trio
 from aether.core.events.registry import Protocol
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.registrar import Registrar
-from aether.rpc.listen import ListenAddress, serve_grpc
 from tests.registrar._builders import DB, WEB, endpoint
-from tests.registrar._grpc import ADDED, COMPLETE, FULL, REMOVED, SERVICE_ADDED, register, rpc, watching
+from tests.registrar._grpc import (
+    ADDED,
+    COMPLETE,
+    FULL,
+    REMOVED,
+    SERVICE_ADDED,
+    register,
+    rpc,
+    serving_registrar,
+    watching,
+)
 from tests.registrar._stores import STORE_FACTORIES, Store
 
 
@@ -30,17 +39,8 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
 @contextlib.asynccontextmanager
 async def _registrar(store: Store, socket: Path) -> AsyncIterator[Registrar]:
     """A registrar on a backend freshly opened on `store`, serving on `socket` until the block ends."""
-    async with store.open() as backend, trio.open_nursery() as nursery:
-        registrar = Registrar(backend=backend)
-        await nursery.start(registrar.serve)
-        await nursery.start(
-            lambda task_status: serve_grpc(
-                [registrar.service()], listen=ListenAddress.unix(socket), task_status=task_status
-            )
-        )
-        with trio.fail_after(30):
-            yield registrar
-        nursery.cancel_scope.cancel()
+    async with store.open() as backend, serving_registrar(backend, socket) as registrar:
+        yield registrar
 
 
 async def _listed(socket: Path) -> dict[str, list[str]]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from aether.registrar.broadcaster import Broadcaster, BroadcasterStatistics, Watcher, WatcherEnd
-from aether.registrar.snapshot import ServiceFilter, apply, empty_snapshot
+from aether.registrar.snapshot import Change, ServiceFilter, apply, empty_snapshot
 from tests.registrar._builders import DB, WEB, register
 
 
@@ -45,7 +47,12 @@ def test_a_watcher_past_its_buffer_is_disconnected_and_the_others_go_on() -> Non
     assert (slow.end, slow.fell_behind_by, slow.pending) == (WatcherEnd.FELL_BEHIND, 4, 0)
     assert fast.end is None
     assert broadcaster.statistics() == BroadcasterStatistics(
-        watchers=1, subscribed_total=2, published_changes=4, fell_behind_total=1, replaced_total=0
+        watchers=1,
+        subscribed_total=2,
+        published_changes=4,
+        fell_behind_total=1,
+        replaced_total=0,
+        delivered_directly_total=0,
     )
 
 
@@ -91,3 +98,109 @@ def test_endpoint_changes_wake_only_the_watchers_that_want_them() -> None:
     _, changes = apply(snapshot, register("10.0.0.3"))
     broadcaster.publish(changes)
     assert (web.end, web.take(), replacement.take()) == (WatcherEnd.REPLACED, (), ())
+
+
+class _Stream:
+    """What a watch stream's `deliver` stands for: takes encoded changes while `open`, refuses them when not."""
+
+    def __init__(self) -> None:
+        self.open = True
+        self.sent: list[bytes] = []
+
+    def __call__(self, encoded: Sequence[bytes]) -> bool:
+        if self.open:
+            self.sent.extend(encoded)
+        return self.open
+
+
+class _Encoder:
+    """Encodes a change as its IP (or kind), counting calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, change: Change) -> bytes:
+        self.calls += 1
+        return (change.ip or change.kind.name).encode()
+
+
+def test_an_idle_watcher_gets_each_change_from_publish_encoded_once_for_all() -> None:
+    """Three idle watchers with `deliver`: publish encodes each change once and hands the bytes to every stream;
+    nothing is buffered and no one is woken."""
+    encoder = _Encoder()
+    broadcaster = Broadcaster(capacity=10, encode=encoder)
+    rings = _Rings()
+    streams = [_Stream() for _ in range(3)]
+    watchers = [
+        broadcaster.subscribe(service_filter=ServiceFilter(), wake=rings, deliver=stream)
+        for stream in streams
+    ]
+    assert all(watcher.idle() for watcher in watchers)
+    _snapshot, changes = apply(empty_snapshot(), register("10.0.0.1"))
+    broadcaster.publish(changes)
+    assert [stream.sent for stream in streams] == [[b"SERVICE_ADDED", b"10.0.0.1"]] * 3
+    assert (encoder.calls, rings.count, [watcher.pending for watcher in watchers]) == (2, 0, [0, 0, 0])
+    assert [watcher.delivered_directly for watcher in watchers] == [2, 2, 2]
+    assert broadcaster.statistics().delivered_directly_total == 6
+
+
+def test_a_watcher_gets_changes_in_order_across_direct_and_buffered_delivery() -> None:
+    """A new watcher is busy (its first sync): changes buffer. Once idle, they go direct; a refusal (window full)
+    buffers that change and the ones after it, even when the stream could take them again, until the stream took
+    them all and is idle again."""
+    broadcaster = Broadcaster(capacity=10, encode=_Encoder())
+    rings = _Rings()
+    stream = _Stream()
+    watcher = broadcaster.subscribe(service_filter=ServiceFilter(), wake=rings, deliver=stream)
+    snapshot = empty_snapshot()
+    published: list[Change] = []
+    for index in range(1, 6):
+        if index == 2:
+            assert watcher.take() == tuple(published)
+            assert watcher.idle()
+        if index == 3:
+            stream.open = False
+        if index == 4:
+            stream.open = True
+        snapshot, changes = apply(snapshot, register(f"10.0.0.{index}"))
+        published.extend(changes)
+        broadcaster.publish(changes)
+    assert stream.sent == [b"10.0.0.2"]
+    assert [change.ip for change in watcher.take()] == ["10.0.0.3", "10.0.0.4", "10.0.0.5"]
+    assert watcher.idle()
+    assert rings.count == 4
+    snapshot, changes = apply(snapshot, register("10.0.0.6"))
+    broadcaster.publish(changes)
+    assert stream.sent == [b"10.0.0.2", b"10.0.0.6"]
+    assert (watcher.delivered, watcher.delivered_directly) == (7, 2)  # the first registration adds WEB too
+
+
+def test_a_watcher_whose_stream_refuses_falls_behind_past_its_buffer() -> None:
+    """The slow-watcher rule holds with direct delivery: a stream that keeps refusing (its reader stopped) buffers
+    up to capacity 2, then the watcher is disconnected."""
+    broadcaster = Broadcaster(capacity=2, encode=_Encoder())
+    stream = _Stream()
+    stream.open = False
+    watcher = broadcaster.subscribe(
+        name="c/slow", service_filter=ServiceFilter(), wake=lambda: None, deliver=stream
+    )
+    assert watcher.idle()
+    snapshot = empty_snapshot()
+    dropped: list[Watcher] = []
+    for index in range(1, 4):
+        snapshot, changes = apply(snapshot, register(f"10.0.0.{index}"))
+        dropped.extend(broadcaster.publish(changes))
+    assert dropped == [watcher]
+    assert (watcher.end, watcher.fell_behind_by, watcher.idle()) == (WatcherEnd.FELL_BEHIND, 3, False)
+    assert stream.sent == []
+
+
+def test_without_encode_deliver_is_never_used() -> None:
+    """`deliver` needs the bytes: a broadcaster without `encode` buffers for every watcher."""
+    broadcaster = Broadcaster(capacity=10)
+    stream = _Stream()
+    watcher = broadcaster.subscribe(service_filter=ServiceFilter(), wake=lambda: None, deliver=stream)
+    assert watcher.idle()
+    _, changes = apply(empty_snapshot(), register("10.0.0.1"))
+    broadcaster.publish(changes)
+    assert (stream.sent, watcher.take()) == ([], changes)

@@ -15,8 +15,8 @@ import trio
 
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.proto.registry.v1 import registry_pb2
-from aether.registrar import SERVICE_NAME, Registrar, open_embedded_backend, serve_registrar
-from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.registrar import SERVICE_NAME, open_embedded_backend, serve_registrar
+from aether.rpc.listen import ListenAddress
 from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._grpc import (
     ADDED,
@@ -30,6 +30,7 @@ from tests.registrar._grpc import (
     register,
     registration,
     rpc,
+    serving_registrar,
     watching,
 )
 
@@ -355,24 +356,35 @@ async def test_statistics_count_versions_mutations_and_watchers(tmp_path: Path) 
     """A registrar on the memory backend: one change, one no-op, one watcher connected; the backend saw one mutation."""
     socket = tmp_path / "registrar.sock"
     backend = MemoryBackend()
-    registrar = Registrar(backend=backend)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(registrar.serve)
-        await nursery.start(
-            lambda task_status: serve_grpc(
-                [registrar.service()], listen=ListenAddress.unix(socket), task_status=task_status
-            )
-        )
-        with trio.fail_after(30):
-            await register(socket, "10.0.0.1")
-            await register(socket, "10.0.0.1")
-            async with watching(socket, node_name="n") as watch:
-                await watch.until_complete()
-                statistics = registrar.statistics()
-        assert (statistics.version, statistics.endpoints, statistics.services) == (1, 1, 1)
-        assert (statistics.mutations_applied, statistics.mutations_unchanged) == (1, 1)
-        assert (statistics.broadcaster.watchers, backend.snapshot.version, len(backend.applied)) == (1, 1, 1)
-        nursery.cancel_scope.cancel()
+    async with serving_registrar(backend, socket) as registrar:
+        await register(socket, "10.0.0.1")
+        await register(socket, "10.0.0.1")
+        async with watching(socket, node_name="n") as watch:
+            await watch.until_complete()
+            statistics = registrar.statistics()
+    assert (statistics.version, statistics.endpoints, statistics.services) == (1, 1, 1)
+    assert (statistics.mutations_applied, statistics.mutations_unchanged) == (1, 1)
+    assert (statistics.broadcaster.watchers, backend.snapshot.version, len(backend.applied)) == (1, 1, 1)
+
+
+async def test_live_changes_go_from_publish_to_the_streams_in_order(tmp_path: Path) -> None:
+    """Two synced watchers (one filtered to WEB): each of 20 registrations is handed to both streams by the publish
+    itself (no watch task woken), and each watcher reads them all, in order."""
+    socket = tmp_path / "registrar.sock"
+    async with serving_registrar(MemoryBackend(), socket) as registrar:
+        await register(socket, "10.0.0.1")
+        async with (
+            watching(socket, node_name="all") as everything,
+            watching(socket, node_name="web", filter=pb.ServiceFilter(services=[WEB])) as web,
+        ):
+            await everything.until_complete()
+            await web.until_complete()
+            for index in range(2, 22):
+                await register(socket, f"10.0.0.{index}")
+            expected = [(ADDED, WEB, f"10.0.0.{index}", str(index)) for index in range(2, 22)]
+            assert await everything.take(20) == expected
+            assert await web.take(20) == expected
+        assert registrar.statistics().broadcaster.delivered_directly_total == 40
 
 
 async def test_a_tcp_listener_binds_only_the_address_it_is_given() -> None:

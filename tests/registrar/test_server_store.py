@@ -3,8 +3,6 @@ store that goes away and comes back (the memory backend plays each; a real etcd 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -13,7 +11,6 @@ import trio
 
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.registrar import EndpointsReplaced, EndpointsUpdated, Registrar
-from aether.rpc.listen import ListenAddress, serve_grpc
 from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._builders import DB, WEB, endpoint
 from tests.registrar._grpc import (
@@ -25,32 +22,16 @@ from tests.registrar._grpc import (
     register,
     registration,
     rpc,
+    serving_registrar,
     watching,
 )
-
-
-@contextlib.asynccontextmanager
-async def _serving(
-    backend: MemoryBackend, socket: Path, *, write_wait: float = 5.0
-) -> AsyncIterator[Registrar]:
-    registrar = Registrar(backend=backend, write_wait=write_wait)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(registrar.serve)
-        await nursery.start(
-            lambda task_status: serve_grpc(
-                [registrar.service()], listen=ListenAddress.unix(socket), task_status=task_status
-            )
-        )
-        with trio.fail_after(30):
-            yield registrar
-        nursery.cancel_scope.cancel()
 
 
 async def test_updates_from_the_store_reach_watchers_at_the_stores_versions(tmp_path: Path) -> None:
     """An upsert batch, then a re-list that drops one service and adds another: watchers get exactly the diff."""
     socket = tmp_path / "registrar.sock"
     backend = MemoryBackend()
-    async with _serving(backend, socket) as registrar, watching(socket, node_name="n") as watch:
+    async with serving_registrar(backend, socket) as registrar, watching(socket, node_name="n") as watch:
         assert await watch.until_complete() == [(FULL, "", "", "0"), (COMPLETE, "", "", "0")]
         backend.push(EndpointsUpdated(upserted=(endpoint("10.0.0.1"), endpoint("10.0.0.2")), version=40))
         assert await watch.take(3) == [
@@ -68,7 +49,7 @@ async def test_updates_from_the_store_reach_watchers_at_the_stores_versions(tmp_
         ]
         assert (registrar.snapshot.version, registrar.statistics().updates_folded) == (52, 2)
     async with (
-        _serving(MemoryBackend(snapshot=registrar.snapshot), socket),
+        serving_registrar(MemoryBackend(snapshot=registrar.snapshot), socket),
         watching(socket, last_version="40") as watch,
     ):
         # Resume across the store's skipped versions (41..51 changed nothing here): no full snapshot.
@@ -84,7 +65,7 @@ async def test_a_read_only_store_refuses_writes_with_failed_precondition(tmp_pat
     """RegisterEndpoint and UnregisterEndpoint are refused, naming the backend; nothing reaches it."""
     socket = tmp_path / "registrar.sock"
     backend = MemoryBackend(writable=False)
-    async with _serving(backend, socket):
+    async with serving_registrar(backend, socket):
         for method, request in (
             ("RegisterEndpoint", registration("10.0.0.1")),
             ("UnregisterEndpoint", pb.UnregisterEndpointRequest(service_name=WEB, ips=["10.0.0.1"])),
@@ -106,7 +87,7 @@ async def test_an_unavailable_store_keeps_the_snapshot_served_and_refuses_writes
     a write waiting meanwhile goes through."""
     socket = tmp_path / "registrar.sock"
     backend = MemoryBackend()
-    async with _serving(backend, socket, write_wait=0.2) as registrar:
+    async with serving_registrar(backend, socket, write_wait=0.2) as registrar:
         await register(socket, "10.0.0.1")
         backend.set_available(available=False, reason="connection refused")
         await registrar.wait_ready(ready=False)
@@ -138,7 +119,7 @@ async def test_a_write_during_a_short_outage_goes_through_when_the_store_returns
     """The store comes back within `write_wait`: the RegisterEndpoint that waited for it succeeds."""
     socket = tmp_path / "registrar.sock"
     backend = MemoryBackend()
-    async with _serving(backend, socket) as registrar:
+    async with serving_registrar(backend, socket) as registrar:
         backend.set_available(available=False, reason="leader election")
         await registrar.wait_ready(ready=False)
         async with trio.open_nursery() as nursery:

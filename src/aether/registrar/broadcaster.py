@@ -2,6 +2,11 @@
 
 Publishing never waits for a watcher: a watcher whose buffer would overflow is disconnected at once
 (it resyncs when it reconnects), so one slow agent never holds back the registry or the other agents.
+
+Fan-out to thousands of watchers is cheap because a change is encoded once per publish (`encode`), and a watcher
+whose stream can take the bytes right away gets them from `publish` itself (`deliver`): no per-watcher encoding, no
+buffering, no task to wake. Only a watcher whose stream cannot take them now (its flow-control window is used up)
+buffers them, and its stream sends them when it can.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -24,6 +29,7 @@ __all__ = [
 ]
 
 _NO_SERVICE = ServiceFilter(services=frozenset())
+_FIRST = (0,)
 """A filter that wants no service: what it still sees goes to every watcher (catalog changes, completions)."""
 
 DEFAULT_WATCHER_BUFFER = 4096
@@ -43,11 +49,36 @@ class WatcherEnd(enum.Enum):
     """A newer watch with the same name (cluster/node) took its place."""
 
 
+Deliver = Callable[[Sequence[bytes]], bool]
+"""Sends encoded changes on a watcher's stream at once, all of them, or returns False having sent none."""
+
+
 class Watcher:
     """One watch stream's buffer of changes not yet delivered.
 
     Get one from `Broadcaster.subscribe`; the stream `take`s the pending changes whenever `wake` is called.
+
+    With `deliver`, changes go straight to the stream while the stream is `idle` (it sent all it took, and nothing
+    is pending): `publish` hands their encoded bytes to `deliver`, and only what `deliver` refuses is buffered (and
+    `wake` called). Invariant: the stream and `deliver` take turns, so changes reach the stream in order: `take`
+    stops direct delivery, and `idle` starts it again once nothing is pending. A new watcher starts busy (its
+    stream sends its first sync), so the stream calls `idle` first.
     """
+
+    __slots__ = (
+        "_deliver",
+        "_direct",
+        "_pending",
+        "_wake",
+        "capacity",
+        "delivered",
+        "delivered_directly",
+        "end",
+        "fell_behind_by",
+        "name",
+        "service_filter",
+        "watcher_id",
+    )
 
     def __init__(
         self,
@@ -57,6 +88,7 @@ class Watcher:
         service_filter: ServiceFilter,
         capacity: int,
         wake: Callable[[], None],
+        deliver: Deliver | None = None,
     ) -> None:
         self.watcher_id = watcher_id
         """Unique within its broadcaster."""
@@ -65,31 +97,63 @@ class Watcher:
         self.service_filter = service_filter
         self.capacity = capacity
         self._wake = wake
+        self._deliver = deliver
+        self._direct = False
         self._pending: deque[Change] = deque()
         self.end: WatcherEnd | None = None
         """Why it was disconnected; None while connected."""
         self.fell_behind_by = 0
         """When it fell behind: how many changes it had not received."""
         self.delivered = 0
-        """Changes taken so far."""
+        """Changes taken or delivered so far."""
+        self.delivered_directly = 0
+        """Of those, the changes `deliver` sent."""
 
     def take(self) -> tuple[Change, ...]:
-        """Return and forget the pending changes, oldest first."""
+        """Return and forget the pending changes, oldest first; direct delivery stops until `idle`."""
+        self._direct = False
         taken = tuple(self._pending)
         self._pending.clear()
         self.delivered += len(taken)
         return taken
+
+    def idle(self) -> bool:
+        """The stream sent everything it took: return whether nothing is pending (then it may wait for `wake`),
+        and if so let `deliver` take new changes directly again."""
+        if self._pending or self.end is not None:
+            return False
+        self._direct = self._deliver is not None
+        return True
 
     @property
     def pending(self) -> int:
         """How many changes wait to be taken."""
         return len(self._pending)
 
-    def _offer(self, changes: Iterable[Change]) -> bool:
-        """Buffer the changes it wants; return False (buffering nothing more) if that overflows it."""
-        wanted = [change for change in changes if visible(change, self.service_filter)]
-        if not wanted:
-            return True
+    def _offer(self, changes: tuple[Change, ...], to_all: Sequence[bool], encoded: Sequence[bytes]) -> bool:
+        """Deliver or buffer the changes it wants (`to_all`: whether each goes to every watcher; `encoded`: their
+        bytes, or empty); return False (buffering nothing more) if buffering overflows it."""
+        wants = self.service_filter.wants
+        indices: Sequence[int]
+        if len(changes) == 1:  # the common case, and the one publish makes per watcher: no list to build
+            if not (to_all[0] or wants(changes[0].service)):
+                return True
+            indices = _FIRST
+        else:
+            indices = [
+                index for index, change in enumerate(changes) if to_all[index] or wants(change.service)
+            ]
+            if not indices:
+                return True
+        if self._direct and encoded:
+            assert self._deliver is not None, "direct only with deliver; this is a bug"
+            chosen = encoded if len(indices) == len(encoded) else [encoded[index] for index in indices]
+            if self._deliver(chosen):
+                self.delivered += len(indices)
+                self.delivered_directly += len(indices)
+                return True
+            self._direct = False  # the stream sends these (when its window opens), then calls `idle`
+        wanted = [changes[index] for index in indices]
         if len(self._pending) + len(wanted) > self.capacity:
             self.fell_behind_by = len(self._pending) + len(wanted)
             self._end(WatcherEnd.FELL_BEHIND)
@@ -100,6 +164,7 @@ class Watcher:
 
     def _end(self, end: WatcherEnd) -> None:
         self.end = end
+        self._direct = False
         self._pending.clear()
         self._wake()
 
@@ -116,6 +181,8 @@ class BroadcasterStatistics:
     """Watchers disconnected because their buffer overflowed."""
     replaced_total: int
     """Watchers disconnected because a newer watch with the same name subscribed."""
+    delivered_directly_total: int
+    """Changes that `publish` handed to a watcher's stream itself (`deliver`), buffering nothing."""
 
 
 class Broadcaster:
@@ -123,12 +190,16 @@ class Broadcaster:
 
     Args:
         capacity: Each watcher's buffer size (`DEFAULT_WATCHER_BUFFER`).
+        encode: A change's bytes on the wire, for watchers with `deliver`: called once per change published.
     """
 
-    def __init__(self, *, capacity: int = DEFAULT_WATCHER_BUFFER) -> None:
+    def __init__(
+        self, *, capacity: int = DEFAULT_WATCHER_BUFFER, encode: Callable[[Change], bytes] | None = None
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity: must be at least 1 (got {capacity!r})")
         self._capacity = capacity
+        self._encode = encode
         self._watchers: dict[int, Watcher] = {}
         self._by_name: dict[str, Watcher] = {}
         # Invariant: a watcher with a filter is in `_by_service[s]` for each service s of its filter; one without
@@ -140,11 +211,18 @@ class Broadcaster:
         self._published = 0
         self._fell_behind = 0
         self._replaced = 0
+        self._delivered_directly = 0
 
     def subscribe(
-        self, *, name: str = "", service_filter: ServiceFilter, wake: Callable[[], None]
+        self,
+        *,
+        name: str = "",
+        service_filter: ServiceFilter,
+        wake: Callable[[], None],
+        deliver: Deliver | None = None,
     ) -> Watcher:
-        """Add a watcher that receives every change published from now on.
+        """Add a watcher that receives every change published from now on (see `Watcher` for `deliver`, which is
+        used only if the broadcaster has `encode`).
 
         A watcher already subscribed under the same non-empty `name` is disconnected (`WatcherEnd.REPLACED`):
         an agent that reconnects leaves no ghost stream behind.
@@ -160,6 +238,7 @@ class Broadcaster:
             service_filter=service_filter,
             capacity=self._capacity,
             wake=wake,
+            deliver=deliver if self._encode is not None else None,
         )
         self._watchers[watcher.watcher_id] = watcher
         if name:
@@ -181,8 +260,20 @@ class Broadcaster:
         """Buffer `changes` for every watcher; return the watchers this disconnected for falling behind."""
         self._published += len(changes)
         dropped: list[Watcher] = []
-        for watcher in self._candidates(changes):
-            if not watcher._offer(changes):
+        candidates = self._candidates(changes)
+        encode = self._encode
+        # Encoded once, shared by every watcher: the bytes are the same on every stream.
+        encoded = (
+            [encode(change) for change in changes]
+            if encode is not None and any(watcher._direct for watcher in candidates)
+            else []
+        )
+        to_all = [visible(change, _NO_SERVICE) for change in changes]
+        for watcher in candidates:
+            before = watcher.delivered_directly
+            accepted = watcher._offer(changes, to_all, encoded)
+            self._delivered_directly += watcher.delivered_directly - before
+            if not accepted:
                 self._fell_behind += 1
                 self._remove(watcher)
                 dropped.append(watcher)
@@ -206,6 +297,7 @@ class Broadcaster:
             published_changes=self._published,
             fell_behind_total=self._fell_behind,
             replaced_total=self._replaced,
+            delivered_directly_total=self._delivered_directly,
         )
 
     def _remove(self, watcher: Watcher) -> None:

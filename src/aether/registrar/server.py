@@ -54,6 +54,7 @@ from aether.registrar.snapshot import (
     apply_update,
     resync,
 )
+from aether.rpc.direct import EncodedMessage, StreamSender, current_server_stream
 from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
 from aether.sync import LatestValue
 from aether.telemetry import RegistrarMetrics, current_telemetry, observe
@@ -144,8 +145,10 @@ class Registrar:
         self._trust_domain = trust_domain
         self._history_limit = history_limit
         self._write_wait = write_wait
-        self._broadcaster = Broadcaster(capacity=watcher_buffer)
+        self._broadcaster = Broadcaster(capacity=watcher_buffer, encode=_encoded)
         self._snapshot: LatestValue[RegistrySnapshot | None] = LatestValue(None)
+        self._shared: dict[tuple[ChangeKind, str, int], bytes] = {}
+        self._shared_version = -1
         self._send: trio.MemorySendChannel[_OwnerInput] | None = None
         self._availability = LatestValue(StoreAvailability(available=True))
         self._applied = 0
@@ -348,6 +351,26 @@ class Registrar:
             with trio.move_on_after(self._write_wait):
                 await self.wait_version(submission.visible_at)
 
+    def _encoded_sync(self, changes: tuple[Change, ...]) -> list[bytes]:
+        """The bytes of a first sync's changes. Those without an endpoint (the opening, the catalog, the completion)
+        are the same for every watcher of a version: encoded once per version, not once per watcher."""
+        version = self.snapshot.version
+        if self._shared_version != version:
+            self._shared_version = version
+            self._shared.clear()
+        shared = self._shared
+        encoded = []
+        for change in changes:
+            if change.endpoint is not None or change.ip:
+                encoded.append(_encoded(change))
+                continue
+            key = (change.kind, change.service, change.version)
+            data = shared.get(key)
+            if data is None:
+                data = shared[key] = _encoded(change)
+            encoded.append(data)
+        return encoded
+
     def service(self) -> purerpc.Service:
         """Return the purerpc service definition (all four methods)."""
         service = purerpc.Service(SERVICE_NAME)
@@ -421,7 +444,7 @@ class Registrar:
 
     async def _watch(
         self, received: _Request[registrar_pb2.WatchEndpointsRequest]
-    ) -> AsyncIterator[registrar_pb2.WatchEndpointsResponse]:
+    ) -> AsyncIterator[EncodedMessage]:
         request = received.message
         with _invalid_argument("WatchEndpoints"):
             service_filter = filter_from_proto(request)
@@ -433,16 +456,25 @@ class Registrar:
         initial = resync(self.snapshot, last_version=last_version, service_filter=service_filter)
         if initial[0].kind is ChangeKind.FULL_SNAPSHOT:
             self._metrics.resyncs.add(1, {"aether.registrar.side": "registrar"})
+        stream = current_server_stream()
+        sender = None if stream is None else StreamSender(stream)
         watcher = self._broadcaster.subscribe(
-            name=name, service_filter=service_filter, wake=lambda: rings.set(object())
+            name=name,
+            service_filter=service_filter,
+            wake=lambda: rings.set(object()),
+            deliver=None if sender is None else sender.send_nowait,
         )
         try:
-            for change in initial:
-                yield change_to_proto(change)
+            # The first sync as one write when the stream's window takes it (a resync of a filtered watcher
+            # does), else message by message as the window opens.
+            first = self._encoded_sync(initial)
+            if sender is None or not sender.send_nowait(first):
+                for data in first:
+                    yield EncodedMessage(data)
             while True:
                 seen = rings.value
                 for change in watcher.take():
-                    yield change_to_proto(change)
+                    yield EncodedMessage(_encoded(change))
                 if watcher.end is WatcherEnd.FELL_BEHIND:
                     raise purerpc.ResourceExhaustedError(
                         f"watcher fell behind by {watcher.fell_behind_by} changes; reconnect to resync"
@@ -451,7 +483,10 @@ class Registrar:
                     raise purerpc.AbortedError(
                         f"watch {name!r} was replaced by a newer watch from the same node"
                     )
-                await rings.wait_changed(seen)
+                if (
+                    watcher.idle()
+                ):  # from now on, `publish` sends new changes itself while the stream takes them
+                    await rings.wait_changed(seen)
         finally:
             self._broadcaster.unsubscribe(watcher)
 
@@ -481,6 +516,11 @@ class _Request(Generic[_Message]):
 
 def _request_type(message_type: type[_Message], *, method: str) -> Callable[[], _Request[_Message]]:
     return functools.partial(_Request, message_type, method=method)
+
+
+def _encoded(change: Change) -> bytes:
+    """The bytes of `change`'s watch event: the same on every stream, so encoded once per change published."""
+    return change_to_proto(change).SerializeToString()
 
 
 def _caller() -> str | None:

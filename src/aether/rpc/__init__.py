@@ -14,6 +14,7 @@ from aether.rpc.calls import (
     unary_call,
 )
 from aether.rpc.compat import PURERPC_VERSION, apply_purerpc_fixes
+from aether.rpc.direct import EncodedMessage, StreamSender, current_server_stream
 from aether.rpc.errors import (
     InvalidListenAddressError,
     InvalidServeOptionError,
@@ -46,6 +47,7 @@ __all__ = [
     "PURERPC_VERSION",
     "UNIX_SOCKET_MODE",
     "Backoff",
+    "EncodedMessage",
     "InvalidListenAddressError",
     "InvalidServeOptionError",
     "ListenAddress",
@@ -54,9 +56,11 @@ __all__ = [
     "PeerGoneError",
     "PurerpcVersionError",
     "RpcError",
+    "StreamSender",
     "apply_purerpc_fixes",
     "client_tls_context",
     "current_peer_certificate",
+    "current_server_stream",
     "open_grpc_socket",
     "serve_grpc",
     "serve_unix_streams",

@@ -27,9 +27,11 @@ import attrs
 import purerpc
 import purerpc.server
 import trio
+from purerpc.grpc_socket import GRPCStream
 from purerpc.grpclib.config import GRPCConfiguration
 
 from aether.rpc.compat import apply_purerpc_fixes
+from aether.rpc.direct import CURRENT_STREAM
 from aether.rpc.errors import InvalidListenAddressError, InvalidServeOptionError, ListenError
 
 __all__ = [
@@ -273,9 +275,17 @@ def _connection_handler(services: Sequence[purerpc.Service], *, max_message_leng
             raise InvalidServeOptionError("services", rule="service names must be unique", value=service.name)
         by_name[service.name] = service
     apply_purerpc_fixes()
-    handler = purerpc.server.ConnectionHandler(by_name, purerpc.Server(port=0))
+    handler = _ConnectionHandler(by_name, purerpc.Server(port=0))
     handler.config = GRPCConfiguration(client_side=False, max_message_length=max_message_length)
     return handler
+
+
+class _ConnectionHandler(purerpc.server.ConnectionHandler):  # type: ignore[misc]  # purerpc is untyped
+    """purerpc's, but each stream's handler task knows its stream (`aether.rpc.direct.current_server_stream`)."""
+
+    async def request_received(self, stream: GRPCStream) -> None:
+        CURRENT_STREAM.set(stream)  # this task is the stream's own: the value lives as long as the stream
+        await super().request_received(stream)
 
 
 async def _serve_tcp(

@@ -1,0 +1,132 @@
+"""Pre-encoded messages on a server stream: encode once for many streams, and send without a task hand-off.
+
+A server that sends the same message on many streams (the registrar's fan-out of one change to thousands of
+watchers) serializes it once and hands the bytes to each stream:
+
+- from the handler's response iterator, yielded as an `EncodedMessage` (purerpc calls `SerializeToString`, which
+  returns the bytes);
+- or, from any task, with a `StreamSender` of the stream (`current_server_stream` in its handler): the message's DATA
+  frames go into the connection's h2 buffer, the flow-control windows are charged as h2 itself does, and the
+  socket is written at once (`aether.rpc.compat.flush_nowait`). No await, no task switch, no h2 frame objects.
+  When the stream's flow-control window cannot take the messages whole, nothing is sent and it returns False:
+  the caller keeps them and sends them from the handler, which waits for the window.
+
+The two must not interleave on one stream: a message yielded by the handler is in the h2 buffer once the yield
+returns, so the handler and the `StreamSender` caller take turns (see `aether.registrar.broadcaster.Watcher`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+
+from h2.connection import ConnectionState
+from h2.stream import StreamState
+from purerpc.grpc_socket import GRPCStream, GRPCStreamState
+
+from aether.rpc.compat import flush_nowait
+
+__all__ = ["EncodedMessage", "StreamSender", "current_server_stream"]
+
+_SENDABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
+_OPEN = (GRPCStreamState.OPEN, GRPCStreamState.HALF_CLOSED_REMOTE)
+_CONNECTION_CLOSED = ConnectionState.CLOSED
+
+CURRENT_STREAM: contextvars.ContextVar[GRPCStream | None] = contextvars.ContextVar(
+    "aether_current_server_stream", default=None
+)
+"""Set by `aether.rpc.listen.serve_grpc` in the task that handles each stream."""
+
+
+def current_server_stream() -> GRPCStream | None:
+    """Return the stream whose handler is running (None outside `aether.rpc.listen.serve_grpc` handlers)."""
+    return CURRENT_STREAM.get()
+
+
+class EncodedMessage:
+    """A message already serialized: yield it from a handler's response iterator instead of the message object.
+
+    Args:
+        data: The serialized message (`Message.SerializeToString()`).
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def SerializeToString(self) -> bytes:  # the protobuf method purerpc calls
+        return self.data
+
+
+class StreamSender:
+    """Sends serialized messages on one server stream at once (`send_nowait`), from any task.
+
+    Args:
+        stream: The stream (`current_server_stream()` in its handler); its response must have started, as purerpc
+            starts it before calling the handler.
+    """
+
+    __slots__ = ("_h2_connection", "_h2_stream", "_header_tail", "_limit", "_socket", "_stream")
+
+    def __init__(self, stream: GRPCStream) -> None:
+        self._stream = stream
+        connection = stream._grpc_connection
+        self._h2_connection = connection.h2_connection
+        stream_id: int = stream.stream_id
+        # Kept, not looked up: h2 forgets a stream that closed, and the closed state is what `send_nowait` checks.
+        self._h2_stream = self._h2_connection.streams[stream_id]
+        self._socket = stream._socket
+        self._limit: int = connection.config.max_message_length
+        # The last five bytes of each DATA frame's header: type DATA (0), no flags, the stream identifier.
+        self._header_tail = b"\x00\x00" + stream_id.to_bytes(4, "big")
+
+    def send_nowait(self, messages: Sequence[bytes]) -> bool:
+        """Send the serialized `messages` now, whole, or return False having sent nothing.
+
+        False when the stream's or connection's flow-control window is too small for all of them, a message is
+        over the connection's size limit, or the stream or connection has ended: the caller then sends them
+        through the handler (`EncodedMessage`), which waits for the window or raises the error.
+        """
+        h2_connection = self._h2_connection
+        h2_stream = self._h2_stream
+        # A stream that failed (reset, its connection gone: `aether.rpc.compat`) is CLOSED too.
+        if (
+            self._stream._state not in _OPEN
+            or h2_stream.state_machine.state not in _SENDABLE
+            or h2_connection.state_machine.state is _CONNECTION_CLOSED
+        ):
+            return False
+        limit = self._limit
+        if len(messages) == 1:
+            message = messages[0]
+            if len(message) > limit:
+                return False
+            body = (
+                b"\x00" + len(message).to_bytes(4, "big") + message
+            )  # not compressed, the length, the message
+        else:
+            framed: list[bytes] = []
+            for message in messages:
+                if len(message) > limit:
+                    return False
+                framed.append(b"\x00" + len(message).to_bytes(4, "big"))
+                framed.append(message)
+            body = b"".join(framed)
+        size = len(body)
+        if size > h2_stream.outbound_flow_control_window or size > h2_connection.outbound_flow_control_window:
+            return False
+        frame_size: int = h2_connection.max_outbound_frame_size
+        pending: bytearray = h2_connection._data_to_send
+        if size <= frame_size:
+            # RFC 9113 section 4.1: length (24 bits), type, flags, stream identifier; then the payload.
+            pending += size.to_bytes(3, "big") + self._header_tail + body
+        else:
+            for start in range(0, size, frame_size):
+                chunk = body[start : start + frame_size]
+                pending += len(chunk).to_bytes(3, "big") + self._header_tail + chunk
+        # Charged as `H2Connection.send_data` and `H2Stream.send_data` charge them.
+        h2_connection.outbound_flow_control_window -= size
+        h2_stream.outbound_flow_control_window -= size
+        flush_nowait(self._socket)
+        return True

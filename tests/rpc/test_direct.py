@@ -1,0 +1,126 @@
+"""Tests of aether.rpc.direct: pre-encoded messages sent from outside purerpc's send path, read by a bare h2 client
+(which checks every frame), in order with what the handler yields, within the peer's flow-control window."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import struct
+from collections.abc import AsyncIterator
+
+import h2.events
+import purerpc
+import pytest
+import trio
+from google.protobuf import wrappers_pb2
+
+from aether.rpc.direct import EncodedMessage, StreamSender, current_server_stream
+from aether.rpc.listen import ListenAddress, serve_grpc
+from tests.rpc.test_compat import RawH2Client
+
+SERVICE_NAME = "aether.test.Echo"  # the path `RawH2Client.open` asks for
+
+
+class Direct:
+    """Send: `value` messages sent with `StreamSender.send_nowait` (each return value kept), then one yielded."""
+
+    def __init__(self, *, size: int) -> None:
+        self.size = size
+        self.accepted: list[bool] = []
+
+    def service(self) -> purerpc.Service:
+        service = purerpc.Service(SERVICE_NAME)
+        signature = purerpc.RPCSignature(
+            purerpc.Cardinality.UNARY_STREAM, wrappers_pb2.UInt32Value, wrappers_pb2.BytesValue
+        )
+        service.add_method("Send", self._send, signature)
+        return service
+
+    async def _send(self, request: wrappers_pb2.UInt32Value) -> AsyncIterator[EncodedMessage]:
+        stream = current_server_stream()
+        assert stream is not None
+        sender = StreamSender(stream)
+        refused: list[bytes] = []
+        for index in range(request.value):
+            message = _message(index, size=self.size)
+            # Once one is refused, the rest go after it (through the handler), to keep the order.
+            accepted = not refused and sender.send_nowait([message])
+            self.accepted.append(accepted)
+            if not accepted:
+                refused.append(message)
+        for message in refused:
+            yield EncodedMessage(message)
+        yield EncodedMessage(_message(request.value, size=self.size))
+
+
+def _message(index: int, *, size: int) -> bytes:
+    return wrappers_pb2.BytesValue(value=bytes([index % 256]) * size).SerializeToString()
+
+
+@contextlib.asynccontextmanager
+async def serving(direct: Direct) -> AsyncIterator[ListenAddress]:
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(
+            functools.partial(
+                serve_grpc, [direct.service()], listen=ListenAddress.tcp(host="127.0.0.1", port=0)
+            )
+        )
+        yield address
+        nursery.cancel_scope.cancel()
+
+
+async def _receive_all(client: RawH2Client, stream_id: int) -> tuple[list[bytes], str]:
+    """The gRPC messages of `stream_id` until its trailers, and the trailers' grpc-status."""
+    body = b""
+    while True:
+        event = await client.wait_for(
+            lambda event: (
+                getattr(event, "stream_id", None) == stream_id
+                and isinstance(event, h2.events.DataReceived | h2.events.TrailersReceived)
+            )
+        )
+        if isinstance(event, h2.events.TrailersReceived):
+            break
+        body += event.data
+    messages = []
+    while body:
+        compressed, length = struct.unpack(">?I", body[:5])
+        assert not compressed
+        messages.append(wrappers_pb2.BytesValue.FromString(body[5 : 5 + length]).value)
+        body = body[5 + length :]
+    return messages, dict(event.headers)["grpc-status"]
+
+
+@pytest.mark.parametrize(
+    ("size", "initial_window", "accepted"),
+    [
+        pytest.param(10, None, [True] * 5, id="all-sent-at-once"),
+        # 40,000 bytes: three DATA frames each (the peer's largest frame is 16,384 bytes).
+        pytest.param(
+            40_000, None, [True, False, False, False, False], id="split-into-frames-until-the-window"
+        ),
+        # A 100-byte window takes two 47-byte messages; the third waits for the window in the handler.
+        pytest.param(40, 100, [True, True, False, False, False], id="refused-past-the-window"),
+    ],
+)
+async def test_messages_arrive_whole_and_in_order_within_the_window(
+    size: int, initial_window: int | None, accepted: list[bool]
+) -> None:
+    """Five messages sent directly as far as the window allows, the rest and a last one through the handler: the
+    client reads all six, in order, then status OK (h2 on the client checks every frame and window)."""
+    direct = Direct(size=size)
+    with trio.fail_after(30):
+        async with (
+            serving(direct) as address,
+            RawH2Client.connect(address, initial_window=initial_window) as client,
+        ):
+            stream_id = await client.open("Send")
+            await client.send(stream_id, wrappers_pb2.UInt32Value(value=5), end_stream=True)
+            messages, status = await _receive_all(client, stream_id)
+    assert messages == [bytes([index]) * size for index in range(6)]
+    assert (direct.accepted, status) == (accepted, "0")
+
+
+def test_there_is_no_current_stream_outside_a_handler() -> None:
+    """Only a handler's task knows its stream."""
+    assert current_server_stream() is None
