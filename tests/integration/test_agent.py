@@ -70,8 +70,9 @@ async def test_the_agent_serves_its_projection_to_envoy_and_reports_sync_state(
 
             await wait_for(listeners_served, timeout=CONVERGE)
             names = _listener_names(await envoy.config_dump())
-            # No capture listeners: the pod has no network namespace, so nothing diverts its traffic to them.
-            assert {"outbound_http_web-1.shop", "inbound_web-1.shop"} == set(names)
+            # No capture listeners: the pod has no network namespace, so nothing diverts its traffic to them. Its
+            # SVID carries the HTTP/3 names, so its inbound also listens for QUIC.
+            assert {"outbound_http_web-1.shop", "inbound_web-1.shop", "inbound_quic_web-1.shop"} == set(names)
 
             async def synced() -> bool:
                 document = await trio.to_thread.run_sync(fetch_admin, config.admin_socket, "/status")

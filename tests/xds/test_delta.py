@@ -187,6 +187,37 @@ def test_an_unknown_cluster_is_requested_on_demand_then_sent_when_it_appears() -
     assert list(sent(response)) == ["web.shop.aether.internal"]
 
 
+def test_an_expired_on_demand_cluster_subscribed_again_is_requested_again_and_sent() -> None:
+    """An on-demand cluster dropped from the snapshot (its TTL ran out) is removed; when a later request makes Envoy
+    subscribe the name again on the same stream, it is requested on demand again and sent once it is back."""
+    name = "web.shop.aether.internal"
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    assert len(stream.receive(request(subscribe=(name,)), now=NOW).events) == 1
+    (response,) = stream.publish(snapshot(cluster(name), seq=2), now=NOW).responses
+    stream.receive(request(nonce=response.nonce), now=NOW)
+    (removal,) = stream.publish(snapshot(cluster("a"), seq=3), now=NOW).responses
+    assert list(removal.removed_resources) == [name]
+    stream.receive(request(nonce=removal.nonce), now=NOW)
+    again = stream.receive(request(subscribe=(name,)), now=NOW + 1)
+    assert again.events == (
+        OnDemandClusterRequested(observed_at=NOW + 1, source="xds", node_id=NODE, cluster_name=name),
+    )
+    (back,) = stream.publish(snapshot(cluster("a"), cluster(name), seq=4), now=NOW + 1).responses
+    assert list(sent(back)) == [name]
+
+
+def test_a_held_resource_subscribed_again_is_sent_again() -> None:
+    """Envoy subscribing a name it was sent and ACKed waits for the server again: the resource goes out again."""
+    stream = DeltaStream()
+    stream.publish(SNAP, now=NOW)
+    (response,) = stream.receive(request(ENDPOINT_TYPE, subscribe=("a",)), now=NOW).responses
+    assert list(sent(response)) == ["a"]
+    stream.receive(request(ENDPOINT_TYPE, nonce=response.nonce), now=NOW)
+    (again,) = stream.receive(request(ENDPOINT_TYPE, subscribe=("a",)), now=NOW).responses
+    assert list(sent(again)) == ["a"]
+
+
 def test_a_cluster_no_service_matches_is_answered_as_removed() -> None:
     """A name the snapshot lists as not found is answered at once with removed_resources, not left hanging."""
     stream = DeltaStream()

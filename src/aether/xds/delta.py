@@ -79,7 +79,8 @@ class _TypeState:
     """Name → version Envoy rejected: never sent again."""
     in_flight: dict[str, _Sent] = attrs.Factory(dict)
     requested: set[str] = attrs.Factory(set)
-    """Names already reported as requested on demand (one event per name and stream)."""
+    """Names already reported as requested on demand (one event per name and stream, until Envoy subscribes the
+    name again)."""
     sent_any: bool = False
     """A response of this type went out on this stream (the first one goes out even when empty)."""
     error: str = ""
@@ -231,8 +232,15 @@ class DeltaStream:
         for name in request.resource_names_subscribe:
             if name == "*":
                 state.wildcard = True
-            else:
-                state.names.add(name)
+                continue
+            if name in state.names:
+                # Subscribed again on the same stream: Envoy marks the name "waiting for the server" (it dropped the
+                # resource, or a cluster it re-warms needs it), so it goes out again when held, and is asked for on
+                # demand again when not (an on-demand cluster that expired and is wanted once more).
+                for held in (state.acked, state.expected):
+                    held.pop(name, None)
+                state.requested.discard(name)
+            state.names.add(name)
         # A newly subscribed name may not be among the names changed since `synced_to`: compare it at the next push.
         state.dirty.update(request.resource_names_subscribe)
         if state.wildcard != wildcard_before:
