@@ -12,7 +12,6 @@ from pathlib import Path
 
 import attrs
 import trio
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from aether.core.project.node import project_node
 from aether.core.snapshot import Snapshot
@@ -20,8 +19,10 @@ from aether.core.state import State
 from aether.plane.plane import open_plane
 from aether.proto.otlp.v1 import otlp_pb2 as otlp
 from aether.telemetry import OtlpEndpoint, TelemetryConfig, telemetry_running
-from aether.telemetry.exporter import BoundedSpanProcessor, OtlpHttpSpanExporter
-from aether.telemetry.otlp import encode_spans
+from aether.telemetry.exporter import OtlpHttpTransport
+from aether.telemetry.otlp import encode_finished_spans
+from aether.telemetry.spans import SpanExporter, Tracer
+from aether.telemetry.traces import ChangeTracer
 from aether.testing import make_pod, pod_added
 from aether.testing.envoy import wait_for
 from aether.testing.xds_resources import pick_free_port
@@ -140,40 +141,64 @@ async def test_a_collector_that_answers_garbage_counts_as_failed(tmp_path: Path)
 def test_the_span_queue_is_bounded_and_its_overflow_counted() -> None:
     """With the exporter stalled, spans beyond the queue's size are dropped at once and counted."""
     with _tcp_server(None) as (port, release):
-        exporter = OtlpHttpSpanExporter(OtlpEndpoint.parse(f"http://127.0.0.1:{port}"), timeout=5)
-        processor = BoundedSpanProcessor(exporter, queue_size=8, interval=0.01, batch_size=4)
-        provider = TracerProvider()
-        provider.add_span_processor(processor)
-        tracer = provider.get_tracer("test")
+        transport = OtlpHttpTransport(
+            OtlpEndpoint.parse(f"http://127.0.0.1:{port}"), path="/v1/traces", timeout=5
+        )
+        exporter = SpanExporter(transport, service_name="test", queue_size=8, interval=0.01, batch_size=4)
+        tracer = Tracer(exporter, sampling=1.0)
         deadline = time.monotonic() + 30
-        while processor.overflowed == 0 and time.monotonic() < deadline:
-            tracer.start_span("work").end()
-        assert processor.overflowed > 0
+        while exporter.overflowed == 0 and time.monotonic() < deadline:
+            tracer.emit((1, tracer.new_id(), 0, "work", 1, 2, None, None))
+        assert exporter.overflowed > 0
         release.set()
-        provider.shutdown()
-    assert processor.statistics().dropped >= processor.overflowed
+        tracer.shutdown()
+    assert exporter.statistics().dropped >= exporter.overflowed
 
 
-def test_spans_encode_as_otlp_with_their_parent() -> None:
-    """The encoding keeps ids, parent, kind and attributes (rotel's round trip is in test_collector)."""
-    provider = TracerProvider()
-    finished: list[ReadableSpan] = []
+def test_spans_encode_as_otlp_with_their_parent_and_status() -> None:
+    """The encoding keeps ids, parent, kind, attributes and an error (rotel's round trip is in test_collector)."""
+    spans = [
+        (7, 1, 0, "parent", 10, 40, None, None),
+        (7, 2, 1, "child", 20, 30, {"n": 1}, "rejected"),
+    ]
+    request = otlp.ExportTraceServiceRequest.FromString(
+        encode_finished_spans(spans, service_name="aether-test").SerializeToString()
+    )
+    assert request.resource_spans[0].resource.attributes[0].value.string_value == "aether-test"
+    encoded = {span.name: span for span in request.resource_spans[0].scope_spans[0].spans}
+    assert encoded["child"].parent_span_id == encoded["parent"].span_id == (1).to_bytes(8, "big")
+    assert not encoded["parent"].parent_span_id
+    assert encoded["child"].trace_id == encoded["parent"].trace_id == (7).to_bytes(16, "big")
+    assert encoded["child"].kind == otlp.Span.SPAN_KIND_INTERNAL
+    assert (encoded["child"].start_time_unix_nano, encoded["child"].end_time_unix_nano) == (20, 30)
+    assert encoded["child"].attributes[0].value.int_value == 1
+    assert encoded["child"].status.code == otlp.Status.STATUS_CODE_ERROR
+    assert encoded["child"].status.message == "rejected"
+    assert encoded["parent"].status.code == otlp.Status.STATUS_CODE_UNSET
 
-    class Keep(SpanProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            finished.append(span)
 
-    provider.add_span_processor(Keep())
-    tracer = provider.get_tracer("test")
-    from opentelemetry import trace
-
-    parent = tracer.start_span("parent")
-    tracer.start_span("child", context=trace.set_span_in_context(parent), attributes={"n": 1}).end()
-    parent.end()
-    request = otlp.ExportTraceServiceRequest.FromString(encode_spans(finished).SerializeToString())
-    spans = {span.name: span for span in request.resource_spans[0].scope_spans[0].spans}
-    assert spans["child"].parent_span_id == spans["parent"].span_id
-    assert spans["child"].trace_id == spans["parent"].trace_id
-    assert len(spans["child"].trace_id) == 16
-    assert spans["child"].kind == otlp.Span.SPAN_KIND_INTERNAL
-    assert spans["child"].attributes[0].value.int_value == 1
+def test_an_unsampled_change_leaves_its_pushes_out() -> None:
+    """Parent-based sampling: at ratio 0 no change and none of its pushes is traced; at 1 every push is its
+    change's child."""
+    for sampling, traced in ((0.0, False), (1.0, True)):
+        transport = OtlpHttpTransport(OtlpEndpoint.parse("http://127.0.0.1:1"), path="/v1/traces", timeout=1)
+        exporter = SpanExporter(transport, service_name="test", queue_size=64, interval=60)
+        changes = ChangeTracer(Tracer(exporter, sampling=sampling, seed=1))
+        change = changes.start_change(first_seq=1, last_seq=1, events=[], start=1)
+        change.hop("aether.fold", start=1, end=2)
+        change.end()
+        push = changes.start_push(seq=1, node_id="n", type_name="RDS", version="1", nonce="a")
+        assert (push is not None) is traced
+        if push is not None:
+            push.answered(acked=True)
+            assert push.trace_id == change.trace_id
+        queued = list(exporter._queue)
+        assert len(queued) == (4 if traced else 0)
+        assert {span[3] for span in queued} <= {
+            "aether.fold",
+            "aether.change",
+            "aether.xds.ack",
+            "aether.xds.push RDS",
+        }
+        exporter._queue.clear()
+        exporter.shutdown()

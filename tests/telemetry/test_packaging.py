@@ -32,7 +32,8 @@ from envoy.extensions.access_loggers.open_telemetry.v3 import logs_service_pb2  
 before = {name for name in sys.modules if name.startswith("opentelemetry.proto")}
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from aether.telemetry.exporter import OtlpHttpMetricExporter, OtlpHttpSpanExporter
+from aether.telemetry.exporter import OtlpHttpMetricExporter
+from aether.telemetry.spans import SpanExporter, Tracer
 from aether.telemetry.otlp import encode_metrics
 from aether.proto.otlp.v1 import otlp_pb2
 reader = InMemoryMetricReader()

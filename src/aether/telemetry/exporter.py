@@ -1,6 +1,7 @@
-"""OTLP/HTTP exporters for the OpenTelemetry SDK, on the standard library's `http.client`.
+"""OTLP/HTTP export on the standard library's `http.client`: the SDK's metric exporter, and the transport our own
+span exporter (`aether.telemetry.spans`) posts through.
 
-They run on the SDK's own threads (the periodic metric reader, `BoundedSpanProcessor`), never on trio's: a collector
+They run on their own threads (the SDK's periodic metric reader, `SpanExporter`'s), never on trio's: a collector
 that is down, slow or answers garbage costs those threads a bounded wait (`timeout`) and the data of that export,
 which is dropped and counted (`ExportStatistics`), never a role's work.
 
@@ -11,31 +12,21 @@ We encode into our own wire-compatible copy of the OTLP messages (`aether.proto.
 
 from __future__ import annotations
 
-import collections
 import http.client
 import logging
 import ssl
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
 from google.protobuf.message import DecodeError
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from aether.proto.otlp.v1 import otlp_pb2 as otlp
 from aether.telemetry.endpoint import OtlpEndpoint
-from aether.telemetry.otlp import encode_metrics, encode_spans, metric_points
+from aether.telemetry.otlp import encode_metrics, metric_points
 
-__all__ = [
-    "BoundedSpanProcessor",
-    "ExportStatistics",
-    "OtlpHttpMetricExporter",
-    "OtlpHttpSpanExporter",
-    "OtlpHttpTransport",
-]
+__all__ = ["ExportStatistics", "OtlpHttpMetricExporter", "OtlpHttpTransport"]
 
 LOG = logging.getLogger("aether.telemetry")
 
@@ -58,7 +49,7 @@ class OtlpHttpTransport:
     def __init__(self, endpoint: OtlpEndpoint, *, path: str, timeout: float) -> None:
         self._endpoint = endpoint
         self._path = path
-        self._timeout = timeout
+        self.timeout = timeout
         self._connection: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
         self.exports = self.failures = self.dropped = 0
@@ -69,10 +60,10 @@ class OtlpHttpTransport:
             return http.client.HTTPSConnection(
                 self._endpoint.host,
                 self._endpoint.port,
-                timeout=self._timeout,
+                timeout=self.timeout,
                 context=ssl.create_default_context(),
             )
-        return http.client.HTTPConnection(self._endpoint.host, self._endpoint.port, timeout=self._timeout)
+        return http.client.HTTPConnection(self._endpoint.host, self._endpoint.port, timeout=self.timeout)
 
     def post(self, body: bytes, *, items: int) -> bytes | None:
         """Post `body` (carrying `items` data points or spans); return the answer's body, or None on failure."""
@@ -122,6 +113,33 @@ class OtlpHttpTransport:
             "otlp collector %s rejected %d items of %s: %s", self._endpoint, count, self._path, message
         )
 
+    def _post_checked(self, body: bytes, *, items: int, response: Any, rejected: str) -> bool:
+        """Post `body`; parse the answer as `response` (counting its partially rejected `rejected` items)."""
+        answer = self.post(body, items=items)
+        if answer is None:
+            return False
+        try:
+            parsed = response.FromString(answer)
+        except DecodeError as error:
+            self.answered_garbage(items, error)
+            return False
+        count = getattr(parsed.partial_success, rejected)
+        if count:
+            self.rejected(count, parsed.partial_success.error_message)
+        return True
+
+    def post_metrics(self, body: bytes, *, items: int) -> bool:
+        """Post an encoded `ExportMetricsServiceRequest` of `items` data points; True when it was accepted."""
+        return self._post_checked(
+            body, items=items, response=otlp.ExportMetricsServiceResponse, rejected="rejected_data_points"
+        )
+
+    def post_traces(self, body: bytes, *, items: int) -> bool:
+        """Post an encoded `ExportTraceServiceRequest` of `items` spans; True when it was accepted."""
+        return self._post_checked(
+            body, items=items, response=otlp.ExportTraceServiceResponse, rejected="rejected_spans"
+        )
+
     def statistics(self) -> ExportStatistics:
         return ExportStatistics(exports=self.exports, failures=self.failures, dropped=self.dropped)
 
@@ -142,119 +160,13 @@ class OtlpHttpMetricExporter(MetricExporter):
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
-        points = metric_points(metrics_data)
-        answer = self.transport.post(encode_metrics(metrics_data).SerializeToString(), items=points)
-        if answer is None:
-            return MetricExportResult.FAILURE
-        try:
-            response = otlp.ExportMetricsServiceResponse.FromString(answer)
-        except DecodeError as error:
-            self.transport.answered_garbage(points, error)
-            return MetricExportResult.FAILURE
-        if response.partial_success.rejected_data_points:
-            self.transport.rejected(
-                response.partial_success.rejected_data_points, response.partial_success.error_message
-            )
-        return MetricExportResult.SUCCESS
+        body = encode_metrics(metrics_data).SerializeToString()
+        if self.transport.post_metrics(body, items=metric_points(metrics_data)):
+            return MetricExportResult.SUCCESS
+        return MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return True
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.transport.close()
-
-
-class OtlpHttpSpanExporter(SpanExporter):
-    """The SDK's span exporter over `OtlpHttpTransport`."""
-
-    def __init__(self, endpoint: OtlpEndpoint, *, timeout: float) -> None:
-        self.transport = OtlpHttpTransport(endpoint, path="/v1/traces", timeout=timeout)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        answer = self.transport.post(encode_spans(spans).SerializeToString(), items=len(spans))
-        if answer is None:
-            return SpanExportResult.FAILURE
-        try:
-            response = otlp.ExportTraceServiceResponse.FromString(answer)
-        except DecodeError as error:
-            self.transport.answered_garbage(len(spans), error)
-            return SpanExportResult.FAILURE
-        if response.partial_success.rejected_spans:
-            self.transport.rejected(
-                response.partial_success.rejected_spans, response.partial_success.error_message
-            )
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        self.transport.close()
-
-
-class BoundedSpanProcessor(SpanProcessor):
-    """Queues finished sampled spans (at most `queue_size`; more are dropped and counted) and exports them in
-    batches from one daemon thread, every `interval` seconds or as soon as a batch is full.
-
-    Ending a span costs an append under a lock: the role's task never waits for the collector.
-    """
-
-    def __init__(
-        self, exporter: OtlpHttpSpanExporter, *, queue_size: int, interval: float, batch_size: int = 512
-    ) -> None:
-        self._exporter = exporter
-        self._queue: collections.deque[ReadableSpan] = collections.deque()
-        self._queue_size = queue_size
-        self._batch_size = batch_size
-        self._interval = interval
-        self._condition = threading.Condition()
-        self._stopping = False
-        self.overflowed = 0
-        self._thread = threading.Thread(target=self._run, name="aether-otlp-spans", daemon=True)
-        self._thread.start()
-
-    def on_start(self, span: Span, parent_context: Any = None) -> None:
-        pass
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if not span.context.trace_flags.sampled:
-            return
-        with self._condition:
-            if len(self._queue) >= self._queue_size:
-                self.overflowed += 1
-                return
-            self._queue.append(span)
-            if len(self._queue) >= self._batch_size:
-                self._condition.notify()
-
-    def _take(self) -> list[ReadableSpan]:
-        count = min(len(self._queue), self._batch_size)
-        return [self._queue.popleft() for _ in range(count)]
-
-    def _run(self) -> None:
-        while True:
-            with self._condition:
-                if not self._stopping and len(self._queue) < self._batch_size:
-                    self._condition.wait(self._interval)
-                batch = self._take()
-                stopping = self._stopping
-            if batch:
-                self._exporter.export(batch)
-            if stopping and not batch:
-                return
-
-    def statistics(self) -> ExportStatistics:
-        transport = self._exporter.transport.statistics()
-        return attrs.evolve(transport, dropped=transport.dropped + self.overflowed)
-
-    def shutdown(self) -> None:
-        with self._condition:
-            self._stopping = True
-            self._condition.notify()
-        self._thread.join(timeout=self._exporter.transport._timeout * 2)
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        while True:
-            with self._condition:
-                batch = self._take()
-            if not batch:
-                return True
-            self._exporter.export(batch)

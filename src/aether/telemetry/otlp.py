@@ -1,4 +1,5 @@
-"""The OpenTelemetry SDK's metric and span data as OTLP messages (`aether.proto.otlp.v1`, wire-compatible with OTLP).
+"""The OpenTelemetry SDK's metric data and our tracer's spans as OTLP messages (`aether.proto.otlp.v1`,
+wire-compatible with OTLP).
 
 Only what the SDK produces for our instruments is encoded: sums, gauges and explicit-bucket histograms (an
 exponential histogram is never configured here); exemplars are left out.
@@ -11,12 +12,15 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricsData, Sum
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from aether.proto.otlp.v1 import otlp_pb2 as otlp
 
-__all__ = ["encode_metrics", "encode_spans", "metric_points"]
+__all__ = ["FinishedSpan", "encode_finished_spans", "encode_metrics", "metric_points"]
+
+FinishedSpan = tuple[int, int, int, str, int, int, "Mapping[str, Any] | None", "str | None"]
+"""One span of our tracer (`aether.telemetry.spans`): trace id, span id, parent id (0 for a root), name, start and
+end (ns since the epoch), attributes, and the error that failed it (None when it did not)."""
 
 
 def _value(value: Any) -> otlp.AnyValue:
@@ -136,48 +140,43 @@ def metric_points(data: MetricsData) -> int:
     )
 
 
-def _span(span: ReadableSpan) -> otlp.Span:
-    context = span.context
-    assert context is not None, "a finished SDK span always has a context"
+_ERROR = otlp.Status(code=otlp.Status.STATUS_CODE_ERROR)
+
+
+def _finished_span(span: FinishedSpan) -> otlp.Span:
+    trace_id, span_id, parent_id, name, start, end, attributes, error = span
     encoded = otlp.Span(
-        trace_id=context.trace_id.to_bytes(16, "big"),
-        span_id=context.span_id.to_bytes(8, "big"),
-        flags=int(context.trace_flags),
-        name=span.name,
-        kind=otlp.Span.SpanKind.ValueType(
-            int(span.kind.value) + 1
-        ),  # the SDK's INTERNAL is 0, OTLP's SPAN_KIND_INTERNAL is 1
-        start_time_unix_nano=span.start_time or 0,
-        end_time_unix_nano=span.end_time or 0,
-        attributes=_attributes(span.attributes),
-        events=[
-            otlp.Span.Event(
-                time_unix_nano=event.timestamp, name=event.name, attributes=_attributes(event.attributes)
-            )
-            for event in span.events
-        ],
-        status=otlp.Status(
-            code=otlp.Status.StatusCode.ValueType(int(span.status.status_code.value)),
-            message=span.status.description or "",
-        ),
+        trace_id=trace_id.to_bytes(16, "big"),
+        span_id=span_id.to_bytes(8, "big"),
+        flags=1,  # sampled: only sampled spans are ever finished
+        name=name,
+        kind=otlp.Span.SPAN_KIND_INTERNAL,
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
+        attributes=_attributes(attributes),
     )
-    if span.parent is not None:
-        encoded.parent_span_id = span.parent.span_id.to_bytes(8, "big")
+    if parent_id:
+        encoded.parent_span_id = parent_id.to_bytes(8, "big")
+    if error is not None:
+        encoded.status.code = otlp.Status.STATUS_CODE_ERROR
+        encoded.status.message = error
     return encoded
 
 
-def encode_spans(spans: Iterable[ReadableSpan]) -> otlp.ExportTraceServiceRequest:
-    """The OTLP export request of finished spans, grouped by resource and scope (in the order first seen)."""
-    groups: dict[tuple[int, int], tuple[Resource, InstrumentationScope | None, list[otlp.Span]]] = {}
-    for span in spans:
-        key = (id(span.resource), id(span.instrumentation_scope))
-        groups.setdefault(key, (span.resource, span.instrumentation_scope, []))[2].append(_span(span))
+def encode_finished_spans(
+    spans: Iterable[FinishedSpan], *, service_name: str
+) -> otlp.ExportTraceServiceRequest:
+    """The OTLP export request of our tracer's finished spans (`aether.telemetry.spans`), all of one resource
+    (`service.name`) and of the `aether` scope."""
     return otlp.ExportTraceServiceRequest(
         resource_spans=[
             otlp.ResourceSpans(
-                resource=_resource(resource),
-                scope_spans=[otlp.ScopeSpans(scope=_scope(scope), spans=encoded)],
+                resource=otlp.Resource(attributes=_attributes({"service.name": service_name})),
+                scope_spans=[
+                    otlp.ScopeSpans(
+                        scope=otlp.InstrumentationScope(name="aether"), spans=map(_finished_span, spans)
+                    )
+                ],
             )
-            for resource, scope, encoded in groups.values()
         ]
     )

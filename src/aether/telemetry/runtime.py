@@ -2,8 +2,8 @@
 
 Off (the default, and whenever no endpoint or signal is configured) nothing of the SDK is imported or created: the
 adapters get no-op instruments (`aether.telemetry.instruments`) and no tracer, and skip tracing with one `is None`.
-On, a `MeterProvider` with a periodic reader and a `TracerProvider` with a parent-based ratio sampler and a
-`BoundedSpanProcessor` export over OTLP/HTTP from their own threads.
+On, the SDK's `MeterProvider` with a periodic reader, and our own light tracer (`aether.telemetry.spans`: parent-based
+ratio sampling, a bounded span queue) export over OTLP/HTTP from their own threads.
 
 Like `logging`'s loggers, the running telemetry is process-wide (`current_telemetry`): a role installs it before it
 builds its adapters (`telemetry_running`), which take their instruments when they are made.
@@ -32,7 +32,7 @@ class TelemetryStatistics:
     metrics: Any = None
     """`ExportStatistics` of the metric exporter."""
     traces: Any = None
-    """`ExportStatistics` of the span processor (its queue's overflow included in `dropped`)."""
+    """`ExportStatistics` of the span exporter (its queue's overflow included in `dropped`)."""
 
 
 class Telemetry:
@@ -50,7 +50,7 @@ class Telemetry:
         self.meter = meter
         """An `opentelemetry.metrics.Meter`, or None."""
         self.tracer = tracer
-        """An `opentelemetry.trace.Tracer`, or None."""
+        """Our light `aether.telemetry.spans.Tracer`, or None."""
         self.changes: Any = None
         """The `ChangeTracer` every adapter shares (made by `aether.telemetry.change_tracer`)."""
         self._shutdown = shutdown
@@ -85,10 +85,9 @@ def _start(config: TelemetryConfig) -> Telemetry:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    from aether.telemetry.exporter import BoundedSpanProcessor, OtlpHttpMetricExporter, OtlpHttpSpanExporter
+    from aether.telemetry.exporter import OtlpHttpMetricExporter, OtlpHttpTransport
+    from aether.telemetry.spans import SpanExporter, Tracer
 
     assert config.endpoint is not None
     resource = Resource.create({"service.name": config.service_name})
@@ -105,17 +104,14 @@ def _start(config: TelemetryConfig) -> Telemetry:
         meter = meter_provider.get_meter(SCOPE)
         providers.append(meter_provider)
     if config.traces:
-        tracer_provider = TracerProvider(
-            resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sampling))
-        )
-        span_processor = BoundedSpanProcessor(
-            OtlpHttpSpanExporter(config.endpoint, timeout=config.export_timeout),
+        span_processor = SpanExporter(
+            OtlpHttpTransport(config.endpoint, path="/v1/traces", timeout=config.export_timeout),
+            service_name=config.service_name,
             queue_size=config.queue_size,
             interval=min(config.export_interval, 1.0),
         )
-        tracer_provider.add_span_processor(span_processor)
-        tracer = tracer_provider.get_tracer(SCOPE)
-        providers.append(tracer_provider)
+        tracer = Tracer(span_processor, sampling=config.sampling)
+        providers.append(tracer)
     telemetry = Telemetry(
         meter=meter,
         tracer=tracer,

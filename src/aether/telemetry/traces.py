@@ -16,7 +16,9 @@ registers its context under the seq it folded to (`ChangeTracer.context_at`), an
 that seq becomes its child. Both maps are bounded (the oldest entries are forgotten): a trace may lose its tail,
 memory never grows.
 
-With tracing off, adapters hold None instead of a `ChangeTracer` and pay one `is None` test.
+With tracing off, adapters hold None instead of a `ChangeTracer` and pay one `is None` test. With it on, spans are
+our light tracer's tuples (`aether.telemetry.spans`); a change left out by the sampler is remembered as such, so its
+pushes are left out too (parent-based sampling).
 """
 
 from __future__ import annotations
@@ -24,14 +26,20 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aether.telemetry.runtime import Telemetry
+
+if TYPE_CHECKING:  # the tracer's module loads the exporter (and the SDK): only when tracing is on
+    from aether.telemetry.spans import Tracer
 
 __all__ = ["ChangeTrace", "ChangeTracer", "PushTrace", "change_tracer"]
 
 _REMEMBERED = 256
 """Changes and pushes remembered for their children: plenty for the pushes that follow one change."""
+
+_UNSAMPLED = (0, 0)
+"""The parent remembered for a change the sampler left out."""
 
 
 def change_tracer(telemetry: Telemetry) -> ChangeTracer | None:
@@ -46,100 +54,147 @@ def change_tracer(telemetry: Telemetry) -> ChangeTracer | None:
 
 
 class ChangeTrace:
-    """The root span of one journal batch; its hops are added as timed children."""
+    """The root span of one journal batch; its hops are added as timed children (nothing when not sampled)."""
 
-    def __init__(self, tracer: Any, root: Any, context: Any) -> None:
-        self._tracer = tracer
-        self.root = root
-        self.context = context
+    __slots__ = ("_attributes", "_emit", "_new_id", "_start", "span_id", "trace_id")
+
+    def __init__(self, tracer: Tracer, trace_id: int, *, start: int, attributes: dict[str, Any]) -> None:
+        self._emit = tracer.emit
+        self._new_id = tracer.new_id
+        self.trace_id = trace_id
+        self.span_id = tracer.new_id() if trace_id else 0
+        self._start = start
+        self._attributes = attributes
 
     def hop(self, name: str, *, start: int, end: int, attributes: dict[str, Any] | None = None) -> None:
         """Record a finished child span from `start` to `end` (ns since the epoch)."""
-        span = self._tracer.start_span(name, context=self.context, start_time=start, attributes=attributes)
-        span.end(end_time=end)
+        if self.trace_id:
+            self._emit((self.trace_id, self._new_id(), self.span_id, name, start, end, attributes, None))
 
     def end(self) -> None:
-        self.root.end()
+        if self.trace_id:
+            self._emit(
+                (
+                    self.trace_id,
+                    self.span_id,
+                    0,
+                    "aether.change",
+                    self._start,
+                    time.time_ns(),
+                    self._attributes,
+                    None,
+                )
+            )
 
 
 class PushTrace:
     """An xDS response sent, waiting for its ACK or NACK."""
 
-    def __init__(self, tracer: Any, span: Any) -> None:
+    __slots__ = ("_attributes", "_parent", "_start", "_tracer", "span_id", "trace_id")
+
+    def __init__(self, tracer: Tracer, trace_id: int, parent: int, attributes: dict[str, Any]) -> None:
         self._tracer = tracer
-        self.span = span
+        self.trace_id = trace_id
+        self.span_id = tracer.new_id()
+        self._parent = parent
+        self._start = time.time_ns()
+        self._attributes = attributes
 
     def answered(self, *, acked: bool, error: str = "") -> None:
-        from opentelemetry import trace
-        from opentelemetry.trace import Status, StatusCode
-
-        context = trace.set_span_in_context(self.span)
-        name = "aether.xds.ack" if acked else "aether.xds.nack"
-        child = self._tracer.start_span(
-            name, context=context, attributes={"aether.xds.error": error} if error else None
+        now = time.time_ns()
+        failed = None if acked else error
+        self._tracer.emit(
+            (
+                self.trace_id,
+                self._tracer.new_id(),
+                self.span_id,
+                "aether.xds.ack" if acked else "aether.xds.nack",
+                now,
+                now,
+                {"aether.xds.error": error} if error else None,
+                failed,
+            )
         )
-        if not acked:
-            child.set_status(Status(StatusCode.ERROR, error))
-            self.span.set_status(Status(StatusCode.ERROR, error))
-        child.end()
-        self.span.set_attribute("aether.xds.outcome", "ack" if acked else "nack")
-        self.span.end()
+        self._end("ack" if acked else "nack", failed, now)
 
     def superseded(self) -> None:
-        self.span.set_attribute("aether.xds.outcome", "unanswered")
-        self.span.end()
+        self._end("unanswered", None, time.time_ns())
+
+    def _end(self, outcome: str, error: str | None, now: int) -> None:
+        self._attributes["aether.xds.outcome"] = outcome
+        name = f"aether.xds.push {self._attributes['aether.xds.type']}"
+        self._tracer.emit(
+            (self.trace_id, self.span_id, self._parent, name, self._start, now, self._attributes, error)
+        )
 
 
 class ChangeTracer:
     """Starts change traces (the journal) and push spans (the xDS server) and links them by seq."""
 
-    def __init__(self, tracer: Any) -> None:
+    def __init__(self, tracer: Tracer) -> None:
         self._tracer = tracer
-        self._by_seq: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._by_seq: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
 
     def start_change(
         self, *, first_seq: int, last_seq: int, events: Sequence[tuple[int, Any]], start: int
     ) -> ChangeTrace:
         """Start the root of the batch that appended `events` (`(seq, event)`), with one span per event."""
-        from opentelemetry import trace
-
-        root = self._tracer.start_span(
-            "aether.change",
-            context=None,
-            start_time=start,
+        tracer = self._tracer
+        trace_id = tracer.new_trace() or 0
+        change = ChangeTrace(
+            tracer,
+            trace_id,
+            start=start,
             attributes={
                 "aether.log.seq.first": first_seq,
                 "aether.log.seq.last": last_seq,
                 "aether.events": len(events),
             },
         )
-        context = trace.set_span_in_context(root)
-        change = ChangeTrace(self._tracer, root, context)
-        if root.is_recording():
+        if trace_id:
+            emit, new_id, parent = tracer.emit, tracer.new_id, change.span_id
             for seq, event in events:
-                change.hop(
-                    f"aether.event {type(event).__name__}",
-                    start=event.observed_at,
-                    end=start,
-                    attributes={
-                        "aether.log.seq": seq,
-                        "aether.event.kind": type(event).__name__,
-                        "aether.event.source": event.source,
-                        "aether.event.subject": event.subject,
-                    },
+                kind = type(event).__name__
+                emit(
+                    (
+                        trace_id,
+                        new_id(),
+                        parent,
+                        f"aether.event {kind}",
+                        event.observed_at,
+                        start,
+                        {
+                            "aether.log.seq": seq,
+                            "aether.event.kind": kind,
+                            "aether.event.source": event.source,
+                            "aether.event.subject": event.subject,
+                        },
+                        None,
+                    )
                 )
-        self._by_seq[last_seq] = context
-        while len(self._by_seq) > _REMEMBERED:
-            self._by_seq.popitem(last=False)
+        by_seq = self._by_seq
+        by_seq[last_seq] = (trace_id, change.span_id) if trace_id else _UNSAMPLED
+        if len(by_seq) > _REMEMBERED:
+            by_seq.popitem(last=False)
         return change
 
-    def start_push(self, *, seq: int, node_id: str, type_name: str, version: str, nonce: str) -> PushTrace:
-        """Start the span of one response sent from the snapshot at `seq` (a child of its change, if remembered)."""
-        span = self._tracer.start_span(
-            f"aether.xds.push {type_name}",
-            context=self._by_seq.get(seq),
-            start_time=time.time_ns(),
-            attributes={
+    def start_push(
+        self, *, seq: int, node_id: str, type_name: str, version: str, nonce: str
+    ) -> PushTrace | None:
+        """Start the span of one response sent from the snapshot at `seq`: a child of its change if remembered
+        (None when that change was not sampled), else a root of its own (sampled by ratio)."""
+        parent = self._by_seq.get(seq)
+        if parent is None:
+            trace_id, parent_id = self._tracer.new_trace() or 0, 0
+        else:
+            trace_id, parent_id = parent
+        if not trace_id:
+            return None
+        return PushTrace(
+            self._tracer,
+            trace_id,
+            parent_id,
+            {
                 "aether.log.seq": seq,
                 "aether.xds.node": node_id,
                 "aether.xds.type": type_name,
@@ -147,4 +202,3 @@ class ChangeTracer:
                 "aether.xds.nonce": nonce,
             },
         )
-        return PushTrace(self._tracer, span)
