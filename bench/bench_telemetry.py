@@ -6,6 +6,11 @@ figure is the best round: the ratios compare like with like on a noisy machine. 
 its own process (rotel, exporting to its blackhole), so the exporters' threads really work while we measure and
 only our side of the cost is counted.
 Aims (issue 19): metrics on ≤ 5% slower, tracing at 100% ≤ 10% slower.
+
+`--callgrind` measures the changes' instruction counts instead (valgrind's callgrind, every thread of the process,
+so the export threads' encoding is counted): each mode runs twice, with N and 2N changes, in its own process
+under valgrind, and the difference over N is the instructions of one change, free of start-up and of the
+machine's load.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import re
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -173,12 +180,72 @@ def _round(mode: str, sink_port: int, *, changes: int, pushes: int) -> dict[str,
         return {"change_cpu_seconds": change, "push_ack_seconds": push_wall, "push_ack_cpu_seconds": push_cpu}
 
 
+def _only_changes(mode: str, sink_port: int, changes: int) -> None:
+    """One mode's changes in this process (what `--callgrind` runs under valgrind)."""
+    with tempfile.TemporaryDirectory() as raw, telemetry_running(_config(mode, sink_port)):
+        trio.run(functools.partial(_changes, Path(raw) / "changes", changes=changes))
+
+
+def _instructions(mode: str, sink_port: int, changes: int, work: Path) -> int:
+    """Instructions (callgrind's Ir, all threads) of a whole run of `changes` changes in `mode`."""
+    out = work / f"callgrind.{mode}.{changes}"
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "--only",
+            mode,
+            "--sink-port",
+            str(sink_port),
+            "--changes",
+            str(changes),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
+    assert match is not None, f"no totals in {out}"
+    return int(match.group(1))
+
+
+def _callgrind(changes: int) -> None:
+    results: dict[str, Any] = {"changes": changes, "measure": "callgrind Ir per change, all threads"}
+    with _blackhole_collector() as port, tempfile.TemporaryDirectory() as raw:
+        per_change = {
+            mode: (
+                _instructions(mode, port, 2 * changes, Path(raw))
+                - _instructions(mode, port, changes, Path(raw))
+            )
+            / changes
+            for mode in MODES
+        }
+    print(f"telemetry cost, callgrind instructions per change ({changes} vs {2 * changes} changes)")
+    for mode in MODES:
+        ratio = per_change[mode] / per_change["off"]
+        print(f"  {mode:8} {per_change[mode]:12,.0f} Ir x{ratio:.3f}")
+        results[mode] = {"instructions_per_change": per_change[mode], "ratio": ratio}
+    write_results("bench_telemetry_callgrind", results)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--changes", type=int, default=500)
     parser.add_argument("--pushes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--callgrind", action="store_true", help="count instructions per change instead")
+    parser.add_argument("--only", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    if arguments.only is not None:
+        _only_changes(arguments.only, arguments.sink_port, arguments.changes)
+        return
+    if arguments.callgrind:
+        _callgrind(arguments.changes)
+        return
     best: dict[str, dict[str, float]] = {mode: {} for mode in MODES}
     with _blackhole_collector() as port:
         for _ in range(arguments.rounds):

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from aether.controller.election import DEFAULT_TIMING, ElectionTiming
+from aether.controller.instrumentation import SampledStatistics, observe_controller
 from aether.controller.leader import (
     DEFAULT_LEASE,
     Leadership,
@@ -47,6 +48,7 @@ from aether.kube.watch import (
     WatchQuery,
     serve_reflectors,
 )
+from aether.telemetry import current_telemetry
 
 __all__ = [
     "DEFAULT_RESYNC",
@@ -278,6 +280,11 @@ async def serve_controller(
                 timing=config.timing,
             )
         )
+        telemetry = current_telemetry()
+        if telemetry.meter is not None:
+            sampled = SampledStatistics(controller.statistics)
+            nursery.start_soon(functools.partial(sampled.run))
+            observe_controller(telemetry, sampled)
         reflectors = [Reflector(client, query) for query in queries]
         await nursery.start(serve_reflectors, reflectors, send)
         task_status.started(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -20,9 +21,11 @@ import attrs
 import h11
 import trio
 
+from aether.controller.instrumentation import ReviewRecorder
 from aether.controller.pod_mutation import PodMutation
 from aether.controller.review import answer_review
 from aether.controller.route_admission import GatewayOwner, every_gateway
+from aether.telemetry import current_telemetry
 
 __all__ = ["DEFAULT_WEBHOOK_PORT", "MAX_REVIEW_BYTES", "WebhookServer", "WebhookStatistics"]
 
@@ -69,6 +72,7 @@ class WebhookServer:
         self.port = 0
         """The port listened on, once `serve` started."""
         self._counts = {"connections": 0, "reviews": 0, "denied": 0, "patched": 0, "bad_requests": 0}
+        self._recorder = ReviewRecorder(current_telemetry())
 
     def statistics(self) -> WebhookStatistics:
         """Return the counters."""
@@ -110,6 +114,8 @@ class WebhookServer:
         if received is None:
             return False
         request, body = received
+        started = time.time_ns()
+        path = request.target.decode("ascii", "replace").partition("?")[0]
         if request.method != b"POST":
             status, answer = HTTPStatus.METHOD_NOT_ALLOWED, {"error": "webhooks answer POST only"}
         elif body is None:
@@ -118,10 +124,11 @@ class WebhookServer:
                 {"error": f"an AdmissionReview must be at most {MAX_REVIEW_BYTES} bytes"},
             )
         else:
-            path = request.target.decode("ascii", "replace").partition("?")[0]
             status, answer = answer_review(path, body, mutation=self.mutation, owns_gateway=self.owns_gateway)
         self._count(status, answer)
         await _send(connection, stream, status, answer)
+        if self._recorder.enabled:
+            self._recorder.reviewed(path, status, answer, started=started)
         return connection.our_state is h11.DONE and connection.their_state is h11.DONE
 
     def _count(self, status: HTTPStatus, answer: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from aether.controller.instrumentation import observe_webhooks
 from aether.controller.pod_mutation import IdentityCheck, PodMutation
 from aether.controller.route_admission import GatewayOwner, every_gateway
 from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer
@@ -29,6 +30,7 @@ from aether.controller.webhook_tls import (
 from aether.kube.api import KubeClient
 from aether.kube.errors import KubeError
 from aether.kube.resources import PODS
+from aether.telemetry import current_telemetry
 
 __all__ = ["WebhookOptions", "serve_webhooks"]
 
@@ -129,6 +131,7 @@ async def serve_webhooks(
         ),
         owns_gateway=owns_gateway,
     )
+    observe_webhooks(current_telemetry(), server.statistics)
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(server.serve, host=options.host, port=options.port))
         if not _mounted(options):

@@ -8,6 +8,7 @@ from aether.telemetry.config import TelemetryConfig, add_telemetry_arguments, te
 from aether.telemetry.endpoint import DEFAULT_OTLP_GRPC_PORT, DEFAULT_OTLP_HTTP_PORT, OtlpEndpoint
 from aether.telemetry.instruments import (
     NOOP,
+    ControllerMetrics,
     Counter,
     DnsMetrics,
     Histogram,
@@ -17,7 +18,7 @@ from aether.telemetry.instruments import (
     observe,
 )
 from aether.telemetry.runtime import OFF, Telemetry, TelemetryStatistics, current_telemetry, telemetry_running
-from aether.telemetry.traces import ChangeTrace, ChangeTracer, PushTrace, change_tracer
+from aether.telemetry.traces import ChangeTrace, ChangeTracer, PushTrace, change_tracer, record_span
 
 __all__ = [
     "DEFAULT_OTLP_GRPC_PORT",
@@ -26,6 +27,7 @@ __all__ = [
     "OFF",
     "ChangeTrace",
     "ChangeTracer",
+    "ControllerMetrics",
     "Counter",
     "DnsMetrics",
     "Histogram",
@@ -41,6 +43,7 @@ __all__ = [
     "change_tracer",
     "current_telemetry",
     "observe",
+    "record_span",
     "telemetry_config",
     "telemetry_running",
 ]

@@ -15,6 +15,7 @@ from aether.telemetry.runtime import Telemetry
 
 __all__ = [
     "NOOP",
+    "ControllerMetrics",
     "Counter",
     "DnsMetrics",
     "Histogram",
@@ -236,5 +237,23 @@ class DnsMetrics:
                 "dns.lookup.duration",
                 unit="s",
                 description="Time of one question forwarded upstream (semantic conventions' DNS lookup duration)",
+            ),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ControllerMetrics:
+    """The controller's admission webhooks' latency (its other metrics are observed from its statistics)."""
+
+    review_duration: Histogram
+
+    @classmethod
+    def of(cls, telemetry: Telemetry) -> ControllerMetrics:
+        return cls(
+            review_duration=_histogram(
+                telemetry,
+                "aether.controller.webhook.review.duration",
+                unit="s",
+                description="Time to judge and answer one admission request once read, by webhook path and result",
             ),
         )

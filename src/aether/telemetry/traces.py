@@ -33,7 +33,7 @@ from aether.telemetry.runtime import Telemetry
 if TYPE_CHECKING:  # the tracer's module loads the exporter (and the SDK): only when tracing is on
     from aether.telemetry.spans import Tracer
 
-__all__ = ["ChangeTrace", "ChangeTracer", "PushTrace", "change_tracer"]
+__all__ = ["ChangeTrace", "ChangeTracer", "PushTrace", "change_tracer", "record_span"]
 
 _REMEMBERED = 256
 """Changes and pushes remembered for their children: plenty for the pushes that follow one change."""
@@ -51,6 +51,29 @@ def change_tracer(telemetry: Telemetry) -> ChangeTracer | None:
         telemetry.changes = ChangeTracer(telemetry.tracer)
     tracer: ChangeTracer = telemetry.changes
     return tracer
+
+
+def record_span(
+    tracer: Tracer,
+    name: str,
+    *,
+    start: int,
+    end: int,
+    attributes: dict[str, Any] | None = None,
+    error: str | None = None,
+    parent: tuple[int, int] | None = None,
+) -> tuple[int, int] | None:
+    """Record one finished span: a root (sampled by ratio) or, with `parent` (`(trace_id, span_id)`), its child.
+    Return its `(trace_id, span_id)` for children of its own, or None when the sampler left the root out."""
+    if parent is None:
+        trace_id, parent_id = tracer.new_trace() or 0, 0
+        if not trace_id:
+            return None
+    else:
+        trace_id, parent_id = parent
+    span_id = tracer.new_id()
+    tracer.emit((trace_id, span_id, parent_id, name, start, end, attributes, error))
+    return trace_id, span_id
 
 
 class ChangeTrace:
