@@ -69,14 +69,14 @@ def _project(state: State, now: int) -> Snapshot:
     return project_edge(state, node_id=NODE, options=EdgeOptions(bind="127.0.0.1", cleartext=True))
 
 
-def _config(mode: str, sink_port: int) -> TelemetryConfig:
+def _config(mode: str, sink_port: int, *, export_interval: float = 1.0) -> TelemetryConfig:
     return TelemetryConfig(
         service_name="aether-bench",
         endpoint=None if mode == "off" else OtlpEndpoint.parse(f"http://127.0.0.1:{sink_port}"),
         metrics=mode != "off",
         traces=mode == "traces",
         sampling=1.0,
-        export_interval=1.0,
+        export_interval=export_interval,
     )
 
 
@@ -181,8 +181,11 @@ def _round(mode: str, sink_port: int, *, changes: int, pushes: int) -> dict[str,
 
 
 def _only_changes(mode: str, sink_port: int, changes: int) -> None:
-    """One mode's changes in this process (what `--callgrind` runs under valgrind)."""
-    with tempfile.TemporaryDirectory() as raw, telemetry_running(_config(mode, sink_port)):
+    """One mode's changes in this process (what `--callgrind` runs under valgrind). Metrics are exported once, at
+    the end: valgrind slows the process some fifty times, so a periodic export would be fifty times as frequent
+    per change as in a real run (spans are all exported: their cost grows with the changes)."""
+    config = _config(mode, sink_port, export_interval=600.0)
+    with tempfile.TemporaryDirectory() as raw, telemetry_running(config):
         trio.run(functools.partial(_changes, Path(raw) / "changes", changes=changes))
 
 

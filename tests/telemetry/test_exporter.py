@@ -162,7 +162,7 @@ def test_spans_encode_as_otlp_with_their_parent_and_status() -> None:
         (7, 2, 1, "child", 20, 30, {"n": 1}, "rejected"),
     ]
     request = otlp.ExportTraceServiceRequest.FromString(
-        encode_finished_spans(spans, service_name="aether-test").SerializeToString()
+        encode_finished_spans(spans, service_name="aether-test")
     )
     assert request.resource_spans[0].resource.attributes[0].value.string_value == "aether-test"
     encoded = {span.name: span for span in request.resource_spans[0].scope_spans[0].spans}

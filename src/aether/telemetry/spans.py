@@ -67,7 +67,7 @@ class SpanExporter:
 
     def export(self, batch: list[FinishedSpan]) -> None:
         self.transport.post_traces(
-            encode_finished_spans(batch, service_name=self._service_name).SerializeToString(),
+            encode_finished_spans(batch, service_name=self._service_name),
             items=len(batch),
         )
 
