@@ -14,6 +14,7 @@ a peer that sends nothing in `REQUEST_TIMEOUT` seconds is dropped. Every failed 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import anyio
@@ -27,6 +28,7 @@ from aether.cni.plugin import EXIT_FAILED, LocalChannel, PluginOutcome, run_comm
 from aether.cni.server import CniServer
 from aether.cni.wire import PluginRequest, PluginResponse, WireError
 from aether.rpc.listen import ListenAddress, serve_unix_streams
+from aether.telemetry import CniMetrics, current_telemetry
 
 __all__ = ["REQUEST_TIMEOUT", "PluginServer", "PluginServerStatistics"]
 
@@ -36,6 +38,7 @@ REQUEST_TIMEOUT = 10.0
 """Seconds to receive a whole request: the executable writes it at once, right after connecting."""
 
 _CHUNK = 65536
+_COMMANDS = frozenset(("ADD", "DEL", "CHECK", "VERSION", "GC", "STATUS"))
 
 
 @attrs.frozen(kw_only=True)
@@ -62,6 +65,7 @@ class PluginServer:
         self._channel = LocalChannel(handle=cni.handle, where=socket)
         self._socket = socket
         self._commands = self._failed = self._bad_frames = 0
+        self._duration = CniMetrics.of(current_telemetry()).command_duration
 
     def statistics(self) -> PluginServerStatistics:
         """Return the server's counters."""
@@ -75,11 +79,21 @@ class PluginServer:
 
     async def answer(self, request: PluginRequest) -> PluginOutcome:
         """Run one forwarded command (what a connection does once its request is read)."""
+        started = time.perf_counter()
         outcome = await run_command(request.environ, request.stdin, self._channel)
+        command = request.environ.get("CNI_COMMAND", "")
+        self._duration.record(
+            time.perf_counter() - started,
+            {
+                "aether.cni.command": command
+                if command in _COMMANDS
+                else "other",  # bounded: not the caller's
+                "aether.cni.result": "ok" if outcome.status == 0 else "failed",
+            },
+        )
         self._commands += 1
         if outcome.status != 0:
             self._failed += 1
-            command = request.environ.get("CNI_COMMAND", "")
             container = request.environ.get("CNI_CONTAINERID", "")
             LOG.warning("aether-cni %s of container %r failed: %s", command, container, outcome.output)
         for warning in outcome.warnings:

@@ -8,6 +8,7 @@ from aether.telemetry.config import TelemetryConfig, add_telemetry_arguments, te
 from aether.telemetry.endpoint import DEFAULT_OTLP_GRPC_PORT, DEFAULT_OTLP_HTTP_PORT, OtlpEndpoint
 from aether.telemetry.instruments import (
     NOOP,
+    CniMetrics,
     ControllerMetrics,
     Counter,
     DnsMetrics,
@@ -27,6 +28,7 @@ __all__ = [
     "OFF",
     "ChangeTrace",
     "ChangeTracer",
+    "CniMetrics",
     "ControllerMetrics",
     "Counter",
     "DnsMetrics",

@@ -15,6 +15,7 @@ from aether.telemetry.runtime import Telemetry
 
 __all__ = [
     "NOOP",
+    "CniMetrics",
     "ControllerMetrics",
     "Counter",
     "DnsMetrics",
@@ -255,5 +256,26 @@ class ControllerMetrics:
                 "aether.controller.webhook.review.duration",
                 unit="s",
                 description="Time to judge and answer one admission request once read, by webhook path and result",
+            ),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class CniMetrics:
+    """The CNI commands the agent runs for the host's `aether-cni` (the plugin exports nothing itself)."""
+
+    recording: bool
+    command_duration: Histogram
+
+    @classmethod
+    def of(cls, telemetry: Telemetry) -> CniMetrics:
+        return cls(
+            recording=telemetry.meter is not None,
+            command_duration=_histogram(
+                telemetry,
+                "aether.cni.command.duration",
+                unit="s",
+                description="Time to run one CNI command forwarded by aether-cni, by command and result"
+                " (the count of result=failed is the failures)",
             ),
         )
