@@ -34,6 +34,7 @@ from aether.rpc.backoff import DEFAULT_BACKOFF, Backoff
 from aether.rpc.calls import CONNECTION_ERRORS, open_grpc_socket, unary_call
 from aether.rpc.listen import ListenAddress
 from aether.sync import LatestValue
+from aether.telemetry import client_span, current_telemetry
 
 __all__ = ["RegistrationStatistics", "Registrations", "serve_registrations"]
 
@@ -86,6 +87,7 @@ class Registrations:
         identity)."""
         self._registered: dict[EndpointKey, Endpoint] = {}
         self._calls = 0
+        self._tracer = current_telemetry().tracer
         self._failures = 0
         self._restart = trio.CancelScope()
         """The current session's scope: `reconnect` cancels it."""
@@ -149,15 +151,17 @@ class Registrations:
 
             async def call(method: str, request: Any) -> Any:
                 self._calls += 1
-                return await unary_call(
-                    grpc_socket,
-                    service=SERVICE_NAME,
-                    method=method,
-                    request=request,
-                    response_type=_RESPONSES[method],
-                    scheme=scheme,
-                    authority=str(self._target),
-                )
+                with client_span(self._tracer, f"aether.registrar.call {method}") as metadata:
+                    return await unary_call(
+                        grpc_socket,
+                        service=SERVICE_NAME,
+                        method=method,
+                        request=request,
+                        response_type=_RESPONSES[method],
+                        scheme=scheme,
+                        authority=str(self._target),
+                        metadata=metadata,
+                    )
 
             listing = await call("ListAllEndpoints", registrar_pb2.ListAllEndpointsRequest())
             self._registered = {}

@@ -12,7 +12,7 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 import purerpc
@@ -47,6 +47,7 @@ from aether.registrar.snapshot import (
     HISTORY_LIMIT,
     Change,
     ChangeKind,
+    EndpointRegistered,
     Mutation,
     RegistrySnapshot,
     StoreUpdate,
@@ -57,7 +58,14 @@ from aether.registrar.snapshot import (
 from aether.rpc.direct import EncodedMessage, StreamSender, current_server_stream
 from aether.rpc.listen import ListenAddress, current_peer_certificate, serve_grpc
 from aether.sync import LatestValue
-from aether.telemetry import RegistrarMetrics, current_telemetry, observe
+from aether.telemetry import (
+    RegistrarMetrics,
+    current_telemetry,
+    observe,
+    parse_traceparent,
+    record_remote,
+    record_span,
+)
 
 __all__ = ["SERVICE_NAME", "WRITE_WAIT", "Registrar", "RegistrarStatistics", "serve_registrar"]
 
@@ -108,6 +116,8 @@ class _Submission:
     """Set when the store could not be reached: nothing was written."""
     visible_at: int | None = None
     """Set when the store numbers versions: the version at which the write reaches the snapshot."""
+    hops: list[tuple[str, int, int]] | None = None
+    """With tracing on: the owner's timed steps for this submission (name, start and end ns), for its spans."""
 
 
 _OwnerInput = _Submission | BackendFeed
@@ -157,6 +167,8 @@ class Registrar:
         self._waiting = 0
         telemetry = current_telemetry()
         self._metrics = RegistrarMetrics.of(telemetry)
+        self._tracer = telemetry.tracer
+        self._hops: list[tuple[str, int, int]] | None = None
         observe(
             telemetry,
             "aether.registrar.watchers",
@@ -249,6 +261,7 @@ class Registrar:
     async def _take(self, submission: _Submission) -> None:
         # Failed until proven otherwise: if applying raises (or is cancelled), the caller is told.
         submission.failed = True
+        self._hops = submission.hops
         try:
             if self._trust_domain is not None:
                 authorize(
@@ -266,6 +279,7 @@ class Registrar:
             submission.unavailable = exc
             submission.failed = False
         finally:
+            self._hops = None
             submission.done.set()
 
     async def _apply(self, mutation: Mutation) -> int | None:
@@ -275,9 +289,11 @@ class Registrar:
             self._unchanged += 1
             await trio.lowlevel.checkpoint()
             return None
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
         visible_at = await self._backend.apply(mutation, snapshot=snapshot, changes=changes)
         self._metrics.store_write_duration.record(time.perf_counter() - started)
+        if self._hops is not None:
+            self._hops.append(("aether.registrar.store.write", started_ns, time.time_ns()))
         self._applied += 1
         if visible_at is None:
             self._publish(snapshot, changes)
@@ -295,9 +311,11 @@ class Registrar:
         # Invariant: nothing awaits between publishing the snapshot and broadcasting its changes, so a watch
         # that reads the snapshot and subscribes (without awaiting either) misses and repeats nothing.
         self._snapshot.set(snapshot)
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
         fell_behind = self._broadcaster.publish(changes)
         self._metrics.fan_out_duration.record(time.perf_counter() - started)
+        if self._hops is not None:
+            self._hops.append(("aether.registrar.fan_out", started_ns, time.time_ns()))
         for watcher in fell_behind:
             LOG.warning(
                 "watcher %r fell behind by %d changes; disconnected", watcher.name, watcher.fell_behind_by
@@ -315,7 +333,41 @@ class Registrar:
                 )
         self._availability.set(availability)
 
-    async def _submit(self, mutation: Mutation, *, method: str) -> None:
+    async def _submit_traced(self, mutation: Mutation, *, method: str, request: Any) -> None:
+        """`_submit`, traced as one span (a child of the caller's `traceparent`) with the store write and the
+        fan-out to the watchers as its children."""
+        if self._tracer is None:
+            await self._submit(mutation, method=method)
+            return
+        parent = parse_traceparent(getattr(request, "custom_metadata", ()))
+        hops: list[tuple[str, int, int]] = []
+        start, error = time.time_ns(), None
+        try:
+            await self._submit(mutation, method=method, hops=hops)
+        except purerpc.RpcFailedError as exc:
+            error = str(exc)
+            raise
+        finally:
+            ids = record_remote(
+                self._tracer,
+                parent,
+                f"aether.registrar.{method}",
+                start=start,
+                end=time.time_ns(),
+                attributes={
+                    "aether.registrar.service": mutation.endpoint.service
+                    if isinstance(mutation, EndpointRegistered)
+                    else mutation.service
+                },
+                error=error,
+            )
+            if ids is not None:
+                for name, hop_start, hop_end in hops:
+                    record_span(self._tracer, name, start=hop_start, end=hop_end, parent=ids)
+
+    async def _submit(
+        self, mutation: Mutation, *, method: str, hops: list[tuple[str, int, int]] | None = None
+    ) -> None:
         assert self._send is not None, "Registrar.serve() must run first; this is a bug"
         if not self._backend.writable:
             raise purerpc.FailedPreconditionError(
@@ -333,7 +385,7 @@ class Registrar:
                 f"{method}: the registry store {self._backend.description!r} is unavailable"
                 f" ({self._availability.value.reason}); nothing was stored, retry"
             )
-        submission = _Submission(mutation=mutation, caller=_caller())
+        submission = _Submission(mutation=mutation, caller=_caller(), hops=hops)
         try:
             await self._send.send(submission)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -414,19 +466,20 @@ class Registrar:
         return service
 
     async def _register(
-        self, request: _Request[registrar_pb2.RegisterEndpointRequest]
+        self, received: _Request[registrar_pb2.RegisterEndpointRequest], request: Any
     ) -> registrar_pb2.RegisterEndpointResponse:
+        # `request`: purerpc's name for the call's headers (`custom_metadata` carries the caller's traceparent).
         with _invalid_argument("RegisterEndpoint"):
-            mutation = registration_from_proto(request.message)
-        await self._submit(mutation, method="RegisterEndpoint")
+            mutation = registration_from_proto(received.message)
+        await self._submit_traced(mutation, method="RegisterEndpoint", request=request)
         return registrar_pb2.RegisterEndpointResponse()
 
     async def _unregister(
-        self, request: _Request[registrar_pb2.UnregisterEndpointRequest]
+        self, received: _Request[registrar_pb2.UnregisterEndpointRequest], request: Any
     ) -> registrar_pb2.UnregisterEndpointResponse:
         with _invalid_argument("UnregisterEndpoint"):
-            mutation = unregistration_from_proto(request.message)
-        await self._submit(mutation, method="UnregisterEndpoint")
+            mutation = unregistration_from_proto(received.message)
+        await self._submit_traced(mutation, method="UnregisterEndpoint", request=request)
         return registrar_pb2.UnregisterEndpointResponse()
 
     async def _list_all(

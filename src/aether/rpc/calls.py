@@ -117,14 +117,15 @@ async def unary_call(
     response_type: type[ResponseT],
     scheme: str = "http",
     authority: str = "localhost",
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> ResponseT:
-    """Call `service`/`method` with `request` on `grpc_socket` and return its one response.
+    """Call `service`/`method` with `request` (and custom `metadata`) on `grpc_socket`; return its one response.
 
     Raises:
         GRPCError: The call ended with a status other than OK (purerpc's error for that status).
     """
     stream: Any = await grpc_socket.start_request(
-        scheme, service, method, request.DESCRIPTOR.full_name, authority
+        scheme, service, method, request.DESCRIPTOR.full_name, authority, custom_metadata=metadata
     )
     stream.expect_message_type(response_type)
     await stream.send_message(request)

@@ -19,13 +19,25 @@ from aether.telemetry.instruments import (
     observe,
 )
 from aether.telemetry.runtime import OFF, Telemetry, TelemetryStatistics, current_telemetry, telemetry_running
-from aether.telemetry.traces import ChangeTrace, ChangeTracer, PushTrace, change_tracer, record_span
+from aether.telemetry.traces import (
+    TRACEPARENT,
+    ChangeTrace,
+    ChangeTracer,
+    PushTrace,
+    RemoteParent,
+    change_tracer,
+    client_span,
+    parse_traceparent,
+    record_remote,
+    record_span,
+)
 
 __all__ = [
     "DEFAULT_OTLP_GRPC_PORT",
     "DEFAULT_OTLP_HTTP_PORT",
     "NOOP",
     "OFF",
+    "TRACEPARENT",
     "ChangeTrace",
     "ChangeTracer",
     "CniMetrics",
@@ -37,14 +49,18 @@ __all__ = [
     "OtlpEndpoint",
     "PushTrace",
     "RegistrarMetrics",
+    "RemoteParent",
     "Telemetry",
     "TelemetryConfig",
     "TelemetryStatistics",
     "XdsMetrics",
     "add_telemetry_arguments",
     "change_tracer",
+    "client_span",
     "current_telemetry",
     "observe",
+    "parse_traceparent",
+    "record_remote",
     "record_span",
     "telemetry_config",
     "telemetry_running",

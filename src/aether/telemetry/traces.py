@@ -24,16 +24,34 @@ pushes are left out too (parent-based sampling).
 from __future__ import annotations
 
 import collections
+import contextlib
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from aether.telemetry.runtime import Telemetry
 
 if TYPE_CHECKING:  # the tracer's module loads the exporter (and the SDK): only when tracing is on
     from aether.telemetry.spans import Tracer
 
-__all__ = ["ChangeTrace", "ChangeTracer", "PushTrace", "change_tracer", "record_span"]
+__all__ = [
+    "TRACEPARENT",
+    "ChangeTrace",
+    "ChangeTracer",
+    "PushTrace",
+    "RemoteParent",
+    "change_tracer",
+    "client_span",
+    "parse_traceparent",
+    "record_remote",
+    "record_span",
+]
+
+TRACEPARENT = "traceparent"
+"""W3C Trace Context's header, carried in gRPC metadata: `00-<trace id, 32 hex>-<parent id, 16 hex>-<flags>`."""
 
 _REMEMBERED = 256
 """Changes and pushes remembered for their children: plenty for the pushes that follow one change."""
@@ -74,6 +92,87 @@ def record_span(
     span_id = tracer.new_id()
     tracer.emit((trace_id, span_id, parent_id, name, start, end, attributes, error))
     return trace_id, span_id
+
+
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+@attrs.frozen
+class RemoteParent:
+    """A caller's span, from its `traceparent`: the parent of what we do for it (nothing when not sampled)."""
+
+    trace_id: int
+    span_id: int
+    sampled: bool
+
+
+def parse_traceparent(metadata: Iterable[tuple[str, Any]]) -> RemoteParent | None:
+    """The caller's span in gRPC `metadata`, or None without a valid `traceparent` (a malformed one is ignored,
+    as Trace Context says: the call goes on, traced as a root of its own)."""
+    for key, value in metadata:
+        if key != TRACEPARENT:
+            continue
+        text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+        match = _TRACEPARENT.fullmatch(text.strip())
+        if match is None:
+            return None
+        trace_id, span_id = int(match.group(1), 16), int(match.group(2), 16)
+        if not trace_id or not span_id:
+            return None
+        return RemoteParent(trace_id=trace_id, span_id=span_id, sampled=bool(int(match.group(3), 16) & 1))
+    return None
+
+
+@contextlib.contextmanager
+def client_span(
+    tracer: Tracer | None, name: str, attributes: dict[str, Any] | None = None
+) -> Iterator[tuple[tuple[str, str], ...]]:
+    """Time the block as one root span (a call we make) and yield the gRPC metadata that carries it to the
+    callee (`traceparent`; an unsampled call carries its flags too, so the callee leaves it out as well). An
+    exception out of the block fails the span with its text."""
+    if tracer is None:
+        yield ()
+        return
+    trace_id = tracer.new_trace()
+    span_id = tracer.new_id()
+    if trace_id is None:
+        unsampled = (tracer.new_id() << 64) | tracer.new_id()
+        yield ((TRACEPARENT, f"00-{unsampled:032x}-{span_id:016x}-00"),)
+        return
+    start = time.time_ns()
+    error = None
+    try:
+        yield ((TRACEPARENT, f"00-{trace_id:032x}-{span_id:016x}-01"),)
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        tracer.emit((trace_id, span_id, 0, name, start, time.time_ns(), attributes, error))
+
+
+def record_remote(
+    tracer: Tracer,
+    parent: RemoteParent | None,
+    name: str,
+    *,
+    start: int,
+    end: int,
+    attributes: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> tuple[int, int] | None:
+    """Record the span of work done for a caller: a child of its `parent` span (left out when the caller's was
+    not sampled), or a root (sampled by ratio) without one. Return its ids for children of its own."""
+    if parent is not None and not parent.sampled:
+        return None
+    return record_span(
+        tracer,
+        name,
+        start=start,
+        end=end,
+        attributes=attributes,
+        error=error,
+        parent=None if parent is None else (parent.trace_id, parent.span_id),
+    )
 
 
 class ChangeTrace:
