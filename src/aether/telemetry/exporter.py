@@ -16,6 +16,8 @@ import http.client
 import logging
 import ssl
 import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -24,7 +26,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 
 from aether.proto.otlp.v1 import otlp_pb2 as otlp
 from aether.telemetry.endpoint import OtlpEndpoint
-from aether.telemetry.otlp import encode_metrics, metric_points
+from aether.telemetry.otlp import add_histograms, encode_metrics, metric_points
 
 __all__ = ["ExportStatistics", "OtlpHttpMetricExporter", "OtlpHttpTransport"]
 
@@ -156,12 +158,16 @@ class OtlpHttpMetricExporter(MetricExporter):
     def __init__(self, endpoint: OtlpEndpoint, *, timeout: float) -> None:
         super().__init__(preferred_temporality={}, preferred_aggregation={})
         self.transport = OtlpHttpTransport(endpoint, path="/v1/metrics", timeout=timeout)
+        self.histograms: Sequence[Any] = ()
+        """Our light histograms (`aether.telemetry.instruments.LightHistogram`), added to each export."""
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
-        body = encode_metrics(metrics_data).SerializeToString()
-        if self.transport.post_metrics(body, items=metric_points(metrics_data)):
+        request = encode_metrics(metrics_data)
+        added = add_histograms(request, self.histograms, now=time.time_ns())
+        body = request.SerializeToString()
+        if self.transport.post_metrics(body, items=metric_points(metrics_data) + added):
             return MetricExportResult.SUCCESS
         return MetricExportResult.FAILURE
 

@@ -6,8 +6,10 @@ instrument is `NOOP`, whose methods do nothing, and observable gauges are never 
 
 from __future__ import annotations
 
+import bisect
+import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -20,7 +22,10 @@ __all__ = [
     "Counter",
     "DnsMetrics",
     "Histogram",
+    "HistogramPoint",
     "JournalMetrics",
+    "LightCounter",
+    "LightHistogram",
     "RegistrarMetrics",
     "XdsMetrics",
     "observe",
@@ -70,22 +75,107 @@ class _Noop:
 NOOP = _Noop()
 
 
-def _counter(
-    telemetry: Telemetry, name: str, *, unit: str, description: str, up_down: bool = False
-) -> Counter:
+class LightCounter:
+    """A monotonic counter summed in a dict on the role's path (the SDK's `Counter.add` costs several µs a call:
+    views, locks, a frozen set of the attributes), reported at each collection as an observable counter."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[tuple[str, str | int | bool], ...], int | float] = {}
+
+    def add(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        key = tuple(attributes.items()) if attributes else ()
+        values = self._values
+        values[key] = values.get(key, 0) + amount
+
+    def read(self) -> list[tuple[int | float, Attributes]]:
+        return [(value, dict(key)) for key, value in list(self._values.items())]
+
+
+@attrs.frozen(kw_only=True)
+class HistogramPoint:
+    """One cumulative explicit-bucket histogram point, shaped as the SDK's (what `aether.telemetry.otlp` encodes)."""
+
+    attributes: Attributes
+    start_time_unix_nano: int
+    time_unix_nano: int
+    count: int
+    sum: float
+    bucket_counts: tuple[int, ...]
+    explicit_bounds: tuple[float, ...]
+    min: float
+    max: float
+
+
+class LightHistogram:
+    """A histogram aggregated in place on the role's path (a bisect and three updates) and read by our metric
+    exporter at each export (`points`), which adds it to the SDK's data: the SDK has no observable histogram."""
+
+    def __init__(self, name: str, *, unit: str, description: str, started: int) -> None:
+        self.name = name
+        self.unit = unit
+        self.description = description
+        self._started = started
+        self._points: dict[tuple[tuple[str, str | int | bool], ...], list[Any]] = {}
+
+    def record(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        key = tuple(attributes.items()) if attributes else ()
+        point = self._points.get(key)
+        if point is None:
+            point = self._points[key] = [[0] * (len(LATENCY_BUCKETS) + 1), 0.0, amount, amount]
+        point[0][bisect.bisect_left(LATENCY_BUCKETS, amount)] += 1
+        point[1] += amount
+        if amount < point[2]:
+            point[2] = amount
+        if amount > point[3]:
+            point[3] = amount
+
+    def points(self, now: int) -> list[HistogramPoint]:
+        """The cumulative points (read on the exporter's thread: each point's count is the sum of the bucket
+        counts copied, so a record landing meanwhile never makes a point inconsistent)."""
+        read = []
+        for key, (buckets, total, smallest, largest) in list(self._points.items()):
+            counts = tuple(buckets)
+            read.append(
+                HistogramPoint(
+                    attributes=dict(key),
+                    start_time_unix_nano=self._started,
+                    time_unix_nano=now,
+                    count=sum(counts),
+                    sum=total,
+                    bucket_counts=counts,
+                    explicit_bounds=LATENCY_BUCKETS,
+                    min=smallest,
+                    max=largest,
+                )
+            )
+        return read
+
+
+def _counter(telemetry: Telemetry, name: str, *, unit: str, description: str) -> Counter:
+    """The counter `name` of `telemetry` (made once: adapters that take the same set share its instruments)."""
     if telemetry.meter is None:
         return NOOP
-    create = telemetry.meter.create_up_down_counter if up_down else telemetry.meter.create_counter
-    counter: Counter = create(name, unit=unit, description=description)
+    counter = telemetry.instruments.get(name)
+    if counter is None:
+        counter = telemetry.instruments[name] = LightCounter()
+        observe(telemetry, name, counter.read, unit=unit, description=description, counter=True)
+    assert isinstance(counter, LightCounter), f"{name} is not a counter"
     return counter
 
 
 def _histogram(telemetry: Telemetry, name: str, *, unit: str, description: str) -> Histogram:
+    """The histogram `name` of `telemetry` (made once, as counters are)."""
     if telemetry.meter is None:
         return NOOP
-    histogram: Histogram = telemetry.meter.create_histogram(
-        name, unit=unit, description=description, explicit_bucket_boundaries_advisory=LATENCY_BUCKETS
-    )
+    histogram = telemetry.instruments.get(name)
+    if histogram is None:
+        histogram = telemetry.instruments[name] = LightHistogram(
+            name, unit=unit, description=description, started=time.time_ns()
+        )
+        telemetry.histograms.append(histogram)
+    assert isinstance(histogram, LightHistogram), f"{name} is not a histogram"
     return histogram
 
 

@@ -131,6 +131,34 @@ def encode_metrics(data: MetricsData) -> otlp.ExportMetricsServiceRequest:
     )
 
 
+def add_histograms(request: otlp.ExportMetricsServiceRequest, histograms: Iterable[Any], *, now: int) -> int:
+    """Add our light histograms' points (`aether.telemetry.instruments.LightHistogram`) to the SDK's encoded
+    `request`, in its first resource's `aether` scope; return how many points were added."""
+    metrics = []
+    for histogram in histograms:
+        points = histogram.points(now)
+        if points:
+            metrics.append(
+                otlp.Metric(
+                    name=histogram.name,
+                    unit=histogram.unit,
+                    description=histogram.description,
+                    histogram=otlp.Histogram(
+                        data_points=[_histogram_point(point) for point in points],
+                        aggregation_temporality=otlp.AGGREGATION_TEMPORALITY_CUMULATIVE,
+                    ),
+                )
+            )
+    if not metrics or not request.resource_metrics:
+        return 0
+    resource = request.resource_metrics[0]
+    scope = next((scope for scope in resource.scope_metrics if scope.scope.name == "aether"), None)
+    if scope is None:
+        scope = resource.scope_metrics.add(scope=otlp.InstrumentationScope(name="aether"))
+    scope.metrics.extend(metrics)
+    return sum(len(metric.histogram.data_points) for metric in metrics)
+
+
 def metric_points(data: MetricsData) -> int:
     """How many data points `data` holds (what a failed export drops)."""
     return sum(

@@ -51,6 +51,10 @@ class Telemetry:
         """An `opentelemetry.metrics.Meter`, or None."""
         self.tracer = tracer
         """Our light `aether.telemetry.spans.Tracer`, or None."""
+        self.instruments: dict[str, Any] = {}
+        """Our light counters and histograms by name (`aether.telemetry.instruments`)."""
+        self.histograms: list[Any] = []
+        """Our `LightHistogram`s, which the metric exporter adds to each export."""
         self.changes: Any = None
         """The `ChangeTracer` every adapter shares (made by `aether.telemetry.change_tracer`)."""
         self._shutdown = shutdown
@@ -119,6 +123,8 @@ def _start(config: TelemetryConfig) -> Telemetry:
         metric_exporter=metric_exporter,
         span_processor=span_processor,
     )
+    if metric_exporter is not None:
+        metric_exporter.histograms = telemetry.histograms
     if meter is not None:
         _observe_drops(meter, telemetry)
     return telemetry
