@@ -202,3 +202,29 @@ def test_an_unsampled_change_leaves_its_pushes_out() -> None:
         }
         exporter._queue.clear()
         exporter.shutdown()
+
+
+def test_light_histograms_bucket_as_otlp_says_and_join_the_export() -> None:
+    """A value equal to a bound counts in that bound's bucket ((previous, bound]); each point's count is its
+    buckets' sum; the points join the SDK's request in the `aether` scope."""
+    from aether.telemetry.instruments import LATENCY_BUCKETS, LightHistogram
+    from aether.telemetry.otlp import add_histograms
+
+    histogram = LightHistogram("aether.test.duration", unit="s", description="d", started=1)
+    for value in (LATENCY_BUCKETS[0], LATENCY_BUCKETS[0] * 1.5, 100.0):
+        histogram.record(value, {"k": "v"})
+    request = otlp.ExportMetricsServiceRequest(resource_metrics=[otlp.ResourceMetrics()])
+    assert add_histograms(request, [histogram], now=5) == 1
+    [metric] = request.resource_metrics[0].scope_metrics[0].metrics
+    [point] = metric.histogram.data_points
+    assert (metric.name, metric.unit) == ("aether.test.duration", "s")
+    assert list(point.bucket_counts[:2]) == [1, 1]
+    assert point.bucket_counts[-1] == 1
+    assert point.count == 3 == sum(point.bucket_counts)
+    assert (point.min, point.max, point.start_time_unix_nano, point.time_unix_nano) == (
+        LATENCY_BUCKETS[0],
+        100.0,
+        1,
+        5,
+    )
+    assert metric.histogram.aggregation_temporality == otlp.AGGREGATION_TEMPORALITY_CUMULATIVE
