@@ -103,6 +103,7 @@ def bench(session: nox.Session) -> None:
             "bench_webhooks.py",
             "bench_spiffe.py",
             "bench_status.py",
+            "bench_telemetry.py",
             "bench_xds.py",
             "bench_xds_change.py",
         )
