@@ -18,11 +18,16 @@ from __future__ import annotations
 import collections
 import random
 import threading
+import time
 
 from aether.telemetry.exporter import ExportStatistics, OtlpHttpTransport
 from aether.telemetry.otlp import FinishedSpan, encode_finished_spans
 
 __all__ = ["FinishedSpan", "SpanExporter", "Tracer"]
+
+
+def _yield_gil() -> None:
+    time.sleep(0)  # releases the GIL: a role's thread waiting for it takes it now
 
 
 class SpanExporter:
@@ -67,7 +72,7 @@ class SpanExporter:
 
     def export(self, batch: list[FinishedSpan]) -> None:
         self.transport.post_traces(
-            encode_finished_spans(batch, service_name=self._service_name),
+            encode_finished_spans(batch, service_name=self._service_name, pause=_yield_gil),
             items=len(batch),
         )
 
