@@ -212,6 +212,21 @@ _string_attributes: dict[tuple[str, str], bytes] = {}
 """Span attributes (field 9) of string values, encoded: kinds, sources, types repeat in every span."""
 
 
+_keys: dict[str, bytes] = {}
+"""Attribute keys (KeyValue.key, 1), encoded: a handful of names."""
+_names: dict[str, bytes] = {}
+"""Span names (5), encoded: one per hop and event kind."""
+
+
+def _remembered(cache: dict[str, bytes], text: str, tag: bytes) -> bytes:
+    encoded = cache.get(text)
+    if encoded is None:
+        if len(cache) >= _STRINGS_REMEMBERED:
+            cache.clear()
+        encoded = cache[text] = _delimited(tag, text.encode())
+    return encoded
+
+
 def _span_attribute(key: str, value: Any) -> bytes:
     if type(value) is str:
         cached = _string_attributes.get((key, value))
@@ -219,10 +234,10 @@ def _span_attribute(key: str, value: Any) -> bytes:
             if len(_string_attributes) >= _STRINGS_REMEMBERED:
                 _string_attributes.clear()
             cached = _string_attributes[key, value] = _delimited(
-                b"\x4a", _delimited(b"\x0a", key.encode()) + _delimited(b"\x12", _any_value(value))
+                b"\x4a", _remembered(_keys, key, b"\x0a") + _delimited(b"\x12", _any_value(value))
             )
         return cached
-    return _delimited(b"\x4a", _delimited(b"\x0a", key.encode()) + _delimited(b"\x12", _any_value(value)))
+    return _delimited(b"\x4a", _remembered(_keys, key, b"\x0a") + _delimited(b"\x12", _any_value(value)))
 
 
 def _finished_span(span: FinishedSpan) -> bytes:
@@ -232,7 +247,7 @@ def _finished_span(span: FinishedSpan) -> bytes:
         trace_id.to_bytes(16, "big"),
         b"\x12\x08",
         span_id.to_bytes(8, "big"),
-        _delimited(b"\x2a", name.encode()),
+        _remembered(_names, name, b"\x2a"),
         _KIND_INTERNAL,
         b"\x39",
         _pack_fixed64(start),
