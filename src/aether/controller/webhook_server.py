@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -38,6 +39,11 @@ IDLE_TIMEOUT = 90.0
 _RECEIVE_SIZE = 65536
 
 
+def no_trust_domain() -> None:
+    """The trust domain source of a server whose mutation's own trust domain stands (none in force)."""
+    return None
+
+
 @attrs.frozen(kw_only=True)
 class WebhookStatistics:
     """Counters of a `WebhookServer`."""
@@ -60,10 +66,13 @@ class WebhookServer:
         *,
         ssl_context: ssl.SSLContext,
         mutation: PodMutation,
+        trust_domain: Callable[[], str | None] = no_trust_domain,
         owns_gateway: GatewayOwner = every_gateway,
     ) -> None:
         self.ssl_context = ssl_context
         self.mutation = mutation
+        self.trust_domain = trust_domain
+        """The mesh's trust domain in force now (the projected MeshConfig's), or None to keep `mutation`'s."""
         self.owns_gateway = owns_gateway
         """Which Gateways are ours: routes of other implementations' Gateways are not judged."""
         self.port = 0
@@ -73,6 +82,13 @@ class WebhookServer:
     def statistics(self) -> WebhookStatistics:
         """Return the counters."""
         return WebhookStatistics(**self._counts)
+
+    def current_mutation(self) -> PodMutation:
+        """`mutation`, with the trust domain in force when `trust_domain()` names one."""
+        domain = self.trust_domain()
+        if domain is None or domain == self.mutation.trust_domain:
+            return self.mutation
+        return attrs.evolve(self.mutation, trust_domain=domain)
 
     async def serve(
         self, *, host: str, port: int, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -119,7 +135,9 @@ class WebhookServer:
             )
         else:
             path = request.target.decode("ascii", "replace").partition("?")[0]
-            status, answer = answer_review(path, body, mutation=self.mutation, owns_gateway=self.owns_gateway)
+            status, answer = answer_review(
+                path, body, mutation=self.current_mutation(), owns_gateway=self.owns_gateway
+            )
         self._count(status, answer)
         await _send(connection, stream, status, answer)
         return connection.our_state is h11.DONE and connection.their_state is h11.DONE
