@@ -236,18 +236,50 @@ def _restricted(context: dict[str, Any]) -> bool:
     )
 
 
+EXPECTED_CORP_PATCH: list[dict[str, Any]] = [
+    {"op": "add", "path": "/metadata/labels/aether.io~1managed", "value": "true"},
+    {"op": "add", "path": "/spec/dnsConfig", "value": {"options": [{"name": "ndots", "value": "3"}]}},
+    {
+        "op": "add",
+        "path": "/spec/initContainers",
+        "value": [
+            {
+                "name": "aether-identity-ready",
+                "image": "registry.example/aether:1.0",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/opt/aether/bin/aether", "identity-ready"],
+                "args": ["--inbound", "--trust-domain=corp.example"],
+                "env": [
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {
+                        "name": "POD_SERVICE_ACCOUNT",
+                        "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}},
+                    },
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                ],
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "readOnlyRootFilesystem": True,
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "runAsGroup": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+            }
+        ],
+    },
+]
+"""The whole patch of `_pod()` with the mesh's trust domain `corp.example` (written out: a change to the patch must
+change this too)."""
+
+
 def test_the_inbound_check_expects_the_trust_domain_in_force() -> None:
     """The injected `--inbound` check expects `spiffe://<td>/ns/<ns>/sa/<sa>` of the mesh's trust domain: the
     mutation's own, or the one the server's source says is in force at each review (the projected MeshConfig's)."""
     corp = PodMutation(image=MUTATION.image, trust_domain="corp.example")
-    expected = [
-        {
-            "op": "add",
-            "path": "/spec/initContainers",
-            "value": [{**corp.init_container(), "args": ["--inbound", "--trust-domain=corp.example"]}],
-        }
-    ]
-    assert list(pod_verdict(_pod(), namespace="shop", mutation=corp).patch)[-1:] == expected
+    assert list(pod_verdict(_pod(), namespace="shop", mutation=corp).patch) == EXPECTED_CORP_PATCH
     in_force: list[str | None] = [None]
     server = WebhookServer(
         ssl_context=ssl.create_default_context(), mutation=MUTATION, trust_domain=lambda: in_force[0]
@@ -256,8 +288,7 @@ def test_the_inbound_check_expects_the_trust_domain_in_force() -> None:
     in_force[0] = "corp.example"
     assert server.current_mutation() == corp
     _, answer = answer_review("/mutate-pod", _review(_pod(), kind="Pod"), mutation=server.current_mutation())
-    patch = json.loads(base64.b64decode(answer["response"]["patch"]))
-    assert patch[-1]["value"][0]["args"] == ["--inbound", "--trust-domain=corp.example"]
+    assert json.loads(base64.b64decode(answer["response"]["patch"])) == EXPECTED_CORP_PATCH
 
 
 def test_the_admin_socket_check_mounts_the_agents_run_directory() -> None:
