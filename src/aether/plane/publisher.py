@@ -71,7 +71,7 @@ class Publisher:
             return []
         return [
             (
-                sum(len(r.body) for r in resources.values()) if bytes_ else len(resources),
+                sum(r.size for r in resources.values()) if bytes_ else len(resources),
                 {"aether.xds.type_url": url},
             )
             for url, resources in sorted(snapshot.resources.items())

@@ -10,7 +10,7 @@ from aether.core.project.routes import (
     _varint,
     catch_all_vhost,
     inbound_route_configuration,
-    route_configuration_body,
+    route_configuration_parts,
     service_vhost,
     vhost_entry,
 )
@@ -74,7 +74,7 @@ def test_an_assembled_route_table_is_the_message_s_own_serialization() -> None:
         for index in range(200)  # long enough for multi-byte lengths
     ]
     vhosts.append(catch_all_vhost(mesh_domain="aether.internal", passthrough=True))
-    body = route_configuration_body("cap_http", [vhost_entry(vhost) for vhost in vhosts])
+    body = b"".join(route_configuration_parts("cap_http", [vhost_entry(vhost) for vhost in vhosts]))
     message = route_pb2.RouteConfiguration(
         name="cap_http",
         virtual_hosts=vhosts,

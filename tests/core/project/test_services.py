@@ -7,7 +7,7 @@ from envoy.config.route.v3 import route_pb2
 
 from aether.core.events import Endpoint, Protocol
 from aether.core.project.dependencies import ServiceDemand
-from aether.core.project.routes import route_configuration_body
+from aether.core.project.routes import route_configuration_parts
 from aether.core.project.services import ServiceContext, ServiceProjection, project_service
 from aether.core.project.tls import PLAINTEXT
 from aether.core.state.registry import ServiceEndpoints
@@ -26,7 +26,7 @@ def _endpoints(*items: Endpoint) -> ServiceEndpoints:
 
 def _vhosts(projection: ServiceProjection) -> list[tuple[str, list[str], str]]:
     table = route_pb2.RouteConfiguration()
-    table.ParseFromString(route_configuration_body("t", [projection.vhosts]))
+    table.ParseFromString(b"".join(route_configuration_parts("t", [projection.vhosts])))
     return [(vhost.name, list(vhost.domains), vhost.routes[0].route.cluster) for vhost in table.virtual_hosts]
 
 

@@ -10,6 +10,7 @@ join, not the re-serialization of every other service's routes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -144,18 +145,25 @@ def catch_all_vhost(*, mesh_domain: str, passthrough: bool) -> Any:
     )
 
 
-def route_configuration_body(name: str, entries: Iterable[bytes]) -> bytes:
-    """Return the serialized RouteConfiguration `name` holding the `virtual_hosts` entries, in order.
+def route_configuration_parts(name: str, entries: Iterable[bytes]) -> tuple[bytes, ...]:
+    """Return the serialized RouteConfiguration `name` holding the `virtual_hosts` entries, in order, as parts: its
+    head, the entries themselves (the very objects given, so tables holding the same entries share them), its tail.
 
     `validate_clusters` is off: a table may name a cluster Envoy is still discovering (on demand or in flight).
     The caller's `x-aether-quic-cluster` is for routing only: it never leaves the caller's proxy.
     """
-    head = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
-    tail = route_pb2.RouteConfiguration(
-        validate_clusters=wrappers_pb2.BoolValue(value=False),
-        request_headers_to_remove=[QUIC_CLUSTER_HEADER],
-    ).SerializeToString(deterministic=True)
-    return b"".join((head, *entries, tail))
+    return (_route_head(name), *entries, _ROUTE_TAIL)
+
+
+@functools.lru_cache(maxsize=64)
+def _route_head(name: str) -> bytes:
+    return route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
+
+
+_ROUTE_TAIL = route_pb2.RouteConfiguration(
+    validate_clusters=wrappers_pb2.BoolValue(value=False),
+    request_headers_to_remove=[QUIC_CLUSTER_HEADER],
+).SerializeToString(deterministic=True)
 
 
 def inbound_route_configuration(routes: Sequence[tuple[str | None, str]]) -> Any:
