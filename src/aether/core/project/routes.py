@@ -157,7 +157,8 @@ def route_configuration_parts(name: str, entries: Iterable[bytes]) -> tuple[byte
 
 @functools.lru_cache(maxsize=64)
 def _route_head(name: str) -> bytes:
-    return route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
+    body: bytes = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
+    return body
 
 
 _ROUTE_TAIL = route_pb2.RouteConfiguration(

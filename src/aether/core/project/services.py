@@ -38,7 +38,7 @@ from aether.core.mesh_names import (
     udp_cluster_name,
 )
 from aether.core.order import sorted_values
-from aether.core.project.clusters import service_cluster, udp_cluster
+from aether.core.project.clusters import service_cluster, service_cluster_resource, udp_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.endpoints import Locality, load_assignment
 from aether.core.project.gateway_routes import envoy_route_list
@@ -261,16 +261,17 @@ def project_service(
     peer = spiffe_id(service, trust_domain=context.trust_domain)
     resources: list[Resource] = []
     for item in clusters:
-        message = service_cluster(
-            item.name,
-            identity=context.identity,
-            peer=peer,
-            trust_domain=context.trust_domain,
-            http=item.http,
-            sni=item.sni,
-            subsets=item.subsets,
+        resources.append(
+            service_cluster_resource(
+                item.name,
+                identity=context.identity,
+                peer=peer,
+                trust_domain=context.trust_domain,
+                http=item.http,
+                sni=item.sni,
+                subsets=item.subsets,
+            )
         )
-        resources.append(Resource.from_message(message, references=(item.name,)))
         resources.append(
             Resource.from_message(
                 load_assignment(item.name, item.members, locality=context.locality, subsets=item.subsets)
