@@ -697,7 +697,7 @@ class NodeProjector:
         inputs = (demand.services, mesh_domain)
         if self._routes is not None and not vhosts_changed and _same(self._routes[0], inputs):
             return
-        entries = [self._services[service][1].vhosts for service in demand.services]
+        entries = [part for service in demand.services for part in self._services[service][1].vhosts]
         new = tuple(
             Resource.from_parts(
                 ROUTE_TYPE,

@@ -87,6 +87,35 @@ def service_vhost(name: str, *, domains: Iterable[str], cluster: str, quic: bool
     return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=routes)
 
 
+def service_vhost_entry(
+    name: str, *, domains: Iterable[str], cluster: str, quic: bool = False
+) -> tuple[bytes, ...]:
+    """Return `vhost_entry(service_vhost(...))` in parts: the entry's tag, length, name and domains; with `quic`,
+    the two `quic:` routes, which name no service and so are one bytes object every virtual host shares by
+    reference; the service's own two routes. Fields in field-number order (name 1, domains 2, routes 3), so the
+    parts joined are the entry's bytes (a test holds them equal)."""
+    head: bytes = route_components_pb2.VirtualHost(name=name, domains=list(domains)).SerializeToString(
+        deterministic=True
+    )
+    own: bytes = route_components_pb2.VirtualHost(
+        routes=_service_routes(route_components_pb2.RouteAction(cluster=cluster))
+    ).SerializeToString(deterministic=True)
+    shared = _quic_routes() if quic else b""
+    size = len(head) + len(shared) + len(own)
+    return tuple(part for part in (_VIRTUAL_HOSTS_TAG + _varint(size) + head, shared, own) if part)
+
+
+@functools.cache
+def _quic_routes() -> bytes:
+    body: bytes = route_components_pb2.VirtualHost(
+        routes=_service_routes(
+            route_components_pb2.RouteAction(cluster_header=QUIC_CLUSTER_HEADER),
+            headers=[quic_header_present()],
+        )
+    ).SerializeToString(deterministic=True)
+    return body
+
+
 def routed_vhost(name: str, *, domains: Iterable[str], routes: Iterable[Any]) -> Any:
     """Return the virtual host `name` of `domains` with the given routes (a service's GAMMA routes, in order)."""
     return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
