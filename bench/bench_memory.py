@@ -38,7 +38,10 @@ def rss():
             return int(line.split()[1]) / 1024
     return 0.0
 
-from aether.plane.memory import release_memory, tune_allocator
+try:
+    from aether.plane.memory import release_memory, tune_allocator
+except ImportError:  # a tree from before the plane's memory policy (to compare with)
+    release_memory = tune_allocator = lambda: False
 tune_allocator()
 import bench_projection
 from aether.core.project import NodeProjector
@@ -59,7 +62,7 @@ if {steps} >= 2:
     snapshot = NodeProjector(node_name=bench_projection.NODE).project(state, now=bench_projection.NOW)
     for held in snapshot.resources.values():
         for item in held.values():
-            item.packed
+            item.packed  # as a push does (a tree that cached the packed Any keeps it)
     figures["snapshot_mb"] = settle()
     figures["snapshot_bytes"] = sum(len(item.body) for held in snapshot.resources.values() for item in held.values())
     figures["resources"] = sum(len(held) for held in snapshot.resources.values())

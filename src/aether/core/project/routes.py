@@ -19,7 +19,7 @@ from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project.messages import seconds
+from aether.core.project.messages import seconds, shared_parts
 from aether.core.project.names import (
     CATCH_ALL_VHOST,
     INBOUND_ROUTE,
@@ -92,7 +92,7 @@ def service_vhost_entry(
 ) -> tuple[bytes, ...]:
     """Return `vhost_entry(service_vhost(...))` in parts: the entry's tag, length, name and domains; with `quic`,
     the two `quic:` routes, which name no service and so are one bytes object every virtual host shares by
-    reference; the service's own two routes. Fields in field-number order (name 1, domains 2, routes 3), so the
+    reference; the service's own two routes, with their retry policies cut out and shared the same way. Fields in field-number order (name 1, domains 2, routes 3), so the
     parts joined are the entry's bytes (a test holds them equal)."""
     head: bytes = route_components_pb2.VirtualHost(name=name, domains=list(domains)).SerializeToString(
         deterministic=True
@@ -102,7 +102,24 @@ def service_vhost_entry(
     ).SerializeToString(deterministic=True)
     shared = _quic_routes() if quic else b""
     size = len(head) + len(shared) + len(own)
-    return tuple(part for part in (_VIRTUAL_HOSTS_TAG + _varint(size) + head, shared, own) if part)
+    return tuple(
+        part
+        for part in (_VIRTUAL_HOSTS_TAG + _varint(size) + head, shared, *shared_parts(own, _retry_fields()))
+        if part
+    )
+
+
+@functools.cache
+def _retry_fields() -> tuple[bytes, bytes]:
+    """The serialized `retry_policy` fields of the two service routes (idempotent first): each service's own
+    routes end with them, so they are cut out and shared (`messages.shared_parts`)."""
+    fields = [
+        route_components_pb2.RouteAction(retry_policy=retry_policy(idempotent=idempotent)).SerializeToString(
+            deterministic=True
+        )
+        for idempotent in (True, False)
+    ]
+    return fields[0], fields[1]
 
 
 @functools.cache

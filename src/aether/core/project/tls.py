@@ -185,7 +185,7 @@ def apply_upstream_tls(
 def upstream_tls_parts(
     identity: UpstreamIdentity, *, peer: str, trust_domain: str, alpn: tuple[str, ...], sni: str = ""
 ) -> tuple[bytes, ...]:
-    """Return the serialized `transport_socket_matches` entries (one per source, in order) and the
+    """Return the serialized `transport_socket_matches` entries (one per source, in order, as one part) and the
     `transport_socket_matcher` of a cluster whose callers present `identity`'s sources (`identity.sources` not
     empty): fields 43 and 59 of a Cluster, the last it has, so a cluster's bytes without them followed by these are
     the bytes of the whole (deterministic serialization writes fields in field-number order).
@@ -198,7 +198,7 @@ def upstream_tls_parts(
         )
         for source in identity.sources
     )
-    return (*entries, _matcher_part(identity))
+    return (b"".join(entries), _matcher_part(identity))
 
 
 def _match_entry(
