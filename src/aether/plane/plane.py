@@ -23,6 +23,7 @@ from aether.identity.files import serve_svid_files
 from aether.log import LogError, LogLock, LogLockedError, lock_log, tail_mark, wait_lock_log
 from aether.plane.admin import Documents, HasStatistics, plane_documents, serve_admin
 from aether.plane.journal import Journal, open_journal
+from aether.plane.memory import tune_allocator
 from aether.plane.publisher import Publisher
 from aether.plane.replay import Replay, replay_log, resume_replay
 from aether.rpc.listen import ListenAddress, serve_grpc
@@ -97,6 +98,7 @@ async def open_plane(
     Resource handling:
         The plane's tasks live for the block; a role starts its sources in a nursery inside it, so they end first.
     """
+    tune_allocator()
     cache = SnapshotCache()
     publisher = Publisher(cache, project=project)
     lock: LogLock | None = None
