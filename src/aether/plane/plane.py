@@ -69,7 +69,7 @@ class Plane:
         on `admin_socket` until cancelled; `task_status.started` receives where xDS is served (the real port when
         port 0 was asked). The role's own `documents` are served beside the plane's."""
         async with trio.open_nursery() as nursery:
-            bound = await nursery.start(functools.partial(serve_grpc, [self.server.service()], listen=xds))
+            bound = await nursery.start(functools.partial(serve_grpc, self.server.services(), listen=xds))
             served = dict(plane_documents(self.journal, self.server, publisher=self.publisher, **parts))
             served.update(documents or {})
             await nursery.start(functools.partial(serve_admin, path=admin_socket, documents=served))
