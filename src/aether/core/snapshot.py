@@ -15,7 +15,6 @@ a Delta stream that sent an older snapshot then looks at those names only, inste
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -176,10 +175,10 @@ class Resource:
             digest.update(part)
         return cls(
             type_url=type_url,
-            name=sys.intern(name),
+            name=name,
             parts=kept or (b"",),
             digest=digest.hexdigest(),
-            references=tuple(sys.intern(item) for item in references),
+            references=tuple(references),
         )
 
 
