@@ -99,6 +99,7 @@ def bench(session: nox.Session) -> None:
             "bench_h3.py",
             "bench_hot_restart.py",
             "bench_kube.py",
+            "bench_memory.py",
             "bench_projection.py",
             "bench_publish.py",
             "bench_registrar.py",
