@@ -16,7 +16,7 @@ method (exact before regular expression), then more header matches, then the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from aether.core.gateway.entries import Entry
 from aether.core.gateway.hostnames import specificity
@@ -69,16 +69,24 @@ def ordered(entries: Iterable[Entry]) -> tuple[list[Entry], list[tuple[Entry, En
     """
     kept: list[Entry] = []
     shadowed: list[tuple[Entry, Entry]] = []
-    claimed: dict[tuple[str, HTTPMatch | GRPCMatch], Entry] = {}
-    for entry in sorted(entries, key=entry_key):
-        identity = (entry.host, entry.match)
-        winner = claimed.get(identity)
+    for entry, winner in claims(sorted(entries, key=entry_key)):
         if winner is None:
-            claimed[identity] = entry
             kept.append(entry)
         elif winner.route.key != entry.route.key:
             shadowed.append((entry, winner))
     return kept, shadowed
+
+
+def claims(entries: Iterable[Entry]) -> Iterator[tuple[Entry, Entry | None]]:
+    """Yield each of `entries` (in precedence order) with the earlier entry that claimed its match through the same
+    route hostname (None: it claims it)."""
+    claimed: dict[tuple[str, HTTPMatch | GRPCMatch], Entry] = {}
+    for entry in entries:
+        identity = (entry.host, entry.match)
+        winner = claimed.get(identity)
+        if winner is None:
+            claimed[identity] = entry
+        yield entry, winner
 
 
 def shadow_note(scope: str, loser: Entry, winner: Entry) -> str:
