@@ -29,7 +29,8 @@ class Ordered(Generic[V]):
     def remove(self, key: Any) -> None:
         """Remove the value held under `key`."""
         at = bisect_left(self._keys, key)
-        assert at < len(self._keys) and self._keys[at] == key, f"{key!r} is not held; this is a bug"
+        assert at < len(self._keys), f"{key!r} is not held; this is a bug"
+        assert self._keys[at] == key, f"{key!r} is not held; this is a bug"
         del self._keys[at]
         del self._values[at]
 

@@ -386,10 +386,7 @@ class GatewayProjector:
             changed = changed_since(kube, self._token)
             if changed is not None and not all(key.partition("/")[0] in ROUTE_KINDS for key in changed):
                 changed = None  # a GatewayClass or Gateway changed: its listeners are every route's parents
-        if changed is None:
-            view = self._full(state)
-        else:
-            view = self._routes_changed(state, changed)
+        view = self._full(state) if changed is None else self._routes_changed(state, changed)
         self._token = None if kube.gateway_changes is None else kube.gateway_changes.token
         self._inputs = inputs
         self._last = view
@@ -487,7 +484,8 @@ class GatewayProjector:
         objects = state.kube.gateway_objects
         parents, resolver = self._parents, self._resolver
         # Invariant: a view was built from scratch before (`view` comes here only with a previous view).
-        assert parents is not None and resolver is not None, "no view to change; this is a bug"
+        assert parents is not None, "no view to change; this is a bug"
+        assert resolver is not None, "no view to change; this is a bug"
         l4_changed = False
         self._resolved_count = 0
         for key in sorted(changed):
