@@ -86,6 +86,8 @@ class _Piece:
     entry: Entry
     routes: tuple[ir.HTTPRoute, ...]
     services: frozenset[str]
+    clusters: frozenset[str]
+    selectors: Mapping[str, ir.SelectorKeys]
 
 
 _KIND_RANK = {GRPC_ROUTE: 0, HTTP_ROUTE: 1}
@@ -103,7 +105,9 @@ class _VirtualHost:
         self._port = state.listener.port
         self._scheme = _SCHEMES[state.listener.protocol]
         self._memo = memo
-        self._pieces: Ordered[_Piece] = Ordered()
+        self._pieces: Ordered[tuple[int, _Piece]] = Ordered()
+        self._claim_ids: dict[tuple[str, object], list[int]] = {}
+        self._last_id = 0
         self._keys: dict[str, list[tuple[object, ...]]] = {}
         self._built: _Domain | None = None
 
@@ -115,13 +119,33 @@ class _VirtualHost:
         for entry in item.entries(host=host, listener_port=self._port, listener_scheme=self._scheme):
             routes, services = translate((entry,), routes_of=self._memo.entry_routes)
             key = (rank, *entry_key(entry))
-            self._pieces.add(key, _Piece(entry=entry, routes=tuple(routes), services=frozenset(services)))
+            piece = _Piece(
+                entry=entry,
+                routes=tuple(routes),
+                services=frozenset(services),
+                clusters=frozenset(cluster for route in routes for cluster in route.clusters),
+                selectors=selector_keys(routes),
+            )
+            self._pieces.add(key, (self._claim((entry.host, entry.match), 1), piece))
             keys.append(key)
         self._built = None
+
+    def _claim(self, identity: tuple[str, object], count: int) -> int:
+        """Return the number standing for `identity` (hashed once per entry, not per build), counting its users."""
+        held = self._claim_ids.get(identity)
+        if held is None:
+            self._last_id += 1
+            held = self._claim_ids[identity] = [self._last_id, 0]
+        held[1] += count
+        if not held[1]:
+            del self._claim_ids[identity]
+        return held[0]
 
     def remove(self, route: str) -> None:
         """Remove the entries of route `route`."""
         for key in self._keys.pop(route, ()):
+            piece = self._pieces.get(key)[1]
+            self._claim((piece.entry.host, piece.entry.match), -1)
             self._pieces.remove(key)
         self._built = None
 
@@ -132,21 +156,25 @@ class _VirtualHost:
         routes: list[ir.HTTPRoute] = []
         notes: list[tuple[str, str]] = []
         services: set[str] = set()
-        pieces = self._pieces.values()
+        clusters: set[str] = set()
+        selectors: dict[str, set[tuple[str, ...]]] = {}
         # gRPC and HTTP matches never claim each other's (their types differ): one pass keeps both orders.
-        for piece, (entry, winner) in zip(pieces, claims(piece.entry for piece in pieces), strict=True):
+        for piece, winner in claims(self._pieces.values()):
             if winner is None:
                 routes.extend(piece.routes)
                 services.update(piece.services)
-            elif winner.route.key != entry.route.key:
-                notes.append((entry.route.key, shadow_note(self._scope, entry, winner)))
+                clusters.update(piece.clusters)
+                for cluster, selected in piece.selectors.items():
+                    selectors.setdefault(cluster, set()).update(selected)
+            elif winner.entry.route.key != piece.entry.route.key:
+                notes.append((piece.entry.route.key, shadow_note(self._scope, piece.entry, winner.entry)))
         self._memo.built += 1
         self._built = _Domain(
             vhost=ir.VirtualHost(name=self._name, domains=(self._domain,), routes=tuple(routes)),
             notes=tuple(notes),
             services=frozenset(services),
-            clusters=frozenset(cluster for route in routes for cluster in route.clusters),
-            selectors=selector_keys(routes),
+            clusters=frozenset(clusters),
+            selectors={cluster: tuple(sorted(keys)) for cluster, keys in sorted(selectors.items())},
         )
         return self._built
 

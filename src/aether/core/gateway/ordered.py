@@ -34,6 +34,13 @@ class Ordered(Generic[V]):
         del self._keys[at]
         del self._values[at]
 
+    def get(self, key: Any) -> V:
+        """Return the value held under `key`."""
+        at = bisect_left(self._keys, key)
+        assert at < len(self._keys), f"{key!r} is not held; this is a bug"
+        assert self._keys[at] == key, f"{key!r} is not held; this is a bug"
+        return self._values[at]
+
     def values(self) -> list[V]:
         """The values in key order (the list itself: do not change it)."""
         return self._values

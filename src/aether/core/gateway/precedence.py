@@ -16,7 +16,8 @@ method (exact before regular expression), then more header matches, then the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
+from typing import TypeVar
 
 from aether.core.gateway.entries import Entry
 from aether.core.gateway.hostnames import specificity
@@ -69,7 +70,9 @@ def ordered(entries: Iterable[Entry]) -> tuple[list[Entry], list[tuple[Entry, En
     """
     kept: list[Entry] = []
     shadowed: list[tuple[Entry, Entry]] = []
-    for entry, winner in claims(sorted(entries, key=entry_key)):
+    for entry, winner in claims(
+        ((entry.host, entry.match), entry) for entry in sorted(entries, key=entry_key)
+    ):
         if winner is None:
             kept.append(entry)
         elif winner.route.key != entry.route.key:
@@ -77,16 +80,18 @@ def ordered(entries: Iterable[Entry]) -> tuple[list[Entry], list[tuple[Entry, En
     return kept, shadowed
 
 
-def claims(entries: Iterable[Entry]) -> Iterator[tuple[Entry, Entry | None]]:
-    """Yield each of `entries` (in precedence order) with the earlier entry that claimed its match through the same
-    route hostname (None: it claims it)."""
-    claimed: dict[tuple[str, HTTPMatch | GRPCMatch], Entry] = {}
-    for entry in entries:
-        identity = (entry.host, entry.match)
+T = TypeVar("T")
+
+
+def claims(items: Iterable[tuple[Hashable, T]]) -> Iterator[tuple[T, T | None]]:
+    """Yield each of `items` (`(identity, item)` in precedence order, the identity being an entry's route hostname
+    and match, or a stand-in as unique) with the earlier item that claimed the same identity (None: it claims it)."""
+    claimed: dict[Hashable, T] = {}
+    for identity, item in items:
         winner = claimed.get(identity)
         if winner is None:
-            claimed[identity] = entry
-        yield entry, winner
+            claimed[identity] = item
+        yield item, winner
 
 
 def shadow_note(scope: str, loser: Entry, winner: Entry) -> str:
