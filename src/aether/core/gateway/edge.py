@@ -9,7 +9,9 @@ it, so Envoy never sees a domain twice on a port.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
+from typing import Any
 
 import attrs
 
@@ -30,7 +32,7 @@ from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.gateways import Gateway
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, UDP_ROUTE, Route
 from aether.core.gateway.ordered import Ordered, route_order
-from aether.core.gateway.precedence import claims, entry_key, shadow_note
+from aether.core.gateway.precedence import entry_key, shadow_note
 from aether.core.gateway.status import ACCEPTED, PROGRAMMED, condition
 
 _ListenerKey = tuple[str, str]
@@ -83,19 +85,34 @@ class _Domain:
 class _Piece:
     """One entry of a virtual host, translated once (what rebuilding the virtual host reads)."""
 
+    key: tuple[object, ...]
+    """Its place in the virtual host: gRPC first, then by precedence (`entry_key`)."""
     entry: Entry
     routes: tuple[ir.HTTPRoute, ...]
     services: frozenset[str]
     clusters: frozenset[str]
-    selectors: Mapping[str, ir.SelectorKeys]
+    selectors: tuple[tuple[str, tuple[str, ...]], ...]
+    """`(cluster, selector keys)` of its routes' selected shares."""
 
 
 _KIND_RANK = {GRPC_ROUTE: 0, HTTP_ROUTE: 1}
 """gRPC matches come first in a virtual host, and are never merged with HTTP ones."""
 
 
+def _count(counts: dict[Any, int], items: Iterable[Any], by: int) -> None:
+    for item in items:
+        counts[item] = counts.get(item, 0) + by
+        if not counts[item]:
+            del counts[item]
+
+
 class _VirtualHost:
-    """The entries of the routes serving one domain of a listener, in precedence order, kept per route."""
+    """The entries of the routes serving one domain of a listener, in precedence order, kept per route.
+
+    Precedence's claim rule (`aether.core.gateway.precedence.ordered`: of the entries with one route hostname and
+    match, the first claims it and the others lose to it) is kept per claim: a change moves only the entries of
+    its claims between kept and lost, so rebuilding the virtual host joins what is kept without deciding again.
+    """
 
     def __init__(self, *, state: ListenerState, domain: str, memo: Memo) -> None:
         gateway, listener = state.gateway.meta, state.listener.name
@@ -105,10 +122,16 @@ class _VirtualHost:
         self._port = state.listener.port
         self._scheme = _SCHEMES[state.listener.protocol]
         self._memo = memo
-        self._pieces: Ordered[tuple[int, _Piece]] = Ordered()
-        self._claim_ids: dict[tuple[str, object], list[int]] = {}
-        self._last_id = 0
-        self._keys: dict[str, list[tuple[object, ...]]] = {}
+        self._claims: dict[tuple[str, object], Ordered[_Piece]] = {}
+        """Per claim identity (route hostname, match), its entries in precedence order: the first is kept."""
+        self._kept: Ordered[tuple[ir.HTTPRoute, ...]] = Ordered()
+        """The routes of the kept entries, by precedence key."""
+        self._lost: Ordered[tuple[str, str] | None] = Ordered()
+        """The lost entries by precedence key, with their note (None: lost to an earlier rule of their own route)."""
+        self._services: dict[str, int] = {}
+        self._clusters: dict[str, int] = {}
+        self._selectors: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._keys: dict[str, list[tuple[tuple[object, ...], tuple[str, object]]]] = {}
         self._built: _Domain | None = None
 
     def add(self, item: Resolved) -> None:
@@ -120,60 +143,87 @@ class _VirtualHost:
             routes, services = translate((entry,), routes_of=self._memo.entry_routes)
             key = (rank, *entry_key(entry))
             piece = _Piece(
+                key=key,
                 entry=entry,
                 routes=tuple(routes),
                 services=frozenset(services),
                 clusters=frozenset(cluster for route in routes for cluster in route.clusters),
-                selectors=selector_keys(routes),
+                selectors=tuple(
+                    (cluster, selected) for cluster, found in selector_keys(routes).items() for selected in found
+                ),
             )
-            self._pieces.add(key, (self._claim((entry.host, entry.match), 1), piece))
-            keys.append(key)
+            identity = (entry.host, entry.match)
+            keys.append((key, identity))
+            group = self._claims.setdefault(identity, Ordered())
+            winner = group.first() if len(group) else None
+            group.add(key, piece)
+            if winner is None:
+                self._keep(piece, 1)
+            elif group.first() is piece:
+                self._keep(winner, -1)
+                self._keep(piece, 1)
+                self._relose(group)
+            else:
+                self._lose(piece, winner)
         self._built = None
-
-    def _claim(self, identity: tuple[str, object], count: int) -> int:
-        """Return the number standing for `identity` (hashed once per entry, not per build), counting its users."""
-        held = self._claim_ids.get(identity)
-        if held is None:
-            self._last_id += 1
-            held = self._claim_ids[identity] = [self._last_id, 0]
-        held[1] += count
-        if not held[1]:
-            del self._claim_ids[identity]
-        return held[0]
 
     def remove(self, route: str) -> None:
         """Remove the entries of route `route`."""
-        for key in self._keys.pop(route, ()):
-            piece = self._pieces.get(key)[1]
-            self._claim((piece.entry.host, piece.entry.match), -1)
-            self._pieces.remove(key)
+        for key, identity in self._keys.pop(route, ()):
+            group = self._claims[identity]
+            piece = group.get(key)
+            was_kept = group.first() is piece
+            group.remove(key)
+            if was_kept:
+                self._keep(piece, -1)
+                if len(group):
+                    winner = group.first()
+                    self._lost.remove(winner.key)
+                    self._keep(winner, 1)
+                    self._relose(group)
+            else:
+                self._lost.remove(key)
+            if not len(group):
+                del self._claims[identity]
         self._built = None
+
+    def _keep(self, piece: _Piece, by: int) -> None:
+        if by > 0:
+            self._kept.add(piece.key, piece.routes)
+        else:
+            self._kept.remove(piece.key)
+        _count(self._services, piece.services, by)
+        _count(self._clusters, piece.clusters, by)
+        _count(self._selectors, piece.selectors, by)
+
+    def _lose(self, piece: _Piece, winner: _Piece) -> None:
+        same = winner.entry.route.key == piece.entry.route.key
+        note = None if same else (piece.entry.route.key, shadow_note(self._scope, piece.entry, winner.entry))
+        self._lost.add(piece.key, note)
+
+    def _relose(self, group: Ordered[_Piece]) -> None:
+        """The first entry of `group` is newly kept: the others lose to it now (their notes name it)."""
+        winner, *losers = group.values()
+        for piece in losers:
+            if piece.key in self._lost:
+                self._lost.remove(piece.key)
+            self._lose(piece, winner)
 
     def build(self) -> _Domain:
         """Return the virtual host (rebuilt only after a change)."""
         if self._built is not None:
             return self._built
-        routes: list[ir.HTTPRoute] = []
-        notes: list[tuple[str, str]] = []
-        services: set[str] = set()
-        clusters: set[str] = set()
-        selectors: dict[str, set[tuple[str, ...]]] = {}
-        # gRPC and HTTP matches never claim each other's (their types differ): one pass keeps both orders.
-        for piece, winner in claims(self._pieces.values()):
-            if winner is None:
-                routes.extend(piece.routes)
-                services.update(piece.services)
-                clusters.update(piece.clusters)
-                for cluster, selected in piece.selectors.items():
-                    selectors.setdefault(cluster, set()).update(selected)
-            elif winner.entry.route.key != piece.entry.route.key:
-                notes.append((piece.entry.route.key, shadow_note(self._scope, piece.entry, winner.entry)))
+        selectors: dict[str, list[tuple[str, ...]]] = {}
+        for cluster, selected in self._selectors:
+            selectors.setdefault(cluster, []).append(selected)
         self._memo.built += 1
         self._built = _Domain(
-            vhost=ir.VirtualHost(name=self._name, domains=(self._domain,), routes=tuple(routes)),
-            notes=tuple(notes),
-            services=frozenset(services),
-            clusters=frozenset(clusters),
+            vhost=ir.VirtualHost(
+                name=self._name, domains=(self._domain,), routes=tuple(chain.from_iterable(self._kept.values()))
+            ),
+            notes=tuple(note for note in self._lost.values() if note is not None),
+            services=frozenset(self._services),
+            clusters=frozenset(self._clusters),
             selectors={cluster: tuple(sorted(keys)) for cluster, keys in sorted(selectors.items())},
         )
         return self._built

@@ -41,6 +41,14 @@ class Ordered(Generic[V]):
         assert self._keys[at] == key, f"{key!r} is not held; this is a bug"
         return self._values[at]
 
+    def first(self) -> V:
+        """Return the value of the smallest key (there is one)."""
+        return self._values[0]
+
+    def __contains__(self, key: object) -> bool:
+        at = bisect_left(self._keys, key)
+        return at < len(self._keys) and self._keys[at] == key
+
     def values(self) -> list[V]:
         """The values in key order (the list itself: do not change it)."""
         return self._values
