@@ -149,7 +149,9 @@ class _VirtualHost:
                 services=frozenset(services),
                 clusters=frozenset(cluster for route in routes for cluster in route.clusters),
                 selectors=tuple(
-                    (cluster, selected) for cluster, found in selector_keys(routes).items() for selected in found
+                    (cluster, selected)
+                    for cluster, found in selector_keys(routes).items()
+                    for selected in found
                 ),
             )
             identity = (entry.host, entry.match)
@@ -219,7 +221,9 @@ class _VirtualHost:
         self._memo.built += 1
         self._built = _Domain(
             vhost=ir.VirtualHost(
-                name=self._name, domains=(self._domain,), routes=tuple(chain.from_iterable(self._kept.values()))
+                name=self._name,
+                domains=(self._domain,),
+                routes=tuple(chain.from_iterable(self._kept.values())),
             ),
             notes=tuple(note for note in self._lost.values() if note is not None),
             services=frozenset(self._services),

@@ -329,11 +329,17 @@ class GatewayProjector:
         self._udp_wanted: tuple[str, ...] = ()
         self._udp_clusters: dict[str, udp_routes.UdpRouteCluster] = {}
         self._status: immutables.Map[str, ObjectStatus] = immutables.Map()
+        self._status_changes: frozenset[str] | None = None
         self._statistics = GatewayStatistics(views=0, routes=0, parsed=0, resolved=0, translated=0, built=0)
 
     def statistics(self) -> GatewayStatistics:
         """Return what the projector did, as of its last view."""
         return self._statistics
+
+    def status_changes(self) -> frozenset[str] | None:
+        """Return the keys whose status the last view may have changed against the view before it (a key whose
+        status went is among them); None when it was built from scratch (any may have)."""
+        return self._status_changes
 
     def _parse(self, objects: Mapping[str, KubeObject]) -> _Objects:
         classes: list[GatewayClass] = []
@@ -602,8 +608,10 @@ class GatewayProjector:
         statuses.update(edge.gateway_statuses(self._edge_gateways, self._states, edge_result.attached))
         if changed is None:
             self._status = immutables.Map(statuses)
+            self._status_changes = None
             memo.sweep(set(self._resolved))
         else:
+            self._status_changes = frozenset(changed | statuses.keys())
             with self._status.mutate() as status_map:
                 for key in changed:
                     if key not in statuses:
