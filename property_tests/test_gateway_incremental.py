@@ -51,3 +51,21 @@ def test_route_changes_parse_only_the_changed_routes(start: list[Event], changes
     view = projector.view(state)
     assert projector.statistics().parsed <= len(changes)
     assert view == gateway_view(state)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=st.lists(gateway_events(), max_size=10), changes=st.lists(ROUTE_CHANGES, min_size=1, max_size=8))
+def test_status_changes_name_every_changed_status(start: list[Event], changes: list[Event]) -> None:
+    """What the controller's reconcile diffs (`status_changes`) includes every key whose status differs from the
+    previous view's, or is None (a view from scratch)."""
+    state = fold_events(*base_events(), *start)
+    projector = GatewayProjector()
+    before = projector.view(state).status
+    for event in changes:
+        state = fold_events(event, state=state)
+        after = projector.view(state).status
+        named = projector.status_changes()
+        if named is not None:
+            differ = {key for key in set(before).union(after) if before.get(key) != after.get(key)}
+            assert differ <= named
+        before = after
