@@ -20,7 +20,12 @@ class Ordered(Generic[V]):
 
     def add(self, key: Any, value: V) -> None:
         """Insert `value` under `key` (not held yet)."""
-        at = bisect_left(self._keys, key)
+        keys = self._keys
+        if not keys or keys[-1] < key:  # taken in order (a view from scratch): no search
+            keys.append(key)
+            self._values.append(value)
+            return
+        at = bisect_left(keys, key)
         # Invariant: keys are unique (a route's age and kind; an entry's precedence key).
         assert at == len(self._keys) or self._keys[at] != key, f"{key!r} is held twice; this is a bug"
         self._keys.insert(at, key)

@@ -49,13 +49,14 @@ def match_key(match: HTTPMatch | GRPCMatch) -> tuple[int, ...]:
 
 
 def entry_key(entry: Entry) -> tuple[object, ...]:
-    """Return the full precedence key of an entry (smaller first)."""
+    """Return the full precedence key of an entry (smaller first), flat (its parts have fixed lengths per match
+    kind, so it orders as the nested key would, and compares faster)."""
     characters, wildcard_characters = specificity(entry.host) if entry.host else (0, 0)
     return (
         -characters,
         -wildcard_characters,
-        match_key(entry.match),
-        entry.route.age,
+        *match_key(entry.match),
+        *entry.route.age,
         entry.rule.index,
         entry.match_index,
     )
