@@ -99,6 +99,10 @@ _KIND_RANK = {GRPC_ROUTE: 0, HTTP_ROUTE: 1}
 """gRPC matches come first in a virtual host, and are never merged with HTTP ones."""
 
 
+def _piece_key(piece: _Piece) -> tuple[object, ...]:
+    return piece.key
+
+
 def _count(counts: dict[Any, int], items: Iterable[Any], by: int) -> None:
     for item in items:
         counts[item] = counts.get(item, 0) + by
@@ -122,7 +126,7 @@ class _VirtualHost:
         self._port = state.listener.port
         self._scheme = _SCHEMES[state.listener.protocol]
         self._memo = memo
-        self._claims: dict[tuple[str, object], Ordered[_Piece]] = {}
+        self._claims: dict[tuple[str, object], list[_Piece]] = {}
         """Per claim identity (route hostname, match), its entries in precedence order: the first is kept."""
         self._kept: Ordered[tuple[ir.HTTPRoute, ...]] = Ordered()
         """The routes of the kept entries, by precedence key."""
@@ -156,12 +160,15 @@ class _VirtualHost:
             )
             identity = (entry.host, entry.match)
             keys.append((key, identity))
-            group = self._claims.setdefault(identity, Ordered())
-            winner = group.first() if len(group) else None
-            group.add(key, piece)
-            if winner is None:
+            group = self._claims.get(identity)
+            if group is None:
+                self._claims[identity] = [piece]
                 self._keep(piece, 1)
-            elif group.first() is piece:
+                continue
+            winner = group[0]
+            group.append(piece)
+            group.sort(key=_piece_key)  # a claim's entries are few: most have one
+            if group[0] is piece:
                 self._keep(winner, -1)
                 self._keep(piece, 1)
                 self._relose(group)
@@ -173,19 +180,18 @@ class _VirtualHost:
         """Remove the entries of route `route`."""
         for key, identity in self._keys.pop(route, ()):
             group = self._claims[identity]
-            piece = group.get(key)
-            was_kept = group.first() is piece
-            group.remove(key)
-            if was_kept:
+            at = next(at for at, held in enumerate(group) if held.key == key)
+            piece = group.pop(at)
+            if not at:
                 self._keep(piece, -1)
-                if len(group):
-                    winner = group.first()
+                if group:
+                    winner = group[0]
                     self._lost.remove(winner.key)
                     self._keep(winner, 1)
                     self._relose(group)
             else:
                 self._lost.remove(key)
-            if not len(group):
+            if not group:
                 del self._claims[identity]
         self._built = None
 
@@ -203,9 +209,9 @@ class _VirtualHost:
         note = None if same else (piece.entry.route.key, shadow_note(self._scope, piece.entry, winner.entry))
         self._lost.add(piece.key, note)
 
-    def _relose(self, group: Ordered[_Piece]) -> None:
+    def _relose(self, group: list[_Piece]) -> None:
         """The first entry of `group` is newly kept: the others lose to it now (their notes name it)."""
-        winner, *losers = group.values()
+        winner, *losers = group
         for piece in losers:
             if piece.key in self._lost:
                 self._lost.remove(piece.key)
