@@ -126,8 +126,9 @@ class _VirtualHost:
         self._port = state.listener.port
         self._scheme = _SCHEMES[state.listener.protocol]
         self._memo = memo
-        self._claims: dict[tuple[str, object], list[_Piece]] = {}
-        """Per claim identity (route hostname, match), its entries in precedence order: the first is kept."""
+        self._claims: dict[tuple[str, object], _Piece | list[_Piece]] = {}
+        """Per claim identity (route hostname, match), its entry, or its entries in precedence order when several
+        (the first is kept): most claims have one entry, held without a list (fewer objects for the collector)."""
         self._kept: Ordered[tuple[ir.HTTPRoute, ...]] = Ordered()
         """The routes of the kept entries, by precedence key."""
         self._lost: Ordered[tuple[str, str] | None] = Ordered()
@@ -135,7 +136,9 @@ class _VirtualHost:
         self._services: dict[str, int] = {}
         self._clusters: dict[str, int] = {}
         self._selectors: dict[tuple[str, tuple[str, ...]], int] = {}
-        self._keys: dict[str, list[tuple[tuple[object, ...], tuple[str, object]]]] = {}
+        self._keys: dict[str, list[_Piece]] = {}
+        self._interned: dict[frozenset[str], frozenset[str]] = {}
+        """One object per set of services or clusters (they repeat across the entries)."""
         self._built: _Domain | None = None
 
     def add(self, item: Resolved) -> None:
@@ -150,8 +153,8 @@ class _VirtualHost:
                 key=key,
                 entry=entry,
                 routes=tuple(routes),
-                services=frozenset(services),
-                clusters=frozenset(cluster for route in routes for cluster in route.clusters),
+                services=self._intern(frozenset(services)),
+                clusters=self._intern(frozenset(cluster for route in routes for cluster in route.clusters)),
                 selectors=tuple(
                     (cluster, selected)
                     for cluster, found in selector_keys(routes).items()
@@ -159,15 +162,17 @@ class _VirtualHost:
                 ),
             )
             identity = (entry.host, entry.match)
-            keys.append((key, identity))
-            group = self._claims.get(identity)
-            if group is None:
-                self._claims[identity] = [piece]
+            keys.append(piece)
+            held = self._claims.get(identity)
+            if held is None:
+                self._claims[identity] = piece
                 self._keep(piece, 1)
                 continue
+            group = held if isinstance(held, list) else [held]
+            self._claims[identity] = group
             winner = group[0]
             group.append(piece)
-            group.sort(key=_piece_key)  # a claim's entries are few: most have one
+            group.sort(key=_piece_key)  # a claim's entries are few
             if group[0] is piece:
                 self._keep(winner, -1)
                 self._keep(piece, 1)
@@ -178,10 +183,16 @@ class _VirtualHost:
 
     def remove(self, route: str) -> None:
         """Remove the entries of route `route`."""
-        for key, identity in self._keys.pop(route, ()):
-            group = self._claims[identity]
-            at = next(at for at, held in enumerate(group) if held.key == key)
-            piece = group.pop(at)
+        for piece in self._keys.pop(route, ()):
+            key, identity = piece.key, (piece.entry.host, piece.entry.match)
+            held = self._claims[identity]
+            if not isinstance(held, list):
+                del self._claims[identity]
+                self._keep(piece, -1)
+                continue
+            group = held
+            at = group.index(piece)
+            del group[at]
             if not at:
                 self._keep(piece, -1)
                 if group:
@@ -194,6 +205,9 @@ class _VirtualHost:
             if not group:
                 del self._claims[identity]
         self._built = None
+
+    def _intern(self, names: frozenset[str]) -> frozenset[str]:
+        return self._interned.setdefault(names, names)
 
     def _keep(self, piece: _Piece, by: int) -> None:
         if by > 0:
