@@ -122,6 +122,12 @@ def serve(port: int, preload: int) -> None:
             bound = await nursery.start(functools.partial(serve_registrar, backend=backend, listen=listen))
             print(bound.port, flush=True)
 
+    if os.environ.get("BENCH_INLINE_SENDS"):
+        # The reference for the send thread: direct deliveries written on the trio thread, as before it.
+        import aether.rpc.compat
+        import aether.rpc.direct
+
+        aether.rpc.direct.flush_soon = aether.rpc.compat.flush_nowait  # type: ignore[assignment]
     profile = os.environ.get("BENCH_CPROFILE")
     if profile:
         _profile_until_terminated(Path(profile))

@@ -552,6 +552,8 @@ class _Outlet:
 
 
 _Batch = list[tuple[_Outlet, bytes]]
+_Work = _Batch | Callable[[], object] | None
+"""What the send thread takes: a batch to write, a call to make (tests hold the thread with one), or None: end."""
 
 
 class _SendThread:
@@ -559,7 +561,7 @@ class _SendThread:
 
     def __init__(self, token: trio.lowlevel.TrioToken) -> None:
         self._token = token
-        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Work] = queue.SimpleQueue()
         self._adding: list[_Outlet] = []
         self._thread = threading.Thread(target=self._run, name="aether-rpc-send", daemon=True)
         self._thread.start()
@@ -572,6 +574,10 @@ class _SendThread:
         self._adding.append(outlet)
         if len(self._adding) == 1:
             self._token.run_sync_soon(self._submit)
+
+    def call(self, function: Callable[[], object]) -> None:
+        """Call `function` in the send thread once it wrote what it has now (trio thread)."""
+        self._queue.put(function)
 
     def stop(self) -> None:
         """End the thread once it wrote what it has (trio thread)."""
@@ -596,6 +602,9 @@ class _SendThread:
 
     def _run(self) -> None:  # the send thread
         while (batch := self._queue.get()) is not None:
+            if callable(batch):
+                batch()
+                continue
             sent: list[int] = []
             for outlet, data in batch:
                 try:
