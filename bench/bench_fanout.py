@@ -18,7 +18,7 @@ issue's 1,000-watcher figure measured), and per delivery (each watcher's own lat
 over the run and its RSS per watcher (RSS with the watchers synced less RSS before they connected, over their
 count). References in the same run: 1,000 watchers, and the encode-only floor (one change encoded once, in
 process). `registrar_trio_thread_us_per_change` is the trio thread's share of the CPU: the send thread
-(`aether.rpc.compat.flush_soon`) writes the sockets beside it. With BENCH_INLINE_SENDS=1 the registrar writes them
+(`aether.rpc.compat.send_soon`) writes the sockets beside it. With BENCH_INLINE_SENDS=1 the registrar writes them
 on the trio thread instead (the reference for the send thread, run back to back).
 """
 
@@ -325,7 +325,18 @@ def _start_profiler(pid: int, *, seconds: float, watchers: int) -> subprocess.Po
     if not directory:
         return None
     output = Path(directory) / f"registrar-{watchers}.txt"
-    command = ["py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--format", "raw"]
+    command = [
+        "py-spy",
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(int(seconds)),
+        "--format",
+        "raw",
+        "--rate",
+        "250",
+    ]
     return subprocess.Popen([*command, "--output", str(output), "--nonblocking"], stdout=subprocess.DEVNULL)
 
 

@@ -131,9 +131,11 @@ def test_there_is_no_current_stream_outside_a_handler() -> None:
 
 class HeldSend:
     """Send: with the send thread held, one message sent with `send_nowait` (its bytes then wait in the thread),
-    then `value` more yielded by the handler; `hold` tells when the first is in flight."""
+    then `value` more yielded by the handler (with `wait`, once the first is in flight; without, in the same
+    scheduler tick: one batch takes them all); `in_flight` tells when the first is in flight."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, wait: bool = True) -> None:
+        self.wait = wait
         self.release = threading.Event()
         self.in_flight = trio.Event()
         self.outlet: compat._Outlet | None = None
@@ -152,7 +154,7 @@ class HeldSend:
         compat._send_thread().call(self.release.wait)  # the thread writes nothing until released
         assert StreamSender(stream).send_nowait([_message(0, size=10)])
         outlet = getattr(stream._socket, compat._OUTLET_ATTRIBUTE)
-        while not outlet.in_flight:  # handed to the thread at the end of the scheduler tick
+        while self.wait and not outlet.in_flight:  # handed to the thread at the end of the scheduler tick
             await trio.lowlevel.checkpoint()
         self.outlet = outlet
         self.in_flight.set()
@@ -160,10 +162,14 @@ class HeldSend:
             yield EncodedMessage(_message(index, size=10))
 
 
-async def test_what_the_handler_yields_while_the_send_thread_holds_earlier_bytes_goes_after_them() -> None:
-    """Bytes with the send thread, then three messages yielded (purerpc's writer path): the writer task waits for
-    the thread, and the client reads all four in order, then status OK."""
-    held = HeldSend()
+@pytest.mark.parametrize("wait", [True, False], ids=["after-the-batch", "in-the-same-batch"])
+async def test_what_the_handler_yields_while_the_send_thread_holds_earlier_bytes_goes_after_them(
+    wait: bool,
+) -> None:
+    """Bytes for the send thread, then three messages yielded (purerpc's writer path) and the trailers, while the
+    thread holds the first batch or before it was handed over: the writer task waits for the thread, and the
+    client reads all four in order, then status OK."""
+    held = HeldSend(wait=wait)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             address = await nursery.start(

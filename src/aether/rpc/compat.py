@@ -47,7 +47,7 @@ __all__ = [
     "apply_purerpc_fixes",
     "cancel_client_stream",
     "flush_nowait",
-    "flush_soon",
+    "send_soon",
 ]
 
 PURERPC_VERSION = "0.8.0"
@@ -420,7 +420,7 @@ async def _writer_thread(self: SocketWrapper) -> None:
     try:
         while True:
             outlet: _Outlet | None = getattr(self, _OUTLET_ATTRIBUTE, None)
-            if outlet is not None and outlet.in_flight:
+            if outlet is not None and outlet.busy:
                 await outlet.wait_sent()
                 continue
             data = self._grpc_connection.data_to_send()
@@ -439,7 +439,7 @@ async def _writer_thread(self: SocketWrapper) -> None:
         outlet = getattr(self, _OUTLET_ATTRIBUTE, None)
         if outlet is not None:
             outlet.closed = True  # no new send starts
-            if outlet.in_flight:  # quick: the send thread never blocks on a socket
+            if outlet.busy:  # quick: the send thread never blocks on a socket
                 with anyio.CancelScope(shield=True):
                     await outlet.wait_sent()
 
@@ -452,8 +452,8 @@ def flush_nowait(wrapper: SocketWrapper) -> None:
     here, in the caller's task, a message that the socket buffer takes costs one `send` call. Never blocks.
     """
     outlet: _Outlet | None = getattr(wrapper, _OUTLET_ATTRIBUTE, None)
-    if outlet is not None and outlet.in_flight:
-        return  # the send thread has bytes of it: what is pending goes when they are written (`_sent`)
+    if outlet is not None and outlet.busy:
+        return  # the send thread has bytes of it: what is pending goes with them or after them
     raw = _raw_socket(wrapper)
     if raw is not None and wrapper._running and not getattr(wrapper, _SENDING_ATTRIBUTE, False):
         pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
@@ -494,42 +494,74 @@ _OUTLET_ATTRIBUTE = "_aether_outlet"
 """Set on a `SocketWrapper` once `flush_soon` used it: its `_Outlet`."""
 
 
-def flush_soon(wrapper: SocketWrapper) -> None:
-    """Write what h2 has to send on `wrapper`'s connection from the send thread, soon; never blocks.
+def send_soon(wrapper: SocketWrapper, data: bytes) -> None:
+    """Send `data` (frames h2 has charged to its flow-control windows) on `wrapper`'s connection after what h2 has
+    pending for it, from the send thread, soon; never blocks.
 
-    Everything asked for within one scheduler tick goes to the send thread as one batch, one `send` per
-    connection however many messages it has. A socket send releases the GIL, so the kernel's part of it (on
-    loopback, the receiver's TCP processing too) runs beside the trio thread. Falls back to `flush_nowait` under
-    TLS (only the TLS stream may write its socket) and once the connection's writer task has ended.
+    Everything sent within one scheduler tick goes to the send thread as one batch, one `send` per connection
+    however many messages it has; while nothing else is pending for the connection, `data` does not go through
+    h2's buffer at all. A socket send releases the GIL, so the kernel's part of it (on loopback, the receiver's
+    TCP processing too) runs beside the trio thread. Falls back to h2's buffer and `flush_nowait` under TLS (only
+    the TLS stream may write its socket) and once the connection's writer task has ended.
     """
+    outlet = _outlet(wrapper)
+    pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
+    if outlet is None or outlet.closed:
+        pending += data
+        flush_nowait(wrapper)
+        return
+    collecting = outlet.collecting
+    if collecting is not None:
+        if pending:  # after what h2 buffered since: both go in this tick's batch, in order
+            pending += data
+        else:
+            collecting += data
+        return
+    if pending or outlet.in_flight or getattr(wrapper, _SENDING_ATTRIBUTE, False):
+        pending += data  # after those bytes, by the writer task or the batch after them (`_sent`)
+        if not outlet.in_flight:
+            outlet.thread.add(outlet)
+        return
+    outlet.collecting = bytearray(data)
+    outlet.thread.add(outlet)
+
+
+def _outlet(wrapper: SocketWrapper) -> _Outlet | None:
+    """The connection's state with the send thread, made on first use; None under TLS or once it has ended."""
     outlet: _Outlet | None = getattr(wrapper, _OUTLET_ATTRIBUTE, None)
     if outlet is None:
         raw = _raw_socket(wrapper)
         if raw is None or not wrapper._running:
-            flush_nowait(wrapper)
-            return
+            return None
         outlet = _Outlet(wrapper, raw, _send_thread())
         setattr(wrapper, _OUTLET_ATTRIBUTE, outlet)
-    if outlet.closed:
+    return outlet
+
+
+def _flush_soon(wrapper: SocketWrapper) -> None:
+    """Send what h2 has pending for the connection from the send thread, soon."""
+    outlet = _outlet(wrapper)
+    if outlet is None or outlet.closed:
         flush_nowait(wrapper)
-        return
-    outlet.thread.add(outlet)
+    else:
+        outlet.thread.add(outlet)
 
 
 class _Outlet:
     """One connection's state with the send thread (all of it read and written on the trio thread only).
 
     Invariants: at most one writer has bytes of the connection at a time, the writer task (`_SENDING_ATTRIBUTE`)
-    or the send thread (`in_flight`), each taking h2's pending bytes from the front, so they go out in order. The
-    send thread writes the connection's own socket object, never a bare descriptor number, and only while
-    `in_flight`; the writer task ends (`_writer_thread`) only after `in_flight` cleared and with `closed` set, and
+    or the send thread (`busy`: bytes `collecting` for this tick's batch, then `in_flight`), each taking h2's
+    pending bytes from the front (the batch: `collecting`, then what h2 buffered after it), so they go out in
+    order. The send thread writes the connection's own socket object, never a bare descriptor number, and only
+    while `in_flight`; the writer task ends (`_writer_thread`) only once not `busy` and with `closed` set, and
     purerpc's connection closes its socket only after its writer task ended (`aether.rpc.listen` and
     `aether.rpc.calls` close the stream around the connection; otherwise the garbage collector closes it, which
     an in-flight batch's reference prevents). So the send thread never writes a descriptor that was closed and
     reused for another connection.
     """
 
-    __slots__ = ("closed", "in_flight", "queued", "sent_event", "socket", "thread", "wrapper")
+    __slots__ = ("closed", "collecting", "in_flight", "queued", "sent_event", "socket", "thread", "wrapper")
 
     def __init__(self, wrapper: SocketWrapper, raw: socket.socket, thread: _SendThread) -> None:
         self.wrapper = wrapper
@@ -537,12 +569,19 @@ class _Outlet:
         self.thread = thread
         self.queued = False
         """In the send thread's next batch."""
+        self.collecting: bytearray | None = None
+        """Bytes for the next batch, ahead of what h2 has pending (`send_soon`)."""
         self.in_flight = False
         """The send thread holds bytes of it, not all written yet."""
         self.closed = False
         """Its writer task ended: no send may start."""
         self.sent_event: anyio.Event | None = None
         """Set once `in_flight` clears, for the writer task waiting for it."""
+
+    @property
+    def busy(self) -> bool:
+        """The send thread has, or is about to have, bytes of the connection: no one else may write it."""
+        return self.in_flight or self.collecting is not None
 
     async def wait_sent(self) -> None:
         """Wait until the send thread has written (or given back) this connection's bytes."""
@@ -590,10 +629,18 @@ class _SendThread:
         for outlet in adding:
             outlet.queued = False
             wrapper = outlet.wrapper
-            if outlet.closed or outlet.in_flight or getattr(wrapper, _SENDING_ATTRIBUTE, False):
-                continue  # the writer task, or `_sent`, takes what is pending
             pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
-            if pending:
+            collecting = outlet.collecting
+            if collecting is not None:  # sent even once `closed`: the writer task waits for it
+                outlet.collecting = None
+                outlet.in_flight = True
+                if pending:
+                    collecting += pending
+                    pending.clear()
+                batch.append((outlet, bytes(collecting)))
+            elif outlet.closed or outlet.in_flight or getattr(wrapper, _SENDING_ATTRIBUTE, False):
+                continue  # the writer task, or `_sent`, takes what is pending
+            elif pending:
                 outlet.in_flight = True
                 batch.append((outlet, bytes(pending)))
                 pending.clear()
@@ -633,7 +680,7 @@ def _sent(batch: _Batch, sent: list[int]) -> None:
             pending[:0] = memoryview(data)[count:]
             wrapper._flush_event.set()  # the writer task waits for the socket to take it, or fails the connection
         elif pending and waiting is None:
-            flush_soon(wrapper)
+            _flush_soon(wrapper)
 
 
 _SEND_THREAD: trio.lowlevel.RunVar[_SendThread] = trio.lowlevel.RunVar("aether_rpc_send_thread")

@@ -7,7 +7,7 @@ watchers) serializes it once and hands the bytes to each stream:
   returns the bytes);
 - or, from any task, with a `StreamSender` of the stream (`current_server_stream` in its handler): the message's DATA
   frames go into the connection's h2 buffer, the flow-control windows are charged as h2 itself does, and the
-  socket is written by the send thread within the scheduler tick (`aether.rpc.compat.flush_soon`). No await,
+  socket is written by the send thread within the scheduler tick (`aether.rpc.compat.send_soon`). No await,
   no task switch, no h2 frame objects.
   When the stream's flow-control window cannot take the messages whole, nothing is sent and it returns False:
   the caller keeps them and sends them from the handler, which waits for the window.
@@ -25,7 +25,7 @@ from h2.connection import ConnectionState
 from h2.stream import StreamState
 from purerpc.grpc_socket import GRPCStream, GRPCStreamState
 
-from aether.rpc.compat import flush_soon
+from aether.rpc.compat import send_soon
 
 __all__ = ["EncodedMessage", "StreamSender", "current_server_stream"]
 
@@ -147,19 +147,18 @@ class StreamSender:
         h2_stream = self._h2_stream
         if size > h2_stream.outbound_flow_control_window or size > h2_connection.outbound_flow_control_window:
             return False
-        pending: bytearray = h2_connection._data_to_send
         # RFC 9113 section 4.1: length (24 bits), type, flags, stream identifier; then the payload. No frame of
         # the smallest maximum size (section 6.5.2) is ever too large: the peer's setting is read only past it.
         if size <= _SMALLEST_MAX_FRAME_SIZE or size <= h2_connection.max_outbound_frame_size:
-            pending += size.to_bytes(3, "big") + self._header_tail
-            pending += body
+            data = size.to_bytes(3, "big") + self._header_tail + body
         else:
             frame_size: int = h2_connection.max_outbound_frame_size
-            for start in range(0, size, frame_size):
-                chunk = body[start : start + frame_size]
-                pending += len(chunk).to_bytes(3, "big") + self._header_tail + chunk
+            data = b"".join(
+                len(chunk).to_bytes(3, "big") + self._header_tail + chunk
+                for chunk in (body[start : start + frame_size] for start in range(0, size, frame_size))
+            )
         # Charged as `H2Connection.send_data` and `H2Stream.send_data` charge them.
         h2_connection.outbound_flow_control_window -= size
         h2_stream.outbound_flow_control_window -= size
-        flush_soon(self._socket)
+        send_soon(self._socket, data)
         return True
