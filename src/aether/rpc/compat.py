@@ -505,11 +505,11 @@ def send_soon(wrapper: SocketWrapper, data: bytes) -> None:
     the TLS stream may write its socket) and once the connection's writer task has ended.
     """
     outlet = _outlet(wrapper)
-    pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
     if outlet is None or outlet.closed:
-        pending += data
+        wrapper._grpc_connection.h2_connection._data_to_send += data
         flush_nowait(wrapper)
         return
+    pending: bytearray = outlet.h2._data_to_send
     collecting = outlet.collecting
     if collecting is not None:
         if pending:  # after what h2 buffered since: both go in this tick's batch, in order
@@ -561,10 +561,22 @@ class _Outlet:
     reused for another connection.
     """
 
-    __slots__ = ("closed", "collecting", "in_flight", "queued", "sent_event", "socket", "thread", "wrapper")
+    __slots__ = (
+        "closed",
+        "collecting",
+        "h2",
+        "in_flight",
+        "queued",
+        "sent_event",
+        "socket",
+        "thread",
+        "wrapper",
+    )
 
     def __init__(self, wrapper: SocketWrapper, raw: socket.socket, thread: _SendThread) -> None:
         self.wrapper = wrapper
+        self.h2 = wrapper._grpc_connection.h2_connection
+        """The connection's h2 state (kept: one object less to reach per batch)."""
         self.socket = raw
         self.thread = thread
         self.queued = False
@@ -590,7 +602,7 @@ class _Outlet:
         await self.sent_event.wait()
 
 
-_Batch = list[tuple[_Outlet, bytes]]
+_Batch = list[tuple[_Outlet, bytes | bytearray]]
 _Work = _Batch | Callable[[], object] | None
 """What the send thread takes: a batch to write, a call to make (tests hold the thread with one), or None: end."""
 
@@ -628,8 +640,7 @@ class _SendThread:
         batch: _Batch = []
         for outlet in adding:
             outlet.queued = False
-            wrapper = outlet.wrapper
-            pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
+            pending: bytearray = outlet.h2._data_to_send
             collecting = outlet.collecting
             if collecting is not None:  # sent even once `closed`: the writer task waits for it
                 outlet.collecting = None
@@ -637,8 +648,8 @@ class _SendThread:
                 if pending:
                     collecting += pending
                     pending.clear()
-                batch.append((outlet, bytes(collecting)))
-            elif outlet.closed or outlet.in_flight or getattr(wrapper, _SENDING_ATTRIBUTE, False):
+                batch.append((outlet, collecting))  # no one else holds it now
+            elif outlet.closed or outlet.in_flight or getattr(outlet.wrapper, _SENDING_ATTRIBUTE, False):
                 continue  # the writer task, or `_sent`, takes what is pending
             elif pending:
                 outlet.in_flight = True
@@ -670,17 +681,16 @@ def _sent(batch: _Batch, sent: list[int]) -> None:
     """The send thread wrote `sent` bytes of each of `batch` (trio thread): give back what it did not write."""
     for (outlet, data), count in zip(batch, sent, strict=True):
         outlet.in_flight = False
-        wrapper = outlet.wrapper
-        pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
+        pending: bytearray = outlet.h2._data_to_send
         waiting = outlet.sent_event
         if waiting is not None:
             outlet.sent_event = None
             waiting.set()
         if count < len(data):
             pending[:0] = memoryview(data)[count:]
-            wrapper._flush_event.set()  # the writer task waits for the socket to take it, or fails the connection
+            outlet.wrapper._flush_event.set()  # the writer task waits for the socket, or fails the connection
         elif pending and waiting is None:
-            _flush_soon(wrapper)
+            _flush_soon(outlet.wrapper)
 
 
 _SEND_THREAD: trio.lowlevel.RunVar[_SendThread] = trio.lowlevel.RunVar("aether_rpc_send_thread")
