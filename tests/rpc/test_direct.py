@@ -222,3 +222,37 @@ async def test_a_connection_closed_while_the_send_thread_holds_its_bytes_closes_
                 received = event.data + await client.wait_closed()
     assert received.startswith(struct.pack(">?I", False, 12) + _message(0, size=10))
     assert held.outlet.socket.fileno() == -1
+
+
+async def test_bytes_the_socket_does_not_take_are_given_back_and_sent_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """6 MB sent directly in one scheduler tick to a client that reads nothing for a while: the send thread's
+    one non-blocking send writes what the socket takes, gives the rest back to the writer task (which waits for
+    the socket), and the client then reads every message whole and in order, then status OK."""
+    shortfalls: list[int] = []
+    returned = trio.Event()
+    upstream_sent = compat._sent
+
+    def counting_sent(batch: compat._Batch, sent: list[int]) -> None:
+        shortfalls.extend(len(data) - count for (_, data), count in zip(batch, sent, strict=True))
+        returned.set()
+        upstream_sent(batch, sent)
+
+    monkeypatch.setattr(compat, "_sent", counting_sent)
+    size, count = 100_000, 60
+    direct = Direct(size=size)
+    with trio.fail_after(60):
+        async with (
+            serving(direct) as address,
+            RawH2Client.connect(address, initial_window=2**31 - 1) as client,
+        ):
+            client._connection.increment_flow_control_window(2**31 - 1 - 65_535)
+            stream_id = await client.open("Send")
+            await client.send(stream_id, wrappers_pb2.UInt32Value(value=count), end_stream=True)
+            await returned.wait()  # the batch came back from the thread (the client has read nothing)
+            messages, status = await _receive_all(client, stream_id)
+    assert max(shortfalls) > 0  # the socket did not take the whole batch
+    assert direct.accepted == [True] * count
+    assert messages == [bytes([index % 256]) * size for index in range(count + 1)]
+    assert status == "0"
