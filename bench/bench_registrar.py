@@ -30,7 +30,10 @@ import trio
 import trio_asyncio
 from _common import write_results
 from aetcd import rpc
+from purerpc.grpc_socket import SocketWrapper
 
+import aether.rpc.compat
+import aether.rpc.direct
 from aether.core.events import EndpointAdded, Event
 from aether.core.events.registry import Endpoint, Protocol
 from aether.proto.registrar.v1 import registrar_pb2 as pb
@@ -110,6 +113,12 @@ def _endpoint(number: int, *, service: str) -> Endpoint:
 # --- the registrar process ---
 
 
+def _send_inline(wrapper: SocketWrapper, data: bytes) -> None:
+    """`aether.rpc.compat.send_soon` without the send thread: into h2's buffer, written on the trio thread."""
+    wrapper._grpc_connection.h2_connection._data_to_send += data
+    aether.rpc.compat.flush_nowait(wrapper)
+
+
 def serve(port: int, preload: int) -> None:
     """`bench_registrar.py serve PORT PRELOAD`: a registrar with `preload` endpoints; prints its port when ready."""
 
@@ -122,6 +131,9 @@ def serve(port: int, preload: int) -> None:
             bound = await nursery.start(functools.partial(serve_registrar, backend=backend, listen=listen))
             print(bound.port, flush=True)
 
+    if os.environ.get("BENCH_INLINE_SENDS"):
+        # The reference for the send thread: direct deliveries written on the trio thread, as before it.
+        aether.rpc.direct.send_soon = _send_inline
     profile = os.environ.get("BENCH_CPROFILE")
     if profile:
         _profile_until_terminated(Path(profile))

@@ -128,14 +128,25 @@ MESH_CONFIG = """
 apiVersion: config.aether.io/v1
 kind: MeshConfig
 metadata: {name: default, namespace: aether-system}
-spec: {meshDomain: corp.mesh, proxy: {tracingEnabled: true}}
+spec: {meshDomain: corp.mesh, trustDomain: corp.example, proxy: {tracingEnabled: true}}
+"""
+MESHED_POD = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {aether.io/managed: "true"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, namespace: shop}
+spec: {containers: [{name: web, image: "web:1"}]}
 """
 
 
 def test_the_controller_process_serves_webhooks_and_projects_the_mesh_config(tmp_path: Path) -> None:
     """`aether controller` as deployed (generated certificate, caBundle written) behind the standalone test API
-    server: kubectl's route with an uncompilable regex is denied with the core's message, and the MeshConfig
-    kubectl applies comes back as the ConfigMap the agent and the edge mount."""
+    server: kubectl's route with an uncompilable regex is denied with the core's message, the MeshConfig kubectl
+    applies comes back as the ConfigMap the agent and the edge mount, and a pod created then gets the init check
+    expecting that MeshConfig's trust domain."""
     webhook_port = pick_free_port()
     api = subprocess.Popen(
         [
@@ -182,7 +193,15 @@ def test_the_controller_process_serves_webhooks_and_projects_the_mesh_config(tmp
             )
             if shown.returncode == 0:
                 projected = yaml.safe_load(yaml.safe_load(shown.stdout)["data"]["mesh-config.yaml"])
-        assert projected == {"meshDomain": "corp.mesh", "proxy": {"tracingEnabled": True}}
+        assert projected == {
+            "meshDomain": "corp.mesh",
+            "proxy": {"tracingEnabled": True},
+            "trustDomain": "corp.example",
+        }
+        _kubectl(kubeconfig, "apply", "--validate=false", "-f", "-", stdin=MESHED_POD)
+        pod = yaml.safe_load(_kubectl(kubeconfig, "get", "pod", "web-0", "-n", "shop", "-o", "yaml"))
+        [ready] = pod["spec"]["initContainers"]
+        assert ready["args"] == ["--inbound", "--trust-domain=corp.example"]
     finally:
         for process in (controller, api):
             if process is not None:

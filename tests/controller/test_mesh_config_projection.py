@@ -113,3 +113,22 @@ async def test_a_replica_that_does_not_lead_writes_nothing(api: KubeApi) -> None
         leading = True
         await _wait_until(lambda: _projected(api, "shop") is not None)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_trust_domain_in_force_is_the_one_projected_into_aether_system(api: KubeApi) -> None:
+    """What the pod webhook's inbound check expects: the trustDomain of aether-system's projected ConfigMap (the
+    agents' and the edge's), none before one is projected, the core's default when it sets none, and an edit's
+    once projected; a namespace's own MeshConfig does not change it."""
+    api.store.create(MESH_CONFIGS, _mesh_config("shop", {"trustDomain": "shop.example"}))
+    async with trio.open_nursery() as nursery:
+        projection = await _start(nursery, api, lambda: True)
+        await _wait_until(lambda: _projected(api, "shop") is not None)
+        assert projection.trust_domain() is None
+        api.store.create(MESH_CONFIGS, _mesh_config("aether-system", {"meshDomain": "corp.mesh"}))
+        await _wait_until(lambda: projection.trust_domain() is not None)
+        assert projection.trust_domain() == "aether.internal"
+        fallback = api.store.get(MESH_CONFIGS, name="default", namespace="aether-system")
+        assert fallback is not None
+        api.store.update(MESH_CONFIGS, {**fallback, "spec": {"trustDomain": "corp.example"}})
+        await _wait_until(lambda: projection.trust_domain() == "corp.example")
+        nursery.cancel_scope.cancel()

@@ -8,6 +8,7 @@ import base64
 import copy
 import functools
 import json
+import ssl
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,13 @@ import jsonpatch
 import pytest
 import yaml
 
+from aether.cli import main
 from aether.controller import (
     IDENTITY_READY_CONTAINER,
     ROUTE_KINDS_VALIDATED,
     IdentityCheck,
     PodMutation,
+    WebhookServer,
     answer_review,
     config_verdict,
     mesh_ndots,
@@ -210,7 +213,7 @@ def test_the_pod_patch_meshes_the_pod_and_is_idempotent() -> None:
     assert ready["command"][-1] == "identity-ready"
     # By default it checks the pod's own mesh inbound: its pod, service account and IP from the Downward API, as
     # `aether identity-ready --inbound` reads them, and no volume (Pod Security "baseline" refuses hostPath).
-    assert ready["args"] == ["--inbound"]
+    assert ready["args"] == ["--inbound", "--trust-domain=aether.internal"]  # the core's default MeshConfig
     assert {item["name"]: item["valueFrom"]["fieldRef"]["fieldPath"] for item in ready["env"]} == {
         "POD_NAMESPACE": "metadata.namespace",
         "POD_NAME": "metadata.name",
@@ -231,6 +234,61 @@ def _restricted(context: dict[str, Any]) -> bool:
         and context["runAsNonRoot"] is True
         and context["seccompProfile"] == {"type": "RuntimeDefault"}
     )
+
+
+EXPECTED_CORP_PATCH: list[dict[str, Any]] = [
+    {"op": "add", "path": "/metadata/labels/aether.io~1managed", "value": "true"},
+    {"op": "add", "path": "/spec/dnsConfig", "value": {"options": [{"name": "ndots", "value": "3"}]}},
+    {
+        "op": "add",
+        "path": "/spec/initContainers",
+        "value": [
+            {
+                "name": "aether-identity-ready",
+                "image": "registry.example/aether:1.0",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/opt/aether/bin/aether", "identity-ready"],
+                "args": ["--inbound", "--trust-domain=corp.example"],
+                "env": [
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {
+                        "name": "POD_SERVICE_ACCOUNT",
+                        "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}},
+                    },
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                ],
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "readOnlyRootFilesystem": True,
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "runAsGroup": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+            }
+        ],
+    },
+]
+"""The whole patch of `_pod()` with the mesh's trust domain `corp.example` (written out: a change to the patch must
+change this too)."""
+
+
+def test_the_inbound_check_expects_the_trust_domain_in_force() -> None:
+    """The injected `--inbound` check expects `spiffe://<td>/ns/<ns>/sa/<sa>` of the mesh's trust domain: the
+    mutation's own, or the one the server's source says is in force at each review (the projected MeshConfig's)."""
+    corp = PodMutation(image=MUTATION.image, trust_domain="corp.example")
+    assert list(pod_verdict(_pod(), namespace="shop", mutation=corp).patch) == EXPECTED_CORP_PATCH
+    in_force: list[str | None] = [None]
+    server = WebhookServer(
+        ssl_context=ssl.create_default_context(), mutation=MUTATION, trust_domain=lambda: in_force[0]
+    )
+    assert server.current_mutation() is MUTATION  # no MeshConfig projected yet: the default stands
+    in_force[0] = "corp.example"
+    assert server.current_mutation() == corp
+    _, answer = answer_review("/mutate-pod", _review(_pod(), kind="Pod"), mutation=server.current_mutation())
+    assert json.loads(base64.b64decode(answer["response"]["patch"])) == EXPECTED_CORP_PATCH
 
 
 def test_the_admin_socket_check_mounts_the_agents_run_directory() -> None:
@@ -354,3 +412,21 @@ def test_a_route_of_another_implementations_gateway_is_not_judged() -> None:
 
 def _owned_by(ours: set[tuple[str, str]], namespace: str, name: str) -> bool:
     return (namespace, name) in ours
+
+
+def test_a_bad_trust_domain_flag_is_a_usage_error_naming_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """`aether controller --trust-domain` must be a SPIFFE trust domain: else exit 2 before any API call."""
+    argv = [
+        "controller",
+        "--kube-api",
+        "http://127.0.0.1:1",
+        "--pod-name",
+        "c-0",
+        "--trust-domain",
+        "Corp Mesh",
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "aether: error: --trust-domain: trust domain must be lowercase letters, digits, '.', '-' or '_' "
+        "(got 'Corp Mesh')\n"
+    )

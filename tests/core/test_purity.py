@@ -25,6 +25,7 @@ ALLOWED = (
     "collections.abc",
     "dataclasses",
     "itertools",
+    "bisect",
     "math",
     "attrs",
     "immutables",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import immutables
 import pytest
+from google.protobuf import any_pb2
 
 from aether.core.errors import InternalError
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, Resource, Snapshot, type_version, version_of
@@ -49,6 +50,17 @@ def test_consistency_names_dangling_references() -> None:
     )
 
 
+def test_a_resource_of_shared_parts_is_the_resource_of_their_bytes() -> None:
+    """Parts joined give the same digest, equality and version share as one body."""
+    whole = cluster("a")
+    body = whole.body
+    split = Resource.from_parts(whole.type_url, name="a", parts=(body[:5], b"", body[5:]), references=("a",))
+    assert split == whole
+    assert split.body == body
+    assert split.size == len(body)
+    assert split.entry_hash == whole.entry_hash
+
+
 def test_only_served_resource_types_become_resources() -> None:
     """A message of another type is a programming error."""
     from google.protobuf import wrappers_pb2
@@ -57,11 +69,15 @@ def test_only_served_resource_types_become_resources() -> None:
         Resource.from_message(wrappers_pb2.StringValue(value="x"))
 
 
-def test_a_resource_packs_once() -> None:
-    """The packed Any is built once and reused."""
+def test_a_resource_keeps_its_bytes_once() -> None:
+    """A resource keeps its serialized bytes only (no message, no packed copy); packing copies them into the Any."""
     resource = cluster("a")
-    assert resource.packed is resource.packed
     assert resource.packed.value == resource.body
+    assert resource.parts == (resource.body,)
+    assert resource.size == len(resource.body)
+    target = any_pb2.Any()
+    resource.pack_into(target)
+    assert target == resource.packed
     assert Snapshot.build(node_id=NODE, resources=[resource]).of_type(CLUSTER_TYPE)["a"] is resource
 
 

@@ -34,6 +34,17 @@ def test_exit_status_is_what_a_shell_reports() -> None:
     assert [exit_status(0), exit_status(1), exit_status(-signal.SIGKILL)] == [0, 1, 137]
 
 
+def test_a_missing_bootstrap_is_a_usage_error_naming_the_file(tmp_path: Path) -> None:
+    """No Envoy is started (it would only say "Invalid path" and be restarted forever): exit 2 naming the file."""
+    missing = tmp_path / "absent.json"
+    command = [sys.executable, "-m", "aether.cli", "proxy-supervisor", "--bootstrap", str(missing)]
+    command += ["--node-name", "node-a", "--runtime-dir", str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 2
+    assert f"--bootstrap {missing} is not a file" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_crash_backoff_doubles_up_to_its_cap() -> None:
     """0.1 s, 0.2 s, 0.4 s... and never more than `BACKOFF_MAX`."""
     assert [crash_backoff(n) for n in (1, 2, 3)] == [0.1, 0.2, 0.4]

@@ -9,10 +9,12 @@ import ssl
 from pathlib import Path
 
 import trio
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from aether.core.events import Event
-from aether.identity.mint import TestCA
+from aether.identity.mint import MintedSvid, TestCA
 from aether.identity.renewal import RenewingContext, serve_context_renewal
 from aether.identity.tls import client_context, load_material
 from aether.identity.workload_api import WorkloadIdentity, serve_workload_api
@@ -163,3 +165,67 @@ async def test_the_agent_stops_trusting_a_registrar_whose_ca_its_bundle_dropped(
 
         await wait_for(refused, timeout=TIMEOUT)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_rotated_svid_is_presented_by_the_next_connection_without_a_restart(tmp_path: Path) -> None:
+    """The agent's own SVID rotates on the Workload API (a new key): the context renews, and the next connection
+    presents the new certificate to a server that asks for one (the registrar and the broker do)."""
+    ca = TestCA(TD)
+    first, second = ca.issue(AGENT_ID), ca.issue(AGENT_ID, key=ca.new_key())
+    workload = FakeWorkloadApi(ca, svids=[first])
+    server = _server_context(ca, tmp_path)
+    server.verify_mode = ssl.CERT_REQUIRED
+    server.load_verify_locations(cadata=ca.bundle_pem.decode("ascii"))
+    presented: list[bytes] = []
+
+    async def answer(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        await stream.do_handshake()
+        presented.append(stream.getpeercert(binary_form=True) or b"")
+        await stream.send_all(b"ok")
+        await stream.aclose()
+
+    async def connect(port: int) -> bytes:
+        stream = await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=context)
+        with trio.fail_after(TIMEOUT):
+            answered = await stream.receive_some()
+        await trio.aclose_forcefully(stream)
+        return bytes(answered)
+
+    def leaf(svid: MintedSvid) -> bytes:
+        certificate = x509.load_pem_x509_certificates(svid.cert_chain_pem)[0]
+        return certificate.public_bytes(serialization.Encoding.DER)
+
+    context = RenewingContext()
+    send, receive = trio.open_memory_channel[Event](0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_drain, receive)
+        await nursery.start(workload.serve, tmp_path / "workload.sock")
+        [listener] = await nursery.start(
+            functools.partial(trio.serve_ssl_over_tcp, answer, 0, server, host="127.0.0.1")
+        )
+        port = listener.transport_listener.socket.getsockname()[1]
+        identity: WorkloadIdentity = await nursery.start(
+            functools.partial(serve_workload_api, tmp_path / "workload.sock", send=send)
+        )
+        nursery.start_soon(serve_context_renewal, identity, context)
+
+        async def presents(svid: MintedSvid) -> bool:
+            material = identity.tls_material()
+            return (
+                context.renewals >= 1
+                and material is not None
+                and material.cert_chain_pem == svid.cert_chain_pem
+            )
+
+        await wait_for(functools.partial(presents, first), timeout=TIMEOUT)
+        assert await connect(port) == b"ok"
+        workload.set_svids([second])
+        await wait_for(functools.partial(presents, second), timeout=TIMEOUT)
+        assert await connect(port) == b"ok"
+        assert presented == [leaf(first), leaf(second)]
+        nursery.cancel_scope.cancel()
+
+
+async def _drain(receive: trio.MemoryReceiveChannel[Event]) -> None:
+    async for _ in receive:
+        pass

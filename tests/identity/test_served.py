@@ -9,7 +9,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from aether.cli import identity_ready_command
+from aether.cli import identity_ready_command, main
 from aether.cli.identity_ready_command import inbound_address
 from aether.core.project.names import MESH_INBOUND_PORT
 from aether.identity.mint import MintedSvid, TestCA
@@ -89,3 +89,40 @@ def test_the_inbound_address_defaults_to_the_pod_ip_and_the_mesh_inbound() -> No
     for bad in ("10.0.0.1", ":18008", "host:0", "host:http"):
         with pytest.raises(ValueError, match="--inbound: expected HOST:PORT"):
             inbound_address(bad)
+
+
+POD = ("--namespace", "shop", "--pod", "cart-1")
+INBOUND = (*POD, "--inbound", "--service-account", "cart")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ((), "give --namespace and --pod (or set POD_NAMESPACE and POD_NAME)"),
+        ((*POD, "--inbound"), "give --service-account (or set POD_SERVICE_ACCOUNT) with --inbound"),
+        (
+            (*POD, "--inbound", "cart:http", "--service-account", "cart"),
+            "--inbound: expected HOST:PORT such as 10.0.0.7:18008 (got 'cart:http')",
+        ),
+        (
+            (*INBOUND, "--trust-domain", "Corp Mesh"),
+            "--trust-domain: trust domain must be lowercase letters, digits, '.', '-' or '_' (got 'Corp Mesh')",
+        ),
+        (
+            (*INBOUND, "--bundle", "/nonexistent/bundle.pem"),
+            "--bundle: cannot read '/nonexistent/bundle.pem': No such file or directory",
+        ),
+    ],
+    ids=["no pod", "no service account", "bad inbound", "bad trust domain", "missing bundle"],
+)
+def test_identity_ready_usage_errors_exit_2_naming_the_input(
+    argv: tuple[str, ...],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bad input is a usage error (2) before any check, naming what is wrong; never a timeout (1)."""
+    for variable in ("POD_NAMESPACE", "POD_NAME", "POD_SERVICE_ACCOUNT", "POD_IP"):
+        monkeypatch.delenv(variable, raising=False)
+    assert main(["identity-ready", *argv, "--timeout", "0"]) == 2
+    assert message in capsys.readouterr().err

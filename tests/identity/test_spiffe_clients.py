@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -259,6 +260,23 @@ async def test_a_revoked_identity_stops_being_served_and_an_unknown_pod_is_retri
         await until(r.journal, lambda s: WEB_ID in s.identity.svids)
         r.broker.revoke("default/web-1")
         await until(r.journal, lambda s: WEB_ID not in s.identity.svids)
+
+
+async def test_a_workload_reference_error_is_retried_after_a_backoff(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """FailedPrecondition (the pod's reference resolves but cannot be attested yet) ends that pod's stream only:
+    it is logged, and asked again after a backoff until the SVID comes, on the same connection."""
+    async with rig(tmp_path) as r:
+        r.broker.unattestable["default/web-1"] = 2
+        r.broker.set_svids("default/web-1", [r.ca.issue(WEB_ID)])
+        await r.add_pod("web-1")
+        await until(r.journal, lambda s: WEB_ID in s.identity.svids)
+        assert r.broker.calls == [("kubernetes", "default/web-1")] * 3
+        statistics = r.client.statistics()
+        assert (statistics.pod_failures, statistics.connects, statistics.failures) == (2, 1, 0)
+        logged = [record.getMessage() for record in caplog.records if record.name == "aether.identity.broker"]
+        assert sum("pod default/web-1: FailedPreconditionError" in line for line in logged) == 2, logged
 
 
 async def test_bad_svids_are_refused_with_their_reason_and_the_good_one_keeps_serving(tmp_path: Path) -> None:

@@ -6,14 +6,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import struct
+import threading
 from collections.abc import AsyncIterator
 
 import h2.events
 import purerpc
 import pytest
 import trio
+import trio.testing
 from google.protobuf import wrappers_pb2
 
+from aether.rpc import compat
 from aether.rpc.direct import EncodedMessage, StreamSender, current_server_stream
 from aether.rpc.listen import ListenAddress, serve_grpc
 from tests.rpc.test_compat import RawH2Client
@@ -124,3 +127,132 @@ async def test_messages_arrive_whole_and_in_order_within_the_window(
 def test_there_is_no_current_stream_outside_a_handler() -> None:
     """Only a handler's task knows its stream."""
     assert current_server_stream() is None
+
+
+class HeldSend:
+    """Send: with the send thread held, one message sent with `send_nowait` (its bytes then wait in the thread),
+    then `value` more yielded by the handler (with `wait`, once the first is in flight; without, in the same
+    scheduler tick: one batch takes them all); `in_flight` tells when the first is in flight."""
+
+    def __init__(self, *, wait: bool = True) -> None:
+        self.wait = wait
+        self.release = threading.Event()
+        self.in_flight = trio.Event()
+        self.outlet: compat._Outlet | None = None
+
+    def service(self) -> purerpc.Service:
+        service = purerpc.Service(SERVICE_NAME)
+        signature = purerpc.RPCSignature(
+            purerpc.Cardinality.UNARY_STREAM, wrappers_pb2.UInt32Value, wrappers_pb2.BytesValue
+        )
+        service.add_method("Send", self._send, signature)
+        return service
+
+    async def _send(self, request: wrappers_pb2.UInt32Value) -> AsyncIterator[EncodedMessage]:
+        stream = current_server_stream()
+        assert stream is not None
+        compat._send_thread().call(self.release.wait)  # the thread writes nothing until released
+        assert StreamSender(stream).send_nowait([_message(0, size=10)])
+        outlet = getattr(stream._socket, compat._OUTLET_ATTRIBUTE)
+        while self.wait and not outlet.in_flight:  # handed to the thread at the end of the scheduler tick
+            await trio.lowlevel.checkpoint()
+        self.outlet = outlet
+        self.in_flight.set()
+        for index in range(1, request.value + 1):
+            yield EncodedMessage(_message(index, size=10))
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["after-the-batch", "in-the-same-batch"])
+async def test_what_the_handler_yields_while_the_send_thread_holds_earlier_bytes_goes_after_them(
+    wait: bool,
+) -> None:
+    """Bytes for the send thread, then three messages yielded (purerpc's writer path) and the trailers, while the
+    thread holds the first batch or before it was handed over: the writer task waits for the thread, and the
+    client reads all four in order, then status OK."""
+    held = HeldSend(wait=wait)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(
+                functools.partial(
+                    serve_grpc, [held.service()], listen=ListenAddress.tcp(host="127.0.0.1", port=0)
+                )
+            )
+            async with RawH2Client.connect(address) as client:
+                stream_id = await client.open("Send")
+                await client.send(stream_id, wrappers_pb2.UInt32Value(value=3), end_stream=True)
+                await held.in_flight.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                held.release.set()
+                messages, status = await _receive_all(client, stream_id)
+            nursery.cancel_scope.cancel()
+    assert (messages, status) == ([bytes([index]) * 10 for index in range(4)], "0")
+
+
+async def test_a_connection_closed_while_the_send_thread_holds_its_bytes_closes_after_writing_them() -> None:
+    """The server shuts down while the send thread holds bytes of a connection: the connection's socket stays
+    open (its descriptor cannot be reused by another connection) until the thread wrote them; the client reads
+    them whole, then the connection ends."""
+    held = HeldSend()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            server = trio.CancelScope()
+
+            async def run_server(*, task_status: trio.TaskStatus[ListenAddress]) -> None:
+                with server:
+                    await serve_grpc(
+                        [held.service()],
+                        listen=ListenAddress.tcp(host="127.0.0.1", port=0),
+                        task_status=task_status,
+                    )
+
+            address = await nursery.start(run_server)
+            async with RawH2Client.connect(address) as client:
+                stream_id = await client.open("Send")
+                await client.send(stream_id, wrappers_pb2.UInt32Value(value=0), end_stream=True)
+                await held.in_flight.wait()
+                server.cancel()
+                await trio.testing.wait_all_tasks_blocked()  # every server task ended or waits for the thread
+                assert held.outlet is not None
+                assert held.outlet.closed  # its writer task ended: no send starts
+                assert held.outlet.socket.fileno() != -1  # but the socket is open
+                held.release.set()
+                event = await client.wait_for(
+                    lambda event: isinstance(event, h2.events.DataReceived) and event.stream_id == stream_id
+                )
+                received = event.data + await client.wait_closed()
+    assert received.startswith(struct.pack(">?I", False, 12) + _message(0, size=10))
+    assert held.outlet.socket.fileno() == -1
+
+
+async def test_bytes_the_socket_does_not_take_are_given_back_and_sent_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """6 MB sent directly in one scheduler tick to a client that reads nothing for a while: the send thread's
+    one non-blocking send writes what the socket takes, gives the rest back to the writer task (which waits for
+    the socket), and the client then reads every message whole and in order, then status OK."""
+    shortfalls: list[int] = []
+    returned = trio.Event()
+    upstream_sent = compat._sent
+
+    def counting_sent(batch: compat._Batch, sent: list[int]) -> None:
+        shortfalls.extend(len(data) - count for (_, data), count in zip(batch, sent, strict=True))
+        returned.set()
+        upstream_sent(batch, sent)
+
+    monkeypatch.setattr(compat, "_sent", counting_sent)
+    size, count = 100_000, 60
+    direct = Direct(size=size)
+    with trio.fail_after(60):
+        async with (
+            serving(direct) as address,
+            RawH2Client.connect(address, initial_window=2**31 - 1) as client,
+        ):
+            client._connection.increment_flow_control_window(2**31 - 1 - 65_535)
+            stream_id = await client.open("Send")
+            await client.send(stream_id, wrappers_pb2.UInt32Value(value=count), end_stream=True)
+            await returned.wait()  # the batch came back from the thread (the client has read nothing)
+            messages, status = await _receive_all(client, stream_id)
+    assert max(shortfalls) > 0  # the socket did not take the whole batch
+    assert direct.accepted == [True] * count
+    assert messages == [bytes([index % 256]) * size for index in range(count + 1)]
+    assert status == "0"

@@ -306,3 +306,15 @@ async def test_clients_that_cancel_while_being_answered_end_only_their_own_strea
         assert first.version_info == ROUTES_V1.version(ROUTE_TYPE)
         outbox.put(_END)
         nursery.cancel_scope.cancel()
+
+
+def test_the_server_serves_ads_and_the_standalone_sds_service() -> None:
+    """Both services, each with its SotW and Delta method (an SDS config source that is not ADS uses the second)."""
+    services = XdsServer(SnapshotCache()).services()
+    assert [(service.name, sorted(service.methods)) for service in services] == [
+        (
+            "envoy.service.discovery.v3.AggregatedDiscoveryService",
+            ["DeltaAggregatedResources", "StreamAggregatedResources"],
+        ),
+        ("envoy.service.secret.v3.SecretDiscoveryService", ["DeltaSecrets", "StreamSecrets"]),
+    ]

@@ -29,6 +29,7 @@ from aether.controller import (
     serve_mesh_config_projection,
     serve_webhooks,
 )
+from aether.core.validation import trust_domain_problem
 from aether.kube import KubeClient, KubeError
 
 EXIT_USAGE = 2
@@ -121,6 +122,11 @@ def _add_webhook_arguments(parser: Any) -> None:
         default="aether.internal",
         help="the mesh domain mutated pods get DNS ndots for (default aether.internal)",
     )
+    webhooks.add_argument(
+        "--trust-domain",
+        help="the trust domain of the SPIFFE ID the inbound check expects, spiffe://TD/ns/NS/sa/SA (default: "
+        "the trustDomain of the MeshConfig projected into aether-system, as the agents read it)",
+    )
 
 
 def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
@@ -132,6 +138,8 @@ def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
         )
     if (arguments.webhook_cert is None) != (arguments.webhook_key is None):
         raise ValueError("--webhook-cert and --webhook-key: give both or neither")
+    if arguments.trust_domain is not None and (problem := trust_domain_problem(arguments.trust_domain)):
+        raise ValueError(f"--trust-domain: {problem}")
     return WebhookOptions(
         host=host.strip("[]"),
         port=int(port),
@@ -141,6 +149,7 @@ def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
         pod_namespace=arguments.pod_namespace,
         pod_name=arguments.pod_name,
         mesh_domain=arguments.mesh_domain,
+        trust_domain=arguments.trust_domain,
         identity_check=IdentityCheck(arguments.identity_check),
     )
 
@@ -184,12 +193,18 @@ def run_controller(arguments: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(serve_controller, client, config)
-            await nursery.start(
-                functools.partial(serve_webhooks, client, webhook_options, owns_gateway=running.owns_gateway)
+            projection = await nursery.start(
+                functools.partial(
+                    serve_mesh_config_projection, client, leading=lambda: running.statistics().leading
+                )
             )
             await nursery.start(
                 functools.partial(
-                    serve_mesh_config_projection, client, leading=lambda: running.statistics().leading
+                    serve_webhooks,
+                    client,
+                    webhook_options,
+                    owns_gateway=running.owns_gateway,
+                    trust_domain=projection.trust_domain,
                 )
             )
             print(

@@ -117,6 +117,7 @@ def inbound_address(text: str, *, environ: dict[str, str] | None = None) -> tupl
 def _inbound_check(arguments: argparse.Namespace) -> Callable[[], str | None] | str:
     """The `--inbound` check of the pod, or the usage error."""
     # Imported here: only this form needs TLS and certificates (a quarter second at every pod's start).
+    from aether.core.validation import trust_domain_problem
     from aether.identity.served import (
         ServedCertificateError,
         fetch_served_certificate,
@@ -125,11 +126,16 @@ def _inbound_check(arguments: argparse.Namespace) -> Callable[[], str | None] | 
 
     if not arguments.service_account:
         return "give --service-account (or set POD_SERVICE_ACCOUNT) with --inbound"
+    if arguments.trust_domain and (problem := trust_domain_problem(arguments.trust_domain)):
+        return f"--trust-domain: {problem}"
     try:
         host, port = inbound_address(arguments.inbound)
-        bundle = None if arguments.bundle is None else arguments.bundle.read_bytes()
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:
         return str(exc)
+    try:
+        bundle = None if arguments.bundle is None else arguments.bundle.read_bytes()
+    except OSError as exc:
+        return f"--bundle: cannot read {str(arguments.bundle)!r}: {exc.strerror or exc}"
 
     def check() -> str | None:
         try:

@@ -57,10 +57,18 @@ def add_parser(roles: Any) -> None:
 
 def run_proxy_supervisor(arguments: argparse.Namespace) -> int:
     """`aether proxy-supervisor`: runs until SIGTERM/SIGINT/SIGQUIT; exits with the newest Envoy's status (128 + N
-    for a death by signal N), or 2 when no Envoy binary is found."""
+    for a death by signal N), or 2 when the bootstrap or the Envoy binary is missing."""
     from aether.envoy.supervisor import ProxySupervisor
 
     configure_logging(arguments)
+    if not arguments.bootstrap.is_file():
+        # Envoy would say only "Invalid path" and be restarted with backoff forever: a pod that can never start.
+        print(
+            f"aether proxy-supervisor: error: --bootstrap {arguments.bootstrap} is not a file "
+            "(write it first, e.g. with `aether bootstrap` in an init container)",
+            file=sys.stderr,
+        )
+        return 2
     config = supervisor_config(arguments)
     try:
         supervisor = ProxySupervisor(config)

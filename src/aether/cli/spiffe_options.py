@@ -7,7 +7,6 @@ the SPIFFE specs name: `SPIFFE_ENDPOINT_SOCKET` (Workload Endpoint) and `SPIFFE_
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from aether.identity.broker import BROKER_SOCKET_ENV
@@ -49,8 +48,8 @@ def spiffe_sockets(arguments: argparse.Namespace) -> tuple[Path | None, Path | N
     """
     workload = arguments.spiffe_workload_socket or endpoint_socket_from_env()
     broker = getattr(arguments, "spiffe_broker_socket", None)
-    if broker is None and os.environ.get(BROKER_SOCKET_ENV):
-        broker = endpoint_socket_from_env({ENDPOINT_SOCKET_ENV: os.environ[BROKER_SOCKET_ENV]})
+    if broker is None:
+        broker = endpoint_socket_from_env(variable=BROKER_SOCKET_ENV, what="Broker API")
     if broker is not None and workload is None:
         raise ValueError(
             "--spiffe-broker-socket needs --spiffe-workload-socket (or $SPIFFE_ENDPOINT_SOCKET): the agent"

@@ -27,6 +27,7 @@ from aether.controller.leader import (
     serve_leader_election,
 )
 from aether.controller.status_diff import gateway_addresses
+from aether.controller.status_queue import StatusQueue
 from aether.controller.status_writer import write_status
 from aether.core.events import Event
 from aether.core.gateway import EDGE_CONTROLLER, GatewayProjector, ObjectStatus
@@ -116,6 +117,7 @@ class _Controller:
         self._state: State = EMPTY_STATE
         self._seq = 0
         self._projector = GatewayProjector()
+        self._queue = StatusQueue()
         self._objects: dict[WatchQuery, dict[str, JsonObject]] = {query: {} for query in queries}
         self._resources = {query: query.resource for query in queries if query.resource in STATUS_RESOURCES}
         self._leading_until = float("-inf")
@@ -162,6 +164,7 @@ class _Controller:
         self._leading_until = leadership.until if leadership.leading else float("-inf")
         if self._leading() and not was:
             self._dirty = True  # a new leader writes whatever the last one left behind
+            self._queue.everything()
 
     def fold(self, query: WatchQuery, update: Update) -> None:
         """Fold one reflector update: the objects as seen, and the events into the state."""
@@ -174,18 +177,22 @@ class _Controller:
                 fresh = {key: obj for obj in listed if (key := self._key(obj)) is not None}
                 for key in sorted(set(objects) - set(fresh)):
                     events += self._events(deletion_events, objects.pop(key), at=now)
+                    self._queue.observed(key)
                 for key, obj in fresh.items():
                     events += self._events(object_events, obj, at=now, known=key in objects)
                     objects[key] = obj
+                    self._queue.observed(key)
             case Upserted(object=obj):
                 key = self._key(obj)
                 if key is not None:
                     events += self._events(object_events, obj, at=now, known=key in objects)
                     objects[key] = obj
+                    self._queue.observed(key)
             case Deleted(object=obj):
                 key = self._key(obj)
                 if key is not None and objects.pop(key, None) is not None:
                     events += self._events(deletion_events, obj, at=now)
+                    self._queue.observed(key)
             case WatchInterrupted() | Resumed():
                 return
             case _:  # pragma: no cover - the type checker proves this unreachable
@@ -213,14 +220,19 @@ class _Controller:
             return []
 
     async def reconcile(self, *, force: bool = False) -> None:
-        """While leading and synced, write every status of ours that differs from the computed one."""
+        """While leading and synced, write every status of ours that differs from the computed one: of the objects
+        observed changed and those whose computed status changed (`StatusQueue`), of every object when forced."""
         if not (self._dirty or force) or self._unsynced or not self._leading():
             return
         self._dirty = False
         view = self._projector.view(self._state)
+        if force:
+            self._queue.everything()
+        wanted = self._queue.take(view.status, self._projector.status_changes())
         for query, resource in self._resources.items():
             objects = self._objects[query]
-            for key in sorted(objects):
+            keys = objects if wanted is None else wanted.intersection(objects)
+            for key in sorted(keys):
                 await self._write(resource, objects, key, view.status.get(key))
         self._counts["reconciles"] += 1
 
@@ -239,6 +251,7 @@ class _Controller:
             )
         except KubeError as error:
             self._counts["status_failures"] += 1
+            self._queue.observed(key)
             LOG.warning("status of %s %s not written: %s", resource.kind, key, error)
             return
         self._counts["status_writes"] += outcome.writes

@@ -11,6 +11,7 @@ MeshConfig leaves its ConfigMap as it was (the agent and the edge keep the confi
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ from aether.kube.mesh_config import (
     PROJECTION_LABELS,
     MeshConfigInvalid,
     effective_spec,
+    mesh_config_from_text,
     projected_config_map,
     spec_of,
 )
@@ -91,6 +93,13 @@ class MeshConfigProjection:
     def synced(self) -> bool:
         """Both collections have listed once (nothing is written before: it would overwrite what it cannot see)."""
         return not self._unsynced
+
+    def trust_domain(self) -> str | None:
+        """The trust domain of the ConfigMap projected into aether-system, the one the agents and the edge read
+        (so the one they check SVIDs against), or None while there is none or it does not parse."""
+        stored = self._maps.get(FALLBACK_NAMESPACE)
+        text = None if stored is None else (stored.get("data") or {}).get(MESH_CONFIG_KEY)
+        return None if not isinstance(text, str) else _trust_domain_of_text(text)
 
     def fold(self, query: WatchQuery, update: Update) -> None:
         """Take one reflector update."""
@@ -171,6 +180,17 @@ class MeshConfigProjection:
         self._counts["writes"] += 1
         self._maps[namespace] = written
         LOG.info("projected the MeshConfig of %s into ConfigMap %s", namespace, MESH_CONFIG_MAP)
+
+
+@functools.lru_cache(maxsize=4)
+def _trust_domain_of_text(text: str) -> str | None:
+    """The trust domain of a projected `mesh-config.yaml` (parsed once per content: asked at every pod review)."""
+    try:
+        return mesh_config_from_text(
+            text, where=f"ConfigMap {FALLBACK_NAMESPACE}/{MESH_CONFIG_MAP}"
+        ).trust_domain
+    except MeshConfigInvalid:
+        return None
 
 
 async def serve_mesh_config_projection(

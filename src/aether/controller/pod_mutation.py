@@ -8,11 +8,12 @@ nothing) and the same pod always gets the same patch:
    instead of walking the cluster's search domains (Kubernetes' default `ndots: 5` would try five of them);
 3. the init container `aether-identity-ready`, first of all, running `aether identity-ready`: it holds the app's
    containers until the pod's SVID is issued. By default (`IdentityCheck.INBOUND`) it checks the certificate the
-   pod's own mesh inbound serves (`--inbound`: `$POD_IP:18008`, the pod's SPIFFE ID from its namespace and service
-   account): no volume, no privilege, so a namespace enforcing the Pod Security "baseline" (or "restricted")
-   level admits it. `IdentityCheck.ADMIN_SOCKET` asks the node agent's admin socket instead, through the node's
-   `/run/aether` as a read-only hostPath volume the patch adds (which "baseline" refuses), for the agent's reasons
-   on failure.
+   pod's own mesh inbound serves (`--inbound`: `$POD_IP:18008`, whose SVID must name
+   `spiffe://<trustDomain>/ns/<ns>/sa/<sa>`: `--trust-domain` from the patch, namespace and service account from
+   the Downward API): no volume, no privilege, so a namespace enforcing the Pod Security "baseline" (or
+   "restricted") level admits it. `IdentityCheck.ADMIN_SOCKET` asks the node agent's admin socket instead,
+   through the node's `/run/aether` as a read-only hostPath volume the patch adds (which "baseline" refuses), for
+   the agent's reasons on failure (the agent checks the SPIFFE ID itself).
 
 A pod that opts out with `aether.io/managed: "false"`, or lives in a namespace that is never meshed, is left alone.
 """
@@ -26,6 +27,7 @@ from typing import Any
 import attrs
 
 from aether.controller.verdict import ALLOWED, Verdict
+from aether.core.events.kube import MeshConfig
 from aether.core.reduce.annotations import MANAGED_LABEL, NEVER_MESHED
 
 __all__ = ["IDENTITY_READY_CONTAINER", "IdentityCheck", "PodMutation", "mesh_ndots", "pod_verdict"]
@@ -63,10 +65,12 @@ def mesh_ndots(mesh_domain: str) -> int:
 
 @attrs.frozen(kw_only=True)
 class PodMutation:
-    """What the webhook adds: the init container's image, and the mesh domain `ndots` is set for."""
+    """What the webhook adds: the init container's image, the mesh domain `ndots` is set for, and the trust domain
+    of the SPIFFE ID the inbound check expects (the agents' MeshConfig's `trustDomain`, as they check SVIDs)."""
 
     image: str
     mesh_domain: str = "aether.internal"
+    trust_domain: str = MeshConfig().trust_domain
     identity_check: IdentityCheck = IdentityCheck.INBOUND
 
     def init_container(self) -> dict[str, Any]:
@@ -80,7 +84,7 @@ class PodMutation:
             "command": list(IDENTITY_READY_COMMAND),
         }
         if self.identity_check is IdentityCheck.INBOUND:
-            container["args"] = ["--inbound"]
+            container["args"] = ["--inbound", f"--trust-domain={self.trust_domain}"]
             env += [
                 _field_env("POD_SERVICE_ACCOUNT", "spec.serviceAccountName"),
                 _field_env("POD_IP", "status.podIP"),

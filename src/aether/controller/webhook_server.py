@@ -14,6 +14,7 @@ import json
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -41,6 +42,11 @@ IDLE_TIMEOUT = 90.0
 _RECEIVE_SIZE = 65536
 
 
+def no_trust_domain() -> None:
+    """The trust domain source of a server whose mutation's own trust domain stands (none in force)."""
+    return None
+
+
 @attrs.frozen(kw_only=True)
 class WebhookStatistics:
     """Counters of a `WebhookServer`."""
@@ -63,10 +69,13 @@ class WebhookServer:
         *,
         ssl_context: ssl.SSLContext,
         mutation: PodMutation,
+        trust_domain: Callable[[], str | None] = no_trust_domain,
         owns_gateway: GatewayOwner = every_gateway,
     ) -> None:
         self.ssl_context = ssl_context
         self.mutation = mutation
+        self.trust_domain = trust_domain
+        """The mesh's trust domain in force now (the projected MeshConfig's), or None to keep `mutation`'s."""
         self.owns_gateway = owns_gateway
         """Which Gateways are ours: routes of other implementations' Gateways are not judged."""
         self.port = 0
@@ -77,6 +86,13 @@ class WebhookServer:
     def statistics(self) -> WebhookStatistics:
         """Return the counters."""
         return WebhookStatistics(**self._counts)
+
+    def current_mutation(self) -> PodMutation:
+        """`mutation`, with the trust domain in force when `trust_domain()` names one."""
+        domain = self.trust_domain()
+        if domain is None or domain == self.mutation.trust_domain:
+            return self.mutation
+        return attrs.evolve(self.mutation, trust_domain=domain)
 
     async def serve(
         self, *, host: str, port: int, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -124,7 +140,9 @@ class WebhookServer:
                 {"error": f"an AdmissionReview must be at most {MAX_REVIEW_BYTES} bytes"},
             )
         else:
-            status, answer = answer_review(path, body, mutation=self.mutation, owns_gateway=self.owns_gateway)
+            status, answer = answer_review(
+                path, body, mutation=self.current_mutation(), owns_gateway=self.owns_gateway
+            )
         self._count(status, answer)
         await _send(connection, stream, status, answer)
         if self._recorder.enabled:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -19,7 +20,7 @@ import trio
 from aether.controller.instrumentation import observe_webhooks
 from aether.controller.pod_mutation import IdentityCheck, PodMutation
 from aether.controller.route_admission import GatewayOwner, every_gateway
-from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer
+from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer, no_trust_domain
 from aether.controller.webhook_tls import (
     ServingCertificate,
     TlsFilesInvalid,
@@ -53,6 +54,9 @@ class WebhookOptions:
     container: str = "controller"
     """The container of the own pod whose image the init container runs."""
     mesh_domain: str = "aether.internal"
+    trust_domain: str | None = None
+    """The trust domain the injected inbound check expects; None follows the `trust_domain` source given to
+    `serve_webhooks` (the MeshConfig projected into aether-system), else the core's default."""
     identity_check: IdentityCheck = IdentityCheck.INBOUND
     """How the injected init container checks the pod's SVID (`aether.controller.pod_mutation`)."""
 
@@ -107,11 +111,13 @@ async def serve_webhooks(
     options: WebhookOptions,
     *,
     owns_gateway: GatewayOwner = every_gateway,
+    trust_domain: Callable[[], str | None] = no_trust_domain,
     task_status: trio.TaskStatus[WebhookServer | None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the webhooks until cancelled; `task_status` gets the server (its port in `.port`), or None when this
     replica cannot serve (the error is logged). `owns_gateway` (the replica's view: `RunningController.owns_gateway`)
-    keeps the route webhook to routes of our Gateways and Services."""
+    keeps the route webhook to routes of our Gateways and Services; `trust_domain` (`MeshConfigProjection.
+    trust_domain`) gives the mesh's trust domain at each review unless `options.trust_domain` fixes it."""
     try:
         pair = await _certificate(client, options)
         image = options.image or await own_image(client, options)
@@ -124,11 +130,15 @@ async def serve_webhooks(
         )
         task_status.started(None)
         return
+    mutation = PodMutation(
+        image=image, mesh_domain=options.mesh_domain, identity_check=options.identity_check
+    )
+    if options.trust_domain is not None:  # the flag fixes it: MeshConfig is not asked
+        mutation, trust_domain = attrs.evolve(mutation, trust_domain=options.trust_domain), no_trust_domain
     server = WebhookServer(
         ssl_context=context,
-        mutation=PodMutation(
-            image=image, mesh_domain=options.mesh_domain, identity_check=options.identity_check
-        ),
+        mutation=mutation,
+        trust_domain=trust_domain,
         owns_gateway=owns_gateway,
     )
     observe_webhooks(current_telemetry(), server.statistics)

@@ -14,7 +14,6 @@ a Delta stream that sent an older snapshot then looks at those names only, inste
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 
@@ -49,10 +48,6 @@ SHORT_NAMES = {
     ROUTE_TYPE: "RDS",
     SECRET_TYPE: "SDS",
 }
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def _entry_hash(name: str, digest: str) -> int:
@@ -101,28 +96,52 @@ def _format_version(aggregate: int) -> str:
     return f"{aggregate:032x}"[:16]
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=True, weakref_slot=False)
 class Resource:
-    """One Envoy resource, serialized once: the bytes every push reuses and the digest that versions it."""
+    """One Envoy resource, serialized once: the bytes every push reuses and the digest that versions it.
+
+    Only the bytes are kept, never the message they came from nor a packed copy of them: at 10,000 services a
+    snapshot is tens of megabytes of bytes, and a second copy of each would double it. The bytes may be kept in
+    `parts` that other resources share (the two mesh route tables hold the same virtual hosts: each keeps the
+    services' serialized entries by reference); `body` joins them when asked.
+    """
 
     type_url: str
     name: str
-    body: bytes
-    """The resource message serialized deterministically (the `value` of its `Any`)."""
+    parts: tuple[bytes, ...] = attrs.field(eq=False, repr=False)
+    """The resource message serialized deterministically (the `value` of its `Any`), in consecutive pieces that
+    may be shared with other resources. Not compared: `digest` stands for them."""
     digest: str
     """blake2b-128 of `body`, hex: the resource's version in Delta xDS."""
     references: tuple[str, ...] = ()
     """Names of resources of the dependent type this one needs (a cluster's CLA, a listener's route configs)."""
+    entry_hash: int = attrs.field(eq=False, repr=False)
+    """This resource's share of its type's version (see the module docstring)."""
 
-    @functools.cached_property
+    @entry_hash.default
+    def _entry_hash_default(self) -> int:
+        return _entry_hash(self.name, self.digest)
+
+    @property
+    def body(self) -> bytes:
+        """The resource message serialized (`parts` joined)."""
+        parts = self.parts
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    @property
+    def size(self) -> int:
+        """`len(body)`, without joining the parts."""
+        return sum(map(len, self.parts))
+
+    @property
     def packed(self) -> any_pb2.Any:
-        """The resource in an `Any`, built once: every push of an unchanged resource reuses it."""
+        """The resource in an `Any` (built for each push: the snapshot keeps the bytes once, in `parts`)."""
         return any_pb2.Any(type_url=self.type_url, value=self.body)
 
-    @functools.cached_property
-    def entry_hash(self) -> int:
-        """This resource's share of its type's version (see the module docstring)."""
-        return _entry_hash(self.name, self.digest)
+    def pack_into(self, target: any_pb2.Any) -> None:
+        """Fill `target` (an `Any` inside a response being built) with this resource: one copy of its bytes."""
+        target.type_url = self.type_url
+        target.value = self.body
 
     @classmethod
     def from_message(cls, message: Message, *, references: Iterable[str] = ()) -> Resource:
@@ -139,10 +158,27 @@ class Resource:
     def from_body(cls, type_url: str, *, name: str, body: bytes, references: Iterable[str] = ()) -> Resource:
         """Return the resource whose serialized message is `body` (assembled from cached parts, not re-serialized).
 
-        The caller guarantees `body` is what `from_message` would serialize; this is the one place digests are made.
+        The caller guarantees `body` is what `from_message` would serialize; this and `from_parts` are the only
+        places digests are made.
         """
+        return cls.from_parts(type_url, name=name, parts=(body,), references=references)
+
+    @classmethod
+    def from_parts(
+        cls, type_url: str, *, name: str, parts: Iterable[bytes], references: Iterable[str] = ()
+    ) -> Resource:
+        """Return the resource whose serialized message is `parts` joined, keeping the parts themselves (shared by
+        reference with whatever else holds them) rather than one joined copy."""
+        kept = tuple(part for part in parts if part)
+        digest = hashlib.blake2b(digest_size=16)
+        for part in kept:
+            digest.update(part)
         return cls(
-            type_url=type_url, name=name, body=body, digest=_digest(body), references=tuple(references)
+            type_url=type_url,
+            name=name,
+            parts=kept or (b"",),
+            digest=digest.hexdigest(),
+            references=tuple(references),
         )
 
 

@@ -72,13 +72,16 @@ SOURCE = "spiffe-workload-api"
 """The `source` of the events this client sends."""
 
 
-def endpoint_socket_from_env(environ: dict[str, str] | None = None) -> Path | None:
-    """Return the Unix socket `SPIFFE_ENDPOINT_SOCKET` names (`unix:///path`, `unix:/path` or a path), or None.
+def endpoint_socket_from_env(
+    environ: dict[str, str] | None = None, *, variable: str = ENDPOINT_SOCKET_ENV, what: str = "Workload API"
+) -> Path | None:
+    """Return the Unix socket `variable` (default `SPIFFE_ENDPOINT_SOCKET`) names (`unix:///path`, `unix:/path` or
+    a path), or None; `what` names the endpoint in the error.
 
     Raises:
         ValueError: It is set to something else (a `tcp://` endpoint: Aether dials the Unix socket only).
     """
-    value = (os.environ if environ is None else environ).get(ENDPOINT_SOCKET_ENV, "")
+    value = (os.environ if environ is None else environ).get(variable, "")
     if not value:
         return None
     if value.startswith("unix://"):
@@ -86,9 +89,7 @@ def endpoint_socket_from_env(environ: dict[str, str] | None = None) -> Path | No
     elif value.startswith("unix:"):
         value = value.removeprefix("unix:")
     if not value.startswith("/"):
-        raise ValueError(
-            f"{ENDPOINT_SOCKET_ENV}={value!r}: want unix:///absolute/path of the SPIFFE Workload API socket"
-        )
+        raise ValueError(f"{variable}={value!r}: want unix:///absolute/path of the SPIFFE {what} socket")
     return Path(value)
 
 

@@ -23,6 +23,7 @@ from aether.identity.files import serve_svid_files
 from aether.log import LogError, LogLock, LogLockedError, lock_log, tail_mark, wait_lock_log
 from aether.plane.admin import Documents, HasStatistics, plane_documents, serve_admin
 from aether.plane.journal import Journal, open_journal
+from aether.plane.memory import tune_allocator
 from aether.plane.publisher import Publisher
 from aether.plane.replay import Replay, replay_log, resume_replay
 from aether.rpc.listen import ListenAddress, serve_grpc
@@ -68,7 +69,7 @@ class Plane:
         on `admin_socket` until cancelled; `task_status.started` receives where xDS is served (the real port when
         port 0 was asked). The role's own `documents` are served beside the plane's."""
         async with trio.open_nursery() as nursery:
-            bound = await nursery.start(functools.partial(serve_grpc, [self.server.service()], listen=xds))
+            bound = await nursery.start(functools.partial(serve_grpc, self.server.services(), listen=xds))
             served = dict(plane_documents(self.journal, self.server, publisher=self.publisher, **parts))
             served.update(documents or {})
             await nursery.start(functools.partial(serve_admin, path=admin_socket, documents=served))
@@ -97,6 +98,7 @@ async def open_plane(
     Resource handling:
         The plane's tasks live for the block; a role starts its sources in a nursery inside it, so they end first.
     """
+    tune_allocator()
     cache = SnapshotCache()
     publisher = Publisher(cache, project=project)
     lock: LogLock | None = None

@@ -15,12 +15,17 @@ import attrs
 
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.plane.memory import release_memory
 from aether.telemetry import JournalMetrics, current_telemetry, observe
 from aether.xds.cache import SnapshotCache
 
 __all__ = ["Publisher", "PublisherStatistics"]
 
 LOG = logging.getLogger("aether.plane.publisher")
+
+RELEASE_AFTER_SECONDS = 0.05
+"""A projection that took longer built and dropped many messages (a start-up replay, a new identity at 10,000
+services): the allocator's free pages go back to the system after it (`aether.plane.memory.release_memory`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -71,7 +76,7 @@ class Publisher:
             return []
         return [
             (
-                sum(len(r.body) for r in resources.values()) if bytes_ else len(resources),
+                sum(r.size for r in resources.values()) if bytes_ else len(resources),
                 {"aether.xds.type_url": url},
             )
             for url, resources in sorted(snapshot.resources.items())
@@ -81,7 +86,10 @@ class Publisher:
         """Project `state` (observed up to `now`) and publish its snapshot if it is consistent."""
         started = time.perf_counter()
         snapshot = self._project(state, now)
-        self._duration.record(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self._duration.record(took)
+        if took >= RELEASE_AFTER_SECONDS:
+            release_memory()
         problems = snapshot.consistent()  # O(1) for a consistent snapshot
         if problems:
             self._withheld += 1

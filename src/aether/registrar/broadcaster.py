@@ -153,7 +153,10 @@ class Watcher:
                 self.delivered_directly += len(indices)
                 return True
             self._direct = False  # the stream sends these (when its window opens), then calls `idle`
-        wanted = [changes[index] for index in indices]
+        return self._buffer([changes[index] for index in indices])
+
+    def _buffer(self, wanted: Sequence[Change]) -> bool:
+        """Buffer `wanted` for the stream to take, or (past capacity) disconnect the watcher and return False."""
         if len(self._pending) + len(wanted) > self.capacity:
             self.fell_behind_by = len(self._pending) + len(wanted)
             self._end(WatcherEnd.FELL_BEHIND)
@@ -259,6 +262,8 @@ class Broadcaster:
     def publish(self, changes: tuple[Change, ...]) -> tuple[Watcher, ...]:
         """Buffer `changes` for every watcher; return the watchers this disconnected for falling behind."""
         self._published += len(changes)
+        if len(changes) == 1 and not visible(changes[0], _NO_SERVICE):
+            return self._publish_endpoint_change(changes[0])
         dropped: list[Watcher] = []
         candidates = self._candidates(changes)
         encode = self._encode
@@ -277,6 +282,39 @@ class Broadcaster:
                 self._fell_behind += 1
                 self._remove(watcher)
                 dropped.append(watcher)
+        return tuple(dropped)
+
+    def _publish_endpoint_change(self, change: Change) -> tuple[Watcher, ...]:
+        """`publish` of one change of one service's endpoints, the common case: the index names exactly the
+        watchers that want it (no filter to check), and an idle one's stream gets its bytes at once."""
+        indexed = self._by_service.get(change.service)
+        if not indexed and not self._unfiltered:
+            return ()
+        encode = self._encode
+        encoded: list[bytes] = []  # encoded when the first idle watcher needs it, shared by all
+        single = (change,)
+        dropped: list[Watcher] = []
+        directly = 0
+        for group in (self._unfiltered, indexed):
+            if not group:
+                continue
+            for watcher in tuple(group.values()):  # copied: a watcher that falls behind leaves the index
+                if watcher._direct:
+                    if not encoded:
+                        assert encode is not None, "direct only with encode; this is a bug"
+                        encoded.append(encode(change))
+                    assert watcher._deliver is not None, "direct only with deliver; this is a bug"
+                    if watcher._deliver(encoded):
+                        watcher.delivered += 1
+                        watcher.delivered_directly += 1
+                        directly += 1
+                        continue
+                    watcher._direct = False  # the stream sends it (when its window opens), then calls `idle`
+                if not watcher._buffer(single):
+                    self._fell_behind += 1
+                    self._remove(watcher)
+                    dropped.append(watcher)
+        self._delivered_directly += directly
         return tuple(dropped)
 
     def _candidates(self, changes: tuple[Change, ...]) -> list[Watcher]:

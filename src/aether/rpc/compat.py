@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import queue
 import socket
 import struct
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -23,6 +25,7 @@ import h2.events
 import h2.exceptions
 import purerpc
 import purerpc.grpc_socket
+import trio
 from purerpc.grpc_socket import GRPCSocket, GRPCStream, GRPCStreamState, SocketWrapper
 from purerpc.grpclib.buffers import MessageReadBuffer, MessageWriteBuffer
 from purerpc.grpclib.connection import GRPCConnection
@@ -39,7 +42,13 @@ from purerpc.grpclib.status import Status, StatusCode
 
 from aether.rpc.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
 
-__all__ = ["PURERPC_VERSION", "apply_purerpc_fixes", "cancel_client_stream", "flush_nowait"]
+__all__ = [
+    "PURERPC_VERSION",
+    "apply_purerpc_fixes",
+    "cancel_client_stream",
+    "flush_nowait",
+    "send_soon",
+]
 
 PURERPC_VERSION = "0.8.0"
 """The only purerpc release these patches are written for (and read against, line by line)."""
@@ -405,21 +414,34 @@ async def _writer_thread(self: SocketWrapper) -> None:
     """Replaces `SocketWrapper._writer_thread`, the task that writes what h2 has to send.
 
     As upstream, but it marks the time its bytes are in flight: `flush_nowait` must not write then, or bytes
-    would go out of order.
+    would go out of order. While the send thread (`flush_soon`) has bytes of this connection, it waits for them
+    to be written; and it ends only once the send thread is done with the socket (see `_Outlet`).
     """
-    while True:
-        data = self._grpc_connection.data_to_send()
-        if data:
-            setattr(self, _SENDING_ATTRIBUTE, True)
-            try:
-                await self._stream.send(data)
-            finally:
-                setattr(self, _SENDING_ATTRIBUTE, False)
-        elif self._running:
-            await self._flush_event.wait()
-            self._flush_event = anyio.Event()
-        else:
-            return
+    try:
+        while True:
+            outlet: _Outlet | None = getattr(self, _OUTLET_ATTRIBUTE, None)
+            if outlet is not None and outlet.busy:
+                await outlet.wait_sent()
+                continue
+            data = self._grpc_connection.data_to_send()
+            if data:
+                setattr(self, _SENDING_ATTRIBUTE, True)
+                try:
+                    await self._stream.send(data)
+                finally:
+                    setattr(self, _SENDING_ATTRIBUTE, False)
+            elif self._running:
+                await self._flush_event.wait()
+                self._flush_event = anyio.Event()
+            else:
+                return
+    finally:
+        outlet = getattr(self, _OUTLET_ATTRIBUTE, None)
+        if outlet is not None:
+            outlet.closed = True  # no new send starts
+            if outlet.busy:  # quick: the send thread never blocks on a socket
+                with anyio.CancelScope(shield=True):
+                    await outlet.wait_sent()
 
 
 def flush_nowait(wrapper: SocketWrapper) -> None:
@@ -429,15 +451,10 @@ def flush_nowait(wrapper: SocketWrapper) -> None:
     Upstream's flush only woke the writer task: every message cost a task switch on top of the send. Written
     here, in the caller's task, a message that the socket buffer takes costs one `send` call. Never blocks.
     """
-    raw: socket.socket | None = getattr(wrapper, _RAW_ATTRIBUTE, _UNKNOWN)
-    if raw is _UNKNOWN:
-        stream = wrapper._stream
-        raw = (
-            stream.extra(anyio.abc.SocketAttribute.raw_socket)
-            if isinstance(stream, anyio.abc.SocketStream)
-            else None
-        )
-        setattr(wrapper, _RAW_ATTRIBUTE, raw)
+    outlet: _Outlet | None = getattr(wrapper, _OUTLET_ATTRIBUTE, None)
+    if outlet is not None and outlet.busy:
+        return  # the send thread has bytes of it: what is pending goes with them or after them
+    raw = _raw_socket(wrapper)
     if raw is not None and wrapper._running and not getattr(wrapper, _SENDING_ATTRIBUTE, False):
         pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
         if not pending:
@@ -454,7 +471,248 @@ def flush_nowait(wrapper: SocketWrapper) -> None:
     wrapper._flush_event.set()
 
 
+def _raw_socket(wrapper: SocketWrapper) -> socket.socket | None:
+    """The plain socket under `wrapper` (None under TLS), looked up once."""
+    raw: socket.socket | None = getattr(wrapper, _RAW_ATTRIBUTE, _UNKNOWN)
+    if raw is _UNKNOWN:
+        stream = wrapper._stream
+        raw = (
+            stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            if isinstance(stream, anyio.abc.SocketStream)
+            else None
+        )
+        setattr(wrapper, _RAW_ATTRIBUTE, raw)
+    return raw
+
+
 _UNKNOWN: Any = object()
+
+
+# --- Sends off the trio thread (for `aether.rpc.direct`) ---------------------------------------------------------
+
+_OUTLET_ATTRIBUTE = "_aether_outlet"
+"""Set on a `SocketWrapper` once `flush_soon` used it: its `_Outlet`."""
+
+
+def send_soon(wrapper: SocketWrapper, data: bytes) -> None:
+    """Send `data` (frames h2 has charged to its flow-control windows) on `wrapper`'s connection after what h2 has
+    pending for it, from the send thread, soon; never blocks.
+
+    Everything sent within one scheduler tick goes to the send thread as one batch, one `send` per connection
+    however many messages it has; while nothing else is pending for the connection, `data` does not go through
+    h2's buffer at all. A socket send releases the GIL, so the kernel's part of it (on loopback, the receiver's
+    TCP processing too) runs beside the trio thread. Falls back to h2's buffer and `flush_nowait` under TLS (only
+    the TLS stream may write its socket) and once the connection's writer task has ended.
+    """
+    outlet = _outlet(wrapper)
+    if outlet is None or outlet.closed:
+        wrapper._grpc_connection.h2_connection._data_to_send += data
+        flush_nowait(wrapper)
+        return
+    pending: bytearray = outlet.h2._data_to_send
+    collecting = outlet.collecting
+    if collecting is not None:
+        if pending:  # after what h2 buffered since: both go in this tick's batch, in order
+            pending += data
+        else:
+            collecting += data
+        return
+    if pending or outlet.in_flight or getattr(wrapper, _SENDING_ATTRIBUTE, False):
+        pending += data  # after those bytes, by the writer task or the batch after them (`_sent`)
+        if not outlet.in_flight:
+            outlet.thread.add(outlet)
+        return
+    outlet.collecting = bytearray(data)
+    outlet.thread.add(outlet)
+
+
+def _outlet(wrapper: SocketWrapper) -> _Outlet | None:
+    """The connection's state with the send thread, made on first use; None under TLS or once it has ended."""
+    outlet: _Outlet | None = getattr(wrapper, _OUTLET_ATTRIBUTE, None)
+    if outlet is None:
+        raw = _raw_socket(wrapper)
+        if raw is None or not wrapper._running:
+            return None
+        outlet = _Outlet(wrapper, raw, _send_thread())
+        setattr(wrapper, _OUTLET_ATTRIBUTE, outlet)
+    return outlet
+
+
+def _flush_soon(wrapper: SocketWrapper) -> None:
+    """Send what h2 has pending for the connection from the send thread, soon."""
+    outlet = _outlet(wrapper)
+    if outlet is None or outlet.closed:
+        flush_nowait(wrapper)
+    else:
+        outlet.thread.add(outlet)
+
+
+class _Outlet:
+    """One connection's state with the send thread (all of it read and written on the trio thread only).
+
+    Invariants: at most one writer has bytes of the connection at a time, the writer task (`_SENDING_ATTRIBUTE`)
+    or the send thread (`busy`: bytes `collecting` for this tick's batch, then `in_flight`), each taking h2's
+    pending bytes from the front (the batch: `collecting`, then what h2 buffered after it), so they go out in
+    order. The send thread writes the connection's own socket object, never a bare descriptor number, and only
+    while `in_flight`; the writer task ends (`_writer_thread`) only once not `busy` and with `closed` set, and
+    purerpc's connection closes its socket only after its writer task ended (`aether.rpc.listen` and
+    `aether.rpc.calls` close the stream around the connection; otherwise the garbage collector closes it, which
+    an in-flight batch's reference prevents). So the send thread never writes a descriptor that was closed and
+    reused for another connection.
+    """
+
+    __slots__ = (
+        "closed",
+        "collecting",
+        "h2",
+        "in_flight",
+        "queued",
+        "sent_event",
+        "socket",
+        "thread",
+        "wrapper",
+    )
+
+    def __init__(self, wrapper: SocketWrapper, raw: socket.socket, thread: _SendThread) -> None:
+        self.wrapper = wrapper
+        self.h2 = wrapper._grpc_connection.h2_connection
+        """The connection's h2 state (kept: one object less to reach per batch)."""
+        self.socket = raw
+        self.thread = thread
+        self.queued = False
+        """In the send thread's next batch."""
+        self.collecting: bytearray | None = None
+        """Bytes for the next batch, ahead of what h2 has pending (`send_soon`)."""
+        self.in_flight = False
+        """The send thread holds bytes of it, not all written yet."""
+        self.closed = False
+        """Its writer task ended: no send may start."""
+        self.sent_event: anyio.Event | None = None
+        """Set once `in_flight` clears, for the writer task waiting for it."""
+
+    @property
+    def busy(self) -> bool:
+        """The send thread has, or is about to have, bytes of the connection: no one else may write it."""
+        return self.in_flight or self.collecting is not None
+
+    async def wait_sent(self) -> None:
+        """Wait until the send thread has written (or given back) this connection's bytes."""
+        if self.sent_event is None:
+            self.sent_event = anyio.Event()
+        await self.sent_event.wait()
+
+
+_Batch = list[tuple[_Outlet, bytes | bytearray]]
+_Work = _Batch | Callable[[], object] | None
+"""What the send thread takes: a batch to write, a call to make (tests hold the thread with one), or None: end."""
+
+
+class _SendThread:
+    """A thread that writes batches of connections' bytes (non-blocking sends), one per trio run."""
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self._token = token
+        self._queue: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+        self._adding: list[_Outlet] = []
+        self._thread = threading.Thread(target=self._run, name="aether-rpc-send", daemon=True)
+        self._thread.start()
+
+    def add(self, outlet: _Outlet) -> None:
+        """Put `outlet`'s pending bytes in the batch of this scheduler tick (trio thread)."""
+        if outlet.queued:
+            return
+        outlet.queued = True
+        self._adding.append(outlet)
+        if len(self._adding) == 1:
+            self._token.run_sync_soon(self._submit)
+
+    def call(self, function: Callable[[], object]) -> None:
+        """Call `function` in the send thread once it wrote what it has now (trio thread)."""
+        self._queue.put(function)
+
+    def stop(self) -> None:
+        """End the thread once it wrote what it has (trio thread)."""
+        self._queue.put(None)
+
+    def _submit(self) -> None:
+        """Hand the tick's batch to the thread: each connection's pending bytes, taken from h2 (trio thread)."""
+        adding, self._adding = self._adding, []
+        batch: _Batch = []
+        for outlet in adding:
+            outlet.queued = False
+            pending: bytearray = outlet.h2._data_to_send
+            collecting = outlet.collecting
+            if collecting is not None:  # sent even once `closed`: the writer task waits for it
+                outlet.collecting = None
+                outlet.in_flight = True
+                if pending:
+                    collecting += pending
+                    pending.clear()
+                batch.append((outlet, collecting))  # no one else holds it now
+            elif outlet.closed or outlet.in_flight or getattr(outlet.wrapper, _SENDING_ATTRIBUTE, False):
+                continue  # the writer task, or `_sent`, takes what is pending
+            elif pending:
+                outlet.in_flight = True
+                batch.append((outlet, bytes(pending)))
+                pending.clear()
+        if batch:
+            self._queue.put(batch)
+
+    def _run(self) -> None:  # the send thread
+        while (batch := self._queue.get()) is not None:
+            if callable(batch):
+                batch()
+                continue
+            sent: list[int] = []
+            for outlet, data in batch:
+                try:
+                    sent.append(outlet.socket.send(data))
+                except (
+                    OSError
+                ):  # full (EAGAIN), or broken: the writer task waits, or raises for the connection
+                    sent.append(0)
+            try:
+                self._token.run_sync_soon(_sent, batch, sent)
+            except trio.RunFinishedError:
+                return
+
+
+def _sent(batch: _Batch, sent: list[int]) -> None:
+    """The send thread wrote `sent` bytes of each of `batch` (trio thread): give back what it did not write."""
+    for (outlet, data), count in zip(batch, sent, strict=True):
+        outlet.in_flight = False
+        pending: bytearray = outlet.h2._data_to_send
+        waiting = outlet.sent_event
+        if waiting is not None:
+            outlet.sent_event = None
+            waiting.set()
+        if count < len(data):
+            pending[:0] = memoryview(data)[count:]
+            outlet.wrapper._flush_event.set()  # the writer task waits for the socket, or fails the connection
+        elif pending and waiting is None:
+            _flush_soon(outlet.wrapper)
+
+
+_SEND_THREAD: trio.lowlevel.RunVar[_SendThread] = trio.lowlevel.RunVar("aether_rpc_send_thread")
+
+
+def _send_thread() -> _SendThread:
+    """This trio run's send thread, started on first use and stopped when the run ends."""
+    try:
+        return _SEND_THREAD.get()
+    except LookupError:
+        pass
+    thread = _SendThread(trio.lowlevel.current_trio_token())
+    _SEND_THREAD.set(thread)
+    trio.lowlevel.spawn_system_task(_stop_at_exit, thread, name="aether-rpc-send-thread")
+    return thread
+
+
+async def _stop_at_exit(thread: _SendThread) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        thread.stop()
 
 
 async def _flush(self: SocketWrapper) -> None:

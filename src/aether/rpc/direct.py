@@ -7,7 +7,8 @@ watchers) serializes it once and hands the bytes to each stream:
   returns the bytes);
 - or, from any task, with a `StreamSender` of the stream (`current_server_stream` in its handler): the message's DATA
   frames go into the connection's h2 buffer, the flow-control windows are charged as h2 itself does, and the
-  socket is written at once (`aether.rpc.compat.flush_nowait`). No await, no task switch, no h2 frame objects.
+  socket is written by the send thread within the scheduler tick (`aether.rpc.compat.send_soon`). No await,
+  no task switch, no h2 frame objects.
   When the stream's flow-control window cannot take the messages whole, nothing is sent and it returns False:
   the caller keeps them and sends them from the handler, which waits for the window.
 
@@ -24,7 +25,7 @@ from h2.connection import ConnectionState
 from h2.stream import StreamState
 from purerpc.grpc_socket import GRPCStream, GRPCStreamState
 
-from aether.rpc.compat import flush_nowait
+from aether.rpc.compat import send_soon
 
 __all__ = ["EncodedMessage", "StreamSender", "current_server_stream"]
 
@@ -41,6 +42,28 @@ CURRENT_STREAM: contextvars.ContextVar[GRPCStream | None] = contextvars.ContextV
 def current_server_stream() -> GRPCStream | None:
     """Return the stream whose handler is running (None outside `aether.rpc.listen.serve_grpc` handlers)."""
     return CURRENT_STREAM.get()
+
+
+_PREFIX = 5
+"""A gRPC message's prefix: not compressed (one byte), then its length (four)."""
+
+_SMALLEST_MAX_FRAME_SIZE = 16_384
+
+
+class _LastFramed:
+    """The last message framed, and it framed (one tuple, replaced whole): the same bytes go to many streams, and
+    are framed once. The message is held, so no other bytes object can take its identity."""
+
+    last: tuple[bytes, bytes] = (b"", bytes(_PREFIX))
+
+
+def _framed(message: bytes) -> bytes:
+    """`message` with its gRPC prefix; the bytes of the last message given are not framed again."""
+    last, framed = _LastFramed.last
+    if message is not last:
+        framed = b"\x00" + len(message).to_bytes(4, "big") + message
+        _LastFramed.last = (message, framed)
+    return framed
 
 
 class EncodedMessage:
@@ -67,7 +90,16 @@ class StreamSender:
             starts it before calling the handler.
     """
 
-    __slots__ = ("_h2_connection", "_h2_stream", "_header_tail", "_limit", "_socket", "_stream")
+    __slots__ = (
+        "_connection_machine",
+        "_h2_connection",
+        "_h2_stream",
+        "_header_tail",
+        "_limit",
+        "_socket",
+        "_stream",
+        "_stream_machine",
+    )
 
     def __init__(self, stream: GRPCStream) -> None:
         self._stream = stream
@@ -76,6 +108,9 @@ class StreamSender:
         stream_id: int = stream.stream_id
         # Kept, not looked up: h2 forgets a stream that closed, and the closed state is what `send_nowait` checks.
         self._h2_stream = self._h2_connection.streams[stream_id]
+        # Each lives as long as its stream or connection: kept, one object less to reach per message.
+        self._stream_machine = self._h2_stream.state_machine
+        self._connection_machine = self._h2_connection.state_machine
         self._socket = stream._socket
         self._limit: int = connection.config.max_message_length
         # The last five bytes of each DATA frame's header: type DATA (0), no flags, the stream identifier.
@@ -88,45 +123,42 @@ class StreamSender:
         over the connection's size limit, or the stream or connection has ended: the caller then sends them
         through the handler (`EncodedMessage`), which waits for the window or raises the error.
         """
-        h2_connection = self._h2_connection
-        h2_stream = self._h2_stream
         # A stream that failed (reset, its connection gone: `aether.rpc.compat`) is CLOSED too.
         if (
             self._stream._state not in _OPEN
-            or h2_stream.state_machine.state not in _SENDABLE
-            or h2_connection.state_machine.state is _CONNECTION_CLOSED
+            or self._stream_machine.state not in _SENDABLE
+            or self._connection_machine.state is _CONNECTION_CLOSED
         ):
             return False
         limit = self._limit
         if len(messages) == 1:
-            message = messages[0]
-            if len(message) > limit:
+            body = _framed(messages[0])
+            if len(body) - _PREFIX > limit:
                 return False
-            body = (
-                b"\x00" + len(message).to_bytes(4, "big") + message
-            )  # not compressed, the length, the message
         else:
             framed: list[bytes] = []
             for message in messages:
                 if len(message) > limit:
                     return False
-                framed.append(b"\x00" + len(message).to_bytes(4, "big"))
-                framed.append(message)
+                framed.append(_framed(message))
             body = b"".join(framed)
         size = len(body)
+        h2_connection = self._h2_connection
+        h2_stream = self._h2_stream
         if size > h2_stream.outbound_flow_control_window or size > h2_connection.outbound_flow_control_window:
             return False
-        frame_size: int = h2_connection.max_outbound_frame_size
-        pending: bytearray = h2_connection._data_to_send
-        if size <= frame_size:
-            # RFC 9113 section 4.1: length (24 bits), type, flags, stream identifier; then the payload.
-            pending += size.to_bytes(3, "big") + self._header_tail + body
+        # RFC 9113 section 4.1: length (24 bits), type, flags, stream identifier; then the payload. No frame of
+        # the smallest maximum size (section 6.5.2) is ever too large: the peer's setting is read only past it.
+        if size <= _SMALLEST_MAX_FRAME_SIZE or size <= h2_connection.max_outbound_frame_size:
+            data = size.to_bytes(3, "big") + self._header_tail + body
         else:
-            for start in range(0, size, frame_size):
-                chunk = body[start : start + frame_size]
-                pending += len(chunk).to_bytes(3, "big") + self._header_tail + chunk
+            frame_size: int = h2_connection.max_outbound_frame_size
+            data = b"".join(
+                len(chunk).to_bytes(3, "big") + self._header_tail + chunk
+                for chunk in (body[start : start + frame_size] for start in range(0, size, frame_size))
+            )
         # Charged as `H2Connection.send_data` and `H2Stream.send_data` charge them.
         h2_connection.outbound_flow_control_window -= size
         h2_stream.outbound_flow_control_window -= size
-        flush_nowait(self._socket)
+        send_soon(self._socket, data)
         return True

@@ -8,7 +8,8 @@ What they do as the published specs say:
 - A stream's first message goes out at once, then a full message (never a delta) whenever what it carries changes.
 - The Broker endpoint is mutual TLS only (a client without a certificate of the trust domain fails the
   handshake); a reference of a type the server does not take is InvalidArgument, a workload it does not know is
-  NotFound, one not entitled (or revoked mid-stream) is PermissionDenied.
+  NotFound, one not entitled (or revoked mid-stream) is PermissionDenied, one not attestable yet
+  (`FakeBroker.unattestable`) is FailedPrecondition.
 
 A test changes what they serve with `set_*` / `revoke`, and takes one down (`stop`) and back up (`serve` again).
 """
@@ -310,6 +311,9 @@ class FakeBroker:
         self.references = references
         self.pids: dict[int, str] = {}
         """Which pod each PID belongs to (the server's own attestation, faked)."""
+        self.unattestable: dict[str, int] = {}
+        """How many more calls for a pod fail with FailedPrecondition (its reference resolves, but the workload
+        cannot be attested yet: a WorkloadReferenceError), by pod."""
         self._workloads: dict[str, _Workload] = {}
         self._changed: LatestValue[int] = LatestValue(0)
         self.calls: list[tuple[str, str]] = []
@@ -405,6 +409,11 @@ class FakeBroker:
         _require_header(request, ("broker.spiffe.io", "true"))
         kind, pod = self._resolve(message)
         self.calls.append((kind, pod))
+        if self.unattestable.get(pod, 0) > 0:
+            self.unattestable[pod] -= 1
+            raise purerpc.FailedPreconditionError(
+                f"WORKLOAD_REFERENCE_ERROR: pod {pod} cannot be attested yet"
+            )
         self.open_streams.set(self.open_streams.value + 1)
         try:
             seen = -1

@@ -335,7 +335,7 @@ class DeltaStream:
             type_url=state.type_url, nonce=nonce, system_version_info=self._snapshot.version(state.type_url)
         )
         for resource in updates:
-            response.resources.add(name=resource.name, version=resource.digest, resource=resource.packed)
+            resource.pack_into(response.resources.add(name=resource.name, version=resource.digest).resource)
         response.removed_resources.extend(removed)
         changes = {resource.name: resource.digest for resource in updates} | dict.fromkeys(removed, _REMOVED)
         if state.type_url == CLUSTER_TYPE:

@@ -29,6 +29,10 @@ from aether.xds.protocol import ProtocolError, StatusCode, StreamMachine, Stream
 from aether.xds.sotw import SotwStream
 
 SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+SDS_SERVICE_NAME = "envoy.service.secret.v3.SecretDiscoveryService"
+"""The standalone SDS service, for the config sources that cannot be ADS: Envoy's on-demand upstream certificate
+selector (`envoy.tls.certificate_selectors.on_demand_secret`) crashes Envoy 1.40 with `ads`, and works with a gRPC
+`api_config_source` (tests/integration/test_upstream_certificate_selector.py)."""
 LOG = logging.getLogger("aether.xds")
 
 _STATUS_ERRORS: dict[StatusCode, type[Exception]] = {
@@ -92,9 +96,17 @@ class XdsServer:
 
     def service(self) -> purerpc.Service:
         """Return the purerpc service definition (both ADS methods)."""
-        service = purerpc.Service(SERVICE_NAME)
+        return self._service(SERVICE_NAME, sotw="StreamAggregatedResources", delta="DeltaAggregatedResources")
+
+    def services(self) -> tuple[purerpc.Service, purerpc.Service]:
+        """Return ADS and the standalone SDS service (`StreamSecrets`, `DeltaSecrets`): the same streams, whose
+        requests name their type (an SDS stream asks for secrets only)."""
+        return self.service(), self._service(SDS_SERVICE_NAME, sotw="StreamSecrets", delta="DeltaSecrets")
+
+    def _service(self, name: str, *, sotw: str, delta: str) -> purerpc.Service:
+        service = purerpc.Service(name)
         service.add_method(
-            "StreamAggregatedResources",
+            sotw,
             self._sotw,
             purerpc.RPCSignature(
                 purerpc.Cardinality.STREAM_STREAM,
@@ -103,7 +115,7 @@ class XdsServer:
             ),
         )
         service.add_method(
-            "DeltaAggregatedResources",
+            delta,
             self._delta,
             purerpc.RPCSignature(
                 purerpc.Cardinality.STREAM_STREAM,

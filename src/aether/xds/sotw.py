@@ -214,7 +214,8 @@ class SotwStream:
             return NOTHING  # never answer a NACK with what was rejected
         nonce = self._nonces.issue()
         response = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
-        response.resources.extend(resource.packed for resource in selected.values())
+        for resource in selected.values():
+            resource.pack_into(response.resources.add())
         if type_url == CLUSTER_TYPE:  # only cluster digests are compared (the CDS→EDS trap)
             digests = {name: resource.digest for name, resource in selected.items()}
             if any(state.sent_digests.get(name) not in (None, digest) for name, digest in digests.items()):

@@ -84,3 +84,25 @@ def test_one_route_changed_costs_that_route() -> None:
     assert projector.statistics() == GatewayStatistics(
         views=2, routes=3, parsed=1, resolved=1, translated=1, built=1
     )
+
+
+def test_route_changes_past_the_chain_limit_stay_incremental() -> None:
+    """More route changes than a change chain holds: the next chain names the link it replaced (`after`), and
+    the projector's view stays the full one across the cut."""
+    from aether.core.state.kube import GATEWAY_CHAIN_LIMIT
+
+    def route(version: int) -> object:
+        spec = {
+            "parentRefs": [{"name": "edge", "namespace": "edge"}],
+            "hostnames": ["a.example.com"],
+            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"/v{version}"}}]}],
+        }
+        return gateway_api_object("HTTPRoute", "a", spec)
+
+    projector = GatewayProjector()
+    state = fold_events(*edge_gateway_events(), gateway_object_upserted(route(0)))
+    projector.view(state)
+    for version in range(1, GATEWAY_CHAIN_LIMIT + 3):
+        state = fold_events(gateway_object_upserted(route(version)), state=state)
+        assert projector.view(state) == gateway_view(state)
+        assert projector.statistics().parsed == 1

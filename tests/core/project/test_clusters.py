@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
-from aether.core.project.clusters import app_cluster, passthrough_cluster, service_cluster
+from aether.core.project.clusters import (
+    app_cluster,
+    passthrough_cluster,
+    service_cluster,
+    service_cluster_resource,
+)
 from aether.core.project.tls import PLAINTEXT, UpstreamIdentity
+from aether.core.snapshot import Resource
 from aether.testing import make_pod
 from tests.core.project._helpers import DB_ID, WEB_ID, as_dict, unpack
 
@@ -129,3 +136,39 @@ def test_the_passthrough_cluster_goes_to_the_original_destination_marked() -> No
         ]
     }
     assert options.HasField("use_downstream_protocol_config")
+
+
+@pytest.mark.parametrize(
+    "identity",
+    [
+        PLAINTEXT,
+        UpstreamIdentity(fallback=WEB_ID),
+        UpstreamIdentity(sources=(DB_ID, WEB_ID), fallback=DB_ID),
+        UpstreamIdentity(sources=(WEB_ID,), fallback=WEB_ID, sds_cluster="spire"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("http", "sni", "subsets"), [(True, "", ()), (True, "9090", (("app",),)), (False, "", ())]
+)
+def test_a_cluster_built_in_parts_is_the_cluster_serialized(
+    identity: UpstreamIdentity, http: bool, sni: str, subsets: tuple[tuple[str, ...], ...]
+) -> None:
+    """The parts (the cluster without its sockets, one per source, the shared matcher) join into the very bytes
+    the whole message serializes to, and clusters of one identity share the matcher's bytes object."""
+    arguments = {
+        "identity": identity,
+        "peer": DB_ID,
+        "trust_domain": "td",
+        "http": http,
+        "sni": sni,
+        "subsets": subsets,
+    }
+    resource = service_cluster_resource("db.default.aether.internal", **arguments)
+    assert resource == Resource.from_message(
+        service_cluster("db.default.aether.internal", **arguments), references=("db.default.aether.internal",)
+    )
+    other = service_cluster_resource("web.default.aether.internal", **{**arguments, "peer": WEB_ID})
+    if identity.sources:
+        assert len(resource.parts) == 4
+        assert resource.parts[1] is other.parts[1]
+        assert resource.parts[-1] is other.parts[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from envoy.config.route.v3 import route_pb2
 from google.protobuf import wrappers_pb2
 
@@ -10,8 +11,9 @@ from aether.core.project.routes import (
     _varint,
     catch_all_vhost,
     inbound_route_configuration,
-    route_configuration_body,
+    route_configuration_parts,
     service_vhost,
+    service_vhost_entry,
     vhost_entry,
 )
 from aether.core.snapshot import ROUTE_TYPE, Resource
@@ -74,7 +76,7 @@ def test_an_assembled_route_table_is_the_message_s_own_serialization() -> None:
         for index in range(200)  # long enough for multi-byte lengths
     ]
     vhosts.append(catch_all_vhost(mesh_domain="aether.internal", passthrough=True))
-    body = route_configuration_body("cap_http", [vhost_entry(vhost) for vhost in vhosts])
+    body = b"".join(route_configuration_parts("cap_http", [vhost_entry(vhost) for vhost in vhosts]))
     message = route_pb2.RouteConfiguration(
         name="cap_http",
         virtual_hosts=vhosts,
@@ -126,3 +128,15 @@ def test_the_inbound_table_routes_by_port_and_strips_forged_outcomes() -> None:
         "response_headers_to_remove": ["x-aether-outcome"],
         "validate_clusters": False,
     }
+
+
+@pytest.mark.parametrize("quic", [False, True])
+def test_a_service_vhost_entry_in_parts_is_the_vhost_serialized(quic: bool) -> None:
+    """The parts join into the entry of the whole virtual host; the `quic:` routes are one object every service
+    shares."""
+    domains = ["web.default.aether.internal", "web.default.aether.internal:8080"]
+    cluster = "web.default.aether.internal"
+    parts = service_vhost_entry(cluster, domains=domains, cluster=cluster, quic=quic)
+    assert b"".join(parts) == vhost_entry(service_vhost(cluster, domains=domains, cluster=cluster, quic=quic))
+    other = service_vhost_entry("db.default.aether.internal", domains=["db"], cluster="db", quic=quic)
+    assert (parts[1] is other[1]) == quic

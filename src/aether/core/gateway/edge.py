@@ -9,7 +9,9 @@ it, so Envoy never sees a domain twice on a port.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
+from typing import Any
 
 import attrs
 
@@ -23,12 +25,14 @@ from aether.core.gateway.contract import (
 )
 from aether.core.gateway.entries import Entry, translate
 from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
+from aether.core.gateway.ir import selector_keys
 from aether.core.gateway.l4 import claim, weighted_backends
 from aether.core.gateway.listeners import ListenerState
 from aether.core.gateway.memo import Memo
-from aether.core.gateway.model.gateways import Gateway, Listener
+from aether.core.gateway.model.gateways import Gateway
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE, TLS_ROUTE, UDP_ROUTE, Route
-from aether.core.gateway.precedence import ordered, shadow_note
+from aether.core.gateway.ordered import Ordered, route_order
+from aether.core.gateway.precedence import entry_key, shadow_note
 from aether.core.gateway.status import ACCEPTED, PROGRAMMED, condition
 
 _ListenerKey = tuple[str, str]
@@ -45,6 +49,8 @@ class EdgeResult:
     shadowed: dict[str, list[str]]
     backend_services: frozenset[str]
     backend_clusters: frozenset[str]
+    backend_selectors: Mapping[str, ir.SelectorKeys]
+    """Per cluster the edge's routes send a selected share to, the key sets of those selectors."""
     attached: dict[_ListenerKey, int]
     """Routes attached per listener."""
 
@@ -64,26 +70,6 @@ def _route_host(route: Route, domain: str) -> str:
     return min(candidates, key=_domain_order) if candidates else ""
 
 
-class _HostIndex:
-    """Which routes of a listener serve a domain, without testing every route against every domain."""
-
-    def __init__(self, hosts: Iterable[tuple[str, ...]]) -> None:
-        self._exact: dict[str, list[int]] = {}
-        self._wildcards: list[tuple[str, int]] = []
-        for at, names in enumerate(hosts):
-            for name in names:
-                if name.startswith("*"):
-                    self._wildcards.append((name, at))
-                else:
-                    self._exact.setdefault(name, []).append(at)
-
-    def serving(self, domain: str) -> list[int]:
-        """Return the positions of the routes with a hostname covering `domain`, in order."""
-        found = set(self._exact.get(domain, ()))
-        found.update(at for name, at in self._wildcards if covers(name, domain))
-        return sorted(found)
-
-
 @attrs.frozen(kw_only=True)
 class _Domain:
     """One virtual host of a listener and what building it found."""
@@ -92,6 +78,340 @@ class _Domain:
     notes: tuple[tuple[str, str], ...]
     services: frozenset[str]
     clusters: frozenset[str]
+    selectors: Mapping[str, ir.SelectorKeys]
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class _Piece:
+    """One entry of a virtual host, translated once (what rebuilding the virtual host reads)."""
+
+    key: tuple[object, ...]
+    """Its place in the virtual host: gRPC first, then by precedence (`entry_key`)."""
+    entry: Entry
+    routes: tuple[ir.HTTPRoute, ...]
+    services: frozenset[str]
+    clusters: frozenset[str]
+    selectors: tuple[tuple[str, tuple[str, ...]], ...]
+    """`(cluster, selector keys)` of its routes' selected shares."""
+
+
+_KIND_RANK = {GRPC_ROUTE: 0, HTTP_ROUTE: 1}
+"""gRPC matches come first in a virtual host, and are never merged with HTTP ones."""
+
+
+def _piece_key(piece: _Piece) -> tuple[object, ...]:
+    return piece.key
+
+
+def _count(counts: dict[Any, int], items: Iterable[Any], by: int) -> None:
+    for item in items:
+        counts[item] = counts.get(item, 0) + by
+        if not counts[item]:
+            del counts[item]
+
+
+class _VirtualHost:
+    """The entries of the routes serving one domain of a listener, in precedence order, kept per route.
+
+    Precedence's claim rule (`aether.core.gateway.precedence.ordered`: of the entries with one route hostname and
+    match, the first claims it and the others lose to it) is kept per claim: a change moves only the entries of
+    its claims between kept and lost, so rebuilding the virtual host joins what is kept without deciding again.
+    """
+
+    def __init__(self, *, state: ListenerState, domain: str, memo: Memo) -> None:
+        gateway, listener = state.gateway.meta, state.listener.name
+        self._name = f"{gateway.namespace}/{gateway.name}/{listener}/{domain}"
+        self._scope = f"Gateway {gateway.namespace}/{gateway.name} listener {listener!r} host {domain!r}"
+        self._domain = domain
+        self._port = state.listener.port
+        self._scheme = _SCHEMES[state.listener.protocol]
+        self._memo = memo
+        self._claims: dict[tuple[str, object], _Piece | list[_Piece]] = {}
+        """Per claim identity (route hostname, match), its entry, or its entries in precedence order when several
+        (the first is kept): most claims have one entry, held without a list (fewer objects for the collector)."""
+        self._kept: Ordered[tuple[ir.HTTPRoute, ...]] = Ordered()
+        """The routes of the kept entries, by precedence key."""
+        self._lost: Ordered[tuple[str, str] | None] = Ordered()
+        """The lost entries by precedence key, with their note (None: lost to an earlier rule of their own route)."""
+        self._services: dict[str, int] = {}
+        self._clusters: dict[str, int] = {}
+        self._selectors: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._keys: dict[str, list[_Piece]] = {}
+        self._interned: dict[frozenset[str], frozenset[str]] = {}
+        """One object per set of services or clusters (they repeat across the entries)."""
+        self._built: _Domain | None = None
+
+    def add(self, item: Resolved) -> None:
+        """Add the entries of `item` (a route serving the domain)."""
+        host = _route_host(item.route, self._domain)
+        keys = self._keys.setdefault(item.route.key, [])
+        rank = _KIND_RANK[item.route.kind]
+        for entry in item.entries(host=host, listener_port=self._port, listener_scheme=self._scheme):
+            routes, services = translate((entry,), routes_of=self._memo.entry_routes)
+            key = (rank, *entry_key(entry))
+            piece = _Piece(
+                key=key,
+                entry=entry,
+                routes=tuple(routes),
+                services=self._intern(frozenset(services)),
+                clusters=self._intern(frozenset(cluster for route in routes for cluster in route.clusters)),
+                selectors=tuple(
+                    (cluster, selected)
+                    for cluster, found in selector_keys(routes).items()
+                    for selected in found
+                ),
+            )
+            identity = (entry.host, entry.match)
+            keys.append(piece)
+            held = self._claims.get(identity)
+            if held is None:
+                self._claims[identity] = piece
+                self._keep(piece, 1)
+                continue
+            group = held if isinstance(held, list) else [held]
+            self._claims[identity] = group
+            winner = group[0]
+            group.append(piece)
+            group.sort(key=_piece_key)  # a claim's entries are few
+            if group[0] is piece:
+                self._keep(winner, -1)
+                self._keep(piece, 1)
+                self._relose(group)
+            else:
+                self._lose(piece, winner)
+        self._built = None
+
+    def remove(self, route: str) -> None:
+        """Remove the entries of route `route`."""
+        for piece in self._keys.pop(route, ()):
+            key, identity = piece.key, (piece.entry.host, piece.entry.match)
+            held = self._claims[identity]
+            if not isinstance(held, list):
+                del self._claims[identity]
+                self._keep(piece, -1)
+                continue
+            group = held
+            at = group.index(piece)
+            del group[at]
+            if not at:
+                self._keep(piece, -1)
+                if group:
+                    winner = group[0]
+                    self._lost.remove(winner.key)
+                    self._keep(winner, 1)
+                    self._relose(group)
+            else:
+                self._lost.remove(key)
+            if not group:
+                del self._claims[identity]
+        self._built = None
+
+    def _intern(self, names: frozenset[str]) -> frozenset[str]:
+        return self._interned.setdefault(names, names)
+
+    def _keep(self, piece: _Piece, by: int) -> None:
+        if by > 0:
+            self._kept.add(piece.key, piece.routes)
+        else:
+            self._kept.remove(piece.key)
+        _count(self._services, piece.services, by)
+        _count(self._clusters, piece.clusters, by)
+        _count(self._selectors, piece.selectors, by)
+
+    def _lose(self, piece: _Piece, winner: _Piece) -> None:
+        same = winner.entry.route.key == piece.entry.route.key
+        note = None if same else (piece.entry.route.key, shadow_note(self._scope, piece.entry, winner.entry))
+        self._lost.add(piece.key, note)
+
+    def _relose(self, group: list[_Piece]) -> None:
+        """The first entry of `group` is newly kept: the others lose to it now (their notes name it)."""
+        winner, *losers = group
+        for piece in losers:
+            if piece.key in self._lost:
+                self._lost.remove(piece.key)
+            self._lose(piece, winner)
+
+    def build(self) -> _Domain:
+        """Return the virtual host (rebuilt only after a change)."""
+        if self._built is not None:
+            return self._built
+        selectors: dict[str, list[tuple[str, ...]]] = {}
+        for cluster, selected in self._selectors:
+            selectors.setdefault(cluster, []).append(selected)
+        self._memo.built += 1
+        self._built = _Domain(
+            vhost=ir.VirtualHost(
+                name=self._name,
+                domains=(self._domain,),
+                routes=tuple(chain.from_iterable(self._kept.values())),
+            ),
+            notes=tuple(note for note in self._lost.values() if note is not None),
+            services=frozenset(self._services),
+            clusters=frozenset(self._clusters),
+            selectors={cluster: tuple(sorted(keys)) for cluster, keys in sorted(selectors.items())},
+        )
+        return self._built
+
+
+class _Listener:
+    """What the routes attached to one usable listener build: virtual hosts per domain (L7) or members (L4)."""
+
+    def __init__(self, state: ListenerState, *, memo: Memo) -> None:
+        self.state = state
+        self.l7 = state.listener.protocol in ("HTTP", "HTTPS")
+        self._memo = memo
+        self.members: Ordered[tuple[Resolved, Attached]] = Ordered()
+        self._hosts: dict[str, int] = {}
+        """How many members name each host: the listener's domains."""
+        self.vhosts: dict[str, _VirtualHost] = {}
+        self._domains: list[str] | None = None
+
+    def _serves(self, attached: Attached, domain: str) -> bool:
+        return any(covers(name, domain) for name in attached.hosts)
+
+    def _served(self, attached: Attached) -> list[str]:
+        if any(name.startswith("*") for name in attached.hosts):
+            return [domain for domain in self.vhosts if self._serves(attached, domain)]
+        return [name for name in attached.hosts if name in self.vhosts]
+
+    def add(self, item: Resolved, attached: Attached) -> None:
+        self.members.add(route_order(item.route), (item, attached))
+        if not self.l7:
+            return
+        for domain in self._served(attached):
+            self.vhosts[domain].add(item)
+        for name in attached.hosts:
+            self._hosts[name] = self._hosts.get(name, 0) + 1
+            if name not in self.vhosts:
+                self._domains = None
+                vhost = self.vhosts[name] = _VirtualHost(state=self.state, domain=name, memo=self._memo)
+                for member, held in self.members.values():
+                    if self._serves(held, name):
+                        vhost.add(member)
+
+    def remove(self, item: Resolved, attached: Attached) -> None:
+        self.members.remove(route_order(item.route))
+        if not self.l7:
+            return
+        for domain in self._served(attached):
+            self.vhosts[domain].remove(item.route.key)
+        for name in attached.hosts:
+            self._hosts[name] -= 1
+            if not self._hosts[name]:
+                del self._hosts[name]
+                del self.vhosts[name]
+                self._domains = None
+
+    def domains(self) -> list[str]:
+        """The listener's domains, most specific first."""
+        if self._domains is None:
+            self._domains = sorted(self.vhosts, key=_domain_order)
+        return self._domains
+
+
+class EdgeBuilder:
+    """The edge's listeners from the routes added to it, kept per listener, domain and route: adding or removing
+    a route rebuilds only the virtual hosts it serves (and the L4 listeners, which are rebuilt whole)."""
+
+    def __init__(self, states: Sequence[ListenerState], *, memo: Memo) -> None:
+        self._memo = memo
+        usable = [state for state in states if state.usable]
+        self._listeners = {_key(state): _Listener(state, memo=memo) for state in usable}
+        # Claiming order: the most specific listener hostname first, then the oldest Gateway, then listener order.
+        self._claim_order = sorted(
+            usable,
+            key=lambda state: (
+                _domain_order(state.listener.hostname or ANY_HOST)[:2],
+                state.gateway.age,
+                state.index,
+            ),
+        )
+        self._output_order = [
+            _key(state)
+            for state in sorted(
+                usable, key=lambda state: (state.listener.port, state.gateway.meta.key, state.index)
+            )
+        ]
+        self._pairs: dict[str, list[tuple[_ListenerKey, Resolved, Attached]]] = {}
+        self._attached: dict[_ListenerKey, int] = {}
+
+    def add(self, item: Resolved) -> None:
+        """Add a route (not held yet)."""
+        if not item.working:
+            return
+        pairs: list[tuple[_ListenerKey, Resolved, Attached]] = []
+        seen: set[_ListenerKey] = set()
+        for result in item.parents:
+            if not result.accepted or result.controller != EDGE_CONTROLLER:
+                continue
+            for attached in result.listeners:
+                key = _key(attached.state)
+                if key not in seen:
+                    seen.add(key)
+                    pairs.append((key, item, attached))
+        if not pairs:
+            return
+        self._pairs[item.route.key] = pairs
+        for key, _, attached in pairs:
+            self._attached[key] = self._attached.get(key, 0) + 1
+            listener = self._listeners.get(key)
+            if listener is not None:
+                listener.add(item, attached)
+
+    def remove(self, route: str) -> None:
+        """Remove the route `route` (a key; nothing when it is not held)."""
+        for key, item, attached in self._pairs.pop(route, ()):
+            self._attached[key] -= 1
+            if not self._attached[key]:
+                del self._attached[key]
+            listener = self._listeners.get(key)
+            if listener is not None:
+                listener.remove(item, attached)
+
+    def result(self) -> EdgeResult:
+        """Return the edge's listeners built from the routes held."""
+        builder = _Builder(memo=self._memo)
+        selectors: dict[str, set[tuple[str, ...]]] = {}
+        built: dict[_ListenerKey, EdgeListener] = {}
+        for state in self._claim_order:
+            held = self._listeners[_key(state)]
+            listener = state.listener
+            vhosts: tuple[ir.VirtualHost, ...] = ()
+            if held.l7:
+                claimed = builder.claimed.setdefault(listener.port, set())
+                found = []
+                for domain in held.domains():
+                    if domain in claimed:
+                        continue
+                    claimed.add(domain)
+                    vhost = held.vhosts[domain].build()
+                    for route_key, note in vhost.notes:
+                        builder.note(route_key, note)
+                    builder.services.update(vhost.services)
+                    builder.clusters.update(vhost.clusters)
+                    for cluster, keys in vhost.selectors.items():
+                        selectors.setdefault(cluster, set()).update(keys)
+                    found.append(vhost.vhost)
+                vhosts = tuple(found)
+            built[_key(state)] = EdgeListener(
+                gateway=state.gateway.meta.key,
+                name=listener.name,
+                port=listener.port,
+                protocol=listener.protocol,
+                hostname=listener.hostname,
+                tls_mode=listener.tls_mode,
+                certificates=state.certificates,
+                virtual_hosts=vhosts,
+                l4_routes=() if held.l7 else builder.l4_routes(state, held.members.values()),
+            )
+        return EdgeResult(
+            listeners=tuple(built[key] for key in self._output_order),
+            shadowed=builder.shadowed,
+            backend_services=frozenset(builder.services),
+            backend_clusters=frozenset(builder.clusters),
+            backend_selectors={cluster: tuple(sorted(keys)) for cluster, keys in sorted(selectors.items())},
+            attached=dict(self._attached),
+        )
 
 
 class _Builder:
@@ -105,75 +425,6 @@ class _Builder:
 
     def note(self, route: str, message: str) -> None:
         self.shadowed.setdefault(route, []).append(message)
-
-    def virtual_hosts(
-        self, state: ListenerState, pairs: Sequence[tuple[Resolved, Attached]]
-    ) -> tuple[ir.VirtualHost, ...]:
-        claimed = self.claimed.setdefault(state.listener.port, set())
-        domains = sorted({host for _, attached in pairs for host in attached.hosts}, key=_domain_order)
-        gateway, listener = state.gateway.meta, state.listener.name
-        index = _HostIndex(pair[1].hosts for pair in pairs)
-        vhosts = []
-        for domain in domains:
-            if domain in claimed:
-                continue
-            claimed.add(domain)
-            serving = tuple(pairs[at][0] for at in index.serving(domain))
-            key = ("vhost", gateway.key, listener, domain)
-            # The hostname each route serves the domain through follows from the route: the routes are the key.
-            built = self.memo.unit(key, serving)
-            if built is None:
-                contributors = [(item, _route_host(item.route, domain)) for item in serving]
-                built = self.memo.store(
-                    key,
-                    serving,
-                    self._domain(
-                        name=f"{gateway.namespace}/{gateway.name}/{listener}/{domain}",
-                        scope=f"Gateway {gateway.namespace}/{gateway.name} listener {listener!r} host {domain!r}",
-                        domain=domain,
-                        listener=state.listener,
-                        contributors=contributors,
-                    ),
-                )
-            for route_key, note in built.notes:
-                self.note(route_key, note)
-            self.services.update(built.services)
-            self.clusters.update(built.clusters)
-            vhosts.append(built.vhost)
-        return tuple(vhosts)
-
-    def _domain(
-        self,
-        *,
-        name: str,
-        scope: str,
-        domain: str,
-        listener: Listener,
-        contributors: Sequence[tuple[Resolved, str]],
-    ) -> _Domain:
-        """Build the virtual host of `domain` on `listener` from the routes serving it (each through its own
-        hostname)."""
-        entries: dict[str, list[Entry]] = {HTTP_ROUTE: [], GRPC_ROUTE: []}
-        scheme = _SCHEMES[listener.protocol]
-        for item, host in contributors:
-            entries[item.route.kind].extend(
-                item.entries(host=host, listener_port=listener.port, listener_scheme=scheme)
-            )
-        routes: list[ir.HTTPRoute] = []
-        notes: list[tuple[str, str]] = []
-        services: set[str] = set()
-        for kind in (GRPC_ROUTE, HTTP_ROUTE):
-            kept, lost = ordered(entries[kind])
-            notes.extend((loser.route.key, shadow_note(scope, loser, winner)) for loser, winner in lost)
-            translated, targets = translate(kept, routes_of=self.memo.entry_routes)
-            routes.extend(translated)
-            services.update(targets)
-        return _Domain(
-            vhost=ir.VirtualHost(name=name, domains=(domain,), routes=tuple(routes)),
-            notes=tuple(notes),
-            services=frozenset(services),
-            clusters=frozenset(cluster for route in routes for cluster in route.clusters),
-        )
 
     def l4_routes(
         self, state: ListenerState, pairs: Sequence[tuple[Resolved, Attached]]
@@ -206,59 +457,10 @@ def edge_listeners(
     resolved: Sequence[Resolved], states: Sequence[ListenerState], *, memo: Memo
 ) -> EdgeResult:
     """Return the edge's listeners built from `resolved` routes (oldest first) and the listener `states`."""
-    pairs: dict[_ListenerKey, list[tuple[Resolved, Attached]]] = {}
+    builder = EdgeBuilder(states, memo=memo)
     for item in resolved:
-        if not item.working:
-            continue
-        seen: set[_ListenerKey] = set()
-        for result in item.parents:
-            if not result.accepted or result.controller != EDGE_CONTROLLER:
-                continue
-            for attached in result.listeners:
-                key = _key(attached.state)
-                if key not in seen:
-                    seen.add(key)
-                    pairs.setdefault(key, []).append((item, attached))
-    builder = _Builder(memo=memo)
-    usable = [state for state in states if state.usable]
-    # Claiming order: the most specific listener hostname first, then the oldest Gateway, then listener order.
-    claim_order = sorted(
-        usable,
-        key=lambda state: (
-            _domain_order(state.listener.hostname or ANY_HOST)[:2],
-            state.gateway.age,
-            state.index,
-        ),
-    )
-    built: dict[_ListenerKey, EdgeListener] = {}
-    for state in claim_order:
-        listener = state.listener
-        members = pairs.get(_key(state), [])
-        l7 = listener.protocol in ("HTTP", "HTTPS")
-        built[_key(state)] = EdgeListener(
-            gateway=state.gateway.meta.key,
-            name=listener.name,
-            port=listener.port,
-            protocol=listener.protocol,
-            hostname=listener.hostname,
-            tls_mode=listener.tls_mode,
-            certificates=state.certificates,
-            virtual_hosts=builder.virtual_hosts(state, members) if l7 else (),
-            l4_routes=() if l7 else builder.l4_routes(state, members),
-        )
-    listeners = tuple(
-        built[_key(state)]
-        for state in sorted(
-            usable, key=lambda state: (state.listener.port, state.gateway.meta.key, state.index)
-        )
-    )
-    return EdgeResult(
-        listeners=listeners,
-        shadowed=builder.shadowed,
-        backend_services=frozenset(builder.services),
-        backend_clusters=frozenset(builder.clusters),
-        attached={key: len(items) for key, items in pairs.items()},
-    )
+        builder.add(item)
+    return builder.result()
 
 
 def gateway_statuses(

@@ -25,10 +25,9 @@ from aether.core.gateway import ir
 from aether.core.gateway.attach import Resolved
 from aether.core.gateway.contract import MESH_CONTROLLER
 from aether.core.gateway.memo import Memo
-from aether.core.gateway.mesh import caller_routes
-from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
+from aether.core.gateway.mesh import caller_routes, mesh_services
 
-__all__ = ["MeshFrontend", "mesh_frontends"]
+__all__ = ["MeshFrontend", "mesh_frontends", "service_frontends"]
 
 
 @attrs.frozen(kw_only=True)
@@ -65,12 +64,26 @@ def mesh_frontends(
 ) -> dict[str, tuple[MeshFrontend, ...]]:
     """Return, per mesh service, the frontends of the GAMMA HTTP and gRPC routes of `resolved` (oldest first),
     sorted by address and port (each once)."""
-    found: dict[str, dict[tuple[ipaddress.IPv4Address, int], list[Resolved]]] = {}
+    by_service: dict[str, list[Resolved]] = {}
     for item in resolved:
-        if item.route.kind not in (HTTP_ROUTE, GRPC_ROUTE) or not item.working:
-            continue
+        for service in mesh_services(item):
+            by_service.setdefault(service, []).append(item)
+    frontends: dict[str, tuple[MeshFrontend, ...]] = {}
+    for service, items in sorted(by_service.items()):
+        if built := service_frontends(service, items, services=services, memo=memo):
+            frontends[service] = built
+    return frontends
+
+
+def service_frontends(
+    service: str, resolved: Sequence[Resolved], *, services: Mapping[str, KubeService], memo: Memo
+) -> tuple[MeshFrontend, ...]:
+    """Return the frontends of mesh service `service` from the GAMMA routes `resolved` (oldest first) that apply
+    to it, sorted by address and port (each once)."""
+    found: dict[tuple[ipaddress.IPv4Address, int], list[Resolved]] = {}
+    for item in resolved:
         for result in item.parents:
-            if not result.accepted or result.controller != MESH_CONTROLLER:
+            if not result.accepted or result.controller != MESH_CONTROLLER or result.service != service:
                 continue
             kube = services.get(f"Service/{result.ref.namespace}/{result.ref.name}")
             if kube is None or not _ipv4(kube.cluster_ip):
@@ -78,23 +91,16 @@ def mesh_frontends(
             tcp = sorted({port.port for port in kube.ports if port.protocol == "TCP"})
             ports = [result.ref.port] if result.ref.port else tcp
             address = ipaddress.IPv4Address(kube.cluster_ip)
-            held = found.setdefault(result.service, {})
             for port in ports:
                 if port not in tcp:
                     continue
-                contributors = held.setdefault((address, port), [])
+                contributors = found.setdefault((address, port), [])
                 if not contributors or contributors[-1] is not item:  # two parentRefs of one route
                     contributors.append(item)
-    frontends: dict[str, tuple[MeshFrontend, ...]] = {}
-    for service, pairs in sorted(found.items()):
-        built = []
-        for (address, port), contributors in sorted(pairs.items()):
-            http, grpc = caller_routes(service, contributors, memo=memo)
-            built.append(
-                MeshFrontend(
-                    address=str(address), port=port, service=service, http_routes=http, grpc_routes=grpc
-                )
-            )
-        if built:
-            frontends[service] = tuple(built)
-    return frontends
+    built = []
+    for (address, port), contributors in sorted(found.items()):
+        http, grpc = caller_routes(service, contributors, memo=memo)
+        built.append(
+            MeshFrontend(address=str(address), port=port, service=service, http_routes=http, grpc_routes=grpc)
+        )
+    return tuple(built)

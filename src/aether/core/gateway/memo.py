@@ -9,6 +9,7 @@ follows the objects that exist.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aether.core.gateway import ir
@@ -28,6 +29,7 @@ class Memo:
         ] = {}
         self._units: dict[object, tuple[tuple[object, ...], Any]] = {}
         self._used_units: set[object] = set()
+        self._by_route: dict[str, set[_RouteKey]] = {}
         self.translated = 0
         """Entries translated since the counters were last reset (the rest were reused)."""
         self.built = 0
@@ -53,6 +55,7 @@ class Memo:
         routes = entry_routes(entry, mesh_domain=self.mesh_domain)
         self.translated += 1
         self._routes[key] = (entry.route, entry.backends, entry.mirrors, routes)
+        self._by_route.setdefault(key[0], set()).add(key)
         return routes
 
     def unit(self, key: object, signature: tuple[object, ...]) -> Any | None:
@@ -73,8 +76,17 @@ class Memo:
 
     def sweep(self, routes: set[str]) -> None:
         """Forget the units the last view did not use, and the translations of routes that no longer exist."""
-        for route_key in [key for key in self._routes if key[0] not in routes]:
-            del self._routes[route_key]
+        self.forget([route for route in self._by_route if route not in routes])
+        self.sweep_units()
+
+    def forget(self, routes: Iterable[str]) -> None:
+        """Forget the translations of `routes` (which no longer exist)."""
+        for route in routes:
+            for key in self._by_route.pop(route, ()):
+                del self._routes[key]
+
+    def sweep_units(self) -> None:
+        """Forget the units the last view did not use."""
         for unit_key in set(self._units).difference(self._used_units):
             del self._units[unit_key]
         self._used_units.clear()

@@ -14,6 +14,7 @@ from aether.core.gateway.entries import Entry, translate
 from aether.core.gateway.ir import selector_keys, slice_clusters
 from aether.core.gateway.memo import Memo
 from aether.core.gateway.model.routes import GRPC_ROUTE, HTTP_ROUTE
+from aether.core.gateway.ordered import Ordered, route_order
 from aether.core.gateway.precedence import ordered, shadow_note
 from aether.core.mesh_names import http_cluster_name
 
@@ -147,34 +148,80 @@ def _service(service: str, contributors: Sequence[Resolved], memo: Memo) -> _Ser
     return _Service(routing=routing, notes=tuple(notes))
 
 
-def mesh_routing(resolved: Sequence[Resolved], *, memo: Memo) -> MeshResult:
-    """Return the GAMMA routing of `resolved` routes (oldest first); a service whose contributing routes are the
-    same objects as in the previous view keeps its `MeshRouting` object."""
-    contributors: dict[str, list[Resolved]] = {}
-    for item in resolved:
-        if not item.working or item.route.kind not in (HTTP_ROUTE, GRPC_ROUTE):
-            continue
-        services = {
-            result.service
-            for result in item.parents
-            if result.accepted and result.controller == MESH_CONTROLLER and result.service
-        }
+def mesh_services(item: Resolved) -> set[str]:
+    """The mesh services a GAMMA HTTP or gRPC route applies to (its accepted Service parents'); none for another."""
+    if not item.working or item.route.kind not in (HTTP_ROUTE, GRPC_ROUTE):
+        return set()
+    return {
+        result.service for result in item.parents if result.accepted and result.controller == MESH_CONTROLLER
+    }
+
+
+class MeshBuilder:
+    """The GAMMA routes added to it, per mesh service in route order: adding or removing a route rebuilds only
+    the routing of the services it applies to."""
+
+    def __init__(self, *, memo: Memo) -> None:
+        self._memo = memo
+        self.members: dict[str, Ordered[Resolved]] = {}
+        """Per mesh service (empty: a parent whose mesh service is not known), its routes oldest first."""
+        self._held: dict[str, tuple[Resolved, set[str]]] = {}
+        self.changed: set[str] = set()
+        """The services whose routes changed since `result` was last asked."""
+
+    def add(self, item: Resolved) -> None:
+        """Add a route (not held yet)."""
+        services = mesh_services(item)
+        if not services:
+            return
+        self._held[item.route.key] = (item, services)
         for service in services:
-            contributors.setdefault(service, []).append(item)
-    routing: dict[str, MeshRouting] = {}
-    shadowed: dict[str, list[str]] = {}
-    backends: set[str] = set()
-    for service in sorted(contributors):
-        signature = tuple(contributors[service])
-        key = ("mesh", service)
-        held = memo.unit(key, signature)
+            self.members.setdefault(service, Ordered()).add(route_order(item.route), item)
+        self.changed.update(services)
+
+    def remove(self, route: str) -> None:
+        """Remove route `route` (a key; nothing when it is not held)."""
+        held = self._held.pop(route, None)
         if held is None:
-            held = memo.store(key, signature, _service(service, contributors[service], memo))
-        for route_key, note in held.notes:
-            shadowed.setdefault(route_key, []).append(note)
-        routing[service] = held.routing
-        backends.update(held.routing.backend_services)
-    return MeshResult(routing=routing, shadowed=shadowed, backend_services=frozenset(backends))
+            return
+        item, services = held
+        for service in services:
+            members = self.members[service]
+            members.remove(route_order(item.route))
+            if not len(members):
+                del self.members[service]
+        self.changed.update(services)
+
+    def result(self) -> MeshResult:
+        """Return the GAMMA routing of the routes held; a service whose routes are the same objects as in the
+        previous view keeps its `MeshRouting` object."""
+        routing: dict[str, MeshRouting] = {}
+        shadowed: dict[str, list[str]] = {}
+        backends: set[str] = set()
+        memo = self._memo
+        for service in sorted(self.members):
+            if not service:
+                continue
+            contributors = self.members[service].values()
+            signature = tuple(contributors)
+            key = ("mesh", service)
+            held = memo.unit(key, signature)
+            if held is None:
+                held = memo.store(key, signature, _service(service, contributors, memo))
+            for route_key, note in held.notes:
+                shadowed.setdefault(route_key, []).append(note)
+            routing[service] = held.routing
+            backends.update(held.routing.backend_services)
+        self.changed = set()
+        return MeshResult(routing=routing, shadowed=shadowed, backend_services=frozenset(backends))
+
+
+def mesh_routing(resolved: Sequence[Resolved], *, memo: Memo) -> MeshResult:
+    """Return the GAMMA routing of `resolved` routes (oldest first)."""
+    builder = MeshBuilder(memo=memo)
+    for item in resolved:
+        builder.add(item)
+    return builder.result()
 
 
 def caller_routes(

@@ -16,7 +16,8 @@ method (exact before regular expression), then more header matches, then the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Iterator
+from typing import TypeVar
 
 from aether.core.gateway.entries import Entry
 from aether.core.gateway.hostnames import specificity
@@ -48,13 +49,14 @@ def match_key(match: HTTPMatch | GRPCMatch) -> tuple[int, ...]:
 
 
 def entry_key(entry: Entry) -> tuple[object, ...]:
-    """Return the full precedence key of an entry (smaller first)."""
+    """Return the full precedence key of an entry (smaller first), flat (its parts have fixed lengths per match
+    kind, so it orders as the nested key would, and compares faster)."""
     characters, wildcard_characters = specificity(entry.host) if entry.host else (0, 0)
     return (
         -characters,
         -wildcard_characters,
-        match_key(entry.match),
-        entry.route.age,
+        *match_key(entry.match),
+        *entry.route.age,
         entry.rule.index,
         entry.match_index,
     )
@@ -69,16 +71,28 @@ def ordered(entries: Iterable[Entry]) -> tuple[list[Entry], list[tuple[Entry, En
     """
     kept: list[Entry] = []
     shadowed: list[tuple[Entry, Entry]] = []
-    claimed: dict[tuple[str, HTTPMatch | GRPCMatch], Entry] = {}
-    for entry in sorted(entries, key=entry_key):
-        identity = (entry.host, entry.match)
-        winner = claimed.get(identity)
+    for entry, winner in claims(
+        ((entry.host, entry.match), entry) for entry in sorted(entries, key=entry_key)
+    ):
         if winner is None:
-            claimed[identity] = entry
             kept.append(entry)
         elif winner.route.key != entry.route.key:
             shadowed.append((entry, winner))
     return kept, shadowed
+
+
+T = TypeVar("T")
+
+
+def claims(items: Iterable[tuple[Hashable, T]]) -> Iterator[tuple[T, T | None]]:
+    """Yield each of `items` (`(identity, item)` in precedence order, the identity being an entry's route hostname
+    and match, or a stand-in as unique) with the earlier item that claimed the same identity (None: it claims it)."""
+    claimed: dict[Hashable, T] = {}
+    for identity, item in items:
+        winner = claimed.get(identity)
+        if winner is None:
+            claimed[identity] = item
+        yield item, winner
 
 
 def shadow_note(scope: str, loser: Entry, winner: Entry) -> str:

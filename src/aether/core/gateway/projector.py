@@ -11,7 +11,7 @@ import attrs
 import immutables
 
 from aether.core.events.kube import KubeObject
-from aether.core.gateway import edge, frontends, mesh, mesh_l4, udp_routes
+from aether.core.gateway import edge, frontends, mesh_l4, udp_routes
 from aether.core.gateway.attach import (
     ParentResult,
     Resolved,
@@ -27,9 +27,10 @@ from aether.core.gateway.contract import (
     ObjectStatus,
     ParentStatus,
 )
-from aether.core.gateway.ir import selector_keys
+from aether.core.gateway.edge import EdgeBuilder
 from aether.core.gateway.listeners import ListenerState, listener_states
 from aether.core.gateway.memo import Memo
+from aether.core.gateway.mesh import MeshBuilder
 from aether.core.gateway.model.gateways import (
     INVALID_PARAMETERS,
     Gateway,
@@ -49,6 +50,7 @@ from aether.core.gateway.model.routes import (
     RouteRejected,
     parse_route,
 )
+from aether.core.gateway.ordered import Ordered, route_order
 from aether.core.gateway.resolve import Resolver
 from aether.core.gateway.status import (
     ACCEPTED,
@@ -61,6 +63,7 @@ from aether.core.gateway.status import (
     condition,
 )
 from aether.core.order import sorted_items
+from aether.core.state.kube import KubeState, changed_since
 from aether.core.state.state import State
 
 MESH_L4_KINDS = (TCP_ROUTE, TLS_ROUTE, UDP_ROUTE)
@@ -308,11 +311,35 @@ class GatewayProjector:
         self._resolved: dict[str, tuple[tuple[object, ...], Resolved]] = {}
         self._statuses: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
         self._parsed_count = 0
+        self._resolved_count = 0
+        self._last: GatewayView | None = None
+        self._token: object = None
+        self._inputs: tuple[object, ...] = ()
+        self._parents: _Parents | None = None
+        self._resolver: Resolver | None = None
+        self._edge_gateways: list[Gateway] = []
+        self._order: Ordered[Resolved] = Ordered()
+        self._mesh = MeshBuilder(memo=self._memo)
+        self._edge = EdgeBuilder((), memo=self._memo)
+        self._rejected: dict[str, RouteRejected] = {}
+        self._frontends: dict[str, tuple[frontends.MeshFrontend, ...]] = {}
+        self._shadowed: dict[str, tuple[str, ...]] = {}
+        self._l4 = mesh_l4.MeshL4Result(routing={}, shadowed={}, backend_services=frozenset())
+        self._udp = udp_routes.mesh_udp_routing((), services=immutables.Map())
+        self._udp_wanted: tuple[str, ...] = ()
+        self._udp_clusters: dict[str, udp_routes.UdpRouteCluster] = {}
+        self._status: immutables.Map[str, ObjectStatus] = immutables.Map()
+        self._status_changes: frozenset[str] | None = None
         self._statistics = GatewayStatistics(views=0, routes=0, parsed=0, resolved=0, translated=0, built=0)
 
     def statistics(self) -> GatewayStatistics:
         """Return what the projector did, as of its last view."""
         return self._statistics
+
+    def status_changes(self) -> frozenset[str] | None:
+        """Return the keys whose status the last view may have changed against the view before it (a key whose
+        status went is among them); None when it was built from scratch (any may have)."""
+        return self._status_changes
 
     def _parse(self, objects: Mapping[str, KubeObject]) -> _Objects:
         classes: list[GatewayClass] = []
@@ -356,10 +383,24 @@ class GatewayProjector:
         mesh_domain = kube.mesh_config.mesh_domain
         if self._memo.mesh_domain != mesh_domain:
             self._memo = Memo(mesh_domain=mesh_domain)
-            self._resolved, self._statuses = {}, {}
-        memo = self._memo
-        memo.reset_counters()
+            self._resolved, self._statuses, self._last = {}, {}, None
+        self._memo.reset_counters()
         self._parsed_count = 0
+        inputs = (kube.services, state.pods, kube.reference_grants, kube.namespaces, kube.tls_secrets)
+        changed = None
+        if self._last is not None and all(a is b for a, b in zip(inputs, self._inputs, strict=True)):
+            changed = changed_since(kube, self._token)
+            if changed is not None and not all(key.partition("/")[0] in ROUTE_KINDS for key in changed):
+                changed = None  # a GatewayClass or Gateway changed: its listeners are every route's parents
+        view = self._full(state) if changed is None else self._routes_changed(state, changed)
+        self._token = None if kube.gateway_changes is None else kube.gateway_changes.token
+        self._inputs = inputs
+        self._last = view
+        return view
+
+    def _full(self, state: State) -> GatewayView:
+        kube = state.kube
+        memo = self._memo
         objects = self._parse(kube.gateway_objects)
         if self._grants is None or self._grants[0] is not kube.reference_grants:
             self._grants = (kube.reference_grants, _grants(kube.reference_grants))
@@ -405,9 +446,13 @@ class GatewayProjector:
         if all(a is b for a, b in zip(previous, shared, strict=True)):
             shared = previous
         self._shared = shared
-        resolved = []
+        self._parents, self._resolver = parents, resolver
+        self._edge_gateways = edge_gateways
         resolved_count = 0
         resolved_now: dict[str, tuple[tuple[object, ...], Resolved]] = {}
+        self._order = Ordered()
+        self._mesh = MeshBuilder(memo=memo)
+        self._edge = EdgeBuilder(states, memo=memo)
         for route in objects.routes:
             inputs = (route, shared)
             held = self._resolved.get(route.key)
@@ -421,40 +466,165 @@ class GatewayProjector:
                     # unit built from it is reused.
                     item = held[1]
             resolved_now[route.key] = (inputs, item)
-            resolved.append(item)
+            self._add(item)
         self._resolved = resolved_now
+        self._rejected = {item.meta.key: item for item in objects.rejected_routes}
+        self._resolved_count = resolved_count
+        self._frontends = {}
+        self._shadowed = {}
+        return self._finish(kube, changed=None, l4_changed=True, base=statuses)
 
-        mesh_result = mesh.mesh_routing(resolved, memo=memo)
-        l4_result = mesh_l4.mesh_l4_routing(resolved, mesh_domain=mesh_domain)
-        udp_result = udp_routes.mesh_udp_routing(resolved, services=kube.services)
-        edge_result = edge.edge_listeners(resolved, states, memo=memo)
+    def _add(self, item: Resolved) -> None:
+        self._order.add(route_order(item.route), item)
+        self._mesh.add(item)
+        self._edge.add(item)
 
-        statuses_now: dict[str, tuple[tuple[object, ...], ObjectStatus]] = {}
-        for item in resolved:
-            key = item.route.key
-            shadowed = (
-                *mesh_result.shadowed.get(key, ()),
-                *l4_result.shadowed.get(key, ()),
-                *udp_result.shadowed.get(key, ()),
-                *edge_result.shadowed.get(key, ()),
+    def _remove(self, item: Resolved) -> None:
+        self._order.remove(route_order(item.route))
+        self._mesh.remove(item.route.key)
+        self._edge.remove(item.route.key)
+
+    def _routes_changed(self, state: State, changed: set[str]) -> GatewayView:
+        """The view after routes `changed` (keys; nothing else): only they are parsed and resolved, and only what
+        they touch is rebuilt."""
+        objects = state.kube.gateway_objects
+        parents, resolver = self._parents, self._resolver
+        # Invariant: a view was built from scratch before (`view` comes here only with a previous view).
+        assert parents is not None, "no view to change; this is a bug"
+        assert resolver is not None, "no view to change; this is a bug"
+        l4_changed = False
+        self._resolved_count = 0
+        for key in sorted(changed):
+            item = objects.get(key)
+            if item is None:
+                self._parsed.pop(key, None)
+                parsed: object = None
+            else:
+                held_parse = self._parsed.get(key)
+                if held_parse is not None and held_parse[0] is item:
+                    parsed = held_parse[1]
+                else:
+                    parsed = _parse_object(item)
+                    self._parsed_count += 1
+                    self._parsed[key] = (item, parsed)
+            self._rejected.pop(key, None)
+            if isinstance(parsed, RouteRejected):
+                self._rejected[key] = parsed
+            held = self._resolved.get(key)
+            resolved: Resolved | None = None
+            if isinstance(parsed, Route):
+                if held is not None and held[0][0] is parsed:
+                    resolved = held[1]
+                else:
+                    resolved = _resolve(parsed, parents, resolver)
+                    self._resolved_count += 1
+                    if held is not None and resolved == held[1]:
+                        resolved = held[1]
+                self._resolved[key] = ((parsed, self._shared), resolved)
+            else:
+                self._resolved.pop(key, None)
+            if held is not None and held[1] is resolved:
+                continue
+            for kind in (held[1].route.kind if held else "", resolved.route.kind if resolved else ""):
+                l4_changed = l4_changed or kind in MESH_L4_KINDS
+            if held is not None:
+                self._remove(held[1])
+            if resolved is not None:
+                self._add(resolved)
+        self._memo.forget(key for key in changed if key not in self._resolved)
+        return self._finish(state.kube, changed=changed, l4_changed=l4_changed, base={})
+
+    def _finish(
+        self, kube: KubeState, *, changed: set[str] | None, l4_changed: bool, base: dict[str, ObjectStatus]
+    ) -> GatewayView:
+        """Build the view from the builders, recomputing the statuses of `changed` routes (None: every object's)
+        and of those whose lost matches changed."""
+        memo = self._memo
+        resolved = self._order.values()
+        mesh_changed = self._mesh.changed
+        mesh_result = self._mesh.result()
+        if l4_changed:
+            self._l4 = mesh_l4.mesh_l4_routing(resolved, mesh_domain=memo.mesh_domain)
+            self._udp = udp_routes.mesh_udp_routing(resolved, services=kube.services)
+        l4_result, udp_result = self._l4, self._udp
+        edge_result = self._edge.result()
+        services = mesh_changed if changed is not None else set(self._mesh.members)
+        for service in services:
+            members = self._mesh.members.get(service)
+            built = (
+                frontends.service_frontends(service, members.values(), services=kube.services, memo=memo)
+                if members is not None
+                else ()
             )
+            if built:
+                self._frontends[service] = built
+            else:
+                self._frontends.pop(service, None)
+        udp_wanted = tuple(
+            route.route
+            for listener in edge_result.listeners
+            if listener.protocol == "UDP"
+            for route in listener.l4_routes[:1]
+        )
+        if changed is None or l4_changed or udp_wanted != self._udp_wanted:
+            self._udp_clusters = udp_routes.edge_udp_clusters(udp_wanted, resolved, services=kube.services)
+        self._udp_wanted = udp_wanted
+
+        shadowed: dict[str, tuple[str, ...]] = {}
+        for source in (mesh_result.shadowed, l4_result.shadowed, udp_result.shadowed, edge_result.shadowed):
+            for key, notes in source.items():
+                shadowed[key] = (*shadowed.get(key, ()), *notes)
+        previous = self._shadowed
+        self._shadowed = shadowed
+        if changed is None:
+            affected: Iterable[str] = self._resolved
+        else:
+            affected = changed | {
+                key for key in previous.keys() | shadowed.keys() if previous.get(key) != shadowed.get(key)
+            }
+        statuses = base
+        for key in affected:
+            held = self._resolved.get(key)
+            if held is None:
+                self._statuses.pop(key, None)
+                continue
+            item = held[1]
+            lost = shadowed.get(key, ())
             held_status = self._statuses.get(key)
-            if held_status is not None and held_status[0][0] is item and held_status[0][1] == shadowed:
+            if held_status is not None and held_status[0][0] is item and held_status[0][1] == lost:
                 status = held_status[1]
             else:
-                status = _route_status(item, shadowed)
-            statuses_now[key] = ((item, shadowed), status)
+                status = _route_status(item, lost)
+            self._statuses[key] = ((item, lost), status)
             statuses[key] = status
-        self._statuses = statuses_now
-        for rejected_route in objects.rejected_routes:
-            statuses[rejected_route.meta.key] = _rejected_route_status(rejected_route, parents)
-        statuses.update(edge.gateway_statuses(edge_gateways, states, edge_result.attached))
-        memo.sweep(set(resolved_now))
+        if changed is None:
+            self._statuses = {key: self._statuses[key] for key in self._resolved}
+            rejected: Iterable[str] = self._rejected
+        else:
+            rejected = [key for key in changed if key in self._rejected]
+        for key in rejected:
+            assert self._parents is not None, "a rejected route before any view; this is a bug"
+            statuses[key] = _rejected_route_status(self._rejected[key], self._parents)
+        statuses.update(edge.gateway_statuses(self._edge_gateways, self._states, edge_result.attached))
+        if changed is None:
+            self._status = immutables.Map(statuses)
+            self._status_changes = None
+            memo.sweep(set(self._resolved))
+        else:
+            self._status_changes = frozenset(changed | statuses.keys())
+            with self._status.mutate() as status_map:
+                for key in changed:
+                    if key not in statuses:
+                        status_map.pop(key, None)
+                for key, value in statuses.items():
+                    status_map[key] = value
+                self._status = status_map.finish()
+            memo.sweep_units()
         self._statistics = GatewayStatistics(
             views=self._statistics.views + 1,
-            routes=len(resolved),
+            routes=len(self._resolved),
             parsed=self._parsed_count,
-            resolved=resolved_count,
+            resolved=self._resolved_count,
             translated=memo.translated,
             built=memo.built,
         )
@@ -464,35 +634,15 @@ class GatewayProjector:
             edge_listeners=edge_result.listeners,
             backend_services=edge_result.backend_services,
             backend_clusters=edge_result.backend_clusters,
-            backend_selectors=immutables.Map(
-                selector_keys(
-                    route
-                    for listener in edge_result.listeners
-                    for vhost in listener.virtual_hosts
-                    for route in vhost.routes
-                )
-            ),
+            backend_selectors=immutables.Map(edge_result.backend_selectors),
             mesh_backend_services=(
                 mesh_result.backend_services | l4_result.backend_services | udp_result.backend_services
             ),
             mesh_l4=immutables.Map(l4_result.routing),
             mesh_udp=immutables.Map(udp_result.routing),
-            mesh_frontends=immutables.Map(
-                frontends.mesh_frontends(resolved, services=kube.services, memo=memo)
-            ),
-            udp_clusters=immutables.Map(
-                udp_routes.edge_udp_clusters(
-                    (
-                        route.route
-                        for listener in edge_result.listeners
-                        if listener.protocol == "UDP"
-                        for route in listener.l4_routes[:1]
-                    ),
-                    resolved,
-                    services=kube.services,
-                )
-            ),
-            status=immutables.Map(statuses),
+            mesh_frontends=immutables.Map(sorted(self._frontends.items())),
+            udp_clusters=immutables.Map(self._udp_clusters),
+            status=self._status,
         )
 
 

@@ -15,6 +15,7 @@ A cluster that routes send Services' selections to subsets its endpoints by thei
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
@@ -26,10 +27,11 @@ from google.protobuf import wrappers_pb2
 
 from aether.core.events.pods import Pod
 from aether.core.gateway.ir import SelectorKeys
-from aether.core.project.messages import ads, milliseconds, pack, seconds, socket_address
+from aether.core.project.messages import ads, milliseconds, pack, seconds, shared_parts, socket_address
 from aether.core.project.names import LOOPBACK, PASSTHROUGH_CLUSTER, PASSTHROUGH_MARK, app_cluster_name
 from aether.core.project.subsets import subset_config
-from aether.core.project.tls import UpstreamIdentity, apply_upstream_tls
+from aether.core.project.tls import UpstreamIdentity, apply_upstream_tls, upstream_tls_parts
+from aether.core.snapshot import CLUSTER_TYPE, Resource
 
 CONNECT_TIMEOUT_MS = 2_000
 """Upstream connect timeout (the original system's): a pod IP answers in well under a millisecond, so two seconds
@@ -101,6 +103,58 @@ def service_cluster(
         subsets: The label key sets of the Service selectors routes send to the cluster with (see
             `aether.core.project.subsets`); empty: no subsets.
     """
+    cluster = _service_cluster_base(name, http=http, subsets=subsets)
+    apply_upstream_tls(
+        cluster,
+        identity,
+        peer=peer,
+        trust_domain=trust_domain,
+        alpn=HTTP2_ALPN if http else (),
+        sni=sni if http else "",
+    )
+    return cluster
+
+
+def service_cluster_resource(
+    name: str,
+    *,
+    identity: UpstreamIdentity,
+    peer: str,
+    trust_domain: str,
+    http: bool,
+    sni: str = "",
+    subsets: SelectorKeys = (),
+) -> Resource:
+    """Return `service_cluster(...)` as a snapshot resource (referencing its load assignment), serialized in parts:
+    with per-caller sockets, its name, the fields every cluster of its kind shares (one object for all), its
+    sockets, and the matcher, which every cluster of the node shares by reference
+    (see `aether.core.project.tls.upstream_tls_parts`)."""
+    if not identity.sources:
+        message = service_cluster(
+            name, identity=identity, peer=peer, trust_domain=trust_domain, http=http, sni=sni, subsets=subsets
+        )
+        return Resource.from_message(message, references=(name,))
+    base = _service_cluster_base(name, http=http, subsets=subsets).SerializeToString(deterministic=True)
+    tls = upstream_tls_parts(
+        identity,
+        peer=peer,
+        trust_domain=trust_domain,
+        alpn=HTTP2_ALPN if http else (),
+        sni=sni if http else "",
+    )
+    shared = shared_parts(base, (_unnamed_base(http=http, subsets=subsets),))
+    return Resource.from_parts(CLUSTER_TYPE, name=name, parts=(*shared, *tls), references=(name,))
+
+
+@functools.lru_cache(maxsize=64)
+def _unnamed_base(*, http: bool, subsets: SelectorKeys) -> bytes:
+    """A service cluster's fields after its name (field 1), serialized: the same for every cluster of a kind."""
+    body: bytes = _service_cluster_base("", http=http, subsets=subsets).SerializeToString(deterministic=True)
+    return body
+
+
+def _service_cluster_base(name: str, *, http: bool, subsets: SelectorKeys) -> Any:
+    """Return a service cluster without its TLS (see `service_cluster`)."""
     cluster = eds_cluster(name)
     cluster.circuit_breakers.CopyFrom(
         circuit_breaker_pb2.CircuitBreakers(
@@ -126,14 +180,6 @@ def service_cluster(
         cluster.lb_subset_config.CopyFrom(subset_config(subsets))
     if http:
         cluster.typed_extension_protocol_options[HTTP_OPTIONS_KEY].CopyFrom(pack(http_options(http2=True)))
-    apply_upstream_tls(
-        cluster,
-        identity,
-        peer=peer,
-        trust_domain=trust_domain,
-        alpn=HTTP2_ALPN if http else (),
-        sni=sni if http else "",
-    )
     return cluster
 
 

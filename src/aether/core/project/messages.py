@@ -6,6 +6,7 @@ xds-protos ships no type stubs: every Envoy message is `Any` to mypy.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any
 
 from envoy.config.core.v3 import address_pb2, config_source_pb2
@@ -49,3 +50,25 @@ def socket_address(host: str, port: int, *, netns: str = "") -> Any:
             address=host, port_value=port, network_namespace_filepath=netns
         )
     )
+
+
+def shared_parts(body: bytes, pieces: Iterable[bytes]) -> tuple[bytes, ...]:
+    """Return `body` cut into parts where each of `pieces` occurs (in order, each at most once, searched after the
+    previous one): those parts are the very `pieces` objects, shared by reference with every other body cut so.
+
+    The parts joined are always `body` (a piece not found is simply not cut out): a snapshot resource may keep its
+    bytes so, a common part held once for thousands of resources.
+    """
+    parts: list[bytes] = []
+    start = 0
+    for piece in pieces:
+        at = body.find(piece, start)
+        if at < 0 or not piece:
+            continue
+        if at > start:
+            parts.append(body[start:at])
+        parts.append(piece)
+        start = at + len(piece)
+    if start < len(body):
+        parts.append(body[start:])
+    return tuple(parts)

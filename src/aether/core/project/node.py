@@ -42,7 +42,7 @@ from aether.core.project.endpoints import Locality, node_locality
 from aether.core.project.frontends import FrontendRoute, frontend_routes
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.pods import PodContext, project_pod
-from aether.core.project.routes import catch_all_vhost, route_configuration_body, vhost_entry
+from aether.core.project.routes import catch_all_vhost, route_configuration_parts, vhost_entry
 from aether.core.project.secrets import node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
 from aether.core.project.slices import slice_resources
@@ -697,12 +697,12 @@ class NodeProjector:
         inputs = (demand.services, mesh_domain)
         if self._routes is not None and not vhosts_changed and _same(self._routes[0], inputs):
             return
-        entries = [self._services[service][1].vhosts for service in demand.services]
+        entries = [part for service in demand.services for part in self._services[service][1].vhosts]
         new = tuple(
-            Resource.from_body(
+            Resource.from_parts(
                 ROUTE_TYPE,
                 name=name,
-                body=route_configuration_body(
+                parts=route_configuration_parts(
                     name,
                     [
                         *entries,

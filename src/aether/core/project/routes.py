@@ -10,6 +10,7 @@ join, not the re-serialization of every other service's routes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project.messages import seconds
+from aether.core.project.messages import seconds, shared_parts
 from aether.core.project.names import (
     CATCH_ALL_VHOST,
     INBOUND_ROUTE,
@@ -86,6 +87,52 @@ def service_vhost(name: str, *, domains: Iterable[str], cluster: str, quic: bool
     return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=routes)
 
 
+def service_vhost_entry(
+    name: str, *, domains: Iterable[str], cluster: str, quic: bool = False
+) -> tuple[bytes, ...]:
+    """Return `vhost_entry(service_vhost(...))` in parts: the entry's tag, length, name and domains; with `quic`,
+    the two `quic:` routes, which name no service and so are one bytes object every virtual host shares by
+    reference; the service's own two routes, with their retry policies cut out and shared the same way. Fields in field-number order (name 1, domains 2, routes 3), so the
+    parts joined are the entry's bytes (a test holds them equal)."""
+    head: bytes = route_components_pb2.VirtualHost(name=name, domains=list(domains)).SerializeToString(
+        deterministic=True
+    )
+    own: bytes = route_components_pb2.VirtualHost(
+        routes=_service_routes(route_components_pb2.RouteAction(cluster=cluster))
+    ).SerializeToString(deterministic=True)
+    shared = _quic_routes() if quic else b""
+    size = len(head) + len(shared) + len(own)
+    return tuple(
+        part
+        for part in (_VIRTUAL_HOSTS_TAG + _varint(size) + head, shared, *shared_parts(own, _retry_fields()))
+        if part
+    )
+
+
+@functools.cache
+def _retry_fields() -> tuple[bytes, bytes]:
+    """The serialized `retry_policy` fields of the two service routes (idempotent first): each service's own
+    routes end with them, so they are cut out and shared (`messages.shared_parts`)."""
+    fields = [
+        route_components_pb2.RouteAction(retry_policy=retry_policy(idempotent=idempotent)).SerializeToString(
+            deterministic=True
+        )
+        for idempotent in (True, False)
+    ]
+    return fields[0], fields[1]
+
+
+@functools.cache
+def _quic_routes() -> bytes:
+    body: bytes = route_components_pb2.VirtualHost(
+        routes=_service_routes(
+            route_components_pb2.RouteAction(cluster_header=QUIC_CLUSTER_HEADER),
+            headers=[quic_header_present()],
+        )
+    ).SerializeToString(deterministic=True)
+    return body
+
+
 def routed_vhost(name: str, *, domains: Iterable[str], routes: Iterable[Any]) -> Any:
     """Return the virtual host `name` of `domains` with the given routes (a service's GAMMA routes, in order)."""
     return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
@@ -144,18 +191,26 @@ def catch_all_vhost(*, mesh_domain: str, passthrough: bool) -> Any:
     )
 
 
-def route_configuration_body(name: str, entries: Iterable[bytes]) -> bytes:
-    """Return the serialized RouteConfiguration `name` holding the `virtual_hosts` entries, in order.
+def route_configuration_parts(name: str, entries: Iterable[bytes]) -> tuple[bytes, ...]:
+    """Return the serialized RouteConfiguration `name` holding the `virtual_hosts` entries, in order, as parts: its
+    head, the entries themselves (the very objects given, so tables holding the same entries share them), its tail.
 
     `validate_clusters` is off: a table may name a cluster Envoy is still discovering (on demand or in flight).
     The caller's `x-aether-quic-cluster` is for routing only: it never leaves the caller's proxy.
     """
-    head = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
-    tail = route_pb2.RouteConfiguration(
-        validate_clusters=wrappers_pb2.BoolValue(value=False),
-        request_headers_to_remove=[QUIC_CLUSTER_HEADER],
-    ).SerializeToString(deterministic=True)
-    return b"".join((head, *entries, tail))
+    return (_route_head(name), *entries, _ROUTE_TAIL)
+
+
+@functools.lru_cache(maxsize=64)
+def _route_head(name: str) -> bytes:
+    body: bytes = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
+    return body
+
+
+_ROUTE_TAIL = route_pb2.RouteConfiguration(
+    validate_clusters=wrappers_pb2.BoolValue(value=False),
+    request_headers_to_remove=[QUIC_CLUSTER_HEADER],
+).SerializeToString(deterministic=True)
 
 
 def inbound_route_configuration(routes: Sequence[tuple[str | None, str]]) -> Any:

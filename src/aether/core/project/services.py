@@ -38,7 +38,7 @@ from aether.core.mesh_names import (
     udp_cluster_name,
 )
 from aether.core.order import sorted_values
-from aether.core.project.clusters import service_cluster, udp_cluster
+from aether.core.project.clusters import service_cluster, service_cluster_resource, udp_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.endpoints import Locality, load_assignment
 from aether.core.project.gateway_routes import envoy_route_list
@@ -51,7 +51,7 @@ from aether.core.project.quic import (
     quic_target,
     source_of,
 )
-from aether.core.project.routes import routed_vhost, service_vhost, vhost_entry
+from aether.core.project.routes import routed_vhost, service_vhost_entry, vhost_entry
 from aether.core.project.tls import UpstreamIdentity
 from aether.core.snapshot import Resource
 from aether.core.state.registry import ServiceEndpoints
@@ -73,8 +73,9 @@ class ServiceProjection:
 
     resources: tuple[Resource, ...] = ()
     """Its clusters and their load assignments."""
-    vhosts: bytes = b""
-    """Its virtual hosts, serialized as `virtual_hosts` entries of a route table (see `routes`)."""
+    vhosts: tuple[bytes, ...] = ()
+    """Its virtual hosts, serialized as `virtual_hosts` entries of a route table (see `routes`), in parts that the
+    route tables keep by reference (some shared by every service: `routes.service_vhost_entry`)."""
     not_found: tuple[str, ...] = ()
     """The names requested on demand that it cannot serve."""
 
@@ -164,7 +165,7 @@ def _vhosts(
             routes = envoy_route_list(routing.all_routes, mesh=True)
             entries.append(vhost_entry(routed_vhost(name, domains=kept, routes=routes)))
         else:
-            entries.append(vhost_entry(service_vhost(name, domains=kept, cluster=cluster, quic=quic)))
+            entries.extend(service_vhost_entry(name, domains=kept, cluster=cluster, quic=quic))
     for item in ports:
         routes = envoy_route_list(item.all_routes, mesh=True)
         entries.append(
@@ -261,16 +262,17 @@ def project_service(
     peer = spiffe_id(service, trust_domain=context.trust_domain)
     resources: list[Resource] = []
     for item in clusters:
-        message = service_cluster(
-            item.name,
-            identity=context.identity,
-            peer=peer,
-            trust_domain=context.trust_domain,
-            http=item.http,
-            sni=item.sni,
-            subsets=item.subsets,
+        resources.append(
+            service_cluster_resource(
+                item.name,
+                identity=context.identity,
+                peer=peer,
+                trust_domain=context.trust_domain,
+                http=item.http,
+                sni=item.sni,
+                subsets=item.subsets,
+            )
         )
-        resources.append(Resource.from_message(message, references=(item.name,)))
         resources.append(
             Resource.from_message(
                 load_assignment(item.name, item.members, locality=context.locality, subsets=item.subsets)
@@ -294,7 +296,7 @@ def project_service(
         )
     return ServiceProjection(
         resources=tuple(resources),
-        vhosts=b"".join(
+        vhosts=tuple(
             _vhosts(vhosts, routing, fqdn=service_fqdn(service, mesh_domain=context.mesh_domain), quic=quic)
         ),
         not_found=tuple(name for name in demand.requested if name not in names),

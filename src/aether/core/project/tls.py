@@ -20,10 +20,12 @@ when the state holds no SVID at all (identity not deployed), and inbound listene
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2
 from envoy.extensions.matching.common_inputs.transport_socket.v3 import transport_socket_inputs_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
@@ -175,18 +177,47 @@ def apply_upstream_tls(
             )
         )
         return
-    for source in identity.sources:
-        cluster.transport_socket_matches.add(
-            name=source,
-            transport_socket=upstream_socket(
-                source,
-                peer=peer,
-                trust_domain=trust_domain,
-                alpn=alpn,
-                sni=sni,
-                sds_cluster=identity.sds_cluster,
-            ),
+    cluster.MergeFromString(
+        b"".join(upstream_tls_parts(identity, peer=peer, trust_domain=trust_domain, alpn=alpn, sni=sni))
+    )
+
+
+def upstream_tls_parts(
+    identity: UpstreamIdentity, *, peer: str, trust_domain: str, alpn: tuple[str, ...], sni: str = ""
+) -> tuple[bytes, ...]:
+    """Return the serialized `transport_socket_matches` entries (one per source, in order, as one part) and the
+    `transport_socket_matcher` of a cluster whose callers present `identity`'s sources (`identity.sources` not
+    empty): fields 43 and 59 of a Cluster, the last it has, so a cluster's bytes without them followed by these are
+    the bytes of the whole (deterministic serialization writes fields in field-number order).
+
+    The matcher depends on the identity alone: every cluster holds the same bytes object (by reference).
+    """
+    entries = tuple(
+        _match_entry(
+            source, peer=peer, trust_domain=trust_domain, alpn=alpn, sni=sni, sds_cluster=identity.sds_cluster
         )
+        for source in identity.sources
+    )
+    return (b"".join(entries), _matcher_part(identity))
+
+
+def _match_entry(
+    source: str, *, peer: str, trust_domain: str, alpn: tuple[str, ...], sni: str, sds_cluster: str
+) -> bytes:
+    cluster = cluster_pb2.Cluster()
+    cluster.transport_socket_matches.add(
+        name=source,
+        transport_socket=upstream_socket(
+            source, peer=peer, trust_domain=trust_domain, alpn=alpn, sni=sni, sds_cluster=sds_cluster
+        ),
+    )
+    body: bytes = cluster.SerializeToString(deterministic=True)
+    return body
+
+
+@functools.lru_cache(maxsize=16)
+def _matcher_part(identity: UpstreamIdentity) -> bytes:
+    cluster = cluster_pb2.Cluster()
     matcher = cluster.transport_socket_matcher
     tree = matcher.matcher_tree
     tree.input.name = "source-identity"
@@ -199,3 +230,5 @@ def apply_upstream_tls(
         action.typed_config.CopyFrom(_choose(source))
     matcher.on_no_match.action.name = "transport-socket"
     matcher.on_no_match.action.typed_config.CopyFrom(_choose(identity.fallback))
+    body: bytes = cluster.SerializeToString(deterministic=True)
+    return body

@@ -34,7 +34,7 @@ from aether.core.events.kube import (
 )
 from aether.core.reduce.common import applied, rejected
 from aether.core.state.diagnostics import RejectionReason
-from aether.core.state.kube import slice_service
+from aether.core.state.kube import gateway_changed, slice_service
 from aether.core.state.state import State
 from aether.core.validation import (
     dns_label_problem,
@@ -108,6 +108,12 @@ def _spec_problem(item: KubeObject) -> str | None:
     return None
 
 
+def _track(state: State, field: str, key: str, changes: dict[str, Any]) -> None:
+    """Add the change of Gateway API object `key` to the state's chain (what the Gateway projector reads)."""
+    if field == "gateway_objects":
+        changes["gateway_changes"] = gateway_changed(state.kube.gateway_changes, key, changes[field])
+
+
 def _upsert_object(
     state: State,
     event: Event,
@@ -134,6 +140,7 @@ def _upsert_object(
         )
         return rejected(state, event, seq, reason=RejectionReason.STALE_OBJECT, message=message)
     changes: dict[str, Any] = {field: objects.set(meta.key, item)}
+    _track(state, field, meta.key, changes)
     return applied(state, event, seq, kube=attrs.evolve(state.kube, **changes))
 
 
@@ -150,6 +157,7 @@ def _delete_object(state: State, event: Event, seq: int, *, meta: ObjectMeta, fi
         message = f"{meta.key} deleted with uid {meta.uid!r} but the known object has uid {known_uid!r}"
         return rejected(state, event, seq, reason=RejectionReason.STALE_OBJECT, message=message)
     changes: dict[str, Any] = {field: objects.delete(meta.key)}
+    _track(state, field, meta.key, changes)
     return applied(state, event, seq, kube=attrs.evolve(state.kube, **changes))
 
 
