@@ -6,10 +6,11 @@ Scanning is blocking file I/O; async callers run it in a thread.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import attrs
 import crc32c
@@ -26,7 +27,7 @@ from aether.log.frame import (
     frame_problem,
 )
 from aether.log.frame import (
-    unpack_frame_header as _unpack_frame_header,
+    unpack_frame_header_from as _unpack_frame_header_from,
 )
 from aether.log.layout import SegmentFile
 
@@ -37,10 +38,15 @@ __all__ = ["DamageKind", "LogRecord", "SegmentDamage", "scan_segment"]
 # Segments are read sequentially; a large buffer keeps the number of read syscalls low.
 _READ_BUFFER_SIZE = 1 * 2**20
 
+# A segment up to this size is read in one go and its sound frames are checked in memory (the fast path).
+_WHOLE_READ_LIMIT = 256 * 2**20
 
-@attrs.frozen(kw_only=True)
-class LogRecord:
-    """One record read from the log."""
+
+class LogRecord(NamedTuple):
+    """One record read from the log.
+
+    A named tuple rather than an attrs class: replay reads millions, and a tuple is built in C.
+    """
 
     seq: int
     """The record's sequence number (1, 2, 3, ... across the whole log)."""
@@ -50,6 +56,10 @@ class LogRecord:
     """The segment file holding the record."""
     offset: int
     """The offset of the record's frame in that file."""
+
+
+_new_record = functools.partial(tuple.__new__, LogRecord)
+"""`_new_record((seq, payload, segment, offset))`: a `LogRecord` without the keyword call (the hot path)."""
 
 
 class DamageKind(enum.Enum):
@@ -135,23 +145,35 @@ def scan_segment(
         expected_seq = segment.first_seq
         offset = SEGMENT_HEADER_SIZE
         path = segment.path
+        if file_size <= _WHOLE_READ_LIMIT:
+            # Fast path (replay reads millions of records): the whole segment in one read, each frame checked in
+            # memory (crc32c over slices of a memoryview). At the first frame that is not sound (incomplete, too
+            # long, out of seq, checksum mismatch) the careful path below takes over, reading the file from there.
+            data = file.read()
+            view = memoryview(data)
+            end = len(data)
+            position = 0
+            while position + FRAME_HEADER_SIZE <= end:
+                length, checksum, seq = _unpack_frame_header_from(data, position)
+                payload_end = position + FRAME_HEADER_SIZE + length
+                if length > MAX_PAYLOAD or seq != expected_seq or payload_end > end:
+                    break
+                # The checksum covers the length field, then the seq field and the payload (contiguous).
+                if (
+                    _crc32c(view[position + 8 : payload_end], value=_crc32c(view[position : position + 4]))
+                    != checksum
+                ):
+                    break
+                yield _new_record((seq, data[position + FRAME_HEADER_SIZE : payload_end], path, offset))
+                position = payload_end
+                offset = SEGMENT_HEADER_SIZE + position
+                expected_seq += 1
+            view.release()
+            file.seek(offset)
         while True:
             header_data = file.read(FRAME_HEADER_SIZE)
             if not header_data:
                 return
-            # Fast path for the common case, a sound frame (replay reads millions): the same checks as
-            # `_read_frame` + `frame_problem`, inline. Anything unusual falls through to the careful path.
-            if len(header_data) == FRAME_HEADER_SIZE:
-                length, checksum, seq = _unpack_frame_header(header_data)
-                if length <= MAX_PAYLOAD and seq == expected_seq:
-                    payload = file.read(length)
-                    covered = header_data[:4] + header_data[8:]  # the length and seq fields, as checksummed
-                    if len(payload) == length and _crc32c(payload, value=_crc32c(covered)) == checksum:
-                        yield LogRecord(seq=seq, payload=payload, segment=path, offset=offset)
-                        offset += FRAME_HEADER_SIZE + length
-                        expected_seq += 1
-                        continue
-                    file.seek(offset + FRAME_HEADER_SIZE)
             problem, header, payload = _read_frame(file, header_data, expected_seq=expected_seq)
             if problem is None:
                 assert header is not None, "a frame without a problem was read whole; this is a bug"

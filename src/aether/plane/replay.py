@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 
 from aether.core.errors import CodecError
-from aether.core.events import Event, Record, decode_event
+from aether.core.events import Event, PendingUpsert, Record, decode_event, decode_for_fold
 from aether.core.project.node import NodeProjector
 from aether.core.reduce import fold_event, fold_many
 from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
@@ -85,8 +86,15 @@ def decoded_records(directory: Path, *, from_seq: int = 1, to_seq: int | None = 
 
 def decode_record(item: LogRecord) -> Event:
     """Decode one record's payload, naming its file and offset when it does not decode."""
+    return _decoded(item, decode_event)
+
+
+_T = TypeVar("_T")
+
+
+def _decoded(item: LogRecord, decode: Callable[[bytes], _T]) -> _T:
     try:
-        return decode_event(item.payload)
+        return decode(item.payload)
     except CodecError as exc:
         raise UndecodableRecordError(
             segment=item.segment, offset=item.offset, seq=item.seq, reason=str(exc)
@@ -147,9 +155,9 @@ class _Decoded:
         self.count = 0
         self.observed_at = 0
 
-    def __iter__(self) -> Iterator[tuple[int, Event]]:
+    def __iter__(self) -> Iterator[tuple[int, Event | PendingUpsert]]:
         for item in self._items:
-            event = decode_record(item)
+            event = _decoded(item, decode_for_fold)
             self.count += 1
             self.observed_at = event.observed_at
             yield item.seq, event
