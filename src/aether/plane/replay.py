@@ -153,14 +153,25 @@ class _Decoded:
     def __init__(self, items: Iterator[LogRecord]) -> None:
         self._items = items
         self.count = 0
-        self.observed_at = 0
+        self._last: Event | PendingUpsert | None = None
+
+    @property
+    def observed_at(self) -> int:
+        """The observation time of the last event (0 before any)."""
+        return 0 if self._last is None else self._last.observed_at
 
     def __iter__(self) -> Iterator[tuple[int, Event | PendingUpsert]]:
-        for item in self._items:
-            event = _decoded(item, decode_for_fold)
-            self.count += 1
-            self.observed_at = event.observed_at
-            yield item.seq, event
+        count = self.count
+        event: Event | PendingUpsert | None = None
+        try:
+            for item in self._items:
+                event = _decoded(item, decode_for_fold)
+                count += 1
+                yield item.seq, event
+        finally:
+            self.count = count
+            if event is not None:
+                self._last = event
 
 
 def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bool = True) -> Replay:

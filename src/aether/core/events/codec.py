@@ -116,7 +116,6 @@ class PendingUpsert:
         "_body",
         "_message",
         "ip",
-        "observed_at",
         "port",
         "ports",
         "protocol",
@@ -129,7 +128,6 @@ class PendingUpsert:
         self._message = message
         body = self._body = getattr(message, kind)
         endpoint = body.endpoint
-        self.observed_at: int = message.observed_at
         self.version: str = body.version
         self.service: str = endpoint.service
         self.protocol: Protocol = _PROTOCOLS[endpoint.protocol]
@@ -143,6 +141,12 @@ class PendingUpsert:
             raise KeyError(endpoint.health)
         if endpoint.health_check_mode not in _KNOWN_MODES:
             raise KeyError(endpoint.health_check_mode)
+
+    @property
+    def observed_at(self) -> int:
+        """The event's observation time (read when asked: a fold does not need it)."""
+        observed_at: int = self._message.observed_at
+        return observed_at
 
     @property
     def subject(self) -> str:
