@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -111,8 +111,15 @@ class SegmentDamage:
 
 
 def scan_segment(
-    segment: SegmentFile, *, last: bool, oldest: bool, resync: bool = False
-) -> Iterator[LogRecord | SegmentDamage]:
+    segment: SegmentFile,
+    *,
+    last: bool,
+    oldest: bool,
+    resync: bool = False,
+    from_seq: int = 0,
+    to_seq: int | None = None,
+    raise_damage: bool = False,
+) -> Generator[LogRecord | SegmentDamage, None, int]:
     """Read a segment's frames in order, checking each one.
 
     Damage in the last segment is a torn tail when no valid frame (complete, checksum ok,
@@ -128,10 +135,16 @@ def scan_segment(
         last: Whether this is the log's last segment.
         oldest: Whether this is the log's oldest segment.
         resync: After corruption, continue with the next valid frame instead of stopping.
+        from_seq: Read records below it (they are checked) without yielding them.
+        to_seq: Stop after the record with this seq.
+        raise_damage: Raise the damage's error (`SegmentDamage.to_error`) instead of yielding it.
 
     Yields:
         Each good record, then at most one :class:`SegmentDamage` per damaged stretch.
         Scanning stops after a torn tail, bad magic, or corruption when ``resync`` is false.
+
+    Returns:
+        The seq of the last good record read (the segment's first seq minus one if none was).
     """
     with open(segment.path, "rb", buffering=_READ_BUFFER_SIZE) as file:
         file_size = os.fstat(file.fileno()).st_size
@@ -140,8 +153,10 @@ def scan_segment(
             segment, header_bytes, file=file, file_size=file_size, last=last, oldest=oldest
         )
         if header_damage is not None:
+            if raise_damage:
+                raise header_damage.to_error()
             yield header_damage
-            return
+            return segment.first_seq - 1
         expected_seq = segment.first_seq
         offset = SEGMENT_HEADER_SIZE
         path = segment.path
@@ -164,7 +179,10 @@ def scan_segment(
                     != checksum
                 ):
                     break
-                yield _new_record((seq, data[position + FRAME_HEADER_SIZE : payload_end], path, offset))
+                if seq >= from_seq:
+                    yield _new_record((seq, data[position + FRAME_HEADER_SIZE : payload_end], path, offset))
+                if seq == to_seq:
+                    return expected_seq  # = seq
                 position = payload_end
                 offset = SEGMENT_HEADER_SIZE + position
                 expected_seq += 1
@@ -173,20 +191,25 @@ def scan_segment(
         while True:
             header_data = file.read(FRAME_HEADER_SIZE)
             if not header_data:
-                return
+                return expected_seq - 1
             problem, header, payload = _read_frame(file, header_data, expected_seq=expected_seq)
             if problem is None:
                 assert header is not None, "a frame without a problem was read whole; this is a bug"
-                yield LogRecord(seq=header.seq, payload=payload, segment=segment.path, offset=offset)
+                if header.seq >= from_seq:
+                    yield LogRecord(seq=header.seq, payload=payload, segment=segment.path, offset=offset)
+                if header.seq == to_seq:
+                    return header.seq
                 offset += FRAME_HEADER_SIZE + header.length
                 expected_seq += 1
                 continue
             damage = _classify(
                 segment.path, file, offset=offset, reason=problem, after_seq=expected_seq - 1, last=last
             )
+            if raise_damage:
+                raise damage.to_error()
             yield damage
             if not resync or damage.resume_offset is None or damage.resume_seq is None:
-                return
+                return expected_seq - 1
             offset = damage.resume_offset
             expected_seq = damage.resume_seq
             file.seek(offset)

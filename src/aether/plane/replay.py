@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import attrs
 
@@ -86,19 +85,14 @@ def decoded_records(directory: Path, *, from_seq: int = 1, to_seq: int | None = 
 
 def decode_record(item: LogRecord) -> Event:
     """Decode one record's payload, naming its file and offset when it does not decode."""
-    return _decoded(item, decode_event)
-
-
-_T = TypeVar("_T")
-
-
-def _decoded(item: LogRecord, decode: Callable[[bytes], _T]) -> _T:
     try:
-        return decode(item.payload)
+        return decode_event(item.payload)
     except CodecError as exc:
-        raise UndecodableRecordError(
-            segment=item.segment, offset=item.offset, seq=item.seq, reason=str(exc)
-        ) from exc
+        raise _undecodable(item, exc) from exc
+
+
+def _undecodable(item: LogRecord, exc: CodecError) -> UndecodableRecordError:
+    return UndecodableRecordError(segment=item.segment, offset=item.offset, seq=item.seq, reason=str(exc))
 
 
 def checkpoint_problems(state: State, *, seq: int) -> tuple[str, ...]:
@@ -163,11 +157,15 @@ class _Decoded:
     def __iter__(self) -> Iterator[tuple[int, Event | PendingUpsert]]:
         count = self.count
         event: Event | PendingUpsert | None = None
+        item: LogRecord | None = None
         try:
             for item in self._items:
-                event = _decoded(item, decode_for_fold)
+                event = decode_for_fold(item.payload)
                 count += 1
                 yield item.seq, event
+        except CodecError as exc:  # only decoding raises it: fold_many throws nothing into this generator
+            assert item is not None, "a record was being decoded; this is a bug"
+            raise _undecodable(item, exc) from exc
         finally:
             self.count = count
             if event is not None:
