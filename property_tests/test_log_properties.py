@@ -14,8 +14,8 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aether.core.events import Record, encode_event
-from aether.core.reduce import fold_all
+from aether.core.events import Record, decode_event, decode_for_fold, encode_event
+from aether.core.reduce import fold_all, fold_many
 from aether.core.state import EMPTY_STATE, decode_state, encode_state, state_digest
 from aether.log import open_event_log, recover_log, scan_log
 from aether.plane.replay import replay_log
@@ -99,3 +99,16 @@ def test_a_log_cut_inside_its_last_record_recovers_to_the_records_before_it(
                 assert (report.cut.offset, report.cut.bytes_cut) == (last.offset, cut - last.offset)
             assert last.segment.read_bytes() == whole[: last.offset]
             assert replay_log(directory).state == before_last
+
+
+@settings(max_examples=200, deadline=None)
+@given(records())
+def test_folding_unbuilt_upserts_gives_the_state_of_decoded_events(sequence: tuple[Record, ...]) -> None:
+    """Replay's path (`decode_for_fold`: endpoint upserts left unbuilt as `PendingUpsert`, built only for the last
+    upsert of each endpoint in a run) folds the encoded records to the state `decode_event` + `fold_many` gives,
+    byte for byte."""
+    payloads = [(record.seq, encode_event(record.event)) for record in sequence]
+    lazy = fold_many(EMPTY_STATE, ((seq, decode_for_fold(payload)) for seq, payload in payloads))
+    built = fold_many(EMPTY_STATE, ((seq, decode_event(payload)) for seq, payload in payloads))
+    assert lazy == built == fold_all(EMPTY_STATE, sequence)
+    assert encode_state(lazy) == encode_state(built)

@@ -46,6 +46,8 @@ _FRAME_HEADER = struct.Struct("<IIQ")
 FRAME_HEADER_SIZE = _FRAME_HEADER.size
 unpack_frame_header = _FRAME_HEADER.unpack
 """`unpack_frame_header(data) -> (length, checksum, seq)` for exactly FRAME_HEADER_SIZE bytes (the hot path)."""
+unpack_frame_header_from = _FRAME_HEADER.unpack_from
+"""`unpack_frame_header_from(data, offset) -> (length, checksum, seq)` (the hot path of a segment read whole)."""
 
 # The fields the checksum covers besides the payload, in this order: length, then seq.
 _CHECKSUMMED_FIELDS = struct.Struct("<IQ")

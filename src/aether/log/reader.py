@@ -6,12 +6,13 @@ Everything here is blocking and read-only; it works on a log that a writer has o
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 from aether.log.errors import LogRangeError, SequenceGapError
 from aether.log.layout import SegmentFile, check_log_directory, list_segment_files
-from aether.log.segment import DamageKind, LogRecord, SegmentDamage, scan_segment
+from aether.log.segment import DamageKind, LogRecord, scan_segment
 
 __all__ = ["read_last_seq", "scan_log", "tail_mark"]
 
@@ -63,15 +64,19 @@ def _scan(
             raise SequenceGapError(
                 segment.path, previous=previous.path, expected=previous_last_seq + 1, found=segment.first_seq
             )
-        segment_last_seq = segment.first_seq - 1
-        for item in scan_segment(segment, last=index == len(segments) - 1, oldest=index == 0):
-            if isinstance(item, SegmentDamage):
-                raise item.to_error()
-            segment_last_seq = item.seq
-            if item.seq >= from_seq:
-                yield item
-            if item.seq == to_seq:
-                return
+        # The records come straight through (`yield from`): replay reads millions, and re-yielding each one
+        # from here cost a generator step per record.
+        records = scan_segment(
+            segment,
+            last=index == len(segments) - 1,
+            oldest=index == 0,
+            from_seq=from_seq,
+            to_seq=to_seq,
+            raise_damage=True,  # so it yields records only
+        )
+        segment_last_seq = yield from cast(Generator[LogRecord, None, int], records)
+        if segment_last_seq == to_seq:
+            return
         previous, previous_last_seq = segment, segment_last_seq
 
 

@@ -6,10 +6,11 @@ Scanning is blocking file I/O; async callers run it in a thread.
 from __future__ import annotations
 
 import enum
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import attrs
 import crc32c
@@ -26,7 +27,7 @@ from aether.log.frame import (
     frame_problem,
 )
 from aether.log.frame import (
-    unpack_frame_header as _unpack_frame_header,
+    unpack_frame_header_from as _unpack_frame_header_from,
 )
 from aether.log.layout import SegmentFile
 
@@ -37,10 +38,15 @@ __all__ = ["DamageKind", "LogRecord", "SegmentDamage", "scan_segment"]
 # Segments are read sequentially; a large buffer keeps the number of read syscalls low.
 _READ_BUFFER_SIZE = 1 * 2**20
 
+# A segment up to this size is read in one go and its sound frames are checked in memory (the fast path).
+_WHOLE_READ_LIMIT = 256 * 2**20
 
-@attrs.frozen(kw_only=True)
-class LogRecord:
-    """One record read from the log."""
+
+class LogRecord(NamedTuple):
+    """One record read from the log.
+
+    A named tuple rather than an attrs class: replay reads millions, and a tuple is built in C.
+    """
 
     seq: int
     """The record's sequence number (1, 2, 3, ... across the whole log)."""
@@ -50,6 +56,10 @@ class LogRecord:
     """The segment file holding the record."""
     offset: int
     """The offset of the record's frame in that file."""
+
+
+_new_record = functools.partial(tuple.__new__, LogRecord)
+"""`_new_record((seq, payload, segment, offset))`: a `LogRecord` without the keyword call (the hot path)."""
 
 
 class DamageKind(enum.Enum):
@@ -101,8 +111,15 @@ class SegmentDamage:
 
 
 def scan_segment(
-    segment: SegmentFile, *, last: bool, oldest: bool, resync: bool = False
-) -> Iterator[LogRecord | SegmentDamage]:
+    segment: SegmentFile,
+    *,
+    last: bool,
+    oldest: bool,
+    resync: bool = False,
+    from_seq: int = 0,
+    to_seq: int | None = None,
+    raise_damage: bool = False,
+) -> Generator[LogRecord | SegmentDamage, None, int]:
     """Read a segment's frames in order, checking each one.
 
     Damage in the last segment is a torn tail when no valid frame (complete, checksum ok,
@@ -118,10 +135,16 @@ def scan_segment(
         last: Whether this is the log's last segment.
         oldest: Whether this is the log's oldest segment.
         resync: After corruption, continue with the next valid frame instead of stopping.
+        from_seq: Read records below it (they are checked) without yielding them.
+        to_seq: Stop after the record with this seq.
+        raise_damage: Raise the damage's error (`SegmentDamage.to_error`) instead of yielding it.
 
     Yields:
         Each good record, then at most one :class:`SegmentDamage` per damaged stretch.
         Scanning stops after a torn tail, bad magic, or corruption when ``resync`` is false.
+
+    Returns:
+        The seq of the last good record read (the segment's first seq minus one if none was).
     """
     with open(segment.path, "rb", buffering=_READ_BUFFER_SIZE) as file:
         file_size = os.fstat(file.fileno()).st_size
@@ -130,41 +153,63 @@ def scan_segment(
             segment, header_bytes, file=file, file_size=file_size, last=last, oldest=oldest
         )
         if header_damage is not None:
+            if raise_damage:
+                raise header_damage.to_error()
             yield header_damage
-            return
+            return segment.first_seq - 1
         expected_seq = segment.first_seq
         offset = SEGMENT_HEADER_SIZE
         path = segment.path
+        if file_size <= _WHOLE_READ_LIMIT:
+            # Fast path (replay reads millions of records): the whole segment in one read, each frame checked in
+            # memory (crc32c over slices of a memoryview). At the first frame that is not sound (incomplete, too
+            # long, out of seq, checksum mismatch) the careful path below takes over, reading the file from there.
+            data = file.read()
+            view = memoryview(data)
+            end = len(data)
+            position = 0
+            while position + FRAME_HEADER_SIZE <= end:
+                length, checksum, seq = _unpack_frame_header_from(data, position)
+                payload_end = position + FRAME_HEADER_SIZE + length
+                if length > MAX_PAYLOAD or seq != expected_seq or payload_end > end:
+                    break
+                # The checksum covers the length field, then the seq field and the payload (contiguous).
+                if (
+                    _crc32c(view[position + 8 : payload_end], value=_crc32c(view[position : position + 4]))
+                    != checksum
+                ):
+                    break
+                if seq >= from_seq:
+                    yield _new_record((seq, data[position + FRAME_HEADER_SIZE : payload_end], path, offset))
+                if seq == to_seq:
+                    return expected_seq  # = seq
+                position = payload_end
+                offset = SEGMENT_HEADER_SIZE + position
+                expected_seq += 1
+            view.release()
+            file.seek(offset)
         while True:
             header_data = file.read(FRAME_HEADER_SIZE)
             if not header_data:
-                return
-            # Fast path for the common case, a sound frame (replay reads millions): the same checks as
-            # `_read_frame` + `frame_problem`, inline. Anything unusual falls through to the careful path.
-            if len(header_data) == FRAME_HEADER_SIZE:
-                length, checksum, seq = _unpack_frame_header(header_data)
-                if length <= MAX_PAYLOAD and seq == expected_seq:
-                    payload = file.read(length)
-                    covered = header_data[:4] + header_data[8:]  # the length and seq fields, as checksummed
-                    if len(payload) == length and _crc32c(payload, value=_crc32c(covered)) == checksum:
-                        yield LogRecord(seq=seq, payload=payload, segment=path, offset=offset)
-                        offset += FRAME_HEADER_SIZE + length
-                        expected_seq += 1
-                        continue
-                    file.seek(offset + FRAME_HEADER_SIZE)
+                return expected_seq - 1
             problem, header, payload = _read_frame(file, header_data, expected_seq=expected_seq)
             if problem is None:
                 assert header is not None, "a frame without a problem was read whole; this is a bug"
-                yield LogRecord(seq=header.seq, payload=payload, segment=segment.path, offset=offset)
+                if header.seq >= from_seq:
+                    yield LogRecord(seq=header.seq, payload=payload, segment=segment.path, offset=offset)
+                if header.seq == to_seq:
+                    return header.seq
                 offset += FRAME_HEADER_SIZE + header.length
                 expected_seq += 1
                 continue
             damage = _classify(
                 segment.path, file, offset=offset, reason=problem, after_seq=expected_seq - 1, last=last
             )
+            if raise_damage:
+                raise damage.to_error()
             yield damage
             if not resync or damage.resume_offset is None or damage.resume_seq is None:
-                return
+                return expected_seq - 1
             offset = damage.resume_offset
             expected_seq = damage.resume_seq
             file.seek(offset)

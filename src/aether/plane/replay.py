@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 
 from aether.core.errors import CodecError
-from aether.core.events import Event, Record, decode_event
+from aether.core.events import Event, PendingUpsert, Record, decode_event, decode_for_fold
 from aether.core.project.node import NodeProjector
 from aether.core.reduce import fold_event, fold_many
 from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
@@ -88,9 +88,11 @@ def decode_record(item: LogRecord) -> Event:
     try:
         return decode_event(item.payload)
     except CodecError as exc:
-        raise UndecodableRecordError(
-            segment=item.segment, offset=item.offset, seq=item.seq, reason=str(exc)
-        ) from exc
+        raise _undecodable(item, exc) from exc
+
+
+def _undecodable(item: LogRecord, exc: CodecError) -> UndecodableRecordError:
+    return UndecodableRecordError(segment=item.segment, offset=item.offset, seq=item.seq, reason=str(exc))
 
 
 def checkpoint_problems(state: State, *, seq: int) -> tuple[str, ...]:
@@ -145,14 +147,29 @@ class _Decoded:
     def __init__(self, items: Iterator[LogRecord]) -> None:
         self._items = items
         self.count = 0
-        self.observed_at = 0
+        self._last: Event | PendingUpsert | None = None
 
-    def __iter__(self) -> Iterator[tuple[int, Event]]:
-        for item in self._items:
-            event = decode_record(item)
-            self.count += 1
-            self.observed_at = event.observed_at
-            yield item.seq, event
+    @property
+    def observed_at(self) -> int:
+        """The observation time of the last event (0 before any)."""
+        return 0 if self._last is None else self._last.observed_at
+
+    def __iter__(self) -> Iterator[tuple[int, Event | PendingUpsert]]:
+        count = self.count
+        event: Event | PendingUpsert | None = None
+        item: LogRecord | None = None
+        try:
+            for item in self._items:
+                event = decode_for_fold(item.payload)
+                count += 1
+                yield item.seq, event
+        except CodecError as exc:  # only decoding raises it: fold_many throws nothing into this generator
+            assert item is not None, "a record was being decoded; this is a bug"
+            raise _undecodable(item, exc) from exc
+        finally:
+            self.count = count
+            if event is not None:
+                self._last = event
 
 
 def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bool = True) -> Replay:

@@ -2,7 +2,14 @@
 
 from aether.core.events.base import Event
 from aether.core.events.catalog import EVENT_TYPES, KIND_OF, Record, kind_of
-from aether.core.events.codec import decode_event, encode_event, event_from_proto, event_to_proto
+from aether.core.events.codec import (
+    PendingUpsert,
+    decode_event,
+    decode_for_fold,
+    encode_event,
+    event_from_proto,
+    event_to_proto,
+)
 from aether.core.events.identity import (
     Svid,
     SvidRemoved,
@@ -85,6 +92,7 @@ __all__ = [
     "NodeCaptureConfigured",
     "ObjectMeta",
     "OnDemandClusterRequested",
+    "PendingUpsert",
     "Pod",
     "PodAdded",
     "PodRemoved",
@@ -110,6 +118,7 @@ __all__ = [
     "TrustBundleRemoved",
     "TrustBundleRotated",
     "decode_event",
+    "decode_for_fold",
     "encode_event",
     "event_from_proto",
     "event_to_proto",

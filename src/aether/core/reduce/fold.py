@@ -24,6 +24,7 @@ from aether.core.events import (
     NamespaceUpserted,
     NodeCaptureConfigured,
     OnDemandClusterRequested,
+    PendingUpsert,
     PodAdded,
     PodRemoved,
     PodUpdated,
@@ -101,11 +102,12 @@ def fold(state: State, record: Record) -> State:
     return fold_event(state, record.event, seq=record.seq)
 
 
-def fold_many(state: State, items: Iterable[tuple[int, Event]]) -> State:
+def fold_many(state: State, items: Iterable[tuple[int, Event | PendingUpsert]]) -> State:
     """Return the state after folding `(seq, event)` pairs in order: what `fold_event` one by one returns.
 
     Runs of consecutive endpoint upserts fold as one step (`registry.UpsertRun`), several times cheaper per event;
-    what the run does not take cleanly folds the ordinary way. Replay and the journal fold through here.
+    what the run does not take cleanly folds the ordinary way. Replay and the journal fold through here. Replay
+    hands in endpoint upserts as `PendingUpsert` (`decode_for_fold`): one the run does not take is built here.
 
     Raises:
         UnknownEvent: as `fold`.
@@ -119,11 +121,13 @@ def fold_many(state: State, items: Iterable[tuple[int, Event]]) -> State:
                 continue
         if run is not None:
             state, run = run.finish(), None
+        if isinstance(event, PendingUpsert):
+            event = event.event()
         state = fold_event(state, event, seq=seq)
     return state if run is None else run.finish()
 
 
-_UPSERTS = frozenset((EndpointAdded, EndpointUpdated))
+_UPSERTS = frozenset((EndpointAdded, EndpointUpdated, PendingUpsert))
 
 
 def fold_all(state: State, records: Iterable[Record]) -> State:

@@ -10,6 +10,7 @@ import attrs
 import immutables
 
 from aether.core.events.base import Event
+from aether.core.events.codec import PendingUpsert
 from aether.core.events.registry import (
     Endpoint,
     EndpointAdded,
@@ -214,8 +215,11 @@ class UpsertRun:
 
     Replay and the journal fold runs of thousands of `EndpointAdded`/`EndpointUpdated`; folding them one by one
     copies a path of the 10,000-service map and builds a `RegistryState` and a `State` per event, only for the next
-    event to drop them. A run edits one private `immutables.MapMutation` instead and builds the state once, at
-    `finish`. It is still pure: nothing outside the run sees a mutation, and the result equals folding each event.
+    event to drop them. A run keeps the last upsert of each endpoint instead and builds the maps and the state once,
+    at `finish`. It is still pure: nothing outside the run sees a mutation, and the result equals folding each event.
+
+    A run also takes replay's `PendingUpsert` (a record parsed but not built): it checks the fields it reads and
+    builds the `Endpoint` only for the last upsert of each endpoint, at `finish`.
 
     `add` takes only events that apply cleanly (current version, valid endpoint, known service, no rejection of its
     subject to lift); for any other it returns False and the caller folds it the ordinary way, after `finish`.
@@ -225,40 +229,60 @@ class UpsertRun:
         self._state = state
         self._registry = state.registry
         self._version = state.registry.version
+        # The applied version as a number (-1: none yet), so each event's check parses only its own version.
+        self._version_number = int(self._version) if self._version else -1
         self._rejections = state.diagnostics.rejections
-        self._endpoints: immutables.MapMutation[str, ServiceEndpoints] | None = None
+        self._latest: dict[str, dict[tuple[Protocol, str], Endpoint | PendingUpsert]] = {}
+        # Service keys and IPs already found valid in this run: churn repeats them, and their checks are regexes.
+        self._valid_services: set[str] = set()
+        self._valid_ips: set[str] = set()
         self._seq = state.seq
 
-    def add(self, event: EndpointAdded | EndpointUpdated, seq: int) -> bool:
+    def add(self, event: EndpointAdded | EndpointUpdated | PendingUpsert, seq: int) -> bool:
         """Fold `event` at `seq` into the run and return True, or return False (nothing changed) when it would not
         apply cleanly."""
-        endpoint = event.endpoint
-        if (
-            _version_problem(self._version, event.version) is not None
-            or _endpoint_problem(endpoint) is not None
-            or endpoint.service not in self._registry.services
-            or (self._rejections and event.subject in self._rejections)
-        ):
+        fields: Endpoint | PendingUpsert = event if isinstance(event, PendingUpsert) else event.endpoint
+        version, service, ip = event.version, fields.service, fields.ip
+        if not (version.isascii() and version.isdigit()) or int(version) < self._version_number:
             return False
-        endpoints = self._endpoints
-        if endpoints is None:
-            endpoints = self._endpoints = self._registry.endpoints.mutate()
-        service = endpoint.service
-        endpoints[service] = endpoints.get(service, _NO_ENDPOINTS).set(
-            (endpoint.protocol, endpoint.ip), endpoint
-        )
-        self._version = event.version
+        if service not in self._valid_services:
+            if service_key_problem(service) is not None or service not in self._registry.services:
+                return False
+            self._valid_services.add(service)
+        if ip not in self._valid_ips:
+            if ip_problem(ip, what="ip") is not None:
+                return False
+            self._valid_ips.add(ip)
+        if port_problem(fields.port, what="port") is not None or fields.weight < 1:
+            return False
+        for port in fields.ports:
+            if port_problem(port, what="ports") is not None:
+                return False
+        if self._rejections and event.subject in self._rejections:
+            return False
+        items = self._latest.get(service)
+        if items is None:
+            items = self._latest[service] = {}
+        items[(fields.protocol, ip)] = fields
+        if version != self._version:
+            self._version, self._version_number = version, int(version)
         self._seq = seq
         return True
 
     def finish(self) -> State:
         """Return the state after every event added (the state the run began from if none was)."""
-        if self._endpoints is None:
+        if not self._latest:
             return self._state
+        endpoints = self._registry.endpoints.mutate()
+        for service, latest in self._latest.items():
+            items = endpoints.get(service, _NO_ENDPOINTS).mutate()
+            for key, value in latest.items():
+                items[key] = value.endpoint() if isinstance(value, PendingUpsert) else value
+            endpoints[service] = items.finish()
         registry = RegistryState(
             version=self._version,
             synced=self._registry.synced,
             services=self._registry.services,
-            endpoints=self._endpoints.finish(),
+            endpoints=endpoints.finish(),
         )
         return next_state(self._state, self._seq, {"registry": registry})
