@@ -46,17 +46,17 @@ def registry_state(*, services: int, endpoints_per_service: int) -> State:
 
 
 def churn_records(*, services: int, endpoints_per_service: int, count: int, first_seq: int) -> list[Record]:
-    """Return `count` EndpointUpdated records (weight changes) spread pseudo-randomly over existing endpoints."""
+    """Return `count` EndpointUpdated records (weight changes) spread pseudo-randomly over existing endpoints: every
+    endpoint once before any again (a fold that keeps only the last change of each endpoint gains nothing here)."""
     names = service_names(services)
     records = []
-    for step in range(count):
-        index = (step * 7919) % services  # a prime stride: every service, in a cache-unfriendly order
+    for seq in range(first_seq, first_seq + count):  # by seq: batches of one log continue the pattern
+        index = (seq * 7919) % services  # a prime stride: every service, in a cache-unfriendly order
         endpoint = Endpoint(
             service=names[index],
-            ip=endpoint_ip(index, step % endpoints_per_service),
-            weight=1 + step % 100,
+            ip=endpoint_ip(index, (seq + seq // services) % endpoints_per_service),
+            weight=1 + seq % 100,
         )
-        seq = first_seq + step
         event = EndpointUpdated(observed_at=seq, source="bench", version=str(seq), endpoint=endpoint)
         records.append(Record(seq=seq, event=event))
     return records
