@@ -18,6 +18,8 @@ from aether.core.events.kube import MeshConfig
 from aether.core.project.messages import pack
 
 OPENTELEMETRY_TRACER = "envoy.tracers.opentelemetry"
+SPAN_NAME = "%REQ(:METHOD)% %ROUTE_NAME%"
+"""The name of Envoy's server span (a substitution format): the request's method and the route it matched."""
 
 
 @attrs.frozen(kw_only=True)
@@ -56,5 +58,7 @@ def add_tracing(manager: Any, tracing: Tracing | None) -> Any:
     manager.tracing.provider.CopyFrom(
         http_tracer_pb2.Tracing.Http(name=OPENTELEMETRY_TRACER, typed_config=pack(config))
     )
+    # Envoy names a span `ingress`/`egress` by default: the method and the matched route tell requests apart.
+    manager.tracing.operation = SPAN_NAME
     manager.tracing.random_sampling.CopyFrom(percent_pb2.Percent(value=tracing.sample_per_million / 10_000))
     return manager
