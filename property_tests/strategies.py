@@ -411,6 +411,10 @@ def mesh_configs() -> st.SearchStrategy[MeshConfig]:
         trust_domain=trust_domains,
         on_demand_ttl_seconds=mostly(st.sampled_from((1, 60, 600)), st.sampled_from((0, -5))),
         generation=st.integers(0, 3),
+        tracing_enabled=st.booleans(),
+        trace_sample_per_million=mostly(
+            st.sampled_from((0, 10_000, 1_000_000)), st.sampled_from((-1, 1_000_001))
+        ),
     )
 
 

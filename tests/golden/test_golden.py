@@ -102,7 +102,13 @@ def _case(name: str) -> tuple[Snapshot, dict[str, Any]]:
     assert not state.diagnostics.rejections, (
         f"case {name!r}: an input event was rejected: {state.diagnostics}"
     )
-    return project_node(state, node_name=document["node"], now=_time(document["now"])), document
+    snapshot = project_node(
+        state,
+        node_name=document["node"],
+        now=_time(document["now"]),
+        collector_cluster=document.get("collector_cluster", ""),
+    )
+    return snapshot, document
 
 
 def _render(snapshot: Snapshot, type_url: str, *, suffix: str) -> str:

@@ -54,6 +54,13 @@ def test_the_file_reads_into_the_cores_mesh_config() -> None:
     assert mesh_config_from_text("{}\n", where="f") == MeshConfig()
 
 
+def test_the_files_tracing_settings_reach_the_core_in_millionths() -> None:
+    traced = mesh_config_from_text("proxy: {tracingEnabled: true, traceSampleRate: 0.25}\n", where="f")
+    assert (traced.tracing_enabled, traced.trace_sample_per_million) == (True, 250_000)
+    unrated = mesh_config_from_text("proxy: {tracingEnabled: true}\n", where="f")
+    assert unrated.trace_sample_per_million == 1_000_000  # Envoy's own default: every request
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

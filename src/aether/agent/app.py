@@ -26,6 +26,7 @@ from aether.core.events import NodeCaptureConfigured
 from aether.core.project.node import NodeProjector
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.envoy.bootstrap import OTEL_CLUSTER
 from aether.identity.broker import BrokerClient
 from aether.identity.renewal import RenewingContext, serve_context_renewal
 from aether.identity.status import IDENTITY_DOCUMENT, identity_document
@@ -84,6 +85,9 @@ class AgentConfig:
     mesh_config: Path | None = None
     """Read the projected MeshConfig file (`aether.kube.mesh_config_file`); None: the mesh settings come from
     elsewhere (or stay the defaults)."""
+    envoy_traces: bool = False
+    """Envoy's bootstrap declares the collector's cluster (`aether.envoy.bootstrap.OTEL_CLUSTER`): the pods'
+    HTTP listeners trace there when the MeshConfig enables tracing."""
     spiffe_workload_socket: Path | None = None
     """Take the agent's own SVID and the trust bundles from the SPIFFE Workload API at this Unix socket
     (`aether.identity.workload_api`); without a broker, the SVIDs it streams are the pods' too."""
@@ -142,7 +146,9 @@ async def serve_agent(
 
     Start-up replays the log first, so the first snapshot served is the one served before a restart.
     """
-    projector = NodeProjector(node_name=config.node_name)
+    projector = NodeProjector(
+        node_name=config.node_name, collector_cluster=OTEL_CLUSTER if config.envoy_traces else ""
+    )
     scope = WatchScope()
 
     def project(state: State, now: int) -> Snapshot:

@@ -14,6 +14,7 @@ from aether.agent.app import AgentConfig, RunningAgent, serve_agent
 from aether.cli.commands import summary
 from aether.cli.common import (
     EXIT_LOG_OWNED,
+    add_envoy_traces_argument,
     add_mesh_config_argument,
     add_serving_arguments,
     add_verbose_argument,
@@ -63,6 +64,7 @@ def add_parser(roles: Any) -> None:
     )
     add_kube_arguments(parser, what="watch Services, Gateway API objects, grants and this node's pods")
     add_mesh_config_argument(parser)
+    add_envoy_traces_argument(parser)
     add_spiffe_arguments(parser)
     add_telemetry_arguments(parser)
     add_verbose_argument(parser)
@@ -98,6 +100,7 @@ def run_agent(arguments: argparse.Namespace) -> int:
         cni_plugin_socket=arguments.cni_plugin_socket,
         dns_records=arguments.dns_records,
         mesh_config=arguments.mesh_config,
+        envoy_traces=arguments.envoy_traces,
         kube=None if cluster is None else KubeClient(cluster),
         registrar_tls=registrar_tls,
         spiffe_workload_socket=workload_socket,

@@ -49,7 +49,8 @@ def add_parser(roles: Any) -> None:
     parser.add_argument(
         "--otlp-endpoint",
         metavar="URL",
-        help="push Envoy's stats to the OpenTelemetry collector's OTLP/gRPC receiver, e.g. http://collector:4317",
+        help="push Envoy's stats to the OpenTelemetry collector's OTLP/gRPC receiver, e.g. http://collector:4317"
+        " (declared as cluster otel_collector: run the agent or edge with --envoy-traces to send Envoy's spans there too)",
     )
     parser.add_argument(
         "--output",

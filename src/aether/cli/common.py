@@ -101,6 +101,17 @@ def add_mesh_config_argument(parser: Any) -> None:
     )
 
 
+def add_envoy_traces_argument(parser: Any) -> None:
+    """`--envoy-traces`: Envoy's bootstrap declares the collector (`aether bootstrap --otlp-endpoint`), so the
+    projection may point Envoy's OpenTelemetry tracer at it (`aether.core.project.tracing`)."""
+    parser.add_argument(
+        "--envoy-traces",
+        action="store_true",
+        help="Envoy's bootstrap declares the collector (aether bootstrap --otlp-endpoint): when the MeshConfig"
+        " enables tracing, Envoy sends its spans there at the MeshConfig's traceSampleRate",
+    )
+
+
 def tls_files(arguments: argparse.Namespace, *, prefix: str) -> dict[str, Path] | None:
     """The `--<prefix>-cert`, `--<prefix>-key` and `--<prefix>-bundle` files as the keyword arguments of
     `aether.rpc.tls`'s context builders, or None when none is given.

@@ -13,6 +13,7 @@ import trio
 from aether.cli.commands import summary
 from aether.cli.common import (
     EXIT_LOG_OWNED,
+    add_envoy_traces_argument,
     add_mesh_config_argument,
     add_serving_arguments,
     add_verbose_argument,
@@ -74,6 +75,7 @@ def add_parser(roles: Any) -> None:
         " (bootstrap with --spiffe-workload-socket); default spiffe: mTLS with the SVID the edge serves",
     )
     add_mesh_config_argument(parser)
+    add_envoy_traces_argument(parser)
     add_spiffe_arguments(parser, broker=False)
     add_telemetry_arguments(parser)
     add_verbose_argument(parser)
@@ -126,6 +128,7 @@ def run_edge(arguments: argparse.Namespace) -> int:
         bind=arguments.bind,
         cleartext=arguments.identity == "none",
         mesh_config=arguments.mesh_config,
+        envoy_traces=arguments.envoy_traces,
         spire_sds=arguments.identity == "spire",
         spiffe_workload_socket=workload_socket,
         standby=arguments.standby,

@@ -34,7 +34,7 @@ from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, edge_sna
 from aether.core.project.names import ANY_ADDRESS
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
-from aether.envoy.bootstrap import SPIRE_SDS_CLUSTER
+from aether.envoy.bootstrap import OTEL_CLUSTER, SPIRE_SDS_CLUSTER
 from aether.identity.workload_api import serve_workload_api
 from aether.kube.access import EDGE_QUERIES
 from aether.kube.api import KubeClient
@@ -99,6 +99,9 @@ class EdgeConfig:
     manifest_poll_interval: float = 1.0
     mesh_config: Path | None = None
     """Read the projected MeshConfig file (`aether.kube.mesh_config_file`); None: the defaults."""
+    envoy_traces: bool = False
+    """Envoy's bootstrap declares the collector's cluster (`aether.envoy.bootstrap.OTEL_CLUSTER`): trace there
+    when the MeshConfig enables tracing."""
 
 
 @attrs.frozen(kw_only=True)
@@ -174,6 +177,7 @@ async def serve_edge(
         service=config.service,
         cleartext=config.cleartext,
         spire_sds_cluster=SPIRE_SDS_CLUSTER if config.spire_sds else "",
+        collector_cluster=OTEL_CLUSTER if config.envoy_traces else "",
     )
 
     scope = WatchScope()

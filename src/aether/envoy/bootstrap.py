@@ -26,7 +26,8 @@ DEFAULT_NODE_CLUSTER = "aether-test"
 """The `node.cluster` every bootstrap built here reports."""
 
 OTEL_CLUSTER = "otel_collector"
-"""The name of the bootstrap cluster that points Envoy's OpenTelemetry stats sink at the collector."""
+"""The name of the bootstrap cluster that points Envoy's OpenTelemetry stats sink at the collector; its tracer too,
+when the projection is told the bootstrap declares it (`EdgeOptions.collector_cluster`, `project_node`)."""
 
 _XDS_KEEPALIVE = {"interval": "2s", "timeout": "1s"}
 # HTTP/2 PINGs on the xDS connection, so Envoy notices a vanished control plane within about 3 s.

@@ -110,7 +110,8 @@ def projected_config_map(namespace: str, spec: Mapping[str, Any]) -> JsonObject:
 def mesh_config_from_text(text: str, *, where: str) -> MeshConfig:
     """The core's MeshConfig of a projected `mesh-config.yaml` (absent fields keep the core's defaults).
 
-    The proxy telemetry fields are checked but not carried: the core's MeshConfig has no place for them yet.
+    Of the proxy telemetry fields, `tracingEnabled` and `traceSampleRate` are carried (the rate in millionths;
+    absent with tracing on, 100%: Envoy's own default); the others are checked only.
 
     Raises:
         MeshConfigInvalid: The text is not YAML, not a mapping, or breaks the CRD's rules (`where` names the file).
@@ -124,8 +125,14 @@ def mesh_config_from_text(text: str, *, where: str) -> MeshConfig:
     if problem is not None:
         raise MeshConfigInvalid(where, problem)
     defaults = MeshConfig()
+    proxy = spec.get("proxy") or {}
+    tracing, rate = bool(proxy.get("tracingEnabled", defaults.tracing_enabled)), proxy.get("traceSampleRate")
     return MeshConfig(
         mesh_domain=spec.get("meshDomain", defaults.mesh_domain),
         trust_domain=spec.get("trustDomain", defaults.trust_domain),
         on_demand_ttl_seconds=int(spec.get("onDemandTtlSeconds", defaults.on_demand_ttl_seconds)),
+        tracing_enabled=tracing,
+        trace_sample_per_million=(
+            round(float(rate) * 1_000_000) if rate is not None else 1_000_000 if tracing else 0
+        ),
     )

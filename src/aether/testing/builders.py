@@ -246,6 +246,8 @@ def make_mesh_config(
     trust_domain: str = "aether.internal",
     on_demand_ttl_seconds: int = 600,
     generation: int = 1,
+    tracing_enabled: bool = False,
+    trace_sample_per_million: int = 0,
 ) -> MeshConfig:
     """Return a MeshConfig (the defaults of the mesh, at generation 1)."""
     return MeshConfig(
@@ -253,6 +255,8 @@ def make_mesh_config(
         trust_domain=trust_domain,
         on_demand_ttl_seconds=on_demand_ttl_seconds,
         generation=generation,
+        tracing_enabled=tracing_enabled,
+        trace_sample_per_million=trace_sample_per_million,
     )
 
 

@@ -12,6 +12,7 @@ from aether.core.events import (
     EndpointAdded,
     EndpointsSnapshotCompleted,
     Event,
+    MeshConfigUpdated,
     PodRemoved,
     decode_event,
     encode_event,
@@ -19,7 +20,7 @@ from aether.core.events import (
     event_to_proto,
 )
 from aether.proto.log.v1 import log_pb2
-from aether.testing import make_pod, one_event_of_each_type, pod_added
+from aether.testing import make_mesh_config, make_pod, mesh_config_updated, one_event_of_each_type, pod_added
 
 EVENTS = one_event_of_each_type()
 
@@ -131,3 +132,20 @@ def test_a_value_the_wire_type_cannot_hold_raises_codec_error() -> None:
     )
     with pytest.raises(CodecError, match=r"^cannot encode EndpointAdded: Value out of range: -1$"):
         encode_event(event)
+
+
+def test_a_mesh_config_record_written_before_the_tracing_fields_reads_with_tracing_off() -> None:
+    """A MeshConfigUpdated record of the four fields an older version wrote (no 5, 6) decodes with tracing off; a
+    config with tracing off writes exactly those bytes, and a traced one round-trips."""
+    old = log_pb2.Event(observed_at=1, source="kubernetes")
+    old.mesh_config_updated.config.mesh_domain = "corp.mesh"
+    old.mesh_config_updated.config.trust_domain = "corp"
+    old.mesh_config_updated.config.on_demand_ttl_seconds = 30
+    old.mesh_config_updated.config.generation = 2
+    payload = old.SerializeToString(deterministic=True)
+    event = decode_event(payload)
+    assert isinstance(event, MeshConfigUpdated)
+    assert (event.config.tracing_enabled, event.config.trace_sample_per_million) == (False, 0)
+    assert encode_event(event) == payload
+    traced = mesh_config_updated(make_mesh_config(tracing_enabled=True, trace_sample_per_million=250_000))
+    assert decode_event(encode_event(traced)) == traced

@@ -391,8 +391,12 @@ def test_a_mesh_config_is_adopted() -> None:
             make_mesh_config(on_demand_ttl_seconds=0),
             "meshconfig: on-demand ttl must be positive seconds (got 0)",
         ),
+        (
+            make_mesh_config(tracing_enabled=True, trace_sample_per_million=1_000_001),
+            "meshconfig: trace sample rate must be 0 to 1000000 per million (got 1000001)",
+        ),
     ],
-    ids=["mesh-domain", "trust-domain", "ttl"],
+    ids=["mesh-domain", "trust-domain", "ttl", "trace-rate"],
 )
 def test_an_invalid_mesh_config_is_rejected_and_the_one_in_force_stays(
     config: MeshConfig, message: str

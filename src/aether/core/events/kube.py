@@ -150,6 +150,11 @@ class MeshConfig:
     on_demand_ttl_seconds: int = 600
     """How long a service requested on demand stays in a node's dependency set after its last use."""
     generation: int = 0
+    tracing_enabled: bool = False
+    """`proxy.tracingEnabled`: Envoys whose bootstrap declares the collector send it OpenTelemetry spans."""
+    trace_sample_per_million: int = 0
+    """`proxy.traceSampleRate` in millionths (integers keep the log exact): the share of requests Envoy traces.
+    Records written before the field existed read 0 with tracing off, as they were folded."""
 
 
 @attrs.frozen(kw_only=True)

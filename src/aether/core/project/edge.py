@@ -51,10 +51,13 @@ from aether.core.project.secrets import node_secrets
 from aether.core.project.services import ServiceContext, project_service
 from aether.core.project.slices import slice_resources
 from aether.core.project.tls import PLAINTEXT, UpstreamIdentity
+from aether.core.project.tracing import Tracing, tracing_of
 from aether.core.project.udp_routes import udp_route_resources
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, Resource, Snapshot
 from aether.core.state.state import State
 
+EDGE_TRACE_SERVICE = "aether-edge"
+"""The `service.name` of the spans the edge's Envoy sends."""
 DEFAULT_EDGE_SERVICE = "aether-system/aether-edge"
 """The edge's mesh service `<ns>/<sa>` (its Deployment's service account): the identity it presents upstream."""
 UNROUTABLE_CLUSTER = "edge_unroutable"
@@ -74,6 +77,10 @@ class EdgeOptions:
     spire_sds_cluster: str = ""
     """Envoy fetches the edge's SVID and bundle over SDS from this static cluster of its bootstrap (the SPIRE
     agent's Workload API socket: `aether.envoy.bootstrap.SPIRE_SDS_CLUSTER`), not from the edge over ADS."""
+    collector_cluster: str = ""
+    """The static cluster of the OpenTelemetry collector that Envoy's bootstrap declares
+    (`aether.envoy.bootstrap.OTEL_CLUSTER`); when the MeshConfig enables tracing, HTTP listeners send spans there
+    (`aether.core.project.tracing`). Empty: none declared, no tracing."""
 
 
 def project_edge(state: State, *, node_id: str, options: EdgeOptions = EdgeOptions()) -> Snapshot:
@@ -100,8 +107,9 @@ def edge_snapshot(view: GatewayView, state: State, *, node_id: str, options: Edg
         mesh_domain=mesh.mesh_domain, trust_domain=mesh.trust_domain, identity=identity, locality=None
     )
     certificates = _certificates(state, view.edge_listeners)
+    tracing = tracing_of(mesh, collector_cluster=options.collector_cluster, service_name=EDGE_TRACE_SERVICE)
     listeners, tables, unroutable = _listeners(
-        view.edge_listeners, bind=options.bind, certificates=certificates
+        view.edge_listeners, bind=options.bind, certificates=certificates, tracing=tracing
     )
     resources = [Resource.from_message(readiness_listener(bind=options.bind))]
     resources.extend(
@@ -160,10 +168,15 @@ def _first_certificate(listener: EdgeListener, certificates: dict[str, tuple[byt
 
 
 def _listeners(
-    edge_listeners: Sequence[EdgeListener], *, bind: str, certificates: dict[str, tuple[bytes, bytes]]
+    edge_listeners: Sequence[EdgeListener],
+    *,
+    bind: str,
+    certificates: dict[str, tuple[bytes, bytes]],
+    tracing: Tracing | None = None,
 ) -> tuple[list[tuple[Any, tuple[str, ...]]], list[Any], bool]:
     """Return `(listener, its route tables)` per port, the route tables, and whether an L4 route needs
-    `edge_unroutable`. Gateway listeners sharing a port must share its protocol: the first one's wins."""
+    `edge_unroutable`. Gateway listeners sharing a port must share its protocol: the first one's wins. HTTP and
+    HTTPS listeners are traced with `tracing`."""
     by_port: dict[int, list[EdgeListener]] = {}
     for listener in edge_listeners:
         if listener.protocol == "UDP":
@@ -181,7 +194,7 @@ def _listeners(
                 route_table_name(port),
                 (envoy_virtual_host(vhost) for item in group for vhost in item.virtual_hosts),
             )
-            listeners.append((http_listener(port, bind=bind), (table.name,)))
+            listeners.append((http_listener(port, bind=bind, tracing=tracing), (table.name,)))
             tables.append(table)
         elif first.protocol == "HTTPS":
             chains: dict[str, tuple[str, list[Any]]] = {}
@@ -206,6 +219,7 @@ def _listeners(
                     port,
                     bind=bind,
                     chains=[(hostname, cert) for hostname, (cert, _) in sorted(chains.items())],
+                    tracing=tracing,
                 )
                 listeners.append((listener, tuple(table.name for table in port_tables)))
                 tables.extend(port_tables)

@@ -29,6 +29,7 @@ from google.protobuf import wrappers_pb2
 
 from aether.core.project.messages import ads, pack, socket_address
 from aether.core.project.tls import TLS_SOCKET
+from aether.core.project.tracing import Tracing, add_tracing
 
 READINESS_PORT = 18021
 """The edge's readiness port (DESIGN.md section 4)."""
@@ -63,8 +64,10 @@ def _tls_inspector() -> Any:
     )
 
 
-def _http_manager(stat_prefix: str, *, route: str = "", table: Any = None) -> Any:
-    """An HTTP connection manager routing with RDS `route`, or with the inline `table`."""
+def _http_manager(
+    stat_prefix: str, *, route: str = "", table: Any = None, tracing: Tracing | None = None
+) -> Any:
+    """An HTTP connection manager routing with RDS `route`, or with the inline `table`; traced with `tracing`."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
         # The edge is the first proxy a client reaches: the peer's address is the client's.
@@ -81,7 +84,7 @@ def _http_manager(stat_prefix: str, *, route: str = "", table: Any = None) -> An
         manager.route_config.CopyFrom(table)
     else:
         manager.rds.CopyFrom(hcm_pb2.Rds(config_source=ads(), route_config_name=route))
-    return _filter(_HCM, manager)
+    return _filter(_HCM, add_tracing(manager, tracing))
 
 
 def tcp_proxy(stat_prefix: str, backends: Sequence[tuple[str, int]]) -> Any:
@@ -155,13 +158,15 @@ def route_table(name: str, vhosts: Iterable[Any]) -> Any:
     return table
 
 
-def http_listener(port: int, *, bind: str) -> Any:
+def http_listener(port: int, *, bind: str, tracing: Tracing | None = None) -> Any:
     """`edge_<port>` for HTTP Gateway listeners: one chain routed by RDS `edge_<port>`."""
     name = listener_name(port)
     return listener_pb2.Listener(
         name=name,
         address=socket_address(bind, port),
-        filter_chains=[listener_components_pb2.FilterChain(filters=[_http_manager(name, route=name)])],
+        filter_chains=[
+            listener_components_pb2.FilterChain(filters=[_http_manager(name, route=name, tracing=tracing)])
+        ],
     )
 
 
@@ -197,7 +202,9 @@ def _sni_chain(hostnames: Sequence[str], filters: Sequence[Any], *, transport: A
     return chain
 
 
-def https_listener(port: int, *, bind: str, chains: Sequence[tuple[str, str]]) -> Any:
+def https_listener(
+    port: int, *, bind: str, chains: Sequence[tuple[str, str]], tracing: Tracing | None = None
+) -> Any:
     """`edge_<port>` for HTTPS: one chain per `(hostname, certificate secret)`, routed by `edge_<port>_<hostname>`."""
     name = listener_name(port)
     return listener_pb2.Listener(
@@ -207,7 +214,7 @@ def https_listener(port: int, *, bind: str, chains: Sequence[tuple[str, str]]) -
         filter_chains=[
             _sni_chain(
                 (hostname,),
-                [_http_manager(name, route=route_table_name(port, hostname or "*"))],
+                [_http_manager(name, route=route_table_name(port, hostname or "*"), tracing=tracing)],
                 transport=_terminating_socket(certificate, alpn=DOWNSTREAM_ALPN),
             )
             for hostname, certificate in chains

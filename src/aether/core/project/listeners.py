@@ -73,6 +73,7 @@ from aether.core.project.quic import (
 )
 from aether.core.project.routes import inbound_route_configuration
 from aether.core.project.tls import downstream_socket
+from aether.core.project.tracing import Tracing, add_tracing
 from aether.core.project.udp import UdpDestination
 from aether.core.state.pods import PodRecord
 
@@ -127,10 +128,17 @@ def _source_identity(record: PodRecord, *, trust_domain: str) -> Any:
     )
 
 
-def _mesh_http(stat_prefix: str, *, route: str = "", table: Any = None, quic_source: str = "") -> Any:
+def _mesh_http(
+    stat_prefix: str,
+    *,
+    route: str = "",
+    table: Any = None,
+    quic_source: str = "",
+    tracing: Tracing | None = None,
+) -> Any:
     """The mesh's HTTP connection manager, routing with RDS `route` or with the inline route `table`; with
     `quic_source` (the pod's service, on a node with SVIDs) it names the caller's `quic:` cluster before routing
-    (see `aether.core.project.quic`)."""
+    (see `aether.core.project.quic`); traced with `tracing`."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
         http_filters=[
@@ -149,7 +157,7 @@ def _mesh_http(stat_prefix: str, *, route: str = "", table: Any = None, quic_sou
         manager.rds.CopyFrom(hcm_pb2.Rds(config_source=ads(), route_config_name=route))
     if quic_source:
         manager.early_header_mutation_extensions.append(quic_header_mutation(quic_source))
-    return _filter(_HCM, manager)
+    return _filter(_HCM, add_tracing(manager, tracing))
 
 
 def _tcp_proxy(stat_prefix: str, cluster: str) -> Any:
@@ -158,8 +166,10 @@ def _tcp_proxy(stat_prefix: str, cluster: str) -> Any:
     )
 
 
-def outbound_listener(record: PodRecord, *, trust_domain: str, quic: bool = False) -> Any:
-    """Return `outbound_http_<pod>`: the pod's HTTP proxy port, routed by `out_http`."""
+def outbound_listener(
+    record: PodRecord, *, trust_domain: str, quic: bool = False, tracing: Tracing | None = None
+) -> Any:
+    """Return `outbound_http_<pod>`: the pod's HTTP proxy port, routed by `out_http` (traced with `tracing`)."""
     name = outbound_listener_name(record.pod)
     return listener_pb2.Listener(
         name=name,
@@ -174,6 +184,7 @@ def outbound_listener(record: PodRecord, *, trust_domain: str, quic: bool = Fals
                         f"out_http_{pod_token(record.pod)}",
                         route=OUTBOUND_ROUTE,
                         quic_source=record.service if quic else "",
+                        tracing=tracing,
                     ),
                 ],
             )
@@ -207,6 +218,7 @@ def capture_listener(
     l4: Sequence[MeshL4Destination] = (),
     frontends: Sequence[FrontendRoute] = (),
     quic: bool = False,
+    tracing: Tracing | None = None,
 ) -> Any:
     """Return `capture_<pod>`: captured HTTP into `cap_http` (naming the caller's `quic:` cluster with `quic`), but
     HTTP to a GAMMA frontend (a routed Service's ClusterIP and port) into that frontend's virtual host (GAMMA stays on
@@ -232,13 +244,20 @@ def capture_listener(
                 filters=[
                     _source_identity(record, trust_domain=trust_domain),
                     _mesh_http(
-                        f"capture_{token}", route=CAPTURE_ROUTE, quic_source=record.service if quic else ""
+                        f"capture_{token}",
+                        route=CAPTURE_ROUTE,
+                        quic_source=record.service if quic else "",
+                        tracing=tracing,
                     ),
                 ],
             ),
             *(
                 _frontend_chain(
-                    f"capture_frontend_{token}_{item.address}_{item.port}", record, item, trust_domain
+                    f"capture_frontend_{token}_{item.address}_{item.port}",
+                    record,
+                    item,
+                    trust_domain,
+                    tracing,
                 )
                 for item in frontends
             ),
@@ -248,7 +267,9 @@ def capture_listener(
     )
 
 
-def _frontend_chain(name: str, record: PodRecord, frontend: FrontendRoute, trust_domain: str) -> Any:
+def _frontend_chain(
+    name: str, record: PodRecord, frontend: FrontendRoute, trust_domain: str, tracing: Tracing | None
+) -> Any:
     """The capture chain of one GAMMA frontend: cleartext HTTP to its ClusterIP and port, routed by its own
     virtual host (inline: it is the pod's only use of it; clusters are not validated, as with RDS)."""
     table = http_route_pb2.RouteConfiguration(
@@ -267,7 +288,10 @@ def _frontend_chain(name: str, record: PodRecord, frontend: FrontendRoute, trust
             destination_port=wrappers_pb2.UInt32Value(value=frontend.port),
             application_protocols=list(HTTP_PROTOCOLS),
         ),
-        filters=[_source_identity(record, trust_domain=trust_domain), _mesh_http(name, table=table)],
+        filters=[
+            _source_identity(record, trust_domain=trust_domain),
+            _mesh_http(name, table=table, tracing=tracing),
+        ],
     )
 
 
@@ -324,7 +348,13 @@ def udp_proxy_listener(name: str, address: Any, *, cluster: str) -> Any:
     )
 
 
-def _inbound_manager(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
+def _inbound_manager(
+    stat_prefix: str,
+    routes: Sequence[tuple[str | None, str]],
+    *,
+    plaintext: bool,
+    tracing: Tracing | None = None,
+) -> Any:
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=stat_prefix,
         route_config=inbound_route_configuration(routes),
@@ -337,15 +367,20 @@ def _inbound_manager(stat_prefix: str, routes: Sequence[tuple[str | None, str]],
         manager.forward_client_cert_details = hcm_pb2.HttpConnectionManager.SANITIZE_SET
         manager.set_current_client_cert_details.uri = True
         manager.set_current_client_cert_details.subject.value = True
-    return manager
+    return add_tracing(manager, tracing)
 
 
-def _inbound_http(stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool) -> Any:
-    return _filter(_HCM, _inbound_manager(stat_prefix, routes, plaintext=plaintext))
+def _inbound_http(
+    stat_prefix: str, routes: Sequence[tuple[str | None, str]], *, plaintext: bool, tracing: Tracing | None
+) -> Any:
+    return _filter(_HCM, _inbound_manager(stat_prefix, routes, plaintext=plaintext, tracing=tracing))
 
 
-def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -> Any:
-    """Return `inbound_<pod>`: the mesh inbound of the pod (mTLS unless the node holds no SVID at all).
+def inbound_listener(
+    record: PodRecord, *, trust_domain: str, plaintext: bool, tracing: Tracing | None = None
+) -> Any:
+    """Return `inbound_<pod>`: the mesh inbound of the pod (mTLS unless the node holds no SVID at all), its HTTP
+    chains traced with `tracing`.
 
     Plaintext: no SNI exists to select a port, so the HTTP chain routes on the Host header's port instead.
     """
@@ -372,7 +407,9 @@ def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -
             filter_chain_match=listener_components_pb2.FilterChainMatch(
                 application_protocols=list(HTTP_PROTOCOLS)
             ),
-            filters=[_inbound_http(f"in_{token}", [*by_port, (None, primary)], plaintext=True)],
+            filters=[
+                _inbound_http(f"in_{token}", [*by_port, (None, primary)], plaintext=True, tracing=tracing)
+            ],
         )
         return listener
     identity = spiffe_id(record.service, trust_domain=trust_domain)
@@ -395,14 +432,19 @@ def inbound_listener(record: PodRecord, *, trust_domain: str, plaintext: bool) -
             ),
             transport_socket=http_socket,
             filters=[
-                _inbound_http(f"in_{token}_{port}", [(None, app_cluster_name(pod, port))], plaintext=False)
+                _inbound_http(
+                    f"in_{token}_{port}",
+                    [(None, app_cluster_name(pod, port))],
+                    plaintext=False,
+                    tracing=tracing,
+                )
             ],
         )
     listener.filter_chains.add(
         name=f"in_{token}",
         filter_chain_match=listener_components_pb2.FilterChainMatch(application_protocols=["h2"]),
         transport_socket=http_socket,
-        filters=[_inbound_http(f"in_{token}", [(None, primary)], plaintext=False)],
+        filters=[_inbound_http(f"in_{token}", [(None, primary)], plaintext=False, tracing=tracing)],
     )
     return listener
 

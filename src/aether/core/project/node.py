@@ -47,6 +47,7 @@ from aether.core.project.secrets import node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
 from aether.core.project.slices import slice_resources
 from aether.core.project.tls import UpstreamIdentity, upstream_identity
+from aether.core.project.tracing import tracing_of
 from aether.core.project.udp import (
     UdpCapture,
     UdpDestination,
@@ -92,7 +93,7 @@ def _slice_plan(
     return tuple(plan)
 
 
-def project_node(state: State, *, node_name: str, now: int) -> Snapshot:
+def project_node(state: State, *, node_name: str, now: int, collector_cluster: str = "") -> Snapshot:
     """Return the snapshot of `node_name` (every pod of the state when empty) at time `now`.
 
     Args:
@@ -100,11 +101,14 @@ def project_node(state: State, *, node_name: str, now: int) -> Snapshot:
         node_name: The node (its Envoy's node id); empty projects every pod (single-node local mode).
         now: Nanoseconds since the Unix epoch: the observation time of the last event folded, so on-demand
             requests expire the same way in a replay.
+        collector_cluster: The OpenTelemetry collector's cluster in Envoy's bootstrap
+            (`aether.envoy.bootstrap.OTEL_CLUSTER`): when the MeshConfig enables tracing, the pods' HTTP
+            listeners send spans there (`aether.core.project.tracing`); empty: none declared, no tracing.
 
     Returns:
         The snapshot at `state.seq`; its `not_found` holds the names requested on demand that no cluster serves.
     """
-    return NodeProjector(node_name=node_name).project(state, now=now)
+    return NodeProjector(node_name=node_name, collector_cluster=collector_cluster).project(state, now=now)
 
 
 @attrs.frozen(kw_only=True)
@@ -205,8 +209,9 @@ class NodeProjector:
     docstring), so `project` returns what `project_node` returns for the same arguments.
     """
 
-    def __init__(self, *, node_name: str) -> None:
+    def __init__(self, *, node_name: str, collector_cluster: str = "") -> None:
         self._node_name = node_name
+        self._collector_cluster = collector_cluster
         self._local, self._identities, self._identity = _Last(), _Last(), _Last()
         self._dependencies: tuple[str, ...] = ()
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
@@ -301,7 +306,12 @@ class NodeProjector:
         )
         pod_context = _interned(
             self._pod_context,
-            PodContext(trust_domain=mesh.trust_domain, plaintext=identity.plaintext, no_http3=no_http3),
+            PodContext(
+                trust_domain=mesh.trust_domain,
+                plaintext=identity.plaintext,
+                no_http3=no_http3,
+                tracing=tracing_of(mesh, collector_cluster=self._collector_cluster, service_name=""),
+            ),
         )
         self._service_context, self._pod_context = service_context, pod_context
 

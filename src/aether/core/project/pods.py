@@ -27,6 +27,7 @@ from aether.core.project.listeners import (
     udp_listener,
 )
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
+from aether.core.project.tracing import Tracing
 from aether.core.project.udp import UdpDestination
 from aether.core.snapshot import Resource
 from aether.core.state.pods import PodRecord
@@ -42,6 +43,8 @@ class PodContext:
     no_http3: frozenset[str] = frozenset()
     """SPIFFE IDs whose SVID lacks the DNS SANs HTTP/3 needs (`Svid.http3_problem`): their pods get no QUIC
     inbound, so their callers' QUIC attempts fail at once and Envoy keeps them on HTTP/2."""
+    tracing: Tracing | None = None
+    """How the pods' HTTP connection managers trace (`service_name` empty: each pod's spans name its service)."""
 
 
 def project_pod(
@@ -63,12 +66,15 @@ def project_pod(
         return ()
     trust_domain = context.trust_domain
     quic = not context.plaintext
+    tracing = None if context.tracing is None else attrs.evolve(context.tracing, service_name=record.service)
     serves_http3 = quic and spiffe_id(record.service, trust_domain=trust_domain) not in context.no_http3
     captured: tuple[Resource, ...] = ()
     if record.pod.netns:
         captured = (
             Resource.from_message(
-                capture_listener(record, trust_domain=trust_domain, l4=l4, frontends=frontends, quic=quic),
+                capture_listener(
+                    record, trust_domain=trust_domain, l4=l4, frontends=frontends, quic=quic, tracing=tracing
+                ),
                 references=(CAPTURE_ROUTE,),
             ),
             Resource.from_message(l4_tcp_listener(record, l4=l4)),
@@ -76,11 +82,12 @@ def project_pod(
         )
     return (
         Resource.from_message(
-            outbound_listener(record, trust_domain=trust_domain, quic=quic), references=(OUTBOUND_ROUTE,)
+            outbound_listener(record, trust_domain=trust_domain, quic=quic, tracing=tracing),
+            references=(OUTBOUND_ROUTE,),
         ),
         *captured,
         Resource.from_message(
-            inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext)
+            inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext, tracing=tracing)
         ),
         *((Resource.from_message(inbound_quic(record, trust_domain=trust_domain)),) if serves_http3 else ()),
         *(Resource.from_message(app_cluster(record.pod, port)) for port in record.config.ports),

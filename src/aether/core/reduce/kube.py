@@ -365,6 +365,11 @@ def mesh_config_updated(state: State, event: MeshConfigUpdated, seq: int) -> Sta
             if config.on_demand_ttl_seconds > 0
             else f"on-demand ttl must be positive seconds (got {config.on_demand_ttl_seconds!r})"
         )
+        or (
+            None
+            if 0 <= config.trace_sample_per_million <= 1_000_000
+            else f"trace sample rate must be 0 to 1000000 per million (got {config.trace_sample_per_million!r})"
+        )
     )
     current = state.kube.mesh_config.generation
     if problem is None and config.generation < current:

@@ -501,10 +501,14 @@ class MeshConfig(_message.Message):
     TRUST_DOMAIN_FIELD_NUMBER: _builtins.int
     ON_DEMAND_TTL_SECONDS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    TRACING_ENABLED_FIELD_NUMBER: _builtins.int
+    TRACE_SAMPLE_PER_MILLION_FIELD_NUMBER: _builtins.int
     mesh_domain: _builtins.str
     trust_domain: _builtins.str
     on_demand_ttl_seconds: _builtins.int
     generation: _builtins.int
+    tracing_enabled: _builtins.bool
+    trace_sample_per_million: _builtins.int
     def __init__(
         self,
         *,
@@ -512,10 +516,12 @@ class MeshConfig(_message.Message):
         trust_domain: _builtins.str = ...,
         on_demand_ttl_seconds: _builtins.int = ...,
         generation: _builtins.int = ...,
+        tracing_enabled: _builtins.bool = ...,
+        trace_sample_per_million: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "mesh_domain", b"mesh_domain", "on_demand_ttl_seconds", b"on_demand_ttl_seconds", "trust_domain", b"trust_domain"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "mesh_domain", b"mesh_domain", "on_demand_ttl_seconds", b"on_demand_ttl_seconds", "trace_sample_per_million", b"trace_sample_per_million", "tracing_enabled", b"tracing_enabled", "trust_domain", b"trust_domain"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
