@@ -449,13 +449,13 @@ def inbound_listener(
     return listener
 
 
-def inbound_quic(record: PodRecord, *, trust_domain: str) -> Any:
+def inbound_quic(record: PodRecord, *, trust_domain: str, tracing: Tracing | None = None) -> Any:
     """Return `inbound_quic_<pod>`: the UDP half of the pod's mesh inbound, HTTP/3 with the TCP side's SVID and
-    client-certificate requirement (see `aether.core.project.quic`)."""
+    client-certificate requirement (see `aether.core.project.quic`), traced as the TCP side with `tracing`."""
     identity = spiffe_id(record.service, trust_domain=trust_domain)
 
     def http(stat_prefix: str, cluster: str) -> Any:
-        manager = _inbound_manager(stat_prefix, [(None, cluster)], plaintext=False)
+        manager = _inbound_manager(stat_prefix, [(None, cluster)], plaintext=False, tracing=tracing)
         return _filter(_HCM, http3_codec(manager))
 
     return inbound_quic_listener(

@@ -89,6 +89,10 @@ def project_pod(
         Resource.from_message(
             inbound_listener(record, trust_domain=trust_domain, plaintext=context.plaintext, tracing=tracing)
         ),
-        *((Resource.from_message(inbound_quic(record, trust_domain=trust_domain)),) if serves_http3 else ()),
+        *(
+            (Resource.from_message(inbound_quic(record, trust_domain=trust_domain, tracing=tracing)),)
+            if serves_http3
+            else ()
+        ),
         *(Resource.from_message(app_cluster(record.pod, port)) for port in record.config.ports),
     )
