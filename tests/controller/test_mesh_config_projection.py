@@ -115,20 +115,27 @@ async def test_a_replica_that_does_not_lead_writes_nothing(api: KubeApi) -> None
         nursery.cancel_scope.cancel()
 
 
-async def test_the_trust_domain_in_force_is_the_one_projected_into_aether_system(api: KubeApi) -> None:
-    """What the pod webhook's inbound check expects: the trustDomain of aether-system's projected ConfigMap (the
-    agents' and the edge's), none before one is projected, the core's default when it sets none, and an edit's
-    once projected; a namespace's own MeshConfig does not change it."""
+async def test_the_mesh_config_in_force_is_the_one_projected_into_aether_system(api: KubeApi) -> None:
+    """What the pod webhook follows (the inbound check's trust domain, the ndots of the mesh domain): the MeshConfig
+    of aether-system's projected ConfigMap (the agents' and the edge's), none before one is projected, the core's
+    defaults where it sets none, and an edit's once projected; a namespace's own MeshConfig does not change it."""
     api.store.create(MESH_CONFIGS, _mesh_config("shop", {"trustDomain": "shop.example"}))
     async with trio.open_nursery() as nursery:
         projection = await _start(nursery, api, lambda: True)
         await _wait_until(lambda: _projected(api, "shop") is not None)
-        assert projection.trust_domain() is None
+        assert projection.mesh_config() is None
         api.store.create(MESH_CONFIGS, _mesh_config("aether-system", {"meshDomain": "corp.mesh"}))
-        await _wait_until(lambda: projection.trust_domain() is not None)
-        assert projection.trust_domain() == "aether.internal"
+        await _wait_until(lambda: projection.mesh_config() is not None)
+        in_force = projection.mesh_config()
+        assert in_force is not None
+        assert (in_force.trust_domain, in_force.mesh_domain) == ("aether.internal", "corp.mesh")
         fallback = api.store.get(MESH_CONFIGS, name="default", namespace="aether-system")
         assert fallback is not None
         api.store.update(MESH_CONFIGS, {**fallback, "spec": {"trustDomain": "corp.example"}})
-        await _wait_until(lambda: projection.trust_domain() == "corp.example")
+        await _wait_until(
+            lambda: (config := projection.mesh_config()) is not None and config.trust_domain == "corp.example"
+        )
+        edited = projection.mesh_config()
+        assert edited is not None
+        assert edited.mesh_domain == "aether.internal"
         nursery.cancel_scope.cancel()

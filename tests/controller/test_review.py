@@ -31,6 +31,7 @@ from aether.controller import (
     pod_verdict,
     route_verdict,
 )
+from aether.core.events import MeshConfig
 from aether.kube.config_schemas import CONFIG_SCHEMAS
 from tests.golden.gateway_manifests import read_documents
 from tests.golden.test_gateway_golden import CASES, TESTDATA, project_case
@@ -280,15 +281,32 @@ def test_the_inbound_check_expects_the_trust_domain_in_force() -> None:
     mutation's own, or the one the server's source says is in force at each review (the projected MeshConfig's)."""
     corp = PodMutation(image=MUTATION.image, trust_domain="corp.example")
     assert list(pod_verdict(_pod(), namespace="shop", mutation=corp).patch) == EXPECTED_CORP_PATCH
-    in_force: list[str | None] = [None]
+    in_force: list[MeshConfig | None] = [None]
     server = WebhookServer(
-        ssl_context=ssl.create_default_context(), mutation=MUTATION, trust_domain=lambda: in_force[0]
+        ssl_context=ssl.create_default_context(), mutation=MUTATION, mesh_config=lambda: in_force[0]
     )
     assert server.current_mutation() is MUTATION  # no MeshConfig projected yet: the default stands
-    in_force[0] = "corp.example"
+    in_force[0] = MeshConfig()
+    assert server.current_mutation() is MUTATION  # the defaults are in force: nothing to change
+    in_force[0] = MeshConfig(trust_domain="corp.example")
     assert server.current_mutation() == corp
     _, answer = answer_review("/mutate-pod", _review(_pod(), kind="Pod"), mutation=server.current_mutation())
     assert json.loads(base64.b64decode(answer["response"]["patch"])) == EXPECTED_CORP_PATCH
+
+
+def test_ndots_follows_the_mesh_domain_in_force() -> None:
+    """The projected MeshConfig's meshDomain sets the pods' ndots (as its trustDomain sets the inbound check's)."""
+    server = WebhookServer(
+        ssl_context=ssl.create_default_context(),
+        mutation=MUTATION,
+        mesh_config=lambda: MeshConfig(mesh_domain="mesh"),
+    )
+    mutation = server.current_mutation()
+    assert mutation == PodMutation(image=MUTATION.image, mesh_domain="mesh")
+    patched = jsonpatch.apply_patch(
+        _pod(), list(pod_verdict(_pod(), namespace="shop", mutation=mutation).patch)
+    )
+    assert {"name": "ndots", "value": "2"} in patched["spec"]["dnsConfig"]["options"]
 
 
 def test_the_admin_socket_check_mounts_the_agents_run_directory() -> None:
@@ -412,6 +430,15 @@ def test_a_route_of_another_implementations_gateway_is_not_judged() -> None:
 
 def _owned_by(ours: set[tuple[str, str]], namespace: str, name: str) -> bool:
     return (namespace, name) in ours
+
+
+def test_a_bad_mesh_domain_flag_is_a_usage_error_naming_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """`aether controller --mesh-domain` must be an RFC 1123 subdomain: else exit 2 before any API call."""
+    argv = ["controller", "--kube-api", "http://127.0.0.1:1", "--pod-name", "c-0", "--mesh-domain", "Mesh_"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "aether: error: --mesh-domain: the mesh domain must be an RFC 1123 subdomain (got 'Mesh_')\n"
+    )
 
 
 def test_a_bad_trust_domain_flag_is_a_usage_error_naming_the_rule(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ admitted, a pod in a labelled namespace comes back mutated. Plus what a broken c
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -16,7 +17,15 @@ import pytest
 import trio
 import yaml
 
-from aether.controller import SERVING_SECRET, WebhookOptions, WebhookServer, route_verdict, serve_webhooks
+from aether.controller import (
+    SERVING_SECRET,
+    PodMutation,
+    WebhookOptions,
+    WebhookServer,
+    route_verdict,
+    serve_webhooks,
+)
+from aether.core.events import MeshConfig
 from aether.kube import ClusterConfig, KubeClient
 from aether.kube.resources import NAMESPACES, SECRETS
 from aether.testing.kubeapi import KubeApi, open_kube_api
@@ -240,3 +249,23 @@ async def test_failure_policy_fail_refuses_as_the_api_server_does(
         'Internal error occurred: failed calling webhook "routes.validate.gateway.aether.io": failed to call '
         'webhook: Post "https://aether-controller.aether-system.svc:443/validate-route": dial tcp'
     ), raised.value.message
+
+
+async def test_a_flag_fixes_its_domain_and_the_mesh_config_in_force_gives_the_other() -> None:
+    """`--trust-domain` given, `--mesh-domain` not: the served mutation takes the flag's trust domain whatever the
+    projected MeshConfig says, and that MeshConfig's mesh domain; before one is projected, the flag and the default."""
+    in_force: list[MeshConfig | None] = [None]
+    async with open_kube_api(resources=served_resources()) as api:
+        client = KubeClient(ClusterConfig.from_url(api.url))
+        options = WebhookOptions(host="127.0.0.1", port=0, image=IMAGE, trust_domain="flag.example")
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(
+                functools.partial(serve_webhooks, client, options, mesh_config=lambda: in_force[0])
+            )
+            assert isinstance(server, WebhookServer)
+            assert server.current_mutation() == PodMutation(image=IMAGE, trust_domain="flag.example")
+            in_force[0] = MeshConfig(trust_domain="corp.example", mesh_domain="corp.mesh")
+            assert server.current_mutation() == PodMutation(
+                image=IMAGE, trust_domain="flag.example", mesh_domain="corp.mesh"
+            )
+            nursery.cancel_scope.cancel()

@@ -29,7 +29,7 @@ from aether.controller import (
     serve_mesh_config_projection,
     serve_webhooks,
 )
-from aether.core.validation import trust_domain_problem
+from aether.core.validation import dns_subdomain_problem, trust_domain_problem
 from aether.kube import KubeClient, KubeError
 
 EXIT_USAGE = 2
@@ -119,8 +119,8 @@ def _add_webhook_arguments(parser: Any) -> None:
     )
     webhooks.add_argument(
         "--mesh-domain",
-        default="aether.internal",
-        help="the mesh domain mutated pods get DNS ndots for (default aether.internal)",
+        help="the mesh domain mutated pods get DNS ndots for (default: the meshDomain of the MeshConfig projected "
+        "into aether-system, as the agents read it)",
     )
     webhooks.add_argument(
         "--trust-domain",
@@ -140,6 +140,10 @@ def _webhook_options(arguments: argparse.Namespace) -> WebhookOptions:
         raise ValueError("--webhook-cert and --webhook-key: give both or neither")
     if arguments.trust_domain is not None and (problem := trust_domain_problem(arguments.trust_domain)):
         raise ValueError(f"--trust-domain: {problem}")
+    if arguments.mesh_domain is not None and (
+        problem := dns_subdomain_problem(arguments.mesh_domain, what="the mesh domain")
+    ):
+        raise ValueError(f"--mesh-domain: {problem}")
     return WebhookOptions(
         host=host.strip("[]"),
         port=int(port),
@@ -204,7 +208,7 @@ def run_controller(arguments: argparse.Namespace) -> int:
                     client,
                     webhook_options,
                     owns_gateway=running.owns_gateway,
-                    trust_domain=projection.trust_domain,
+                    mesh_config=projection.mesh_config,
                 )
             )
             print(

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import trio
 
+from aether.core.events import MeshConfig
 from aether.kube.api import KubeClient
 from aether.kube.errors import KubeError
 from aether.kube.mesh_config import (
@@ -94,12 +95,13 @@ class MeshConfigProjection:
         """Both collections have listed once (nothing is written before: it would overwrite what it cannot see)."""
         return not self._unsynced
 
-    def trust_domain(self) -> str | None:
-        """The trust domain of the ConfigMap projected into aether-system, the one the agents and the edge read
-        (so the one they check SVIDs against), or None while there is none or it does not parse."""
+    def mesh_config(self) -> MeshConfig | None:
+        """The MeshConfig of the ConfigMap projected into aether-system, the one the agents and the edge read (so
+        the trust domain they check SVIDs against and the mesh domain they serve), or None while there is none or
+        it does not parse."""
         stored = self._maps.get(FALLBACK_NAMESPACE)
         text = None if stored is None else (stored.get("data") or {}).get(MESH_CONFIG_KEY)
-        return None if not isinstance(text, str) else _trust_domain_of_text(text)
+        return None if not isinstance(text, str) else _mesh_config_of_text(text)
 
     def fold(self, query: WatchQuery, update: Update) -> None:
         """Take one reflector update."""
@@ -183,12 +185,10 @@ class MeshConfigProjection:
 
 
 @functools.lru_cache(maxsize=4)
-def _trust_domain_of_text(text: str) -> str | None:
-    """The trust domain of a projected `mesh-config.yaml` (parsed once per content: asked at every pod review)."""
+def _mesh_config_of_text(text: str) -> MeshConfig | None:
+    """A projected `mesh-config.yaml`, parsed once per content (asked at every pod review); None if it does not."""
     try:
-        return mesh_config_from_text(
-            text, where=f"ConfigMap {FALLBACK_NAMESPACE}/{MESH_CONFIG_MAP}"
-        ).trust_domain
+        return mesh_config_from_text(text, where=f"ConfigMap {FALLBACK_NAMESPACE}/{MESH_CONFIG_MAP}")
     except MeshConfigInvalid:
         return None
 

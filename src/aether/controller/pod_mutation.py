@@ -69,7 +69,7 @@ class PodMutation:
     of the SPIFFE ID the inbound check expects (the agents' MeshConfig's `trustDomain`, as they check SVIDs)."""
 
     image: str
-    mesh_domain: str = "aether.internal"
+    mesh_domain: str = MeshConfig().mesh_domain
     trust_domain: str = MeshConfig().trust_domain
     identity_check: IdentityCheck = IdentityCheck.INBOUND
 

@@ -26,6 +26,7 @@ from aether.controller.instrumentation import ReviewRecorder
 from aether.controller.pod_mutation import PodMutation
 from aether.controller.review import answer_review
 from aether.controller.route_admission import GatewayOwner, every_gateway
+from aether.core.events import MeshConfig
 from aether.telemetry import current_telemetry
 
 __all__ = ["DEFAULT_WEBHOOK_PORT", "MAX_REVIEW_BYTES", "WebhookServer", "WebhookStatistics"]
@@ -42,8 +43,8 @@ IDLE_TIMEOUT = 90.0
 _RECEIVE_SIZE = 65536
 
 
-def no_trust_domain() -> None:
-    """The trust domain source of a server whose mutation's own trust domain stands (none in force)."""
+def no_mesh_config() -> None:
+    """The MeshConfig source of a server whose mutation's own domains stand (none in force)."""
     return None
 
 
@@ -69,13 +70,13 @@ class WebhookServer:
         *,
         ssl_context: ssl.SSLContext,
         mutation: PodMutation,
-        trust_domain: Callable[[], str | None] = no_trust_domain,
+        mesh_config: Callable[[], MeshConfig | None] = no_mesh_config,
         owns_gateway: GatewayOwner = every_gateway,
     ) -> None:
         self.ssl_context = ssl_context
         self.mutation = mutation
-        self.trust_domain = trust_domain
-        """The mesh's trust domain in force now (the projected MeshConfig's), or None to keep `mutation`'s."""
+        self.mesh_config = mesh_config
+        """The MeshConfig in force now (the projected one, flags applied), or None to keep `mutation`'s domains."""
         self.owns_gateway = owns_gateway
         """Which Gateways are ours: routes of other implementations' Gateways are not judged."""
         self.port = 0
@@ -88,11 +89,15 @@ class WebhookServer:
         return WebhookStatistics(**self._counts)
 
     def current_mutation(self) -> PodMutation:
-        """`mutation`, with the trust domain in force when `trust_domain()` names one."""
-        domain = self.trust_domain()
-        if domain is None or domain == self.mutation.trust_domain:
-            return self.mutation
-        return attrs.evolve(self.mutation, trust_domain=domain)
+        """`mutation`, with the trust and mesh domains of the MeshConfig in force when `mesh_config()` gives one."""
+        config = self.mesh_config()
+        mutation = self.mutation
+        if config is None or (config.trust_domain, config.mesh_domain) == (
+            mutation.trust_domain,
+            mutation.mesh_domain,
+        ):
+            return mutation
+        return attrs.evolve(mutation, trust_domain=config.trust_domain, mesh_domain=config.mesh_domain)
 
     async def serve(
         self, *, host: str, port: int, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED

@@ -20,7 +20,7 @@ import trio
 from aether.controller.instrumentation import observe_webhooks
 from aether.controller.pod_mutation import IdentityCheck, PodMutation
 from aether.controller.route_admission import GatewayOwner, every_gateway
-from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer, no_trust_domain
+from aether.controller.webhook_server import DEFAULT_WEBHOOK_PORT, WebhookServer, no_mesh_config
 from aether.controller.webhook_tls import (
     ServingCertificate,
     TlsFilesInvalid,
@@ -28,6 +28,7 @@ from aether.controller.webhook_tls import (
     load_serving_certificate,
     shared_serving_certificate,
 )
+from aether.core.events import MeshConfig
 from aether.kube.api import KubeClient
 from aether.kube.errors import KubeError
 from aether.kube.resources import PODS
@@ -53,10 +54,11 @@ class WebhookOptions:
     pod_name: str = ""
     container: str = "controller"
     """The container of the own pod whose image the init container runs."""
-    mesh_domain: str = "aether.internal"
-    trust_domain: str | None = None
-    """The trust domain the injected inbound check expects; None follows the `trust_domain` source given to
+    mesh_domain: str | None = None
+    """The mesh domain mutated pods get DNS `ndots` for; None follows the `mesh_config` source given to
     `serve_webhooks` (the MeshConfig projected into aether-system), else the core's default."""
+    trust_domain: str | None = None
+    """The trust domain the injected inbound check expects; None follows the `mesh_config` source, as above."""
     identity_check: IdentityCheck = IdentityCheck.INBOUND
     """How the injected init container checks the pod's SVID (`aether.controller.pod_mutation`)."""
 
@@ -111,13 +113,13 @@ async def serve_webhooks(
     options: WebhookOptions,
     *,
     owns_gateway: GatewayOwner = every_gateway,
-    trust_domain: Callable[[], str | None] = no_trust_domain,
+    mesh_config: Callable[[], MeshConfig | None] = no_mesh_config,
     task_status: trio.TaskStatus[WebhookServer | None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the webhooks until cancelled; `task_status` gets the server (its port in `.port`), or None when this
     replica cannot serve (the error is logged). `owns_gateway` (the replica's view: `RunningController.owns_gateway`)
-    keeps the route webhook to routes of our Gateways and Services; `trust_domain` (`MeshConfigProjection.
-    trust_domain`) gives the mesh's trust domain at each review unless `options.trust_domain` fixes it."""
+    keeps the route webhook to routes of our Gateways and Services; `mesh_config` (`MeshConfigProjection.
+    mesh_config`) gives the mesh's trust and mesh domains at each review, except where `options` fixes one."""
     try:
         pair = await _certificate(client, options)
         image = options.image or await own_image(client, options)
@@ -130,15 +132,30 @@ async def serve_webhooks(
         )
         task_status.started(None)
         return
+    defaults = MeshConfig()
+
+    def with_flags(config: MeshConfig) -> MeshConfig:  # a domain the flags give wins over the MeshConfig's
+        return attrs.evolve(
+            config,
+            trust_domain=options.trust_domain or config.trust_domain,
+            mesh_domain=options.mesh_domain or config.mesh_domain,
+        )
+
+    def in_force() -> MeshConfig | None:
+        config = mesh_config()
+        return None if config is None else with_flags(config)
+
+    fixed = with_flags(defaults)
     mutation = PodMutation(
-        image=image, mesh_domain=options.mesh_domain, identity_check=options.identity_check
+        image=image,
+        identity_check=options.identity_check,
+        trust_domain=fixed.trust_domain,
+        mesh_domain=fixed.mesh_domain,
     )
-    if options.trust_domain is not None:  # the flag fixes it: MeshConfig is not asked
-        mutation, trust_domain = attrs.evolve(mutation, trust_domain=options.trust_domain), no_trust_domain
     server = WebhookServer(
         ssl_context=context,
         mutation=mutation,
-        trust_domain=trust_domain,
+        mesh_config=in_force,
         owns_gateway=owns_gateway,
     )
     observe_webhooks(current_telemetry(), server.statistics)
