@@ -12,9 +12,8 @@ import trio
 
 from aether.agent import serve_agent
 from aether.cni.wire import PluginRequest, PluginResponse
-from aether.telemetry import OtlpEndpoint, TelemetryConfig, telemetry_running
 from aether.testing.envoy import wait_for
-from aether.testing.otlp_collector import open_otlp_sink, open_rotel, point_value
+from aether.testing.otlp_collector import point_value, telemetry_through_rotel
 from tests.cni.conftest import agent_config, dict_lookup, environment, network_config
 
 SERVICE = "aether-agent"
@@ -43,30 +42,22 @@ async def test_cni_command_timings_reach_a_real_collector(tmp_path: Path, short_
         (environment("DEL", netns=None), json.dumps(config).encode(), 0),
         ({"CNI_COMMAND": "FROB"}, b'{"cniVersion": "1.0.0"}', 1),
     ]
-    with open_otlp_sink() as sink:
-        async with open_rotel(sink, work_dir=tmp_path / "rotel") as collector:
-            telemetry = TelemetryConfig(
-                service_name=SERVICE,
-                endpoint=OtlpEndpoint.parse(collector.http_url),
-                metrics=True,
-                export_interval=0.2,
-            )
-            with telemetry_running(telemetry):
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(
-                        serve_agent, agent_config(short_dir, lookup=dict_lookup({}), ack_wait=0.2)
-                    )
-                    for environ, stdin, status in commands:
-                        response = await _forward(short_dir / "cni-plugin.sock", environ, stdin)
-                        assert response.status == status, (environ, response)
+    async with (
+        telemetry_through_rotel(tmp_path / "rotel", service_name=SERVICE, metrics=True) as sink,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(serve_agent, agent_config(short_dir, lookup=dict_lookup({}), ack_wait=0.2))
+        for environ, stdin, status in commands:
+            response = await _forward(short_dir / "cni-plugin.sock", environ, stdin)
+            assert response.status == status, (environ, response)
 
-                    async def exported() -> bool:
-                        await trio.sleep(0.05)
-                        metric = sink.latest("aether.cni.command.duration", service=SERVICE)
-                        return metric is not None and sum(p.count for p in metric.histogram.data_points) == 5
+        async def exported() -> bool:
+            await trio.sleep(0.05)
+            metric = sink.latest("aether.cni.command.duration", service=SERVICE)
+            return metric is not None and sum(p.count for p in metric.histogram.data_points) == 5
 
-                    await wait_for(exported, timeout=WAIT)
-                    nursery.cancel_scope.cancel()
+        await wait_for(exported, timeout=WAIT)
+        nursery.cancel_scope.cancel()
     metric = sink.latest("aether.cni.command.duration", service=SERVICE)
     assert metric is not None
     assert metric.unit == "s"

@@ -21,12 +21,11 @@ from aether.controller import (
 from aether.controller.election import ElectionTiming
 from aether.kube import ClusterConfig, KubeClient
 from aether.kube.resources import NAMESPACES
-from aether.telemetry import OtlpEndpoint, TelemetryConfig, telemetry_running
 from aether.testing.envoy import wait_for
 from aether.testing.kubeapi import open_kube_api
 from aether.testing.kubediscovery import served_resources
 from aether.testing.kubewrites import Rejected
-from aether.testing.otlp_collector import OtlpSink, open_otlp_sink, open_rotel, point_value
+from aether.testing.otlp_collector import OtlpSink, point_value, telemetry_through_rotel
 from aether.testing.xds_resources import pick_free_port
 from tests.controller.test_review import BAD_REGEX_ROUTE
 from tests.controller.test_webhooks import MANIFESTS, SERVICE, _post, _resource, _secret
@@ -43,73 +42,66 @@ def _counted(sink: OtlpSink, name: str, **attributes: str) -> float | None:
 
 async def test_reviews_status_and_leadership_reach_a_real_collector(tmp_path: Path) -> None:
     port = pick_free_port()
-    with open_otlp_sink() as sink:
-        async with open_rotel(sink, work_dir=tmp_path / "rotel") as collector:
-            config = TelemetryConfig(
-                service_name=SERVICE_NAME,
-                endpoint=OtlpEndpoint.parse(collector.http_url),
-                metrics=True,
-                traces=True,
-                export_interval=0.2,
+    async with (
+        telemetry_through_rotel(
+            tmp_path / "rotel", service_name=SERVICE_NAME, metrics=True, traces=True
+        ) as sink,
+        open_kube_api(resources=served_resources(), webhook_addresses={SERVICE: f"127.0.0.1:{port}"}) as api,
+    ):
+        for document in yaml.safe_load_all((MANIFESTS / "webhooks.yaml").read_text()):
+            api.store.create(_resource(api, document["kind"]), document)
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}
+        namespace["metadata"]["labels"] = {"aether.io/managed": "true"}
+        api.store.create(NAMESPACES, namespace)
+        client = KubeClient(ClusterConfig.from_url(api.url))
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(
+                serve_controller, client, ControllerConfig(identity="replica-0", timing=TIMING)
             )
-            with telemetry_running(config):
-                async with open_kube_api(
-                    resources=served_resources(), webhook_addresses={SERVICE: f"127.0.0.1:{port}"}
-                ) as api:
-                    for document in yaml.safe_load_all((MANIFESTS / "webhooks.yaml").read_text()):
-                        api.store.create(_resource(api, document["kind"]), document)
-                    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}
-                    namespace["metadata"]["labels"] = {"aether.io/managed": "true"}
-                    api.store.create(NAMESPACES, namespace)
-                    client = KubeClient(ClusterConfig.from_url(api.url))
-                    async with trio.open_nursery() as nursery:
-                        running = await nursery.start(
-                            serve_controller, client, ControllerConfig(identity="replica-0", timing=TIMING)
-                        )
-                        server = await nursery.start(
-                            serve_webhooks, client, WebhookOptions(host="127.0.0.1", port=port, image="img:1")
-                        )
-                        assert isinstance(server, WebhookServer)
-                        await wait_for(lambda: _true(running.statistics().leading), timeout=WAIT)
-                        try:
-                            await api.webhooks.admit(
-                                _resource(api, "HTTPRoute"),
-                                operation="CREATE",
-                                namespace="shop",
-                                obj=dict(BAD_REGEX_ROUTE),
-                                old=None,
-                            )
-                            raise AssertionError("the bad route was admitted")
-                        except Rejected:
-                            pass
-                        pod = {"metadata": {"name": "web-0", "namespace": "shop"}, "spec": {"containers": []}}
-                        await api.webhooks.admit(
-                            _resource(api, "Pod"), operation="CREATE", namespace="shop", obj=pod, old=None
-                        )
-                        ca_pem = base64.b64decode(_secret(api)["data"]["ca.crt"])
-                        body = b"this is not a review"
-                        await _post(
-                            port,
-                            ca_pem,
-                            b"POST /validate-route HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                            % (len(body), body),
-                        )
+            server = await nursery.start(
+                serve_webhooks, client, WebhookOptions(host="127.0.0.1", port=port, image="img:1")
+            )
+            assert isinstance(server, WebhookServer)
+            await wait_for(lambda: _true(running.statistics().leading), timeout=WAIT)
+            try:
+                await api.webhooks.admit(
+                    _resource(api, "HTTPRoute"),
+                    operation="CREATE",
+                    namespace="shop",
+                    obj=dict(BAD_REGEX_ROUTE),
+                    old=None,
+                )
+                raise AssertionError("the bad route was admitted")
+            except Rejected:
+                pass
+            pod = {"metadata": {"name": "web-0", "namespace": "shop"}, "spec": {"containers": []}}
+            await api.webhooks.admit(
+                _resource(api, "Pod"), operation="CREATE", namespace="shop", obj=pod, old=None
+            )
+            ca_pem = base64.b64decode(_secret(api)["data"]["ca.crt"])
+            body = b"this is not a review"
+            await _post(
+                port,
+                ca_pem,
+                b"POST /validate-route HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body),
+            )
 
-                        async def exported() -> bool:
-                            await trio.sleep(0.05)
-                            return (
-                                _counted(
-                                    sink,
-                                    "aether.controller.webhook.reviews",
-                                    **{"aether.webhook.result": "bad_request"},
-                                )
-                                == 1
-                                and _counted(sink, "aether.controller.leader") == 1
-                                and len(sink.spans(service=SERVICE_NAME)) >= 3
-                            )
+            async def exported() -> bool:
+                await trio.sleep(0.05)
+                return (
+                    _counted(
+                        sink,
+                        "aether.controller.webhook.reviews",
+                        **{"aether.webhook.result": "bad_request"},
+                    )
+                    == 1
+                    and _counted(sink, "aether.controller.leader") == 1
+                    and len(sink.spans(service=SERVICE_NAME)) >= 3
+                )
 
-                        await wait_for(exported, timeout=WAIT)
-                        nursery.cancel_scope.cancel()
+            await wait_for(exported, timeout=WAIT)
+            nursery.cancel_scope.cancel()
     reviews = sink.latest("aether.controller.webhook.reviews", service=SERVICE_NAME)
     assert reviews is not None
     assert reviews.unit == "{review}"

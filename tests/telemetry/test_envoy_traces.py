@@ -24,8 +24,8 @@ from aether.testing.envoy import wait_for
 from aether.testing.gateway_objects import EDGE_LISTENER, edge_gateway_events, gateway_api_object
 from aether.testing.otlp_collector import OtlpSink, open_otlp_sink, open_rotel
 from aether.testing.xds_resources import pick_free_port
-from aether.xds.protocol import TypeStatus
 from aether.xds.server import XdsServer
+from tests.telemetry.test_collector import _acked
 
 NODE = "edge-0"
 CONVERGE = 30
@@ -36,14 +36,6 @@ def _project(state: State, now: int) -> Snapshot:
     del now
     options = EdgeOptions(bind="127.0.0.1", cleartext=True, collector_cluster=OTEL_CLUSTER)
     return project_edge(state, node_id=NODE, options=options)
-
-
-def _acked(server: XdsServer, type_url: str) -> str:
-    for stream in server.status():
-        for row in stream.types:
-            if row.type_url == type_url and row.status is TypeStatus.SYNCED:
-                return row.acked_version
-    return ""
 
 
 def _get(url: str) -> int:

@@ -15,16 +15,10 @@ from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.registrar import SERVICE_NAME
 from aether.rpc.calls import open_grpc_socket, unary_call
 from aether.rpc.listen import ListenAddress
-from aether.telemetry import (
-    OtlpEndpoint,
-    TelemetryConfig,
-    client_span,
-    current_telemetry,
-    telemetry_running,
-)
+from aether.telemetry import client_span, current_telemetry
 from aether.testing.envoy import wait_for
 from aether.testing.memory_backend import MemoryBackend
-from aether.testing.otlp_collector import open_otlp_sink, open_rotel
+from aether.testing.otlp_collector import telemetry_through_rotel
 from tests.registrar._grpc import method, registration, serving_registrar, watching
 
 SERVICE = "aether-registrar"
@@ -41,44 +35,32 @@ async def test_a_registration_is_traced_from_the_caller_to_the_fan_out(
     tmp_path: Path, short_dir: Path
 ) -> None:
     socket = short_dir / "registrar.sock"
-    with open_otlp_sink() as sink:
-        async with open_rotel(sink, work_dir=tmp_path / "rotel") as collector:
-            config = TelemetryConfig(
-                service_name=SERVICE,
-                endpoint=OtlpEndpoint.parse(collector.http_url),
-                traces=True,
-                export_interval=0.2,
+    async with (
+        telemetry_through_rotel(tmp_path / "rotel", service_name=SERVICE, traces=True) as sink,
+        serving_registrar(MemoryBackend(), socket),
+        watching(socket, node_name="n"),
+        open_grpc_socket(ListenAddress.unix(socket)) as grpc_socket,
+    ):
+        # What the agent's `Registrations` does for each call.
+        with client_span(current_telemetry().tracer, "aether.registrar.call RegisterEndpoint") as metadata:
+            await unary_call(
+                grpc_socket,
+                service=SERVICE_NAME,
+                method="RegisterEndpoint",
+                request=registration("10.0.0.1"),
+                response_type=pb.RegisterEndpointResponse,
+                metadata=metadata,
             )
-            with telemetry_running(config):
-                async with (
-                    serving_registrar(MemoryBackend(), socket),
-                    watching(socket, node_name="n"),
-                    open_grpc_socket(ListenAddress.unix(socket)) as grpc_socket,
-                ):
-                    # What the agent's `Registrations` does for each call.
-                    with client_span(
-                        current_telemetry().tracer, "aether.registrar.call RegisterEndpoint"
-                    ) as metadata:
-                        await unary_call(
-                            grpc_socket,
-                            service=SERVICE_NAME,
-                            method="RegisterEndpoint",
-                            request=registration("10.0.0.1"),
-                            response_type=pb.RegisterEndpointResponse,
-                            metadata=metadata,
-                        )
-                    await trio.to_thread.run_sync(
-                        _register_with, socket, "10.0.0.2", "00-not-a-traceparent-01"
-                    )
-                    unsampled = f"00-{7:032x}-{9:016x}-00"
-                    await trio.to_thread.run_sync(_register_with, socket, "10.0.0.3", unsampled)
+        await trio.to_thread.run_sync(_register_with, socket, "10.0.0.2", "00-not-a-traceparent-01")
+        unsampled = f"00-{7:032x}-{9:016x}-00"
+        await trio.to_thread.run_sync(_register_with, socket, "10.0.0.3", unsampled)
 
-                    async def exported() -> bool:
-                        await trio.sleep(0.05)
-                        names = [span.name for span in sink.spans(service=SERVICE)]
-                        return names.count("aether.registrar.RegisterEndpoint") >= 2
+        async def exported() -> bool:
+            await trio.sleep(0.05)
+            names = [span.name for span in sink.spans(service=SERVICE)]
+            return names.count("aether.registrar.RegisterEndpoint") >= 2
 
-                    await wait_for(exported, timeout=WAIT)
+        await wait_for(exported, timeout=WAIT)
     spans = sink.spans(service=SERVICE)
     client = [span for span in spans if span.name == "aether.registrar.call RegisterEndpoint"]
     assert len(client) == 1

@@ -22,9 +22,10 @@ import rotel  # type: ignore[import-untyped]
 import trio
 
 from aether.proto.otlp.v1 import otlp_pb2 as otlp
+from aether.telemetry import OtlpEndpoint, TelemetryConfig, telemetry_running
 from aether.testing.xds_resources import pick_free_port
 
-__all__ = ["Collector", "OtlpSink", "open_otlp_sink", "open_rotel", "point_value"]
+__all__ = ["Collector", "OtlpSink", "open_otlp_sink", "open_rotel", "point_value", "telemetry_through_rotel"]
 
 ROTEL_AGENT = Path(rotel.__file__).parent / "rotel-agent"
 
@@ -215,3 +216,22 @@ async def open_rotel(sink: OtlpSink, *, work_dir: Path) -> AsyncIterator[Collect
             if waited.cancelled_caught:
                 process.kill()
                 await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def telemetry_through_rotel(
+    work_dir: Path, *, service_name: str, metrics: bool = False, traces: bool = False
+) -> AsyncIterator[OtlpSink]:
+    """This process's telemetry as `service_name` (metrics and/or traces, exported every 0.2 s) running through a
+    real rotel in `work_dir` for the block; yields the sink rotel exports to (readable after the block too)."""
+    with open_otlp_sink() as sink:
+        async with open_rotel(sink, work_dir=work_dir) as collector:
+            config = TelemetryConfig(
+                service_name=service_name,
+                endpoint=OtlpEndpoint.parse(collector.http_url),
+                metrics=metrics,
+                traces=traces,
+                export_interval=0.2,
+            )
+            with telemetry_running(config):
+                yield sink

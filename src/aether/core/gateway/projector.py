@@ -341,6 +341,14 @@ class GatewayProjector:
         status went is among them); None when it was built from scratch (any may have)."""
         return self._status_changes
 
+    def _parsed_object(self, key: str, item: KubeObject) -> object:
+        """`item` (the object at `key`) parsed: the last view's parse while it is the same object, else parsed now."""
+        held = self._parsed.get(key)
+        if held is not None and held[0] is item:
+            return held[1]
+        self._parsed_count += 1
+        return _parse_object(item)
+
     def _parse(self, objects: Mapping[str, KubeObject]) -> _Objects:
         classes: list[GatewayClass] = []
         gateways: list[Gateway] = []
@@ -350,12 +358,7 @@ class GatewayProjector:
         parsed_now: dict[str, tuple[KubeObject, object]] = {}
         # Map order is not meaningful: every list built here is sorted below (routes by age, the rest by key).
         for key, item in objects.items():
-            held = self._parsed.get(key)
-            if held is not None and held[0] is item:
-                parsed = held[1]
-            else:
-                parsed = _parse_object(item)
-                self._parsed_count += 1
+            parsed = self._parsed_object(key, item)
             parsed_now[key] = (item, parsed)
             if isinstance(parsed, GatewayClass):
                 classes.append(parsed)
@@ -500,13 +503,8 @@ class GatewayProjector:
                 self._parsed.pop(key, None)
                 parsed: object = None
             else:
-                held_parse = self._parsed.get(key)
-                if held_parse is not None and held_parse[0] is item:
-                    parsed = held_parse[1]
-                else:
-                    parsed = _parse_object(item)
-                    self._parsed_count += 1
-                    self._parsed[key] = (item, parsed)
+                parsed = self._parsed_object(key, item)
+                self._parsed[key] = (item, parsed)
             self._rejected.pop(key, None)
             if isinstance(parsed, RouteRejected):
                 self._rejected[key] = parsed
