@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aether.core.project.names import XDS_CLUSTER
+
 __all__ = [
     "DEFAULT_NODE_CLUSTER",
     "OTEL_CLUSTER",
@@ -15,8 +17,6 @@ __all__ = [
     "otel_stats_sink",
 ]
 
-XDS_CLUSTER = "xds_cluster"
-"""The name of the bootstrap cluster that points Envoy at the control plane."""
 
 SPIRE_SDS_CLUSTER = "spire_agent"
 """The bootstrap cluster of the SPIRE agent's Workload API socket, whose SDS serves the edge its SVID and bundle

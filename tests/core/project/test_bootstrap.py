@@ -12,7 +12,7 @@ from google.protobuf import any_pb2
 
 from aether.core.gateway import GatewayView
 from aether.core.project import project_node
-from aether.core.project.bootstrap import AGENT_XDS_SOCKET, XDS_CLUSTER, static_bootstrap
+from aether.core.project.bootstrap import AGENT_XDS_SOCKET, XDS_CLUSTER, static_bootstrap, unpacked
 from aether.core.project.edge import EdgeOptions, edge_snapshot
 from aether.core.project.messages import pack
 from aether.core.snapshot import Resource, Snapshot
@@ -76,6 +76,8 @@ def test_route_tables_are_inlined_and_checked_and_secrets_are_static() -> None:
     assert hcm.route_config.name == "out_http"
     assert hcm.route_config.validate_clusters.value is True
     assert [secret.name for secret in bootstrap.static_resources.secrets] == [
+        "caller:fallback",
+        f"caller:{WEB_ID}",
         "spiffe://aether.internal",
         WEB_ID,
     ]
@@ -83,8 +85,15 @@ def test_route_tables_are_inlined_and_checked_and_secrets_are_static() -> None:
         item for item in bootstrap.static_resources.clusters if item.name == "web.default.aether.internal"
     )
     (context,) = _tls_contexts(web)
-    (certificate,) = context.common_tls_context.tls_certificate_sds_secret_configs
-    assert as_dict(certificate) == {"name": WEB_ID}
+    validation = context.common_tls_context.combined_validation_context.validation_context_sds_secret_config
+    assert as_dict(validation) == {"name": "spiffe://aether.internal"}
+    # The caller's own certificate has no static form: the selector keeps fetching it from the agent.
+    selector = unpacked(context.common_tls_context.custom_tls_certificate_selector.typed_config)
+    assert selector is not None
+    assert as_dict(selector)["config_source"]["api_config_source"]["grpc_services"] == [
+        {"envoy_grpc": {"cluster_name": XDS_CLUSTER}}
+    ]
+    assert XDS_CLUSTER in [item.name for item in bootstrap.static_resources.clusters]
 
 
 def test_what_stays_dynamic_gets_an_ads_config_towards_the_agent() -> None:

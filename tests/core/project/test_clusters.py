@@ -12,13 +12,13 @@ from aether.core.project.clusters import (
     service_cluster,
     service_cluster_resource,
 )
-from aether.core.project.tls import PLAINTEXT, UpstreamIdentity
+from aether.core.project.tls import PER_CALLER, PLAINTEXT, UpstreamIdentity
 from aether.core.snapshot import Resource
 from aether.testing import make_pod
 from tests.core.project._helpers import DB_ID, WEB_ID, as_dict, unpack
 
 _OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
-_IDENTITY = UpstreamIdentity(sources=(WEB_ID,), fallback=WEB_ID)
+_IDENTITY = PER_CALLER
 
 
 def test_an_http_service_cluster_is_eds_over_ads_with_http2() -> None:
@@ -63,9 +63,7 @@ def test_a_port_cluster_sends_its_port_as_sni_with_alpn_h2() -> None:
         http=True,
         sni="9090",
     )
-    context = unpack(
-        cluster.transport_socket_matches[0].transport_socket.typed_config, tls_pb2.UpstreamTlsContext
-    )
+    context = unpack(cluster.transport_socket.typed_config, tls_pb2.UpstreamTlsContext)
     assert (context.sni, list(context.common_tls_context.alpn_protocols)) == ("9090", ["h2"])
 
 
@@ -79,9 +77,7 @@ def test_a_tcp_service_cluster_has_neither_alpn_nor_sni_nor_http_options() -> No
         http=False,
         sni="9",
     )
-    context = unpack(
-        cluster.transport_socket_matches[0].transport_socket.typed_config, tls_pb2.UpstreamTlsContext
-    )
+    context = unpack(cluster.transport_socket.typed_config, tls_pb2.UpstreamTlsContext)
     assert (context.sni, list(context.common_tls_context.alpn_protocols)) == ("", [])
     assert not cluster.typed_extension_protocol_options
 
@@ -142,9 +138,9 @@ def test_the_passthrough_cluster_goes_to_the_original_destination_marked() -> No
     "identity",
     [
         PLAINTEXT,
-        UpstreamIdentity(fallback=WEB_ID),
-        UpstreamIdentity(sources=(DB_ID, WEB_ID), fallback=DB_ID),
-        UpstreamIdentity(sources=(WEB_ID,), fallback=WEB_ID, sds_cluster="spire"),
+        UpstreamIdentity(secret=WEB_ID),
+        PER_CALLER,
+        UpstreamIdentity(secret=WEB_ID, sds_cluster="spire"),
     ],
 )
 @pytest.mark.parametrize(
@@ -153,8 +149,8 @@ def test_the_passthrough_cluster_goes_to_the_original_destination_marked() -> No
 def test_a_cluster_built_in_parts_is_the_cluster_serialized(
     identity: UpstreamIdentity, http: bool, sni: str, subsets: tuple[tuple[str, ...], ...]
 ) -> None:
-    """The parts (the cluster without its sockets, one per source, the shared matcher) join into the very bytes
-    the whole message serializes to, and clusters of one identity share the matcher's bytes object."""
+    """The parts (its name, the fields of its kind before and after its transport socket, shared by every cluster
+    of the kind, and the socket) join into the very bytes the whole message serializes to."""
     arguments = {
         "identity": identity,
         "peer": DB_ID,
@@ -168,7 +164,6 @@ def test_a_cluster_built_in_parts_is_the_cluster_serialized(
         service_cluster("db.default.aether.internal", **arguments), references=("db.default.aether.internal",)
     )
     other = service_cluster_resource("web.default.aether.internal", **{**arguments, "peer": WEB_ID})
-    if identity.sources:
-        assert len(resource.parts) == 4
-        assert resource.parts[1] is other.parts[1]
-        assert resource.parts[-1] is other.parts[-1]
+    assert len(resource.parts) == (3 if identity.plaintext else 4)
+    assert resource.parts[1] is other.parts[1]
+    assert resource.parts[-1] is other.parts[-1]

@@ -33,7 +33,8 @@ def _address(listener: Any) -> dict[str, Any]:
 
 
 def test_the_outbound_listener_binds_loopback_in_the_pod_namespace() -> None:
-    """127.0.0.1:18081 inside the namespace; records the caller's identity; routes by `out_http` on demand."""
+    """127.0.0.1:18081 inside the namespace; records the caller's identity and its caller secret; routes by
+    `out_http` on demand."""
     listener = outbound_listener(_record(), trust_domain="aether.internal")
     assert listener.name == "outbound_http_web-1.default"
     assert _address(listener) == {
@@ -50,7 +51,13 @@ def test_the_outbound_listener_binds_loopback_in_the_pod_namespace() -> None:
                 "factory_key": "envoy.hashable_string",
                 "format_string": {"text_format_source": {"inline_string": WEB_ID}},
                 "shared_with_upstream": "ONCE",
-            }
+            },
+            {
+                "object_key": "envoy.tls.certificate_mappers.on_demand_secret",
+                "factory_key": "envoy.string",
+                "format_string": {"text_format_source": {"inline_string": f"caller:{WEB_ID}"}},
+                "shared_with_upstream": "ONCE",
+            },
         ]
     }
     manager = hcm_of(chain)

@@ -16,6 +16,7 @@ from aether.testing import (
     make_endpoint,
     make_mesh_config,
     make_pod,
+    make_svid,
     mesh_config_updated,
     on_demand_cluster_requested,
     pod_added,
@@ -23,6 +24,7 @@ from aether.testing import (
     pod_updated,
     registry_service_added,
     svid_removed,
+    svid_rotated,
 )
 from tests.core.project._helpers import (
     BUNDLE,
@@ -90,7 +92,14 @@ def test_the_node_snapshot_holds_its_pods_and_their_dependencies() -> None:
             "outbound_http_web-1.default",
         ],
         "RouteConfiguration": ["cap_http", "out_http"],
-        "Secret": [BUNDLE, WEB_ID, DB_ID],
+        "Secret": [
+            "caller:fallback",
+            f"caller:{WEB_ID}",
+            f"caller:{DB_ID}",
+            BUNDLE,
+            WEB_ID,
+            DB_ID,
+        ],
     }
 
 
@@ -169,10 +178,43 @@ def test_a_node_without_any_svid_runs_plaintext() -> None:
 
 
 def test_a_pod_without_its_own_svid_presents_the_first_local_one() -> None:
-    """The matcher's fallback is the first local SVID; the pod's own identity has no socket of its own."""
+    """The pod's caller secret holds the first local SVID while it has none; the clusters do not change."""
     state = _then(MESH, svid_removed(WEB_ID))
-    db = messages(project_node(state, node_name=NODE, now=AT), CLUSTER_TYPE)["db.shop.aether.internal"]
-    assert [match.name for match in db.transport_socket_matches] == [DB_ID]
+    snapshot = project_node(state, node_name=NODE, now=AT)
+    secrets = messages(snapshot, SECRET_TYPE)
+    db_chain = secrets[DB_ID].tls_certificate.certificate_chain
+    assert secrets[f"caller:{WEB_ID}"].tls_certificate.certificate_chain == db_chain
+    assert secrets["caller:fallback"].tls_certificate.certificate_chain == db_chain
+    assert WEB_ID not in secrets
+    before = project_node(MESH, node_name=NODE, now=AT)
+    assert snapshot.of_type(CLUSTER_TYPE) == before.of_type(CLUSTER_TYPE)
+
+
+def test_a_new_local_identity_re_projects_no_other_service() -> None:
+    """A pod of a new service account and its SVID: its own service joins the set (its cluster, assignment and
+    virtual hosts), its pod's resources and its two secrets change; no other service's resources do."""
+    projector = NodeProjector(node_name=NODE)
+    before = projector.project(MESH, now=AT)
+    new_id = "spiffe://aether.internal/ns/shop/sa/cart"
+    state = _then(
+        MESH,
+        pod_added(make_pod("cart-0", namespace="shop", service_account="cart")),
+        svid_rotated(make_svid(new_id)),
+    )
+    after = projector.project(state, now=AT)
+    assert after == project_node(state, node_name=NODE, now=AT)
+    assert projector.statistics().services_projected == 1
+    changed = {
+        (type_url.rsplit(".", 1)[-1], name)
+        for type_url, held in after.resources.items()
+        for name, resource in held.items()
+        if before.of_type(type_url).get(name) is not resource
+    }
+    assert {item for item in changed if "cart" not in item[1]} == {
+        ("RouteConfiguration", "cap_http"),
+        ("RouteConfiguration", "out_http"),
+    }
+    assert {name for kind, name in changed if kind == "Secret"} == {new_id, f"caller:{new_id}"}
 
 
 def test_projecting_the_same_state_again_changes_nothing() -> None:
@@ -257,7 +299,7 @@ def test_a_removed_pod_takes_its_listeners_and_app_clusters_along() -> None:
     assert not [name for name in after.of_type(LISTENER_TYPE) if "db-0" in name]
     assert "app_db-0.shop_8080" not in after.of_type(CLUSTER_TYPE)
     assert "db.shop.aether.internal" in after.of_type(CLUSTER_TYPE)  # web-1 still calls it
-    assert sorted(after.of_type(SECRET_TYPE)) == [BUNDLE, WEB_ID]
+    assert sorted(after.of_type(SECRET_TYPE)) == ["caller:fallback", f"caller:{WEB_ID}", BUNDLE, WEB_ID]
 
 
 def test_a_projector_follows_time_and_mesh_changes_like_a_fresh_projection() -> None:

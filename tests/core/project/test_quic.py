@@ -81,7 +81,8 @@ def test_a_callers_first_request_names_its_own_quic_cluster_which_presents_its_o
     assert socket["name"] == "envoy.transport_sockets.quic"
     tls = socket["typed_config"]["upstream_tls_context"]
     assert tls["sni"] == f"db.shop.{DOMAIN}"
-    assert tls["common_tls_context"]["tls_certificate_sds_secret_configs"][0]["name"] == WEB
+    # The caller's own secret: its SVID (or the node's fallback while it has none).
+    assert tls["common_tls_context"]["tls_certificate_sds_secret_configs"][0]["name"] == f"caller:{WEB}"
     auto = cluster["typed_extension_protocol_options"][
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
     ]["auto_config"]

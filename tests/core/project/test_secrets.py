@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from aether.core.project.secrets import node_secrets
+from aether.core.project.secrets import caller_secrets, node_secrets
 from aether.testing import make_svid, make_trust_bundle
 from tests.core.project._helpers import DB_ID, WEB_ID, as_dict
 
@@ -47,3 +47,28 @@ def test_without_a_bundle_only_svids_are_secrets() -> None:
         [WEB_ID], svids={WEB_ID: make_svid(WEB_ID)}, bundles={}, trust_domain="aether.internal"
     )
     assert [secret.name for secret in secrets] == [WEB_ID]
+
+
+def test_each_local_identity_has_a_caller_secret_holding_its_svid_or_the_fallback() -> None:
+    """`caller:<SPIFFE ID>` holds that workload's SVID, or the fallback's (the first local one holding an SVID)
+    while it has none; `caller:fallback` holds the fallback's; a node holding no SVID has none."""
+    missing = "spiffe://aether.internal/ns/x/sa/missing"
+    svids = {
+        WEB_ID: make_svid(WEB_ID, cert_chain_pem=b"web-cert", private_key=b"web-key"),
+        DB_ID: make_svid(DB_ID, cert_chain_pem=b"db-cert", private_key=b"db-key"),
+    }
+    secrets = caller_secrets([WEB_ID, missing, DB_ID], svids=svids)
+    held = {secret.name: secret.tls_certificate.certificate_chain.inline_bytes for secret in secrets}
+    assert [secret.name for secret in secrets] == [
+        f"caller:{WEB_ID}",
+        f"caller:{DB_ID}",
+        f"caller:{missing}",
+        "caller:fallback",
+    ]
+    assert held == {
+        f"caller:{WEB_ID}": b"web-cert",
+        f"caller:{DB_ID}": b"db-cert",
+        f"caller:{missing}": b"web-cert",
+        "caller:fallback": b"web-cert",
+    }
+    assert caller_secrets([WEB_ID], svids={}) == []

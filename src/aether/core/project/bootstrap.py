@@ -8,7 +8,8 @@ What changes on the way (the resources are otherwise the ones the xDS server ser
   (https://www.envoyproxy.io/docs/envoy/latest/configuration/security/secret#static-secrets).
 
 What cannot be static stays dynamic: on-demand cluster discovery (the node's catch-all route asks the agent for mesh
-names it does not hold) and a secret the snapshot lacks. When anything still names the ADS stream, the bootstrap
+names it does not hold), the caller secrets the service clusters' certificate selector fetches over SDS (Envoy has
+no static form of it: see `aether.core.project.tls`), and a secret the snapshot lacks. When anything still names the ADS stream, the bootstrap
 gets an `ads_config` towards the agent's socket: Envoy starts without it and keeps retrying, and everything static
 works meanwhile. A cluster's missing secret is asked for on a plain SDS stream instead (Envoy 1.40 crashes on
 static clusters taking secrets over ADS); the agent serves ADS only, so such a cluster waits without a certificate:
@@ -33,12 +34,11 @@ from google.protobuf import any_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from aether.core.project.messages import milliseconds, pack, socket_address
+from aether.core.project.names import XDS_CLUSTER
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
 
 AGENT_XDS_SOCKET = "/run/aether/xds.sock"
 """Where the agent serves xDS (DESIGN.md section 4): what a bootstrap asks for what it could not inline."""
-XDS_CLUSTER = "aether_xds"
-"""The static cluster of the agent's xDS socket, added only when something still needs ADS."""
 NODE_CLUSTER = "aether"
 LOCAL_NODE_ID = "local"
 """The node id of a snapshot projected for every pod (no node name): Envoy refuses SDS without a node id."""
@@ -49,6 +49,7 @@ XDS_CONNECT_TIMEOUT_MS = 1_000
 _HCM = hcm_pb2.HttpConnectionManager.DESCRIPTOR.full_name
 _SDS = secret_pb2.SdsSecretConfig.DESCRIPTOR.full_name
 _CONFIG_SOURCE = config_source_pb2.ConfigSource.DESCRIPTOR.full_name
+_ENVOY_GRPC = grpc_service_pb2.GrpcService.EnvoyGrpc.DESCRIPTOR.full_name
 _HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
@@ -207,6 +208,10 @@ class _Inliner:
             self.needs_agent = True
         elif name == _CONFIG_SOURCE and message.HasField("ads"):
             self.needs_ads = self.needs_agent = True
+        elif name == _ENVOY_GRPC and message.cluster_name == XDS_CLUSTER:
+            # A stream of its own to the agent: the service clusters' certificate selector fetches the callers'
+            # secrets so (`aether.core.project.tls`), whatever the bootstrap holds.
+            self.needs_agent = True
         for field, value in message.ListFields():
             if field.type != field.TYPE_MESSAGE:
                 continue

@@ -30,7 +30,7 @@ from aether.core.gateway.ir import SelectorKeys
 from aether.core.project.messages import ads, milliseconds, pack, seconds, shared_parts, socket_address
 from aether.core.project.names import LOOPBACK, PASSTHROUGH_CLUSTER, PASSTHROUGH_MARK, app_cluster_name
 from aether.core.project.subsets import subset_config
-from aether.core.project.tls import UpstreamIdentity, apply_upstream_tls, upstream_tls_parts
+from aether.core.project.tls import UpstreamIdentity, apply_upstream_tls
 from aether.core.snapshot import CLUSTER_TYPE, Resource
 
 CONNECT_TIMEOUT_MS = 2_000
@@ -126,31 +126,34 @@ def service_cluster_resource(
     subsets: SelectorKeys = (),
 ) -> Resource:
     """Return `service_cluster(...)` as a snapshot resource (referencing its load assignment), serialized in parts:
-    with per-caller sockets, its name, the fields every cluster of its kind shares (one object for all), its
-    sockets, and the matcher, which every cluster of the node shares by reference
-    (see `aether.core.project.tls.upstream_tls_parts`)."""
-    if not identity.sources:
-        message = service_cluster(
-            name, identity=identity, peer=peer, trust_domain=trust_domain, http=http, sni=sni, subsets=subsets
-        )
-        return Resource.from_message(message, references=(name,))
-    base = _service_cluster_base(name, http=http, subsets=subsets).SerializeToString(deterministic=True)
-    tls = upstream_tls_parts(
-        identity,
-        peer=peer,
-        trust_domain=trust_domain,
-        alpn=HTTP2_ALPN if http else (),
-        sni=sni if http else "",
+    its name, the fields every cluster of its kind shares before its transport socket (one object for all), the
+    socket, and the shared fields after it (deterministic serialization writes fields in field-number order)."""
+    message = service_cluster(
+        name, identity=identity, peer=peer, trust_domain=trust_domain, http=http, sni=sni, subsets=subsets
     )
-    shared = shared_parts(base, (_unnamed_base(http=http, subsets=subsets),))
-    return Resource.from_parts(CLUSTER_TYPE, name=name, parts=(*shared, *tls), references=(name,))
+    body: bytes = message.SerializeToString(deterministic=True)
+    return Resource.from_parts(
+        CLUSTER_TYPE,
+        name=name,
+        parts=shared_parts(body, _unnamed_base(http=http, subsets=subsets)),
+        references=(name,),
+    )
 
 
 @functools.lru_cache(maxsize=64)
-def _unnamed_base(*, http: bool, subsets: SelectorKeys) -> bytes:
-    """A service cluster's fields after its name (field 1), serialized: the same for every cluster of a kind."""
-    body: bytes = _service_cluster_base("", http=http, subsets=subsets).SerializeToString(deterministic=True)
-    return body
+def _unnamed_base(*, http: bool, subsets: SelectorKeys) -> tuple[bytes, bytes]:
+    """A service cluster's fields after its name (field 1) and before its transport socket, and those after the
+    socket, serialized: the same for every cluster of a kind."""
+    cluster = _service_cluster_base("", http=http, subsets=subsets)
+    before, after = cluster_pb2.Cluster(), cluster_pb2.Cluster()
+    before.CopyFrom(cluster)
+    after.CopyFrom(cluster)
+    for field, _ in cluster.ListFields():
+        (after if field.number < _TRANSPORT_SOCKET_FIELD else before).ClearField(field.name)
+    return before.SerializeToString(deterministic=True), after.SerializeToString(deterministic=True)
+
+
+_TRANSPORT_SOCKET_FIELD = cluster_pb2.Cluster.DESCRIPTOR.fields_by_name["transport_socket"].number
 
 
 def _service_cluster_base(name: str, *, http: bool, subsets: SelectorKeys) -> Any:

@@ -101,7 +101,7 @@ def edge_snapshot(view: GatewayView, state: State, *, node_id: str, options: Edg
     identity = (
         PLAINTEXT
         if options.cleartext
-        else UpstreamIdentity(fallback=edge_id, sds_cluster=options.spire_sds_cluster)
+        else UpstreamIdentity(secret=edge_id, sds_cluster=options.spire_sds_cluster)
     )
     context = ServiceContext(
         mesh_domain=mesh.mesh_domain, trust_domain=mesh.trust_domain, identity=identity, locality=None

@@ -46,6 +46,7 @@ from aether.core.project.l4_chains import l4_chains, needs_sni
 from aether.core.project.messages import ads, milliseconds, pack, socket_address
 from aether.core.project.names import (
     ANY_ADDRESS,
+    CALLER_SECRET_KEY,
     CAPTURE_PORT,
     CAPTURE_ROUTE,
     L4_PORT,
@@ -56,6 +57,7 @@ from aether.core.project.names import (
     PASSTHROUGH_CLUSTER,
     SOURCE_IDENTITY_KEY,
     app_cluster_name,
+    caller_secret_name,
     capture_listener_name,
     inbound_listener_name,
     l4_tcp_listener_name,
@@ -110,21 +112,29 @@ def _address(record: PodRecord, port: int, *, host: str) -> Any:
     return socket_address(pod.ips[0], port)
 
 
-def _source_identity(record: PodRecord, *, trust_domain: str) -> Any:
-    """The `set_filter_state` filter recording the pod's SPIFFE ID for its upstream connections (see `tls`)."""
-    value = value_pb2.FilterStateValue(
-        object_key=SOURCE_IDENTITY_KEY,
-        # Hashable: the value joins the upstream connection pool key, so callers never share a connection.
-        factory_key="envoy.hashable_string",
+def _filter_state_value(key: str, factory: str, value: str) -> Any:
+    return value_pb2.FilterStateValue(
+        object_key=key,
+        factory_key=factory,
         format_string=substitution_format_string_pb2.SubstitutionFormatString(
-            text_format_source=base_pb2.DataSource(
-                inline_string=spiffe_id(record.service, trust_domain=trust_domain)
-            )
+            text_format_source=base_pb2.DataSource(inline_string=value)
         ),
         shared_with_upstream=value_pb2.FilterStateValue.ONCE,
     )
+
+
+def _source_identity(record: PodRecord, *, trust_domain: str) -> Any:
+    """The `set_filter_state` filter recording, for the pod's upstream connections, its SPIFFE ID and the name of
+    the caller secret its service clusters present (see `tls`)."""
+    identity = spiffe_id(record.service, trust_domain=trust_domain)
+    values = [
+        # Hashable: the value joins the upstream connection pool key, so callers never share a connection.
+        _filter_state_value(SOURCE_IDENTITY_KEY, "envoy.hashable_string", identity),
+        # What the clusters' certificate selector fetches over SDS and presents.
+        _filter_state_value(CALLER_SECRET_KEY, "envoy.string", caller_secret_name(identity)),
+    ]
     return _filter(
-        "envoy.filters.network.set_filter_state", set_filter_state_pb2.Config(on_new_connection=[value])
+        "envoy.filters.network.set_filter_state", set_filter_state_pb2.Config(on_new_connection=values)
     )
 
 

@@ -57,8 +57,23 @@ IDEMPOTENT_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE")
 """RFC 9110 section 9.2.2: the methods whose replay has the effect of one request."""
 
 SOURCE_IDENTITY_KEY = "aether.source_identity"
-"""The filter-state key a pod's outbound and capture listeners set to the pod's SPIFFE ID; service clusters read
-it to present that pod's own certificate upstream."""
+"""The filter-state key a pod's outbound and capture listeners set to the pod's SPIFFE ID (a hashable string: it
+keys the upstream connection pools, so two callers never share a connection)."""
+CALLER_SECRET_KEY = "envoy.tls.certificate_mappers.on_demand_secret"
+"""The filter-state key a pod's outbound and capture listeners set to its caller secret's name
+(`caller_secret_name`): the service clusters' certificate selector fetches that secret (see `tls`)."""
+CALLER_SECRET_PREFIX = "caller:"
+FALLBACK_CALLER_SECRET = "caller:fallback"
+"""The caller secret presented by connections naming none (the node's fallback SVID: see `tls`)."""
+XDS_CLUSTER = "xds_cluster"
+"""The bootstrap's static cluster of the control plane's xDS server (the agent's socket on a node): every bootstrap
+Aether builds names it so, and the service clusters' certificate selector fetches caller secrets over it."""
+
+
+def caller_secret_name(identity: str) -> str:
+    """Return `caller:<SPIFFE ID>`: the secret a local workload of SPIFFE ID `identity` presents upstream (its own
+    SVID, or the node's fallback while it has none). The SVID's own secret keeps the SPIFFE ID as its name."""
+    return f"{CALLER_SECRET_PREFIX}{identity}"
 
 
 # --- per-pod names ---

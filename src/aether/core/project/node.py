@@ -43,7 +43,7 @@ from aether.core.project.frontends import FrontendRoute, frontend_routes
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.pods import PodContext, project_pod
 from aether.core.project.routes import catch_all_vhost, route_configuration_parts, vhost_entry
-from aether.core.project.secrets import node_secrets
+from aether.core.project.secrets import caller_secrets, node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
 from aether.core.project.slices import slice_resources
 from aether.core.project.tls import UpstreamIdentity, upstream_identity
@@ -212,7 +212,7 @@ class NodeProjector:
     def __init__(self, *, node_name: str, collector_cluster: str = "") -> None:
         self._node_name = node_name
         self._collector_cluster = collector_cluster
-        self._local, self._identities, self._identity = _Last(), _Last(), _Last()
+        self._local, self._identities = _Last(), _Last()
         self._dependencies: tuple[str, ...] = ()
         self._declared, self._index, self._demand, self._locality = _Last(), _Last(), _Last(), _Last()
         self._gateway, self._routed_demand, self._l4_in_set = _Last(), _Last(), _Last()
@@ -280,9 +280,9 @@ class NodeProjector:
                 spiffe_id(record.service, trust_domain=mesh.trust_domain) for record in local.records
             ),
         )
-        identity: UpstreamIdentity = self._identity.get(
-            (identities, state.identity.svids), lambda: upstream_identity(identities, state.identity.svids)
-        )
+        # What clusters present depends on whether the node holds any SVID, not on which: a new local identity
+        # changes its pods' listeners and the caller secrets only (`aether.core.project.tls`).
+        identity: UpstreamIdentity = upstream_identity(state.identity.svids)
         routings = self._mesh_routings(state)
         l4 = self._l4
         demand = self._dependency_set(state, local, routings, (l4, self._udp_routes), now=now)
@@ -329,7 +329,7 @@ class NodeProjector:
         self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
         self._project_slices(state, demand, routings, changes)
         self._project_udp_routes(state, udp.clusters, changes)
-        self._project_secrets(state, sorted_unique((*identities, *identity.presented)), changes)
+        self._project_secrets(state, identities, changes)
         if not self._passthrough:
             self._passthrough = changes.replace((), (Resource.from_message(passthrough_cluster()),))
         not_found = frozenset(
@@ -634,7 +634,9 @@ class NodeProjector:
         self._endpoint_refs = refs
         projected, vhosts_changed = 0, False
         for service in order:
-            service_demand = demand.by_service[service]
+            held = self._services.get(service)
+            # A new set gives a requested service an equal demand of its own: keep the one it was projected from.
+            service_demand = _interned(held[0][1] if held is not None else None, demand.by_service[service])
             endpoints = registry.endpoints.get(service)
             in_catalog = service in registry.services
             routing = routings.get(service)
@@ -651,7 +653,6 @@ class NodeProjector:
                 service_subsets,
                 service_udp,
             )
-            held = self._services.get(service)
             if held is not None and _same(held[0], inputs):
                 continue
             old = held[1] if held is not None else NOTHING
@@ -772,18 +773,20 @@ class NodeProjector:
             new = udp_route_resources(cluster, endpoints.get)
             self._udp_route_units[cluster.name] = (inputs, changes.replace(held[1] if held else (), new))
 
-    def _project_secrets(self, state: State, wanted: tuple[str, ...], changes: _Changes) -> None:
+    def _project_secrets(self, state: State, identities: tuple[str, ...], changes: _Changes) -> None:
+        """The SVIDs of the local identities (their inbound listeners), their caller secrets, the trust bundle."""
         identity = state.identity
         trust_domain = state.kube.mesh_config.trust_domain
-        inputs = (identity.svids, identity.trust_bundles, wanted, trust_domain)
+        inputs = (identity.svids, identity.trust_bundles, identities, trust_domain)
         if self._secrets is not None and _same(self._secrets[0], inputs):
             return
-        new = tuple(
-            Resource.from_message(message)
-            for message in node_secrets(
-                wanted, svids=identity.svids, bundles=identity.trust_bundles, trust_domain=trust_domain
-            )
-        )
+        messages = [
+            *node_secrets(
+                identities, svids=identity.svids, bundles=identity.trust_bundles, trust_domain=trust_domain
+            ),
+            *caller_secrets(identities, svids=identity.svids),
+        ]
+        new = tuple(Resource.from_message(message) for message in messages)
         self._secrets = (inputs, changes.replace(self._secrets[1] if self._secrets else (), new))
 
     def _next_snapshot(self, state: State, changes: _Changes, not_found: frozenset[str]) -> Snapshot:

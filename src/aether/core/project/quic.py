@@ -58,6 +58,7 @@ from aether.core.project.messages import pack, seconds
 from aether.core.project.names import (
     MESH_INBOUND_PORT,
     app_cluster_name,
+    caller_secret_name,
     inbound_quic_listener_name,
     pod_token,
     spiffe_id,
@@ -243,20 +244,20 @@ def http3_codec(manager: Any) -> Any:
 
 
 def caller_identity(identity: UpstreamIdentity, source: str) -> UpstreamIdentity:
-    """Return the one certificate a per-caller cluster presents: `source`'s SVID, or while it has none the
-    node's fallback (plaintext stays plaintext)."""
-    if identity.plaintext:
+    """Return the one certificate a per-caller cluster presents: `source`'s caller secret (its SVID, or while it
+    has none the node's fallback; see `aether.core.project.tls`); plaintext stays plaintext, and a cluster of one
+    certificate keeps it."""
+    if not identity.per_caller:
         return identity
-    presented = source if source in identity.sources else identity.fallback
-    return UpstreamIdentity(fallback=presented, sds_cluster=identity.sds_cluster)
+    return UpstreamIdentity(secret=caller_secret_name(source), sds_cluster=identity.sds_cluster)
 
 
 def quic_cluster(
     name: str, *, source: str, identity: UpstreamIdentity, peer: str, trust_domain: str, server_name: str
 ) -> Any:
     """Return the `quic:` cluster `name`: HTTP/3 (HTTP/2 as the fallback) to endpoints presenting `peer`,
-    presenting the SVID of `source` (the SPIFFE ID its name's caller runs as) or, while that caller has none, the
-    node's fallback, with SNI `server_name`."""
+    presenting the caller secret of `source` (the SPIFFE ID its name's caller runs as: its SVID or, while that
+    caller has none, the node's fallback), with SNI `server_name`."""
     cluster = service_cluster(
         name,
         identity=caller_identity(identity, source),

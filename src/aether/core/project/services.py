@@ -59,7 +59,9 @@ from aether.core.state.registry import ServiceEndpoints
 
 @attrs.frozen(kw_only=True)
 class ServiceContext:
-    """Everything besides its own endpoints and demand that a service's resources depend on."""
+    """Everything besides its own endpoints and demand that a service's resources depend on: nothing about which
+    workloads run on the node or which SVIDs it holds (`identity` is `tls.PER_CALLER` or plaintext on a node), so a
+    new local identity re-projects no service."""
 
     mesh_domain: str
     trust_domain: str
