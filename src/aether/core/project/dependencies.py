@@ -185,8 +185,9 @@ def _held_quic(
 
 
 def demand(declared: tuple[str, ...], index: RequestIndex, *, live_from: int) -> Demand:
-    """Return the dependency set: `declared` plus the services of the requests from `live_from` on (and the
-    `quic:` clusters between declared services, whatever their age: `_held_quic`)."""
+    """Return the dependency set: `declared` (sorted and distinct: `declared_services`) plus the services of the
+    requests from `live_from` on (and the `quic:` clusters between declared services, whatever their age:
+    `_held_quic`)."""
     requested: dict[str, list[str]] = {}
     unmatched: list[str] = []
     for name, held in _held_quic(declared, index, live_from=live_from):
@@ -197,15 +198,19 @@ def demand(declared: tuple[str, ...], index: RequestIndex, *, live_from: int) ->
         else:
             requested.setdefault(parsed.service, []).append(name)
     by_service = dict.fromkeys(declared, _DECLARED)
+    undeclared: list[str] = []
     for service, names in requested.items():
         is_declared = (
             service in by_service
         )  # only declared services are in it yet: `requested` keys are distinct
+        if not is_declared:
+            undeclared.append(service)
         by_service[service] = ServiceDemand(declared=is_declared, requested=sorted_unique(names))
     return Demand(
-        services=tuple(sorted(by_service)),
+        # `declared` is sorted and distinct: the set is it when every request is of a declared service.
+        services=tuple(sorted(by_service)) if undeclared else declared,
         by_service=immutables.Map(by_service),
         requesting=tuple(sorted(requested)),
-        undeclared=tuple(sorted(service for service, item in by_service.items() if not item.declared)),
+        undeclared=tuple(sorted(undeclared)),
         unmatched=sorted_unique(unmatched),
     )

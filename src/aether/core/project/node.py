@@ -65,6 +65,8 @@ _Key = tuple[str, str]
 """A resource's `(type_url, name)`."""
 
 _VALUES = (bool, int, str)
+_ABSENT = object()
+"""Stands for an input a unit did not have (never the same object as any input)."""
 """Input types compared by equality: plain values, which Python may or may not share between equal instances."""
 
 
@@ -538,18 +540,30 @@ class NodeProjector:
         def with_backends() -> Demand:
             # The services GAMMA routes (HTTP, TCP/TLS and UDP) of the set send to need their clusters (UDP: their
             # endpoints) here too (one level: routing happens once, at the caller).
+            # Walked from the routed services (few), not from the set (thousands).
+            by_service = demand.by_service
             extra = {
                 backend
-                for service in demand.services
-                for routing in (routings.get(service), l4.get(service), udp.get(service))
-                if routing is not None
+                for routed in (routings, l4, udp)
+                for service, routing in routed.items()
+                if service in by_service
                 for backend in routing.backend_services
             }.difference(demand.services)
             if not extra:
                 return demand
             return dependencies.demand(sorted_unique((*declared, *extra)), index, live_from=live_from)
 
-        routed: Demand = self._routed_demand.get((demand, routings, l4, udp), with_backends)
+        def interned() -> Demand:
+            # A set equal to the previous one keeps its tuple, so that what is keyed on it (the route tables, the
+            # slice and UDP plans) is not recomputed when only a demand changed (a pod of a service the set
+            # already holds, an on-demand request).
+            routed = with_backends()
+            held = self._routed_demand.value
+            if held is not None and routed.services is not held.services and routed.services == held.services:
+                routed = attrs.evolve(routed, services=held.services)
+            return routed
+
+        routed: Demand = self._routed_demand.get((demand, routings, l4, udp), interned)
         return routed
 
     def _node_locality(self, state: State, local: LocalPods) -> Locality | None:
@@ -582,10 +596,31 @@ class NodeProjector:
         deps = demand.services
         previous = self._services_inputs
         refs = self._endpoint_refs
-        if previous is not None and previous[0] is demand and previous[1] is context:
-            # Same set, same context: only endpoint maps and catalog entries may differ.
+        if previous is not None and previous[1] is context:
+            # Same context: only the services whose demand, endpoint map, catalog entry or routing changed.
             candidates: set[str] = set()
-            if registry.endpoints is not previous[2]:
+            old_demand: Demand = previous[0]
+            if demand is not old_demand:
+                old_deps = old_demand.services
+                if deps != old_deps:  # services joined or left the set: line the endpoint maps up by name
+                    for service in sorted(set(old_deps).difference(deps)):
+                        changes.replace(self._services.pop(service)[1].resources, ())
+                    held_refs = dict(zip(old_deps, self._endpoint_refs, strict=True))
+                    refs = list(map(registry.endpoints.get, deps))
+                    candidates.update(
+                        service
+                        for service, new in zip(deps, refs, strict=True)
+                        if new is not held_refs.get(service, _ABSENT)
+                    )
+                # A service neither set requests has the one `declared` demand in both: only the requesting ones
+                # (and those that joined, above) can differ.
+                old_by_service, by_service = old_demand.by_service, demand.by_service
+                candidates.update(
+                    service
+                    for service in {*old_demand.requesting, *demand.requesting}
+                    if service in by_service and by_service[service] is not old_by_service.get(service)
+                )
+            if registry.endpoints is not previous[2] and refs is self._endpoint_refs:
                 refs = list(map(registry.endpoints.get, deps))
                 candidates.update(
                     service
