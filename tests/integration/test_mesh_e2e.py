@@ -169,16 +169,23 @@ def _svid_dir(path: Path, ca: TestCA, *owners: str) -> Path:
     return path
 
 
-def registry_events() -> list[Event]:
-    """What the registrar would send every node: the catalog and the endpoints of shop/cart and shop/client."""
+def registry_events(*, cart_cluster: str = "") -> list[Event]:
+    """What the registrar would send every node: the catalog and the endpoints of shop/cart and shop/client (the
+    cart endpoints of the cluster `cart_cluster`, when given: behind the waypoint, so callers stay on HTTP/2)."""
     return [
         registry_service_added("shop/cart", version="1"),
         registry_service_added("shop/client", version="2"),
         endpoint_added(
-            make_endpoint(CART_IPS["cart-1"], service="shop/cart", node_name="node-b"), version="3"
+            make_endpoint(
+                CART_IPS["cart-1"], service="shop/cart", node_name="node-b", cluster_name=cart_cluster
+            ),
+            version="3",
         ),
         endpoint_added(
-            make_endpoint(CART_IPS["cart-2"], service="shop/cart", node_name="node-b"), version="4"
+            make_endpoint(
+                CART_IPS["cart-2"], service="shop/cart", node_name="node-b", cluster_name=cart_cluster
+            ),
+            version="4",
         ),
         endpoint_added(make_endpoint(CLIENT_IP, service="shop/client", node_name="node-a"), version="5"),
     ]
@@ -213,7 +220,13 @@ async def _stat(envoy: Envoy, name: str) -> int:
 
 @asynccontextmanager
 async def open_node(
-    tmp_path: Path, name: str, *, pods: list[Any], svid_dir: Path, nursery: trio.Nursery
+    tmp_path: Path,
+    name: str,
+    *,
+    pods: list[Any],
+    svid_dir: Path,
+    nursery: trio.Nursery,
+    cart_cluster: str = "",
 ) -> AsyncIterator[Node]:
     """Start a node's agent, send it its pods and the registry, and start its Envoy on the agent's xDS."""
     base = tmp_path / name
@@ -226,7 +239,7 @@ async def open_node(
     )
     agent: RunningAgent = await nursery.start(functools.partial(serve_agent, config))
     async with agent.journal.sender() as send:
-        for event in [*(pod_added(pod) for pod in pods), *registry_events()]:
+        for event in [*(pod_added(pod) for pod in pods), *registry_events(cart_cluster=cart_cluster)]:
             await send.send(event)
     bootstrap = ads_bootstrap(node_id=name, xds_unix_socket=base / "xds.sock", delta=True)
     async with open_envoy(bootstrap, work_dir=base / "envoy", wait_live=False) as envoy:
@@ -235,12 +248,18 @@ async def open_node(
 
 @asynccontextmanager
 async def open_mesh(
-    tmp_path: Path, *, cart_ca: TestCA | None = None, impostor: bool = False, declared: bool = True
+    tmp_path: Path,
+    *,
+    cart_ca: TestCA | None = None,
+    impostor: bool = False,
+    declared: bool = True,
+    cart_cluster: str = "",
 ) -> AsyncIterator[Mesh]:
     """Run both nodes and the cart apps; return once the caller's proxy knows both cart endpoints and node-b's
     inbound listeners are active. `cart_ca` issues node-b's SVIDs and bundle (default: the mesh's one CA); with
     `impostor`, the pod at cart-1's registered address runs as service account `evil` (and holds its SVID); without
-    `declared`, the caller does not declare cart as an upstream (its first request discovers it on demand)."""
+    `declared`, the caller does not declare cart as an upstream (its first request discovers it on demand); with
+    `cart_cluster`, the cart endpoints are of that cluster (behind the waypoint: HTTP/2 only)."""
     ca = TestCA(TRUST_DOMAIN)
     cart_ca = ca if cart_ca is None else cart_ca
     client = make_pod(
@@ -268,8 +287,17 @@ async def open_mesh(
         a_svids = _svid_dir(tmp_path / "node-a" / "svids", ca, "shop/client")
         b_svids = _svid_dir(tmp_path / "node-b" / "svids", cart_ca, "shop/cart", "shop/evil")
         async with (
-            open_node(tmp_path, "node-a", pods=[client], svid_dir=a_svids, nursery=nursery) as a,
-            open_node(tmp_path, "node-b", pods=carts, svid_dir=b_svids, nursery=nursery) as b,
+            open_node(
+                tmp_path,
+                "node-a",
+                pods=[client],
+                svid_dir=a_svids,
+                nursery=nursery,
+                cart_cluster=cart_cluster,
+            ) as a,
+            open_node(
+                tmp_path, "node-b", pods=carts, svid_dir=b_svids, nursery=nursery, cart_cluster=cart_cluster
+            ) as b,
         ):
 
             async def converged() -> bool:
@@ -305,6 +333,24 @@ async def test_the_caller_reaches_the_callee_by_mesh_name_over_mtls(tmp_path: Pa
         seen = {(await request()).json()["name"] for _ in range(10)}
         assert seen == set(CART_IPS)  # both endpoints serve
         assert all(f"URI={CLIENT_ID}" in xfcc for app in mesh.apps.values() for xfcc in app.xfcc)
+
+
+async def test_an_http2_caller_presents_its_own_certificate_fetched_from_the_agent_over_sds(
+    tmp_path: Path,
+) -> None:
+    """Cart behind the waypoint stays on HTTP/2: the service cluster's one TLS socket presents the caller's own
+    SVID, which Envoy's certificate selector fetched by the name the caller's listener set (`caller:<SPIFFE ID>`)
+    from the agent's standalone SDS, over the bootstrap's xDS cluster (`aether.core.project.tls`)."""
+    async with open_mesh(tmp_path, cart_cluster="east") as mesh:
+        response = await request()
+        assert response.status == 200, response.body
+        answer = response.json()
+        assert f"URI={CLIENT_ID}" in answer["xfcc"]
+        assert f"By={CART_ID}" in answer["xfcc"]  # HTTP/2 end to end: the callee's own SAN is there
+        assert await _stat(mesh.a.envoy, f"cluster.{CART_CLUSTER}.upstream_cx_total") >= 1
+        assert await _stat(mesh.a.envoy, f"cluster.{CALLER_CLUSTER}.upstream_cx_total") == 0
+        # The caller's own secret (not the default `caller:fallback`), fetched on demand.
+        assert f"caller:{CLIENT_ID}" in _secrets(await mesh.a.envoy.config_dump())
 
 
 async def test_a_callee_certificate_from_an_untrusted_ca_is_refused(tmp_path: Path) -> None:
