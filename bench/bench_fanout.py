@@ -11,7 +11,10 @@ processes poll (they are never woken by a send, so they never preempt the regist
 
 Workload, as `bench_registrar.py`'s: 100 services, each watcher filters 5 of them (a node's dependencies), so a
 change reaches about 5% of the watchers (500 of 10,000); each change registers one more endpoint of a known
-service, paced at 100 changes/s, each from a task of its own (changes come from many agents).
+service, paced at 100 changes/s, each from a task of its own (changes come from many agents), over `--senders`
+connections in turn (16 by default: each agent registers over its own connection; one connection makes the
+registrar read the registrations one after another, one HTTP/2 event a scheduler pass, so they never arrive
+together and its group commit never batches them).
 
 Figures: per change, from the registration sent to the last matching watcher receiving it (p50/p99/max; what the
 issue's 1,000-watcher figure measured), and per delivery (each watcher's own latency); the registrar's CPU (cores)
@@ -34,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -66,6 +69,8 @@ class Sizes:
     reference_watchers: int
     changes: int
     clients: int
+    senders: int = 16
+    """Connections the registrations go over, in turn."""
 
 
 FULL = Sizes(watchers=10_000, reference_watchers=1_000, changes=1_000, clients=4)
@@ -345,8 +350,11 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path) -> dict[str, float]:
-    """One run: `watchers` in `clients` processes, `changes` registrations at RATE; its figures."""
+async def _fan_out(
+    *, watchers: int, changes: int, clients: int, senders: int, directory: Path
+) -> dict[str, float]:
+    """One run: `watchers` in `clients` processes, `changes` registrations at RATE over `senders` connections; its
+    figures."""
     apply_purerpc_fixes()
     filters = [frozenset(_filter(index)) for index in range(watchers)]
     async with _registrar_process(preload=SERVICES) as process:
@@ -372,21 +380,29 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
             }
             expected = [0] * len(started)
             assert process.address.port is not None
-            async with purerpc.insecure_channel("127.0.0.1", process.address.port) as channel:
-                stub = purerpc.Client(SERVICE_NAME, channel).get_method_stub(
-                    "RegisterEndpoint",
-                    purerpc.RPCSignature(
-                        purerpc.Cardinality.UNARY_UNARY,
-                        pb.RegisterEndpointRequest,
-                        pb.RegisterEndpointResponse,
-                    ),
-                )
+            async with AsyncExitStack() as channels:
+                stubs = [
+                    purerpc.Client(
+                        SERVICE_NAME,
+                        await channels.enter_async_context(
+                            purerpc.insecure_channel("127.0.0.1", process.address.port)
+                        ),
+                    ).get_method_stub(
+                        "RegisterEndpoint",
+                        purerpc.RPCSignature(
+                            purerpc.Cardinality.UNARY_UNARY,
+                            pb.RegisterEndpointRequest,
+                            pb.RegisterEndpointResponse,
+                        ),
+                    )
+                    for _ in range(senders)
+                ]
                 cpu_before = process.cpu_seconds(), sum(client.cpu_seconds() for client in started)
                 split_before = _cpu_split(process.pid)
                 main_before = sum(_cpu_split(process.pid, thread=process.pid))
                 profiler = _start_profiler(process.pid, seconds=changes / RATE, watchers=watchers)
                 start = trio.current_time()
-                async with trio.open_nursery() as senders:
+                async with trio.open_nursery() as calls:
                     for step in range(changes):
                         await trio.sleep_until(start + step / RATE)
                         service = _service(step % SERVICES)
@@ -395,7 +411,7 @@ async def _fan_out(*, watchers: int, changes: int, clients: int, directory: Path
                             expected[number] += hits
                         matching = sum(hits_by_service[service])
                         sent[endpoint.ip] = (time.time_ns(), matching)  # the clock of receive timestamps
-                        senders.start_soon(stub, registration_to_proto(endpoint))
+                        calls.start_soon(stubs[step % senders], registration_to_proto(endpoint))
                 elapsed = trio.current_time() - start
             with trio.fail_after(DELIVERY_TIMEOUT):
                 for client, count in zip(started, expected, strict=True):
@@ -481,10 +497,18 @@ def _encode_floor(changes: int) -> float:
 
 async def _main(sizes: Sizes, directory: Path) -> dict[str, object]:
     reference = await _fan_out(
-        watchers=sizes.reference_watchers, changes=sizes.changes, clients=sizes.clients, directory=directory
+        watchers=sizes.reference_watchers,
+        changes=sizes.changes,
+        clients=sizes.clients,
+        senders=sizes.senders,
+        directory=directory,
     )
     measured = await _fan_out(
-        watchers=sizes.watchers, changes=sizes.changes, clients=sizes.clients, directory=directory
+        watchers=sizes.watchers,
+        changes=sizes.changes,
+        clients=sizes.clients,
+        senders=sizes.senders,
+        directory=directory,
     )
     return {"reference": reference, "measured": measured}
 
@@ -497,12 +521,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the watchers (a smoke run)")
     parser.add_argument("--watchers", type=int, help="watchers of the measured run (default 10,000)")
     parser.add_argument("--changes", type=int, help="changes per run (default 1,000)")
+    parser.add_argument("--senders", type=int, help="connections the registrations go over (default 16)")
     arguments = parser.parse_args()
     sizes = QUICK if arguments.quick else FULL
     if arguments.watchers is not None:
         sizes = attrs.evolve(sizes, watchers=arguments.watchers)
     if arguments.changes is not None:
         sizes = attrs.evolve(sizes, changes=arguments.changes)
+    if arguments.senders is not None:
+        sizes = attrs.evolve(sizes, senders=arguments.senders)
     with tempfile.TemporaryDirectory() as directory:
         figures = trio.run(_main, sizes, Path(directory))
     encode_us = _encode_floor(sizes.changes) * 1e6
@@ -511,7 +538,7 @@ def main() -> None:
     assert isinstance(measured, dict)
     print(
         f"registrar fan-out: filters of {FILTER_SIZE}/{SERVICES} services, {RATE:.0f} changes/s,"
-        f" {sizes.changes} changes, watchers in {sizes.clients} processes"
+        f" {sizes.changes} changes over {sizes.senders} connections, watchers in {sizes.clients} processes"
     )
     print(f"  {'':34} {reference['watchers']:>12,} {measured['watchers']:>12,} {'ratio':>8}")
     for name in reference:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -50,6 +50,7 @@ def test_a_watcher_past_its_buffer_is_disconnected_and_the_others_go_on() -> Non
         watchers=1,
         subscribed_total=2,
         published_changes=4,
+        publishes=3,
         fell_behind_total=1,
         replaced_total=0,
         delivered_directly_total=0,
@@ -204,3 +205,46 @@ def test_without_encode_deliver_is_never_used() -> None:
     _, changes = apply(empty_snapshot(), register("10.0.0.1"))
     broadcaster.publish(changes)
     assert (stream.sent, watcher.take()) == ([], changes)
+
+
+def test_a_publish_of_several_changes_hands_each_watcher_what_it_wants_in_one_delivery() -> None:
+    """Four changes published at once (the registrar's group commit): the unfiltered stream gets all four in one
+    `deliver`, the WEB and DB streams theirs (the catalog change, then their endpoints, in order) in one each; a
+    watcher of another service gets the catalog change only; a busy watcher buffers its share, in order."""
+    broadcaster = Broadcaster(capacity=10, encode=_Encoder())
+    calls: dict[str, list[list[bytes]]] = {}
+
+    def stream(name: str) -> Callable[[Sequence[bytes]], bool]:
+        def deliver(encoded: Sequence[bytes]) -> bool:
+            calls.setdefault(name, []).append(list(encoded))
+            return True
+
+        return deliver
+
+    def watcher(name: str, services: frozenset[str] | None) -> Watcher:
+        subscribed = broadcaster.subscribe(
+            service_filter=ServiceFilter(services=services), wake=lambda: None, deliver=stream(name)
+        )
+        assert subscribed.idle()
+        return subscribed
+
+    watcher("all", None)
+    watcher("web", frozenset({WEB}))
+    watcher("db", frozenset({DB}))
+    watcher("other", frozenset({"shop/other"}))
+    busy = broadcaster.subscribe(service_filter=ServiceFilter(services=frozenset({DB})), wake=lambda: None)
+    snapshot, first = apply(empty_snapshot(), register("10.0.0.1"))  # WEB's SERVICE_ADDED, then its endpoint
+    snapshot, second = apply(snapshot, register("10.0.0.2"))
+    _, third = apply(snapshot, register("10.0.1.1", service=DB))  # DB's SERVICE_ADDED, then its endpoint
+    changes = first + second + third
+    assert broadcaster.publish(changes) == ()
+    assert calls == {
+        "all": [[b"SERVICE_ADDED", b"10.0.0.1", b"10.0.0.2", b"SERVICE_ADDED", b"10.0.1.1"]],
+        "web": [[b"SERVICE_ADDED", b"10.0.0.1", b"10.0.0.2", b"SERVICE_ADDED"]],
+        "db": [[b"SERVICE_ADDED", b"SERVICE_ADDED", b"10.0.1.1"]],
+        "other": [[b"SERVICE_ADDED", b"SERVICE_ADDED"]],
+    }
+    assert busy.take() == (changes[0], changes[3], changes[4])
+    statistics = broadcaster.statistics()
+    assert (statistics.published_changes, statistics.publishes) == (5, 1)
+    assert statistics.delivered_directly_total == 5 + 4 + 3 + 2

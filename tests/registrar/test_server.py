@@ -16,6 +16,7 @@ import trio
 from aether.proto.registrar.v1 import registrar_pb2 as pb
 from aether.proto.registry.v1 import registry_pb2
 from aether.registrar import SERVICE_NAME, open_embedded_backend, serve_registrar
+from aether.registrar.snapshot import Change, EndpointRegistered, Mutation, RegistrySnapshot
 from aether.rpc.listen import ListenAddress
 from aether.testing.memory_backend import MemoryBackend
 from tests.registrar._grpc import (
@@ -402,3 +403,59 @@ async def test_a_tcp_listener_binds_only_the_address_it_is_given() -> None:
             with trio.socket.socket() as probe, pytest.raises(ConnectionRefusedError):
                 await probe.connect(("127.0.0.2", address.port))
         nursery.cancel_scope.cancel()
+
+
+class _HeldBackend(MemoryBackend):
+    """A memory backend whose next write once `hold` is set waits for `release`: the writes after it queue up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.holding = trio.Event()
+        self.release = trio.Event()
+
+    async def apply(
+        self, mutation: Mutation, *, snapshot: RegistrySnapshot, changes: tuple[Change, ...]
+    ) -> None:
+        if self.hold:
+            self.hold = False
+            self.holding.set()
+            await self.release.wait()
+        await super().apply(mutation, snapshot=snapshot, changes=changes)
+
+
+async def test_writes_that_wait_while_one_is_stored_are_published_together_in_order(tmp_path: Path) -> None:
+    """Group commit: while the first registration is being stored, three more wait for the owner; they join its
+    publication: one fan-out of the four, each caller answered after it, the watchers getting them in order."""
+    socket = tmp_path / "registrar.sock"
+    backend = _HeldBackend()
+    async with serving_registrar(backend, socket) as registrar:
+        await register(socket, "10.0.0.1")  # WEB enters the catalog: the changes below are its endpoints only
+        async with (
+            watching(socket, node_name="all") as everything,
+            watching(socket, node_name="web", filter=pb.ServiceFilter(services=[WEB])) as web,
+        ):
+            await everything.until_complete()
+            await web.until_complete()
+            before = registrar.statistics().broadcaster
+            backend.hold = True
+            async with trio.open_nursery() as callers:
+                callers.start_soon(register, socket, "10.0.0.2")
+                await backend.holding.wait()
+                for index in range(3, 6):
+                    callers.start_soon(register, socket, f"10.0.0.{index}")
+                assert registrar._send is not None
+                while registrar._send.statistics().tasks_waiting_send < 3:  # noqa: ASYNC110 - a condition, no event
+                    await trio.sleep(0.01)
+                backend.release.set()
+            after = registrar.statistics().broadcaster
+            seen = await everything.take(4)
+            assert await web.take(4) == seen
+    assert (after.publishes - before.publishes, after.published_changes - before.published_changes) == (1, 4)
+    # The three waiting callers' order is theirs; the versions follow the order the owner took them, as stored.
+    stored = [
+        mutation.endpoint.ip for mutation in backend.applied if isinstance(mutation, EndpointRegistered)
+    ]
+    assert stored[:2] == ["10.0.0.1", "10.0.0.2"]
+    assert sorted(stored[2:]) == ["10.0.0.3", "10.0.0.4", "10.0.0.5"]
+    assert seen == [(ADDED, WEB, ip, str(version)) for version, ip in enumerate(stored[1:], start=2)]

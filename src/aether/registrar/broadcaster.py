@@ -6,7 +6,9 @@ Publishing never waits for a watcher: a watcher whose buffer would overflow is d
 Fan-out to thousands of watchers is cheap because a change is encoded once per publish (`encode`), and a watcher
 whose stream can take the bytes right away gets them from `publish` itself (`deliver`): no per-watcher encoding, no
 buffering, no task to wake. Only a watcher whose stream cannot take them now (its flow-control window is used up)
-buffers them, and its stream sends them when it can.
+buffers them, and its stream sends them when it can. A publish of several changes (the registrar publishes what
+arrived during its last publish at once) hands each watcher all it wants of them in one `deliver`: the cost is per
+publish and watcher, plus a list append per change a watcher wants.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
@@ -29,7 +31,6 @@ __all__ = [
 ]
 
 _NO_SERVICE = ServiceFilter(services=frozenset())
-_FIRST = (0,)
 """A filter that wants no service: what it still sees goes to every watcher (catalog changes, completions)."""
 
 DEFAULT_WATCHER_BUFFER = 4096
@@ -130,30 +131,18 @@ class Watcher:
         """How many changes wait to be taken."""
         return len(self._pending)
 
-    def _offer(self, changes: tuple[Change, ...], to_all: Sequence[bool], encoded: Sequence[bytes]) -> bool:
-        """Deliver or buffer the changes it wants (`to_all`: whether each goes to every watcher; `encoded`: their
-        bytes, or empty); return False (buffering nothing more) if buffering overflows it."""
-        wants = self.service_filter.wants
-        indices: Sequence[int]
-        if len(changes) == 1:  # the common case, and the one publish makes per watcher: no list to build
-            if not (to_all[0] or wants(changes[0].service)):
-                return True
-            indices = _FIRST
-        else:
-            indices = [
-                index for index, change in enumerate(changes) if to_all[index] or wants(change.service)
-            ]
-            if not indices:
-                return True
-        if self._direct and encoded:
+    def _hand(self, wanted: Sequence[Change], encoded: Sequence[bytes]) -> int:
+        """Deliver `wanted` (the changes of a publish it wants, in order; `encoded`: their bytes, or empty if it is
+        not `_direct`) or buffer them (past capacity it ends, FELL_BEHIND); return how many `deliver` sent."""
+        if self._direct:
             assert self._deliver is not None, "direct only with deliver; this is a bug"
-            chosen = encoded if len(indices) == len(encoded) else [encoded[index] for index in indices]
-            if self._deliver(chosen):
-                self.delivered += len(indices)
-                self.delivered_directly += len(indices)
-                return True
+            if self._deliver(encoded):
+                self.delivered += len(wanted)
+                self.delivered_directly += len(wanted)
+                return len(wanted)
             self._direct = False  # the stream sends these (when its window opens), then calls `idle`
-        return self._buffer([changes[index] for index in indices])
+        self._buffer(wanted)
+        return 0
 
     def _buffer(self, wanted: Sequence[Change]) -> bool:
         """Buffer `wanted` for the stream to take, or (past capacity) disconnect the watcher and return False."""
@@ -180,6 +169,8 @@ class BroadcasterStatistics:
     """Watchers connected now."""
     subscribed_total: int
     published_changes: int
+    publishes: int
+    """`publish` calls with changes: `published_changes / publishes` is how many changes one fan-out carried."""
     fell_behind_total: int
     """Watchers disconnected because their buffer overflowed."""
     replaced_total: int
@@ -212,6 +203,7 @@ class Broadcaster:
         self._ids = itertools.count(1)
         self._subscribed = 0
         self._published = 0
+        self._publishes = 0
         self._fell_behind = 0
         self._replaced = 0
         self._delivered_directly = 0
@@ -260,33 +252,51 @@ class Broadcaster:
             self._remove(watcher)
 
     def publish(self, changes: tuple[Change, ...]) -> tuple[Watcher, ...]:
-        """Buffer `changes` for every watcher; return the watchers this disconnected for falling behind."""
+        """Deliver or buffer `changes` for every watcher that wants them (each gets those it wants, in order, in one
+        `deliver`); return the watchers this disconnected for falling behind."""
         self._published += len(changes)
+        self._publishes += bool(changes)
         if len(changes) == 1 and not visible(changes[0], _NO_SERVICE):
             return self._publish_endpoint_change(changes[0])
-        dropped: list[Watcher] = []
-        candidates = self._candidates(changes)
+        # Which changes each watcher wants, from the index (no filter checked): O(deliveries), not O(changes x
+        # watchers). Filled change by change, so each watcher's list is in publish order.
+        wanted: dict[Watcher, list[int]] = {}
+        for index, change in enumerate(changes):
+            groups: Iterable[Iterable[Watcher]]
+            if visible(change, _NO_SERVICE):
+                groups = (self._watchers.values(),)
+            else:
+                groups = (self._unfiltered.values(), self._by_service.get(change.service, {}).values())
+            for group in groups:
+                for watcher in group:
+                    indices = wanted.get(watcher)
+                    if indices is None:
+                        wanted[watcher] = [index]
+                    else:
+                        indices.append(index)
         encode = self._encode
-        # Encoded once, shared by every watcher: the bytes are the same on every stream.
-        encoded = (
-            [encode(change) for change in changes]
-            if encode is not None and any(watcher._direct for watcher in candidates)
-            else []
-        )
-        to_all = [visible(change, _NO_SERVICE) for change in changes]
-        for watcher in candidates:
-            before = watcher.delivered_directly
-            accepted = watcher._offer(changes, to_all, encoded)
-            self._delivered_directly += watcher.delivered_directly - before
-            if not accepted:
-                self._fell_behind += 1
-                self._remove(watcher)
-                dropped.append(watcher)
+        encoded: list[bytes] = []  # encoded when the first idle watcher needs them, shared by all
+        dropped: list[Watcher] = []
+        directly = 0
+        for watcher, indices in wanted.items():
+            every = len(indices) == len(changes)
+            chosen_bytes: Sequence[bytes] = ()
+            if watcher._direct:
+                if not encoded:
+                    assert encode is not None, "direct only with encode; this is a bug"
+                    encoded = [encode(change) for change in changes]
+                chosen_bytes = encoded if every else [encoded[index] for index in indices]
+            directly += watcher._hand(
+                changes if every else [changes[index] for index in indices], chosen_bytes
+            )
+            if watcher.end is not None:
+                self._drop(watcher, dropped)
+        self._delivered_directly += directly
         return tuple(dropped)
 
     def _publish_endpoint_change(self, change: Change) -> tuple[Watcher, ...]:
-        """`publish` of one change of one service's endpoints, the common case: the index names exactly the
-        watchers that want it (no filter to check), and an idle one's stream gets its bytes at once."""
+        """`publish` of one change of one service's endpoints, the common case when idle: the index names exactly
+        the watchers that want it, and no per-watcher list is built."""
         indexed = self._by_service.get(change.service)
         if not indexed and not self._unfiltered:
             return ()
@@ -299,6 +309,7 @@ class Broadcaster:
             if not group:
                 continue
             for watcher in tuple(group.values()):  # copied: a watcher that falls behind leaves the index
+                # `_hand` inlined: this loop runs once per delivery of every change published alone.
                 if watcher._direct:
                     if not encoded:
                         assert encode is not None, "direct only with encode; this is a bug"
@@ -311,21 +322,15 @@ class Broadcaster:
                         continue
                     watcher._direct = False  # the stream sends it (when its window opens), then calls `idle`
                 if not watcher._buffer(single):
-                    self._fell_behind += 1
-                    self._remove(watcher)
-                    dropped.append(watcher)
+                    self._drop(watcher, dropped)
         self._delivered_directly += directly
         return tuple(dropped)
 
-    def _candidates(self, changes: tuple[Change, ...]) -> list[Watcher]:
-        """The watchers that may want `changes`, in subscription order: all of them when a change goes to everyone
-        (the catalog), else the unfiltered ones and those whose filter names a changed service."""
-        if any(visible(change, _NO_SERVICE) for change in changes):
-            return list(self._watchers.values())
-        chosen = dict(self._unfiltered)
-        for service in {change.service for change in changes}:
-            chosen.update(self._by_service.get(service, {}))
-        return [chosen[watcher_id] for watcher_id in sorted(chosen)]
+    def _drop(self, watcher: Watcher, dropped: list[Watcher]) -> None:
+        """`watcher` fell behind in this publish: out of the broadcaster, in the list `publish` returns."""
+        self._fell_behind += 1
+        self._remove(watcher)
+        dropped.append(watcher)
 
     def statistics(self) -> BroadcasterStatistics:
         """Return the broadcaster's counters."""
@@ -333,6 +338,7 @@ class Broadcaster:
             watchers=len(self._watchers),
             subscribed_total=self._subscribed,
             published_changes=self._published,
+            publishes=self._publishes,
             fell_behind_total=self._fell_behind,
             replaced_total=self._replaced,
             delivered_directly_total=self._delivered_directly,

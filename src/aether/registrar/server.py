@@ -2,6 +2,8 @@
 
 One owner task holds the registry snapshot: it applies each mutation (pure), makes it durable in the backend,
 then publishes the changes to the watchers. Handlers convert requests, hand mutations to the owner, and stream.
+Publishing is a group commit: the inputs that wait while the owner takes one join its publication, so under load
+one fan-out pass (one message per watcher) carries many changes, and an idle registrar publishes each at once.
 """
 
 from __future__ import annotations
@@ -123,11 +125,28 @@ class _Submission:
 _OwnerInput = _Submission | BackendFeed
 
 
+@attrs.define(kw_only=True)
+class _Publication:
+    """What the owner publishes in one go: the registry after the inputs it took, their changes in order, and the
+    submissions answered once it is published."""
+
+    snapshot: RegistrySnapshot | None = None
+    """The registry to publish (None: the inputs changed nothing)."""
+    changes: list[Change] = attrs.Factory(list)
+    submissions: list[_Submission] = attrs.Factory(list)
+    traced: list[list[tuple[str, int, int]]] = attrs.Factory(list)
+    """The timed steps (see `_Submission.hops`) of the traced submissions whose changes it publishes."""
+
+
 class Registrar:
     """The registry's single owner, and the purerpc service that serves it.
 
     The owner task takes, one at a time, mutations from the RPC handlers and updates from the backend's feed
-    (`Backend.serve_updates`); each new snapshot is published to the watchers before the next input is taken.
+    (`Backend.serve_updates`). It takes one input, then the inputs that waited meanwhile (a group commit), and
+    publishes the snapshot after them with all their changes in one fan-out (`Broadcaster.publish`) before it
+    answers their callers and takes the next input. Idle, that is one input a publication, at once; under load a
+    publication carries what arrived during the last one, so the fan-out costs per publication and watcher, not
+    per change and watcher.
 
     Writes and an unavailable store: a write waits up to `write_wait` seconds for the store to return, then fails
     with UNAVAILABLE; nothing is queued in memory, so an OK always means the store holds the write, and a refused
@@ -157,6 +176,9 @@ class Registrar:
         self._write_wait = write_wait
         self._broadcaster = Broadcaster(capacity=watcher_buffer, encode=_encoded)
         self._snapshot: LatestValue[RegistrySnapshot | None] = LatestValue(None)
+        """The published registry: what readers and new watches see, and what the watchers were sent."""
+        self._head: RegistrySnapshot | None = None
+        """The owner's registry: the published one, or ahead of it while the owner takes a publication's inputs."""
         self._shared: dict[tuple[ChangeKind, str, int], bytes] = {}
         self._shared_version = -1
         self._send: trio.MemorySendChannel[_OwnerInput] | None = None
@@ -230,7 +252,8 @@ class Registrar:
             StoreError: The backend could not load or store, or its feed broke the feed's rules; the registry
                 stops (it must not diverge from the store).
         """
-        self._snapshot.set(await self._backend.load())
+        self._head = await self._backend.load()
+        self._snapshot.set(self._head)
         LOG.info(
             "registry loaded from %s at version %d: %d endpoints of %d services",
             self._backend.description,
@@ -243,14 +266,29 @@ class Registrar:
         async with send, receive, trio.open_nursery() as nursery:
             await nursery.start(self._follow, send.clone())
             task_status.started()
-            async for item in receive:
-                match item:
-                    case _Submission():
-                        await self._take(item)
-                    case StoreAvailability():
-                        self._set_availability(item)
-                    case _:
-                        self._fold(item)
+            async for first in receive:
+                publication = _Publication()
+                try:
+                    await self._handle(first, publication)
+                    # The inputs that waited while `first` was taken (a bounded batch: those that arrive meanwhile
+                    # wait for the next publication) join its publication.
+                    for _ in range(receive.statistics().tasks_waiting_send):
+                        try:
+                            item = receive.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        await self._handle(item, publication)
+                finally:  # also when an input failed: what was made durable is published, every caller answered
+                    self._publish(publication)
+
+    async def _handle(self, item: _OwnerInput, publication: _Publication) -> None:
+        match item:
+            case _Submission():
+                await self._take(item, publication)
+            case StoreAvailability():
+                self._set_availability(item)
+            case _:
+                self._fold(item, publication)
 
     async def _follow(
         self, updates: trio.MemorySendChannel[_OwnerInput], *, task_status: trio.TaskStatus[None]
@@ -258,9 +296,16 @@ class Registrar:
         async with updates:
             await self._backend.serve_updates(updates, task_status=task_status)
 
-    async def _take(self, submission: _Submission) -> None:
-        # Failed until proven otherwise: if applying raises (or is cancelled), the caller is told.
+    @property
+    def _current(self) -> RegistrySnapshot:
+        assert self._head is not None, "Registrar.serve() must run first; this is a bug"
+        return self._head
+
+    async def _take(self, submission: _Submission, publication: _Publication) -> None:
+        # Failed until proven otherwise: if applying raises (or is cancelled), the caller is told (its `done` is
+        # set once the publication is published).
         submission.failed = True
+        publication.submissions.append(submission)
         self._hops = submission.hops
         try:
             if self._trust_domain is not None:
@@ -268,9 +313,9 @@ class Registrar:
                     submission.mutation,
                     caller=submission.caller,
                     trust_domain=self._trust_domain,
-                    snapshot=self.snapshot,
+                    snapshot=self._current,
                 )
-            submission.visible_at = await self._apply(submission.mutation)
+            submission.visible_at = await self._apply(submission.mutation, publication)
             submission.failed = False
         except PermissionRefusedError as exc:
             submission.refused = exc
@@ -280,10 +325,9 @@ class Registrar:
             submission.failed = False
         finally:
             self._hops = None
-            submission.done.set()
 
-    async def _apply(self, mutation: Mutation) -> int | None:
-        current = self.snapshot
+    async def _apply(self, mutation: Mutation, publication: _Publication) -> int | None:
+        current = self._current
         snapshot, changes = apply(current, mutation, history_limit=self._history_limit)
         if not changes:
             self._unchanged += 1
@@ -296,26 +340,49 @@ class Registrar:
             self._hops.append(("aether.registrar.store.write", started_ns, time.time_ns()))
         self._applied += 1
         if visible_at is None:
-            self._publish(snapshot, changes)
+            self._advance(snapshot, changes, publication)
+            if self._hops is not None:
+                publication.traced.append(self._hops)
         return visible_at
 
-    def _fold(self, update: StoreUpdate) -> None:
+    def _fold(self, update: StoreUpdate, publication: _Publication) -> None:
         try:
-            snapshot, changes = apply_update(self.snapshot, update, history_limit=self._history_limit)
+            snapshot, changes = apply_update(self._current, update, history_limit=self._history_limit)
         except ValueError as exc:
             raise StoreError(self._backend.description, reason=f"its feed is out of order: {exc}") from exc
         self._folded += 1
-        self._publish(snapshot, changes)
+        self._advance(snapshot, changes, publication)
 
-    def _publish(self, snapshot: RegistrySnapshot, changes: tuple[Change, ...]) -> None:
+    def _advance(
+        self, snapshot: RegistrySnapshot, changes: tuple[Change, ...], publication: _Publication
+    ) -> None:
+        """The owner's registry is now `snapshot`, `changes` after the last; published with `publication`."""
+        self._head = publication.snapshot = snapshot
+        publication.changes.extend(changes)
+
+    def _publish(self, publication: _Publication) -> None:
+        """Publish the registry after a publication's inputs, broadcast their changes, then answer their callers."""
+        snapshot = publication.snapshot
+        if snapshot is not None:
+            self._broadcast(snapshot, tuple(publication.changes), publication.traced)
+        for submission in publication.submissions:
+            submission.done.set()
+
+    def _broadcast(
+        self,
+        snapshot: RegistrySnapshot,
+        changes: tuple[Change, ...],
+        traced: list[list[tuple[str, int, int]]],
+    ) -> None:
         # Invariant: nothing awaits between publishing the snapshot and broadcasting its changes, so a watch
         # that reads the snapshot and subscribes (without awaiting either) misses and repeats nothing.
         self._snapshot.set(snapshot)
         started, started_ns = time.perf_counter(), time.time_ns()
         fell_behind = self._broadcaster.publish(changes)
         self._metrics.fan_out_duration.record(time.perf_counter() - started)
-        if self._hops is not None:
-            self._hops.append(("aether.registrar.fan_out", started_ns, time.time_ns()))
+        ended_ns = time.time_ns()
+        for hops in traced:
+            hops.append(("aether.registrar.fan_out", started_ns, ended_ns))
         for watcher in fell_behind:
             LOG.warning(
                 "watcher %r fell behind by %d changes; disconnected", watcher.name, watcher.fell_behind_by
