@@ -29,6 +29,7 @@ from aether.core.snapshot import (
     Snapshot,
     aggregate_version,
 )
+from aether.xds.encoding import EncodedResources, EncodedResponse
 from aether.xds.protocol import (
     NOTHING,
     Nonces,
@@ -65,13 +66,16 @@ class _Selection:
     """The resources a named subscription selects from `snapshot`, in name order, and their version's aggregate.
 
     SotW must send every selected resource on each change, but finding them need not cost a sort and a lookup per
-    name: from a snapshot derived from `snapshot` (`Snapshot.changed_since`), only the changed names are looked at.
+    name, nor encoding them a copy per resource: from a snapshot derived from `snapshot` (`Snapshot.changed_since`),
+    only the changed names are looked at, and only their blocks encoded again.
     """
 
     names: frozenset[str]
     snapshot: Snapshot
     resources: dict[str, Resource]
     aggregate: int
+    encoded: EncodedResources
+    """`resources` serialized in blocks: a push re-encodes only the blocks of the names that changed."""
 
 
 class SotwStream:
@@ -202,7 +206,13 @@ class SotwStream:
         aggregate = 0
         for resource in resources.values():
             aggregate ^= resource.entry_hash
-        state.selection = _Selection(names=names, snapshot=snapshot, resources=resources, aggregate=aggregate)
+        state.selection = _Selection(
+            names=names,
+            snapshot=snapshot,
+            resources=resources,
+            aggregate=aggregate,
+            encoded=EncodedResources(resources),
+        )
         return resources
 
     def _respond(self, type_url: str, state: _TypeState) -> StreamOutput:
@@ -213,9 +223,18 @@ class SotwStream:
         if state.nacked_version and version == state.nacked_version and not state.always_respond:
             return NOTHING  # never answer a NACK with what was rejected
         nonce = self._nonces.issue()
-        response = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
-        for resource in selected.values():
-            resource.pack_into(response.resources.add())
+        if state.names is None:
+            message = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
+            for resource in selected.values():
+                resource.pack_into(message.resources.add())
+            response = EncodedResponse(
+                type_url=type_url, version_info=version, nonce=nonce, data=message.SerializeToString()
+            )
+        else:
+            assert state.selection is not None, "_selected keeps the selection of a named subscription"
+            response = state.selection.encoded.response(
+                selected, type_url=type_url, version=version, nonce=nonce
+            )
         if type_url == CLUSTER_TYPE:  # only cluster digests are compared (the CDS→EDS trap)
             digests = {name: resource.digest for name, resource in selected.items()}
             if any(state.sent_digests.get(name) not in (None, digest) for name, digest in digests.items()):
@@ -239,6 +258,7 @@ def _update_selection(selection: _Selection, changed: Iterable[str], held: Mappi
         before, after = resources.get(name), held.get(name)
         if before is after:
             continue
+        selection.encoded.changed(name, held=after is not None)
         if before is not None:
             selection.aggregate ^= before.entry_hash
         if after is None:
