@@ -61,7 +61,7 @@ def _run(machine: SotwStream | DeltaStream, inputs: list[Any], response_type: ty
             assert feedback.node_id == machine.node_id
         responses.extend(output.responses)
         last_nonces.update((response.type_url, response.nonce) for response in output.responses)
-        machine.status()
+        assert machine.sync_states() == tuple(row.status for row in machine.status())
     if refused is not None:
         assert refused.code in StatusCode
         assert str(refused), "a protocol error must say what was wrong"

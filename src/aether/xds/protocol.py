@@ -23,14 +23,17 @@ SOURCE = "xds"
 _Request = TypeVar("_Request", bound=Message)
 
 
-def feedback_event(request: Any, *, node_id: str, version: str, now: int) -> ResourceAcked | ResourceNacked:
+def feedback_event(
+    request: Any, *, node_id: str, version: str, now: int, nacked: bool | None = None
+) -> ResourceAcked | ResourceNacked:
     """Return the event of a request that answers our last response: a NACK when it carries `error_detail`.
 
     Args:
         request: A `DiscoveryRequest` or `DeltaDiscoveryRequest` whose `response_nonce` is the response's.
         version: The version of the response it answers.
+        nacked: Whether it carries `error_detail`, when the caller knows already (None: look).
     """
-    if request.HasField("error_detail"):
+    if request.HasField("error_detail") if nacked is None else nacked:
         return ResourceNacked(
             observed_at=now,
             source=SOURCE,
@@ -136,6 +139,10 @@ class StreamMachine(Protocol):
 
     def status(self) -> tuple[TypeStatusRow, ...]:
         """Return the status of every subscribed type, in ADS order."""
+        ...
+
+    def sync_states(self) -> tuple[TypeStatus, ...]:
+        """Return the status of every subscribed type, in ADS order, without versions (cheap: O(types))."""
         ...
 
 

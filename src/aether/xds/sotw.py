@@ -115,7 +115,9 @@ class SotwStream:
             names=request.resource_names,
             nonce=nonce,
         )
-        state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
+        state = self._types.get(type_url)
+        if state is None:
+            state = self._types[type_url] = _TypeState(type_url=type_url)
         names = _subscription(type_url, request.resource_names)
         if not nonce:
             state.names = names
@@ -177,6 +179,10 @@ class SotwStream:
                 )
             )
         return tuple(rows)
+
+    def sync_states(self) -> tuple[TypeStatus, ...]:
+        """Return the status of every subscribed type, in ADS order (`status` without its versions)."""
+        return tuple(row.status for row in self.status())
 
     def _version(self, state: _TypeState) -> str:
         if self._snapshot is not None and state.names is None:
