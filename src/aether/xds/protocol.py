@@ -224,7 +224,7 @@ def check_type(type_url: str, *, node_id: str | None) -> None:
 
 def check_names(names: Iterable[str], *, type_url: str, node_id: str | None) -> None:
     """Reject an empty resource name."""
-    if any(not name for name in names):
+    if "" in names:
         raise ProtocolError(
             code=StatusCode.INVALID_ARGUMENT,
             reason=f"{SHORT_NAMES[type_url]} request names an empty resource name",

@@ -58,6 +58,11 @@ class _TypeState:
     answered: bool = False
     """The subscription got a response: Envoy is not waiting for a first one."""
     selection: _Selection | None = None
+    listed: tuple[str, ...] | None = None
+    """The names the type's last request listed, as listed (None before any request)."""
+    listed_as: frozenset[str] | None = None
+    """The subscription `listed` makes (`_subscription`): an EDS ACK lists every name again, and the same list is
+    not made a set again."""
     """What a named subscription selects from the last snapshot looked at (reused for the next one)."""
 
 
@@ -107,18 +112,20 @@ class SotwStream:
             ProtocolError: the request breaks the protocol (the stream must end with its status).
         """
         type_url, nonce = request.type_url, request.response_nonce
+        # Read once: each read of a repeated field builds its strings anew (an EDS ACK names every cluster).
+        listed = tuple(request.resource_names)
         self.node_id = check_request(
             self._nonces,
             self.node_id,
             node_id=request.node.id,
             type_url=type_url,
-            names=request.resource_names,
+            names=listed,
             nonce=nonce,
         )
         state = self._types.get(type_url)
         if state is None:
             state = self._types[type_url] = _TypeState(type_url=type_url)
-        names = _subscription(type_url, request.resource_names)
+        names = self._subscription(state, listed)
         if not nonce:
             state.names = names
             return self._respond(type_url, state)  # before any snapshot: answered by the first publish
@@ -130,7 +137,7 @@ class SotwStream:
             return StreamOutput(events=(event,))
         state.acked_version, state.nacked_version, state.error = request.version_info, "", ""
         acked = event
-        changed = names != state.names
+        changed = names is not state.names and names != state.names
         if changed:  # an equal set keeps its object: the selection cached for it stays usable
             state.names = names
         if changed or state.always_respond:
@@ -183,6 +190,12 @@ class SotwStream:
     def sync_states(self) -> tuple[TypeStatus, ...]:
         """Return the status of every subscribed type, in ADS order (`status` without its versions)."""
         return tuple(row.status for row in self.status())
+
+    def _subscription(self, state: _TypeState, listed: tuple[str, ...]) -> frozenset[str] | None:
+        """The subscription `listed` names: the one of the type's last request again when it lists the same names."""
+        if listed != state.listed:
+            state.listed, state.listed_as = listed, _subscription(state.type_url, listed)
+        return state.listed_as
 
     def _version(self, state: _TypeState) -> str:
         if self._snapshot is not None and state.names is None:
