@@ -1,7 +1,8 @@
 """The ADS server: purerpc handlers that drive one stream machine per stream (SotW or Delta).
 
-A handler reads requests, converts them with the stream machine, sends the responses, and hands the feedback events
-(ACK, NACK, on-demand requests) to the owner of the node's log. It makes no protocol decisions of its own.
+A stream's tasks feed its requests and its node's snapshots to the stream machine, each in the task that receives
+them, send the responses at once (serialized once, written without a task hand-off), and hand the feedback events
+(ACK, NACK, on-demand requests) to the owner of the node's log. They make no protocol decisions of their own.
 Each stream runs as one task with its own cancel scope and helper nursery: however a stream ends (the client closes,
 resets or goes away, sends junk or breaks the protocol), only that stream ends.
 """
