@@ -66,6 +66,7 @@ def _figures(pushes: list[Push]) -> dict[str, float]:
         "grpc_and_loop_p50_ms": round(statistics.median(other), 3),
         "server_cpu_p99_over_p99": round(_percentile(cpu, 0.99) / _percentile(seconds, 0.99), 4),
         "server_share_p50": round(statistics.median(cpu) / statistics.median(seconds), 4),
+        "server_cpu_p50_over_p99_aim": round(statistics.median(cpu) / P99_AIM_MS, 4),
     }
 
 
@@ -108,8 +109,14 @@ def main() -> None:
     figures["delta_p99_over_sotw_p99"] = round(delta["p99_ms"] / sotw["p99_ms"], 3)
     print(f"  delta p99 / sotw p99 (the reference, same run): {figures['delta_p99_over_sotw_p99']:.3f}")
     print(
+        "  the <= 5% figure: server CPU per push / push->ACK latency, medians over the pushes (CPU/p50 above):"
+        f" delta {delta['server_share_p50']:.1%}; at p99 (CPU p99 / p99) {delta['server_cpu_p99_over_p99']:.1%};"
+        f" CPU p50 / the {P99_AIM_MS:.0f} ms p99 aim {delta['server_cpu_p50_over_p99_aim']:.1%}"
+    )
+    print(
         f"  aim: delta p99 <= {P99_AIM_MS:.0f} ms: {'met' if delta['p99_ms'] <= P99_AIM_MS else 'NOT met'};"
-        f" server CPU <= {SHARE_AIM:.0%} of it: {'met' if delta['server_share_p50'] <= SHARE_AIM else 'NOT met'}"
+        f" server CPU <= {SHARE_AIM:.0%} of the push->ACK (medians):"
+        f" {'met' if delta['server_share_p50'] <= SHARE_AIM else 'NOT met'}"
     )
     write_results("xds_change", figures)
 

@@ -90,14 +90,20 @@ def _cancel_while_answered(path: Path, count: int, *, delta: bool) -> None:
         call.cancel()
 
 
-def _open_stream(path: Path, outbox: queue.Queue[object], inbox: queue.Queue[object]) -> None:
-    """A long-lived SotW stream: sends what appears in `outbox`, puts each response (or the error) in `inbox`."""
+def _open_stream(
+    path: Path, outbox: queue.Queue[object], inbox: queue.Queue[object], *, window: int | None = None
+) -> None:
+    """A long-lived SotW stream: sends what appears in `outbox`, puts each response (or the error) in `inbox`.
+
+    With `window`, the client's flow-control window per stream stays that many bytes (no growth by BDP probes).
+    """
 
     def requests() -> Iterator[object]:
         while (item := outbox.get()) is not _END:
             yield item
 
-    with grpc.insecure_channel(f"unix:{path}") as channel:
+    options = [] if window is None else [("grpc.http2.lookahead_bytes", window), ("grpc.http2.bdp_probe", 0)]
+    with grpc.insecure_channel(f"unix:{path}", options=options) as channel:
         stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
         try:
             for response in stub.StreamAggregatedResources(requests(), timeout=10):
@@ -318,3 +324,39 @@ def test_the_server_serves_ads_and_the_standalone_sds_service() -> None:
         ),
         ("envoy.service.secret.v3.SecretDiscoveryService", ["DeltaSecrets", "StreamSecrets"]),
     ]
+
+
+async def test_a_response_the_window_refuses_goes_through_the_handler_and_later_ones_follow_in_order(
+    tmp_path: Path,
+) -> None:
+    """A CDS response larger than the client's flow-control window is sent as the window opens; the responses
+    made meanwhile and after (EDS, a push) arrive after it, in nonce order."""
+    path = tmp_path / "xds.sock"
+    cache = SnapshotCache()
+    names = [f"cluster-{index:04d}" for index in range(3_000)]  # ~100 KiB of clusters: over 64 KiB
+    cache.set_snapshot(snapshot(*(cluster(name) for name in names), assignment(names[0], 1)))
+    server = XdsServer(cache)
+    outbox: queue.Queue[object] = queue.Queue()
+    inbox: queue.Queue[object] = queue.Queue()
+    async with trio.open_nursery() as nursery:
+        await _serving(nursery, server, path)
+        nursery.start_soon(
+            lambda: trio.to_thread.run_sync(
+                functools.partial(_open_stream, path, outbox, inbox, window=16_384), abandon_on_cancel=True
+            )
+        )
+        outbox.put(_sotw(type_url=CLUSTER_TYPE))
+        outbox.put(_sotw(type_url=ENDPOINT_TYPE, resource_names=[names[0]]))
+        clusters = await _first_response(inbox)
+        endpoints = await _first_response(inbox)
+        cache.set_snapshot(snapshot(*(cluster(name) for name in names), assignment(names[0], 2), seq=2))
+        pushed = await _first_response(inbox)
+        assert [(response.type_url, response.nonce) for response in (clusters, endpoints, pushed)] == [
+            (CLUSTER_TYPE, "1"),
+            (ENDPOINT_TYPE, "2"),
+            (ENDPOINT_TYPE, "3"),
+        ]
+        assert len(clusters.resources) == len(names)
+        assert clusters.ByteSize() > 16_384
+        outbox.put(_END)
+        nursery.cancel_scope.cancel()

@@ -79,7 +79,11 @@ class LatestValue(Generic[T]):
         Raises:
             trio.ClosedResourceError: The cell is closed and `predicate` does not hold on its last value.
         """
-        await trio.lowlevel.checkpoint()
+        if predicate(self._value) or self._closed:
+            await trio.lowlevel.checkpoint()
+        else:
+            # Parking is the checkpoint: a waiter that parks is not scheduled once more for nothing.
+            await self._lot.park()
         while True:
             value = self._value
             if predicate(value):

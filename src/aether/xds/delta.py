@@ -24,6 +24,7 @@ event; it is sent when a later snapshot holds it, or answered as removed when th
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import attrs
@@ -124,27 +125,31 @@ class DeltaStream:
             ProtocolError: the request breaks the protocol (the stream must end with its status).
         """
         type_url = request.type_url
+        subscribe, unsubscribe = request.resource_names_subscribe, request.resource_names_unsubscribe
+        nonce = request.response_nonce
         self.node_id = check_request(
             self._nonces,
             self.node_id,
             node_id=request.node.id,
             type_url=type_url,
-            names=[*request.resource_names_subscribe, *request.resource_names_unsubscribe],
-            nonce=request.response_nonce,
+            names=itertools.chain(subscribe, unsubscribe),
+            nonce=nonce,
         )
-        first = type_url not in self._types
-        state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
+        state = self._types.get(type_url)
+        first = state is None
+        if state is None:
+            state = self._types[type_url] = _TypeState(type_url=type_url)
         output = NOTHING
-        if request.response_nonce:
-            output += self._feedback(state, request, now=now)
+        if nonce:
+            output = self._feedback(state, request, now=now)
             if state.isolate and not first:
                 output += self._push(state)  # the resources of a NACKed response, one per response
         if first:
             state.acked = dict(request.initial_resource_versions)
             state.expected = dict(state.acked)
-            if not request.resource_names_subscribe and type_url in WILDCARD_TYPES:
+            if not subscribe and type_url in WILDCARD_TYPES:
                 state.wildcard = True  # the legacy wildcard: a first CDS/LDS request naming nothing
-        if first or request.resource_names_subscribe or request.resource_names_unsubscribe:
+        if first or subscribe or unsubscribe:
             self._update_subscription(state, request)
             output += self._on_demand(state, now=now) + self._push(state)
         # A plain ACK or NACK needs no push: what is new reaches Envoy through `publish`.
@@ -167,24 +172,23 @@ class DeltaStream:
             state = self._types.get(type_url)
             if state is None:
                 continue
-            if state.error:
-                status = TypeStatus.NACKED
-            elif state.in_flight:
-                status = TypeStatus.STALE
-            elif state.sent_any or state.acked:
-                status = TypeStatus.SYNCED
-            else:
-                status = TypeStatus.NOT_SENT
             rows.append(
                 TypeStatusRow(
                     type_url=type_url,
-                    status=status,
+                    status=_type_status(state),
                     acked_version=_summary(state.acked),
                     sent_version=_summary(state.expected),
                     error=state.error,
                 )
             )
         return tuple(rows)
+
+    def sync_states(self) -> tuple[TypeStatus, ...]:
+        """Return the status of every subscribed type, in ADS order, without the versions `status` summarizes: O(types),
+        where `status` hashes every name Envoy holds (what the proxies gauge reads, on every metrics export)."""
+        return tuple(
+            _type_status(state) for type_url in TYPE_ORDER if (state := self._types.get(type_url)) is not None
+        )
 
     def _feedback(
         self, state: _TypeState, request: discovery_pb2.DeltaDiscoveryRequest, *, now: int
@@ -193,7 +197,8 @@ class DeltaStream:
         if sent is None:
             return NOTHING  # already answered (a duplicate) or superseded
         assert self.node_id is not None
-        if request.HasField("error_detail"):
+        nacked = request.HasField("error_detail")
+        if nacked:
             # Envoy holds none of the response's versions; which resource failed, it does not say (see the module).
             updated = [name for name, version in sent.changes.items() if version != _REMOVED]
             if len(updated) == 1:
@@ -209,7 +214,9 @@ class DeltaStream:
                 _restore(state.acked, name, None if version == _REMOVED else version)
             state.error = ""
         return StreamOutput(
-            events=(feedback_event(request, node_id=self.node_id, version=sent.version, now=now),)
+            events=(
+                feedback_event(request, node_id=self.node_id, version=sent.version, now=now, nacked=nacked),
+            )
         )
 
     def _update_subscription(self, state: _TypeState, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
@@ -352,6 +359,16 @@ class DeltaStream:
             for name in clusters:
                 endpoints.expected.pop(name, None)
                 endpoints.dirty.add(name)
+
+
+def _type_status(state: _TypeState) -> TypeStatus:
+    if state.error:
+        return TypeStatus.NACKED
+    if state.in_flight:
+        return TypeStatus.STALE
+    if state.sent_any or state.acked:
+        return TypeStatus.SYNCED
+    return TypeStatus.NOT_SENT
 
 
 def _restore(held: dict[str, str], name: str, version: str | None) -> None:

@@ -49,15 +49,11 @@ class XdsTelemetry:
     def _proxies(self) -> list[tuple[int, dict[str, str]]]:
         # Runs on the metric reader's thread while trio's owns the machines: read a copy, skip a torn read.
         try:
-            rows = [machine.status() for machine in list(self._machines())]
+            rows = [machine.sync_states() for machine in list(self._machines())]
         except RuntimeError:
             return []
         counts = collections.Counter(
-            next(
-                (state for state in _WORST_FIRST if any(row.status is state for row in types)),
-                TypeStatus.NOT_SENT,
-            )
-            for types in rows
+            next((state for state in _WORST_FIRST if state in states), TypeStatus.NOT_SENT) for states in rows
         )
         return [(counts.get(state, 0), {"aether.xds.sync_state": state.value}) for state in _WORST_FIRST]
 

@@ -23,14 +23,17 @@ SOURCE = "xds"
 _Request = TypeVar("_Request", bound=Message)
 
 
-def feedback_event(request: Any, *, node_id: str, version: str, now: int) -> ResourceAcked | ResourceNacked:
+def feedback_event(
+    request: Any, *, node_id: str, version: str, now: int, nacked: bool | None = None
+) -> ResourceAcked | ResourceNacked:
     """Return the event of a request that answers our last response: a NACK when it carries `error_detail`.
 
     Args:
         request: A `DiscoveryRequest` or `DeltaDiscoveryRequest` whose `response_nonce` is the response's.
         version: The version of the response it answers.
+        nacked: Whether it carries `error_detail`, when the caller knows already (None: look).
     """
-    if request.HasField("error_detail"):
+    if request.HasField("error_detail") if nacked is None else nacked:
         return ResourceNacked(
             observed_at=now,
             source=SOURCE,
@@ -138,6 +141,10 @@ class StreamMachine(Protocol):
         """Return the status of every subscribed type, in ADS order."""
         ...
 
+    def sync_states(self) -> tuple[TypeStatus, ...]:
+        """Return the status of every subscribed type, in ADS order, without versions (cheap: O(types))."""
+        ...
+
 
 class Nonces:
     """Issues this stream's nonces ("1", "2", ...) and tells a nonce it issued from one it never did."""
@@ -217,7 +224,7 @@ def check_type(type_url: str, *, node_id: str | None) -> None:
 
 def check_names(names: Iterable[str], *, type_url: str, node_id: str | None) -> None:
     """Reject an empty resource name."""
-    if any(not name for name in names):
+    if "" in names:
         raise ProtocolError(
             code=StatusCode.INVALID_ARGUMENT,
             reason=f"{SHORT_NAMES[type_url]} request names an empty resource name",

@@ -1,7 +1,8 @@
 """The ADS server: purerpc handlers that drive one stream machine per stream (SotW or Delta).
 
-A handler reads requests, converts them with the stream machine, sends the responses, and hands the feedback events
-(ACK, NACK, on-demand requests) to the owner of the node's log. It makes no protocol decisions of its own.
+A stream's tasks feed its requests and its node's snapshots to the stream machine, each in the task that receives
+them, send the responses at once (serialized once, written without a task hand-off), and hand the feedback events
+(ACK, NACK, on-demand requests) to the owner of the node's log. They make no protocol decisions of their own.
 Each stream runs as one task with its own cancel scope and helper nursery: however a stream ends (the client closes,
 resets or goes away, sends junk or breaks the protocol), only that stream ends.
 """
@@ -21,6 +22,8 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from aether.core.events import Event
 from aether.core.snapshot import Snapshot
+from aether.rpc.direct import EncodedMessage, StreamSender, current_server_stream
+from aether.sync import LatestValue
 from aether.telemetry import current_telemetry
 from aether.xds.cache import SnapshotCache
 from aether.xds.delta import DeltaStream
@@ -166,9 +169,12 @@ class XdsServer:
 
     async def _stream(
         self, requests: AsyncIterator[_RawRequest], machine: StreamMachine
-    ) -> AsyncIterator[Any]:
-        """The purerpc handler of one stream: yield what the stream's task sends, until it ends.
+    ) -> AsyncIterator[EncodedMessage]:
+        """The purerpc handler of one stream: send what the stream's outbox could not send at once, until it ends.
 
+        The stream's tasks step `machine` and hand each response's bytes to the stream's `_Outbox`, which sends them
+        on the spot (`aether.rpc.direct.StreamSender`) while nothing waits before them; only what it cannot send
+        now (the flow-control window is used up, no direct sender) comes here, to be yielded as the window opens.
         An async generator cannot own a nursery across its yields, so the stream runs as one task in the server's
         nursery (`_run_stream`), under a cancel scope of its own that this handler cancels when it ends.
         """
@@ -176,98 +182,119 @@ class XdsServer:
         assert nursery is not None, "XdsServer.serve() must run before streams are served; this is a bug"
         stream_id = next(self._ids)
         scope = trio.CancelScope()
-        send, receive = trio.open_memory_channel[Any](0)
-        nursery.start_soon(self._run_stream, stream_id, machine, requests, send, scope)
+        grpc_stream = current_server_stream()
+        outbox = _Outbox(sender=None if grpc_stream is None else StreamSender(grpc_stream))
+        nursery.start_soon(self._run_stream, stream_id, machine, requests, outbox, scope)
         try:
-            async for item in receive:
-                if isinstance(item, _Refused):
-                    raise _STATUS_ERRORS[item.error.code](str(item.error)) from item.error
-                yield item
+            while True:
+                seen = outbox.rings.value
+                for data in outbox.take():
+                    yield EncodedMessage(data)
+                if outbox.ended:
+                    if isinstance(outbox.ending, ProtocolError):
+                        error = outbox.ending
+                        raise _STATUS_ERRORS[error.code](str(error)) from error
+                    return
+                if outbox.idle():  # from now on, the stream's tasks send at once while the window takes it
+                    await outbox.rings.wait_changed(seen)
         finally:
-            # Invariant: the scope is cancelled before the channel closes, so the stream's task is cancelled
-            # instead of finding its channel broken (purerpc closes this handler when the peer goes away).
+            # Invariant: the scope is cancelled before the handler ends, so the stream's task is cancelled
+            # instead of sending on a stream that is gone (purerpc closes this handler when the peer goes away).
             scope.cancel()
-            receive.close()
 
     async def _run_stream(
         self,
         stream_id: int,
         machine: StreamMachine,
         requests: AsyncIterator[_RawRequest],
-        responses: trio.MemorySendChannel[Any],
+        outbox: _Outbox,
         scope: trio.CancelScope,
     ) -> None:
-        """Serve one stream: pump its requests through `machine`, send what it returns to the handler.
+        """Serve one stream: pump its requests and its node's snapshots through `machine`, its responses to `outbox`.
 
         Error handling: every way a stream ends ends only this stream. The client half-closes or goes away
         (`purerpc.RpcFailedError` from its requests, logged at debug), a request breaks the protocol or does not
-        decode (`ProtocolError`, logged at warning, sent to the handler as the stream's status), or the handler
+        decode (`ProtocolError`, logged at warning, handed to the handler as the stream's status), or the handler
         ends (this task's scope is cancelled). Any other exception is a bug and propagates.
         """
         self._machines[stream_id] = machine
         self._streams_total += 1
         try:
             with scope:
-                async with responses:
-                    ending = await self._serve_requests(machine, requests, responses)
-                    node = machine.node_id
-                    if isinstance(ending, ProtocolError):
-                        self._errors += 1
-                        LOG.warning("xds stream %d closed: %s", stream_id, ending)
-                        await responses.send(_Refused(error=ending))
-                    elif ending is None:
-                        LOG.debug("xds stream %d of node %r: the client closed its requests", stream_id, node)
-                    else:
-                        LOG.debug("xds stream %d of node %r ended: %s", stream_id, node, ending)
+                ending = await self._serve_requests(machine, requests, outbox)
+                node = machine.node_id
+                if isinstance(ending, ProtocolError):
+                    self._errors += 1
+                    LOG.warning("xds stream %d closed: %s", stream_id, ending)
+                elif ending is None:
+                    LOG.debug("xds stream %d of node %r: the client closed its requests", stream_id, node)
+                else:
+                    LOG.debug("xds stream %d of node %r ended: %s", stream_id, node, ending)
+                outbox.end(ending)
         finally:
             del self._machines[stream_id]
 
     async def _serve_requests(
-        self,
-        machine: StreamMachine,
-        requests: AsyncIterator[_RawRequest],
-        responses: trio.MemorySendChannel[Any],
+        self, machine: StreamMachine, requests: AsyncIterator[_RawRequest], outbox: _Outbox
     ) -> ProtocolError | purerpc.RpcFailedError | None:
-        """Feed `machine` the stream's requests and its node's snapshots; return how the stream ended.
+        """Feed `machine` the stream's requests (here) and its node's snapshots (`_watch`); return how it ended.
+
+        Each request is stepped in the task that receives it, and each snapshot in the task that waits for it: no
+        hand-off between them. The two tasks take turns on the machine without a lock: a step and the hand-over of
+        its responses to the outbox run without a checkpoint, so responses leave in the order the machine made them.
 
         Returns:
             The protocol error that ends it, the failure of its requests (the peer went away), or None when the
             client closed its requests.
         """
-        # Buffer 0: the pump waits until this loop takes each request, so requests keep their order and the
-        # watcher's "latest snapshot wins" holds (it re-reads the cache after each hand-off).
-        send, receive = trio.open_memory_channel[Any](0)
         recorder: StreamTelemetry | None = self._telemetry.stream() if self._telemetry.enabled else None
-        async with send, receive, trio.open_nursery() as helpers:
+        async with trio.open_nursery() as helpers:
             try:
-                helpers.start_soon(self._pump, requests, send.clone())
                 watching = False
-                async for item in receive:
-                    if isinstance(item, _RequestsEnded):
-                        return item.failure
+                async for request in requests:
                     try:
-                        output = self._step(machine, item)
+                        output = self._step(machine, request)
                     except ProtocolError as exc:
                         return exc
                     if not watching and machine.node_id is not None:
                         watching = True
-                        helpers.start_soon(self._watch, machine.node_id, send.clone())
-                    if recorder is not None:
-                        recorder.feedback(output.events)
-                        if isinstance(item, Snapshot):
-                            recorder.seq = item.seq
-                    await self._emit(output.events)
-                    for response in output.responses:
-                        await responses.send(response)
-                        self._responses += 1
-                        if recorder is not None:
-                            recorder.sent(response, node_id=machine.node_id or "")
-                raise AssertionError("the request channel closed while its pump ran; this is a bug")
+                        helpers.start_soon(self._watch, machine, outbox, recorder)
+                    await self._deliver(machine, output, outbox, recorder)
+            except purerpc.RpcFailedError as exc:
+                # The peer reset the stream or went away (`PeerGoneError`), or sent a message over the size limit
+                # (`MessageTooLargeError`, its status already sent by aether.rpc.compat).
+                return exc
             finally:
                 if recorder is not None:
                     recorder.ended()
-                # Invariant: the helpers are cancelled before the channels close (so none finds one broken).
                 helpers.cancel_scope.cancel()
+            return None
+
+    async def _watch(self, machine: StreamMachine, outbox: _Outbox, recorder: StreamTelemetry | None) -> None:
+        node_id = machine.node_id
+        assert node_id is not None, "a stream is watched once its node is known; this is a bug"
+        seen = None
+        while True:
+            seen = await self._cache.wait_newer(node_id, seen=seen)
+            output = self._step(machine, seen)
+            if recorder is not None:
+                recorder.seq = seen.seq
+            await self._deliver(machine, output, outbox, recorder)
+
+    async def _deliver(
+        self, machine: StreamMachine, output: StreamOutput, outbox: _Outbox, recorder: StreamTelemetry | None
+    ) -> None:
+        """Hand `output`'s responses to `outbox`, each serialized once, before any checkpoint; then append its events."""
+        if recorder is not None:
+            recorder.feedback(output.events)
+        for response in output.responses:
+            outbox.send(response.SerializeToString())
+            self._responses += 1
+            if recorder is not None:
+                recorder.sent(response, node_id=machine.node_id or "")
+        if self._feedback is not None:
+            for event in output.events:
+                await self._feedback.send(event)
 
     def _step(self, machine: StreamMachine, item: _RawRequest | Snapshot) -> StreamOutput:
         now = self._clock()
@@ -275,31 +302,58 @@ class XdsServer:
             return machine.publish(item, now=now)
         return machine.receive_bytes(item.data, now=now)
 
-    async def _emit(self, events: tuple[Event, ...]) -> None:
-        if self._feedback is None:
-            return
-        for event in events:
-            await self._feedback.send(event)
 
-    async def _pump(self, requests: AsyncIterator[_RawRequest], send: trio.MemorySendChannel[Any]) -> None:
-        async with send:
-            try:
-                async for request in requests:
-                    await send.send(request)
-            except purerpc.RpcFailedError as exc:
-                # The peer reset the stream or went away (`PeerGoneError`), or sent a message over the size limit
-                # (`MessageTooLargeError`, its status already sent by aether.rpc.compat).
-                await send.send(_RequestsEnded(failure=exc))
+class _Outbox:
+    """One stream's responses on their way out, in order: sent at once while nothing waits before them, else
+    queued for the stream's handler.
+
+    While the outbox is direct, `send` writes a response's bytes with the stream's `StreamSender` (no task woken, no
+    copy through h2's buffer). What the sender refuses (the flow-control window is used up, or the message is over
+    the size limit: the handler's send raises it) and everything after it is queued, and the handler woken. Invariant:
+    the handler and `send` take turns, as `aether.registrar.broadcaster.Watcher` and its stream do: `take` stops
+    direct sends, and `idle` starts them again once nothing is queued.
+    """
+
+    __slots__ = ("_direct", "_pending", "_sender", "ended", "ending", "rings")
+
+    def __init__(self, *, sender: StreamSender | None) -> None:
+        self._sender = sender
+        self._direct = False
+        """The handler is waiting (`idle`) and nothing is queued: `send` may write at once."""
+        self._pending: list[bytes] = []
+        self.rings: LatestValue[object] = LatestValue(object())
+        """A new token each time the handler has something to do: a ring while it yields is not lost."""
+        self.ended = False
+        self.ending: ProtocolError | purerpc.RpcFailedError | None = None
+        """How the stream ended, once `ended`: the handler ends it with this error's status, if a protocol error."""
+
+    def send(self, data: bytes) -> None:
+        """Send one serialized response after every one before it: now if possible, else through the handler."""
+        if self._direct:
+            assert self._sender is not None, "direct only with a sender; this is a bug"
+            if self._sender.send_nowait((data,)):
                 return
-            # The loop holds other senders (the watcher's), so closing ours would not end it: say it.
-            await send.send(_RequestsEnded(failure=None))
+            self._direct = False
+        self._pending.append(data)
+        self.rings.set(object())
 
-    async def _watch(self, node_id: str, send: trio.MemorySendChannel[Any]) -> None:
-        async with send:
-            seen = None
-            while True:
-                seen = await self._cache.wait_newer(node_id, seen=seen)
-                await send.send(seen)
+    def take(self) -> list[bytes]:
+        """Return and forget the queued responses, oldest first; direct sends stop until `idle`."""
+        taken, self._pending = self._pending, []
+        self._direct = False
+        return taken
+
+    def idle(self) -> bool:
+        """Return True if nothing is queued (the handler sent all it took), and if so let `send` write at once."""
+        if self._pending:
+            return False
+        self._direct = self._sender is not None
+        return True
+
+    def end(self, ending: ProtocolError | purerpc.RpcFailedError | None) -> None:
+        """Say how the stream ended: the handler sends what is queued, then ends the stream."""
+        self.ended, self.ending = True, ending
+        self.rings.set(object())
 
 
 class _RawRequest:
@@ -314,18 +368,3 @@ class _RawRequest:
 
     def ParseFromString(self, data: bytes) -> None:  # the name purerpc calls
         self.data = data
-
-
-@attrs.frozen(kw_only=True)
-class _RequestsEnded:
-    """Put in a stream's request channel when its request iterator ends."""
-
-    failure: purerpc.RpcFailedError | None
-    """Why, when the peer went away; None when it closed its requests (half-close)."""
-
-
-@attrs.frozen(kw_only=True)
-class _Refused:
-    """Sent to a stream's handler instead of a response: end the stream with this error's status."""
-
-    error: ProtocolError

@@ -29,6 +29,7 @@ from aether.core.snapshot import (
     Snapshot,
     aggregate_version,
 )
+from aether.xds.encoding import EncodedResources, EncodedResponse
 from aether.xds.protocol import (
     NOTHING,
     Nonces,
@@ -57,6 +58,11 @@ class _TypeState:
     answered: bool = False
     """The subscription got a response: Envoy is not waiting for a first one."""
     selection: _Selection | None = None
+    listed: tuple[str, ...] | None = None
+    """The names the type's last request listed, as listed (None before any request)."""
+    listed_as: frozenset[str] | None = None
+    """The subscription `listed` makes (`_subscription`): an EDS ACK lists every name again, and the same list is
+    not made a set again."""
     """What a named subscription selects from the last snapshot looked at (reused for the next one)."""
 
 
@@ -65,13 +71,16 @@ class _Selection:
     """The resources a named subscription selects from `snapshot`, in name order, and their version's aggregate.
 
     SotW must send every selected resource on each change, but finding them need not cost a sort and a lookup per
-    name: from a snapshot derived from `snapshot` (`Snapshot.changed_since`), only the changed names are looked at.
+    name, nor encoding them a copy per resource: from a snapshot derived from `snapshot` (`Snapshot.changed_since`),
+    only the changed names are looked at, and only their blocks encoded again.
     """
 
     names: frozenset[str]
     snapshot: Snapshot
     resources: dict[str, Resource]
     aggregate: int
+    encoded: EncodedResources
+    """`resources` serialized in blocks: a push re-encodes only the blocks of the names that changed."""
 
 
 class SotwStream:
@@ -103,16 +112,20 @@ class SotwStream:
             ProtocolError: the request breaks the protocol (the stream must end with its status).
         """
         type_url, nonce = request.type_url, request.response_nonce
+        # Read once: each read of a repeated field builds its strings anew (an EDS ACK names every cluster).
+        listed = tuple(request.resource_names)
         self.node_id = check_request(
             self._nonces,
             self.node_id,
             node_id=request.node.id,
             type_url=type_url,
-            names=request.resource_names,
+            names=listed,
             nonce=nonce,
         )
-        state = self._types.setdefault(type_url, _TypeState(type_url=type_url))
-        names = _subscription(type_url, request.resource_names)
+        state = self._types.get(type_url)
+        if state is None:
+            state = self._types[type_url] = _TypeState(type_url=type_url)
+        names = self._subscription(state, listed)
         if not nonce:
             state.names = names
             return self._respond(type_url, state)  # before any snapshot: answered by the first publish
@@ -124,7 +137,7 @@ class SotwStream:
             return StreamOutput(events=(event,))
         state.acked_version, state.nacked_version, state.error = request.version_info, "", ""
         acked = event
-        changed = names != state.names
+        changed = names is not state.names and names != state.names
         if changed:  # an equal set keeps its object: the selection cached for it stays usable
             state.names = names
         if changed or state.always_respond:
@@ -174,6 +187,16 @@ class SotwStream:
             )
         return tuple(rows)
 
+    def sync_states(self) -> tuple[TypeStatus, ...]:
+        """Return the status of every subscribed type, in ADS order (`status` without its versions)."""
+        return tuple(row.status for row in self.status())
+
+    def _subscription(self, state: _TypeState, listed: tuple[str, ...]) -> frozenset[str] | None:
+        """The subscription `listed` names: the one of the type's last request again when it lists the same names."""
+        if listed != state.listed:
+            state.listed, state.listed_as = listed, _subscription(state.type_url, listed)
+        return state.listed_as
+
     def _version(self, state: _TypeState) -> str:
         if self._snapshot is not None and state.names is None:
             return self._snapshot.version(state.type_url)  # O(1): kept up to date by the snapshot
@@ -202,7 +225,13 @@ class SotwStream:
         aggregate = 0
         for resource in resources.values():
             aggregate ^= resource.entry_hash
-        state.selection = _Selection(names=names, snapshot=snapshot, resources=resources, aggregate=aggregate)
+        state.selection = _Selection(
+            names=names,
+            snapshot=snapshot,
+            resources=resources,
+            aggregate=aggregate,
+            encoded=EncodedResources(resources),
+        )
         return resources
 
     def _respond(self, type_url: str, state: _TypeState) -> StreamOutput:
@@ -213,9 +242,18 @@ class SotwStream:
         if state.nacked_version and version == state.nacked_version and not state.always_respond:
             return NOTHING  # never answer a NACK with what was rejected
         nonce = self._nonces.issue()
-        response = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
-        for resource in selected.values():
-            resource.pack_into(response.resources.add())
+        if state.names is None:
+            message = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
+            for resource in selected.values():
+                resource.pack_into(message.resources.add())
+            response = EncodedResponse(
+                type_url=type_url, version_info=version, nonce=nonce, data=message.SerializeToString()
+            )
+        else:
+            assert state.selection is not None, "_selected keeps the selection of a named subscription"
+            response = state.selection.encoded.response(
+                selected, type_url=type_url, version=version, nonce=nonce
+            )
         if type_url == CLUSTER_TYPE:  # only cluster digests are compared (the CDS→EDS trap)
             digests = {name: resource.digest for name, resource in selected.items()}
             if any(state.sent_digests.get(name) not in (None, digest) for name, digest in digests.items()):
@@ -239,6 +277,7 @@ def _update_selection(selection: _Selection, changed: Iterable[str], held: Mappi
         before, after = resources.get(name), held.get(name)
         if before is after:
             continue
+        selection.encoded.changed(name, held=after is not None)
         if before is not None:
             selection.aggregate ^= before.entry_hash
         if after is None:
