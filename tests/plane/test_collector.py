@@ -53,7 +53,7 @@ def test_survivors_are_frozen_and_frozen_cycles_are_reclaimed_once_the_populatio
         with collector_deferred():
             kept = [[] for _ in range(grown)]  # a projection's long-lived objects
         assert alive() is None, "the full collection after the population grew reclaims it"
-        assert collector._Frozen.after_full > threshold
+        assert collector._Frozen.after_full >= len(kept), "counted after the collection"
         del kept
     finally:
         gc.unfreeze()
