@@ -4,7 +4,7 @@ What a fold or a projection builds is small immutable objects that never form cy
 model of every route, its translations, the snapshot); reference counting frees them all. CPython's cyclic
 collector still walks them: each young collection walks what was allocated since the last, and each full
 collection, run every time the long-lived population grew by a quarter, walks every tracked object. A projection
-from scratch at 10,000 HTTPRoutes keeps ~550,000 tracked objects, and the collector's passes over them (each full
+from scratch at 10,000 HTTPRoutes keeps ~500,000 tracked objects, and the collector's passes over them (each full
 collection a little larger than the last) cost as much as the projection's own work while they can free nothing.
 
 So:
@@ -14,7 +14,9 @@ So:
   was young garbage at the freeze, or a frozen object that became part of garbage later) is not lost: it counts in
   the frozen population, and once that population grew by `FULL_COLLECTION_GROWTH` since the last full collection
   (CPython's own rule for full collections, applied to what is frozen), everything is unfrozen, collected once and
-  frozen again. Frozen garbage is so bounded by a quarter of what is alive.
+  frozen again. Frozen garbage is so bounded by a quarter of what was alive after the last full collection
+  (plus `FULL_COLLECTION_MINIMUM`). The frozen population is estimated without walking it (what each freeze
+  added), and counted only when the estimate calls for a collection.
 
 Process-wide, like the collector: every caller that drives a projection (the plane's publisher for the agent and
 the edge, the controller's status reconcile) uses the same `collector_deferred`.
