@@ -22,7 +22,8 @@ from aether.core.events import Endpoint, EndpointsSnapshotReceived, decode_event
 from aether.core.reduce import fold_many
 from aether.core.state import EMPTY_STATE, State, encode_state
 from aether.log import open_event_log, scan_log
-from aether.plane.replay import collector_paused, replay_log
+from aether.plane.collector import collector_paused
+from aether.plane.replay import replay_log
 
 SERVICES = 10_000
 ENDPOINTS_PER_SERVICE = 10

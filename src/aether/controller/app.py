@@ -49,6 +49,7 @@ from aether.kube.watch import (
     WatchQuery,
     serve_reflectors,
 )
+from aether.plane.collector import collector_deferred
 from aether.telemetry import current_telemetry
 
 __all__ = [
@@ -225,7 +226,8 @@ class _Controller:
         if not (self._dirty or force) or self._unsynced or not self._leading():
             return
         self._dirty = False
-        view = self._projector.view(self._state)
+        with collector_deferred():
+            view = self._projector.view(self._state)
         if force:
             self._queue.everything()
         wanted = self._queue.take(view.status, self._projector.status_changes())

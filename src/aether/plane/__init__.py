@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aether.plane.admin import Documents, HasStatistics, plane_documents, serve_admin
     from aether.plane.admin_client import DEFAULT_ADMIN_SOCKET, fetch_admin, render_status
+    from aether.plane.collector import collector_deferred, collector_paused
     from aether.plane.journal import CHECKPOINT_EVERY, MAX_BATCH, Journal, JournalStatistics, open_journal
     from aether.plane.plane import DEFAULT_XDS_SOCKET, Plane, Projection, open_plane
     from aether.plane.publisher import Publisher, PublisherStatistics
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
         Replay,
         UndecodableRecordError,
         checkpoint_problems,
-        collector_paused,
         decode_record,
         decoded_records,
         explain_resource,
@@ -38,6 +38,8 @@ _MODULE_OF = {
     "DEFAULT_ADMIN_SOCKET": "admin_client",
     "fetch_admin": "admin_client",
     "render_status": "admin_client",
+    "collector_deferred": "collector",
+    "collector_paused": "collector",
     "CHECKPOINT_EVERY": "journal",
     "MAX_BATCH": "journal",
     "Journal": "journal",
@@ -53,7 +55,6 @@ _MODULE_OF = {
     "Replay": "replay",
     "UndecodableRecordError": "replay",
     "checkpoint_problems": "replay",
-    "collector_paused": "replay",
     "decode_record": "replay",
     "decoded_records": "replay",
     "explain_resource": "replay",
@@ -79,6 +80,7 @@ __all__ = [
     "Replay",
     "UndecodableRecordError",
     "checkpoint_problems",
+    "collector_deferred",
     "collector_paused",
     "decode_record",
     "decoded_records",

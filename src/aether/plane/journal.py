@@ -23,7 +23,8 @@ from aether.core.events import Event, ResourceAcked, encode_event
 from aether.core.reduce import fold_many
 from aether.core.state import State, encode_state
 from aether.log import EventLog, LogLock, open_event_log
-from aether.plane.replay import Replay, collector_paused, replay_log, resume_replay
+from aether.plane.collector import collector_paused
+from aether.plane.replay import Replay, replay_log, resume_replay
 from aether.telemetry import JournalMetrics, change_tracer, current_telemetry
 
 __all__ = ["CHECKPOINT_EVERY", "MAX_BATCH", "Journal", "JournalStatistics", "open_journal"]

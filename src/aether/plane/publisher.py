@@ -15,6 +15,7 @@ import attrs
 
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
+from aether.plane.collector import collector_deferred
 from aether.plane.memory import release_memory
 from aether.telemetry import JournalMetrics, current_telemetry, observe
 from aether.xds.cache import SnapshotCache
@@ -85,7 +86,8 @@ class Publisher:
     def __call__(self, state: State, now: int) -> None:
         """Project `state` (observed up to `now`) and publish its snapshot if it is consistent."""
         started = time.perf_counter()
-        snapshot = self._project(state, now)
+        with collector_deferred():
+            snapshot = self._project(state, now)
         took = time.perf_counter() - started
         self._duration.record(took)
         if took >= RELEASE_AFTER_SECONDS:

@@ -6,8 +6,6 @@ the state the agent served.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,13 +27,13 @@ from aether.log import (
     read_last_seq,
     scan_log,
 )
+from aether.plane.collector import collector_paused
 
 __all__ = [
     "Contribution",
     "Replay",
     "UndecodableRecordError",
     "checkpoint_problems",
-    "collector_paused",
     "decode_record",
     "decoded_records",
     "explain_resource",
@@ -122,22 +120,6 @@ def _starting_point(
             continue
         return state, checkpoint.seq, tuple(skipped)
     return EMPTY_STATE, None, tuple(skipped)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the block.
-
-    Folding allocates millions of small immutable objects that never form cycles; the collector's passes over them
-    cost about 40% of a replay's time and can free nothing. Reference counting still frees everything.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Decoded:

@@ -149,6 +149,8 @@ def _then(first: ir.HeaderChanges | None, later: ir.HeaderChanges | None) -> ir.
 
 def _refused(entry: Entry) -> dict[int, tuple[str, ...]]:
     """Return, per backendRef index, the filter types of its own it has that cannot apply to it alone."""
+    if not entry.rule.backend_filters:
+        return {}  # no backendRef has filters of its own
     found = {index: per_backend_refused(entry.rule.filters_of(index)) for index in range(len(entry.backends))}
     return {index: kinds for index, kinds in found.items() if kinds}
 

@@ -103,6 +103,9 @@ class _Parents:
         """Every Gateway in the state, of any class: a reference to one of another class is not ours to judge."""
         self._refused = refused
         """The edge's Gateways the schema refuses, with why."""
+        self._attached: dict[tuple[str, str, tuple[str, ...], ParentRef], ParentResult] = {}
+        """Each Gateway attachment: a function of the route's kind, namespace and hostnames and the reference (many
+        routes share them), given these listeners and namespaces."""
 
     def attach(self, route_kind: str, route: Route | None, ref: ParentRef) -> ParentResult | None:
         """Return what became of `ref` (None: not our parent)."""
@@ -133,9 +136,14 @@ class _Parents:
             )
         if route is None:
             return ParentResult(ref=ref, controller=EDGE_CONTROLLER)
-        return attach_to_gateway(
-            route, ref, listeners, namespace_labels=self._resolver.namespace_labels(route.meta.namespace)
-        )
+        namespace = route.meta.namespace
+        attachment = (route.kind, namespace, route.hostnames, ref)
+        held = self._attached.get(attachment)
+        if held is None:
+            held = self._attached[attachment] = attach_to_gateway(
+                route, ref, listeners, namespace_labels=self._resolver.namespace_labels(namespace)
+            )
+        return held
 
 
 def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:

@@ -80,6 +80,8 @@ class Resolver:
         for grant in grants:
             self._grants.setdefault(grant.meta.namespace, []).append(grant)
         self._accounts: dict[str, str | None] = {}
+        self._backends: dict[tuple[BackendRef, str, str, frozenset[tuple[str, str]]], Backend] = {}
+        """Each backendRef resolved (a function of it and these inputs; routes repeat the same references)."""
 
     def mesh_service(self, namespace: str, name: str) -> str | None:
         """Return the mesh service of the Service `namespace/name`, or None when no such Service exists."""
@@ -185,6 +187,17 @@ class Resolver:
         `parents` are the `(namespace, name)` of the route's Service parents: a GAMMA consumer route (in the
         caller's namespace) refers to the Service it routes without a ReferenceGrant (GEP-1294).
         """
+        key = (ref, route_kind, route_namespace, parents)
+        held = self._backends.get(key)
+        if held is None:
+            held = self._backends[key] = self._backend(
+                ref, route_kind=route_kind, route_namespace=route_namespace, parents=parents
+            )
+        return held
+
+    def _backend(
+        self, ref: BackendRef, *, route_kind: str, route_namespace: str, parents: frozenset[tuple[str, str]]
+    ) -> Backend:
         if not ref.is_service:
             return Backend(
                 ref=ref,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from aether.core.gateway import ir
@@ -22,6 +23,7 @@ GRPC_CONTENT_TYPE = "application/grpc"
 _VALUE_KINDS = {EXACT: ir.EXACT, REGULAR_EXPRESSION: ir.REGULAR_EXPRESSION}
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of a value; header matches repeat across the routes
 def _named(match: ValueMatch) -> ir.NamedMatch:
     return ir.NamedMatch(
         name=match.name, match=ir.StringMatch(kind=_VALUE_KINDS[match.type], value=match.value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from aether.core.gateway.contract import Condition
 
 TRUE, FALSE = "True", "False"
@@ -18,6 +20,7 @@ NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
 UNSUPPORTED_VALUE = "UnsupportedValue"
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of values; most conditions repeat across the routes
 def condition(kind: str, *, ok: bool, reason: str = "", message: str = "", generation: int) -> Condition:
     """Return a condition of type `kind`: True with reason `kind` when `ok`, else False with `reason`."""
     return Condition(

@@ -117,6 +117,8 @@ and mirrors are the route's, not a cluster's, so a backendRef cannot have its ow
 def per_backend_refused(backend_filters: Filters) -> tuple[str, ...]:
     """Return the filter types of a backendRef's `filters` that cannot be applied to that backend alone (in the
     order RequestRedirect, URLRewrite, RequestMirror, then the unsupported ones as given)."""
+    if backend_filters is NO_FILTERS:
+        return ()
     refused = [
         kind
         for kind, present in (
@@ -234,6 +236,8 @@ def filters(value: Any, path: str, *, namespace: str, allowed: Sequence[str]) ->
     The API's rules: each filter's type names exactly the one field it sets; every type but RequestMirror at most
     once; RequestRedirect and URLRewrite never together.
     """
+    if value is None:
+        return NO_FILTERS
     found: dict[str, Any] = {}
     mirrors: list[Mirror] = []
     unsupported: list[str] = []

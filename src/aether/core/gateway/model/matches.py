@@ -111,6 +111,8 @@ def _path(value: Any, path: str) -> PathMatch:
 
 
 def _value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tuple[ValueMatch, ...]:
+    if value is None:
+        return ()
     matches: list[ValueMatch] = []
     seen: set[str] = set()
     spelled_names: set[str] = set()

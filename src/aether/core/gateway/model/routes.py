@@ -94,6 +94,8 @@ class Rule:
         """The status message for each backendRef whose own filters cannot be applied to it alone (its requests
         are answered 500; the route is `Accepted=False / UnsupportedValue`, and the admission webhook denies it with
         the same words)."""
+        if not self.backend_filters:
+            return ()  # no backendRef has filters of its own
         return tuple(
             f"spec.rules[{self.index}].backendRefs[{index}].filters: {', '.join(kinds)} cannot be applied to one "
             f"backendRef (only {' and '.join(sorted(PER_BACKEND_FILTERS))} can; put it in the rule's filters), so "
