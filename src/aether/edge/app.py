@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import trio
 
-from aether.core.gateway import gateway_view
+from aether.core.gateway import GatewayProjector
 from aether.core.mesh_names import parse_cluster_name
 from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, edge_snapshot
 from aether.core.project.names import ANY_ADDRESS
@@ -181,10 +181,13 @@ async def serve_edge(
     )
 
     scope = WatchScope()
+    # One projector for the edge's life: a route change re-parses and re-resolves that route only, and its view
+    # equals `gateway_view(state)` for any sequence of states (property_tests/test_gateway_incremental.py).
+    gateways = GatewayProjector()
 
     def project(state: State, now: int) -> Snapshot:
         del now  # the edge has no on-demand requests to expire
-        view = gateway_view(state)
+        view = gateways.view(state)
         scope.update(backend_services(view.backend_clusters, mesh_domain=state.kube.mesh_config.mesh_domain))
         return edge_snapshot(view, state, node_id=config.pod_name, options=options)
 
