@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from aether.log.errors import LogRangeError, SequenceGapError
 from aether.log.layout import SegmentFile, check_log_directory, list_segment_files
-from aether.log.segment import DamageKind, LogRecord, RecordBatch, scan_segment
+from aether.log.segment import DamageKind, LogRecord, RecordBatch, SegmentDamage, scan_segment
 
 __all__ = ["read_last_seq", "scan_log", "scan_log_batches", "tail_mark"]
 
@@ -132,9 +132,12 @@ def read_last_seq(directory: Path) -> int:
         segment = segments[index]
         last_seq = segment.first_seq - 1
         header_torn = False
-        for item in scan_segment(segment, last=index == len(segments) - 1, oldest=index == 0):
-            if isinstance(item, LogRecord):
-                last_seq = item.seq
+        # In batches: only the seqs are needed, and a batch costs no object per record.
+        for item in scan_segment(segment, last=index == len(segments) - 1, oldest=index == 0, batch=4096):
+            if not isinstance(item, SegmentDamage):
+                last_seq = (
+                    item.first_seq + len(item.payloads) - 1 if isinstance(item, RecordBatch) else item.seq
+                )
             elif item.kind is not DamageKind.TORN_TAIL:
                 raise item.to_error()
             else:

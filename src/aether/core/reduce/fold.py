@@ -125,13 +125,14 @@ def _fold_into_run(
 ) -> tuple[State, registry.UpsertRun | None]:
     """Fold `items` after `state` and the pending `run`: return the state and the run still open."""
     for seq, event in items:
-        if type(event) in _UPSERTS:
+        kind = type(event)
+        if kind in _UPSERTS:
             if run is None:
                 run = registry.UpsertRun(state)
-            if type(event) is UpsertBatch:
-                if run.add_batch(event, seq):
+            if kind is UpsertBatch:
+                if run.add_batch(event, seq):  # type: ignore[arg-type]  # the type was just checked
                     continue
-                state, run = _fold_into_run(state, run, enumerate(event.events(), start=seq))
+                state, run = _fold_into_run(state, run, enumerate(event.events(), start=seq))  # type: ignore[union-attr]
                 continue
             if run.add(event, seq):  # type: ignore[arg-type]  # the type was just checked
                 continue

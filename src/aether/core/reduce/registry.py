@@ -211,6 +211,8 @@ def registry_service_removed(state: State, event: RegistryServiceRemoved, seq: i
     return applied(state, event, seq, registry=new_registry)
 
 
+_PROTOCOL_OF = {member.value: member for member in Protocol}
+
 _NO_ENDPOINTS: immutables.Map[tuple[Protocol, str], Endpoint] = immutables.Map()
 
 
@@ -238,9 +240,10 @@ class UpsertRun:
         # The applied version as a number (-1: none yet), so each event's check parses only its own version.
         self._version_number = int(self._version) if self._version else -1
         self._rejections = state.diagnostics.rejections
-        # The latest upsert of each endpoint by (service, protocol, ip), in the order first upserted; a batch's
-        # records stand as their payloads (the protocol then as its wire value, equal to the member).
-        self._latest: dict[tuple[str, int, str], Endpoint | PendingUpsert | bytes] = {}
+        self._latest: dict[str, dict[tuple[Protocol, str], Endpoint | PendingUpsert | bytes]] = {}
+        # A batch's records, as their payloads, by (service, protocol wire value, ip): `add_batch` updates it in one
+        # call; moved into `_latest` (in order) before any upsert `add` takes, and at `finish`.
+        self._batched: dict[tuple[str, int, str], bytes] = {}
         # Service keys, IPs and ports already found valid in this run: churn repeats them, and the checks are regexes.
         self._valid_services: set[str] = set()
         self._valid_ips: set[str] = set()
@@ -254,20 +257,6 @@ class UpsertRun:
         version, service, ip = event.version, fields.service, fields.ip
         if not (version.isascii() and version.isdigit()) or int(version) < self._version_number:
             return False
-        if not (self._valid(service, ip, fields.port) and fields.weight >= 1):
-            return False
-        for port in fields.ports:
-            if port_problem(port, what="ports") is not None:
-                return False
-        if self._rejections and event.subject in self._rejections:
-            return False
-        self._latest[(service, fields.protocol, ip)] = fields
-        if version != self._version:
-            self._version, self._version_number = version, int(version)
-        self._seq = seq
-        return True
-
-    def _valid(self, service: str, ip: str, port: int) -> bool:
         if service not in self._valid_services:
             if service_key_problem(service) is not None or service not in self._registry.services:
                 return False
@@ -276,11 +265,32 @@ class UpsertRun:
             if ip_problem(ip, what="ip") is not None:
                 return False
             self._valid_ips.add(ip)
-        if port not in self._valid_ports:
-            if port_problem(port, what="port") is not None:
+        if port_problem(fields.port, what="port") is not None or fields.weight < 1:
+            return False
+        for port in fields.ports:
+            if port_problem(port, what="ports") is not None:
                 return False
-            self._valid_ports.add(port)
+        if self._rejections and event.subject in self._rejections:
+            return False
+        if self._batched:
+            self._move_batched()
+        items = self._latest.get(service)
+        if items is None:
+            items = self._latest[service] = {}
+        items[(fields.protocol, ip)] = fields
+        if version != self._version:
+            self._version, self._version_number = version, int(version)
+        self._seq = seq
         return True
+
+    def _move_batched(self) -> None:
+        latest = self._latest
+        for (service, protocol, ip), payload in self._batched.items():
+            items = latest.get(service)
+            if items is None:
+                items = latest[service] = {}
+            items[(_PROTOCOL_OF[protocol], ip)] = payload
+        self._batched = {}
 
     def add_batch(self, batch: UpsertBatch, first_seq: int) -> bool:
         """Fold the records of `batch` (at `first_seq` on) into the run and return True when every one applies
@@ -315,36 +325,32 @@ class UpsertRun:
         if self._rejections:
             rejections = self._rejections
             for service, protocol, ip in keys:
-                if endpoint_subject(service, Protocol(protocol), ip) in rejections:
+                if endpoint_subject(service, _PROTOCOL_OF[protocol], ip) in rejections:
                     return False
         self._valid_services |= new_services
         self._valid_ips |= new_ips
         self._valid_ports |= new_ports
-        self._latest.update(zip(keys, batch.payloads, strict=True))
+        self._batched.update(zip(keys, batch.payloads, strict=True))
         self._version, self._version_number = versions[-1], numbers[-1]
         self._seq = first_seq + len(numbers) - 1
         return True
 
     def finish(self) -> State:
         """Return the state after every event added (the state the run began from if none was)."""
+        if self._batched:
+            self._move_batched()
         if not self._latest:
             return self._state
-        grouped: dict[str, list[Endpoint | PendingUpsert | bytes]] = {}
-        for (service, _, _), value in self._latest.items():
-            values = grouped.get(service)
-            if values is None:
-                grouped[service] = [value]
-            else:
-                values.append(value)
         endpoints = self._registry.endpoints.mutate()
-        for service, latest in grouped.items():
+        for service, latest in self._latest.items():
             items = endpoints.get(service, _NO_ENDPOINTS).mutate()
-            for value in latest:
-                if isinstance(value, PendingUpsert):
-                    value = value.endpoint()
-                elif not isinstance(value, Endpoint):
-                    value = decode_upsert_endpoint(value)
-                items[(value.protocol, value.ip)] = value
+            for key, value in latest.items():
+                if isinstance(value, Endpoint):
+                    items[key] = value
+                elif isinstance(value, bytes):
+                    items[key] = decode_upsert_endpoint(value)
+                else:
+                    items[key] = value.endpoint()
             endpoints[service] = items.finish()
         registry = RegistryState(
             version=self._version,
