@@ -222,16 +222,26 @@ def pods() -> st.SearchStrategy[Pod]:
 _ports = mostly(st.sampled_from((80, 8080, 9090)), st.sampled_from((0, 65536, UINT32_MAX)), one_in=12)
 
 
-def endpoints() -> st.SearchStrategy[Endpoint]:
-    """Endpoints of a few services and IPs, mostly valid (bad service keys, IPs, ports and weights otherwise)."""
+def endpoints(*, faults: bool = True) -> st.SearchStrategy[Endpoint]:
+    """Endpoints of a few services and IPs, mostly valid (bad service keys, IPs, ports and weights otherwise; all
+    valid without `faults`)."""
+
+    def among(good: tuple[T, ...], bad: tuple[T, ...], *, one_in: int) -> st.SearchStrategy[T]:
+        return _among(good, bad, one_in=one_in) if faults else st.sampled_from(good)
+
+    ports = _ports if faults else st.sampled_from((80, 8080, 9090))
     return st.builds(
         Endpoint,
-        service=_among(SERVICES, ("web", "default/", "Shop/web"), one_in=12),
-        protocol=mostly(st.sampled_from((Protocol.HTTP, Protocol.TCP)), st.just(Protocol.UNSPECIFIED)),
-        ip=_among(IPS, ("10.0.0.256", "not-an-ip", "", "10.0.0.1 "), one_in=12),
-        port=_ports,
-        ports=st.lists(_ports, max_size=1).map(tuple),
-        weight=mostly(st.sampled_from((1, 100, 1024)), st.sampled_from((0, UINT32_MAX)), one_in=12),
+        service=among(SERVICES, ("web", "default/", "Shop/web"), one_in=12),
+        protocol=(
+            mostly(st.sampled_from((Protocol.HTTP, Protocol.TCP)), st.just(Protocol.UNSPECIFIED))
+            if faults
+            else st.sampled_from((Protocol.HTTP, Protocol.TCP))
+        ),
+        ip=among(IPS, ("10.0.0.256", "not-an-ip", "", "10.0.0.1 "), one_in=12),
+        port=ports,
+        ports=st.lists(ports, max_size=1).map(tuple),
+        weight=among((1, 100, 1024), (0, UINT32_MAX), one_in=12),
         region=st.sampled_from(("", "eu-west-1")),
         zone=st.sampled_from(("", "eu-west-1a")),
         metadata=st.sampled_from(({}, {"version": "v1"}, {"track": "canary", "version": "v2"})),
@@ -938,3 +948,35 @@ def watch_inputs(draw: st.DrawFn) -> list[WatchInput]:
     )
     size = draw(st.integers(0, WATCH_MAX_STEPS))
     return draw(st.lists(item, min_size=size, max_size=size))
+
+
+_RUN_VERSION_STEPS = (0, 1, 1, 1, 1, 2)
+
+
+@st.composite
+def upsert_runs(draw: st.DrawFn, *, max_size: int = MAX_EVENTS) -> tuple[Record, ...]:
+    """Records as replay meets them in a churning registry: a snapshot declaring every service, then runs of endpoint
+    upserts of valid endpoints (one kind per run) under a counter that seldom goes down or breaks, now and then any
+    other event (an upsert run a fold takes whole, or broken where it cannot)."""
+    snapshot = draw(EVENT_STRATEGIES[EndpointsSnapshotReceived])
+    sequence: list[Event] = [attrs.evolve(snapshot, version="1", services=SERVICES)]
+    counter = 1
+    kind: type[EndpointAdded] | type[EndpointUpdated] = EndpointUpdated
+    valid = endpoints(faults=False)
+    for _ in range(draw(st.integers(0, max_size))):
+        roll = draw(st.integers(0, 39))
+        if roll == 0:
+            sequence.append(draw(events()))
+            continue
+        if roll == 1:
+            kind = EndpointAdded if kind is EndpointUpdated else EndpointUpdated
+        if roll == 2:
+            version = draw(bad_versions)
+        else:
+            counter = max(0, counter + (-1 if roll == 3 else draw(st.sampled_from(_RUN_VERSION_STEPS))))
+            version = str(counter)
+        event = kind(
+            observed_at=draw(observed_ats), source=draw(sources), version=version, endpoint=draw(valid)
+        )
+        sequence.append(event)
+    return tuple(Record(seq=seq, event=event) for seq, event in enumerate(sequence, 1))

@@ -14,12 +14,21 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aether.core.events import Record, decode_event, decode_for_fold, encode_event
+from aether.core.events import (
+    Event,
+    PendingUpsert,
+    Record,
+    UpsertBatch,
+    decode_event,
+    decode_for_fold,
+    decode_upsert_batch,
+    encode_event,
+)
 from aether.core.reduce import fold_all, fold_many
 from aether.core.state import EMPTY_STATE, decode_state, encode_state, state_digest
 from aether.log import open_event_log, recover_log, scan_log
 from aether.plane.replay import replay_log
-from property_tests.strategies import records
+from property_tests.strategies import records, upsert_runs
 
 DISK_SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -112,3 +121,33 @@ def test_folding_unbuilt_upserts_gives_the_state_of_decoded_events(sequence: tup
     built = fold_many(EMPTY_STATE, ((seq, decode_event(payload)) for seq, payload in payloads))
     assert lazy == built == fold_all(EMPTY_STATE, sequence)
     assert encode_state(lazy) == encode_state(built)
+
+
+def _in_batches(
+    payloads: Sequence[bytes], size: int
+) -> list[tuple[int, Event | PendingUpsert | UpsertBatch]]:
+    """Replay's items: each `size` records as one `UpsertBatch` when it decodes as one, else one by one."""
+    items: list[tuple[int, Event | PendingUpsert | UpsertBatch]] = []
+    for start in range(0, len(payloads), size):
+        chunk = payloads[start : start + size]
+        batch = decode_upsert_batch(chunk)
+        if batch is not None:
+            items.append((start + 1, batch))
+        else:
+            items.extend((start + 1 + index, decode_for_fold(payload)) for index, payload in enumerate(chunk))
+    return items
+
+
+@settings(max_examples=300, deadline=None)
+@given(upsert_runs(), st.integers(1, 12))
+def test_folding_upsert_batches_gives_the_state_of_decoded_events(
+    sequence: tuple[Record, ...], size: int
+) -> None:
+    """Replay's batch path (`decode_upsert_batch`: runs of upserts decoded as columns, taken by a fold run whole or
+    folded record by record) folds the encoded records to the state `decode_event` + `fold_many` gives, byte for
+    byte, whatever the batch size."""
+    payloads = [encode_event(record.event) for record in sequence]
+    batched = fold_many(EMPTY_STATE, _in_batches(payloads, size))
+    built = fold_many(EMPTY_STATE, ((seq, decode_event(payload)) for seq, payload in enumerate(payloads, 1)))
+    assert batched == built == fold_all(EMPTY_STATE, sequence)
+    assert encode_state(batched) == encode_state(built)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from aether.log import segment as segment_module
 from aether.log.errors import (
     BadMagicError,
     CorruptRecordError,
@@ -15,9 +16,9 @@ from aether.log.errors import (
     SequenceGapError,
     TornTailError,
 )
-from aether.log.reader import read_last_seq, scan_log
+from aether.log.reader import read_last_seq, scan_log, scan_log_batches
 
-from .helpers import build_log, frame_offsets, payload
+from .helpers import build_log, flip_byte, frame_offsets, payload
 
 
 def _seqs(directory: Path, **bounds: int) -> list[int]:
@@ -134,3 +135,39 @@ def test_read_last_seq(tmp_path: Path) -> None:
     _, last = build_log(tmp_path / "torn-header", [2, 3])
     last.write_bytes(b"AETH")
     assert read_last_seq(tmp_path / "torn-header") == 2
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 100])
+def test_scan_log_batches_holds_the_records_scan_log_reads(tmp_path: Path, size: int) -> None:
+    """Batches of up to `size` records of one segment: expanded, the very records (seqs, payloads, offsets)."""
+    build_log(tmp_path, [5, 0, 2, 4])
+    for bounds in ({}, {"from_seq": 3}, {"from_seq": 2, "to_seq": 7}, {"to_seq": 6}):
+        batches = list(scan_log_batches(tmp_path, size=size, **bounds))
+        assert all(1 <= len(batch.payloads) <= size for batch in batches)
+        assert all(len({record.segment for record in batch.records()}) == 1 for batch in batches)
+        assert [record for batch in batches for record in batch.records()] == list(
+            scan_log(tmp_path, **bounds)
+        )
+
+
+def test_scan_log_batches_ends_a_batch_before_corruption_and_raises_it(tmp_path: Path) -> None:
+    """The records before the damage come in batches; then the damage is raised, as `scan_log` does."""
+    [path, _] = build_log(tmp_path, [5, 2])
+    offsets = frame_offsets(path)
+    flip_byte(path, offsets[3] + 20)  # inside the payload of record 4
+    batches = scan_log_batches(tmp_path, size=2)
+    assert [record.seq for record in next(batches).records()] == [1, 2]
+    assert [record.seq for record in next(batches).records()] == [3]
+    with pytest.raises(CorruptRecordError, match=f"at offset {offsets[3]}"):
+        next(batches)
+
+
+def test_scan_log_batches_reads_a_large_segment_the_careful_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment too large to read whole is read frame by frame: one record a batch, the same records."""
+    build_log(tmp_path, [4, 3])
+    monkeypatch.setattr(segment_module, "_WHOLE_READ_LIMIT", 0)
+    batches = list(scan_log_batches(tmp_path, size=10, from_seq=2))
+    assert [len(batch.payloads) for batch in batches] == [1] * 6
+    assert [record for batch in batches for record in batch.records()] == list(scan_log(tmp_path, from_seq=2))

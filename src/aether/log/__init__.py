@@ -35,10 +35,10 @@ from aether.log.errors import (
 from aether.log.frame import MAX_PAYLOAD
 from aether.log.layout import LOCK_NAME, RUN_LOG_NAME, find_log_directory
 from aether.log.lock import LogLock, lock_log, read_lock_owner, wait_lock_log
-from aether.log.reader import read_last_seq, scan_log, tail_mark
+from aether.log.reader import read_last_seq, scan_log, scan_log_batches, tail_mark
 from aether.log.recovery import RecoveryReport, TailCut, recover_log
 from aether.log.retention import CHECKPOINTS_KEPT, DEFAULT_RETENTION_MARGIN
-from aether.log.segment import LogRecord
+from aether.log.segment import LogRecord, RecordBatch
 from aether.log.verify import Finding, Severity, VerifyReport, verify_log
 from aether.log.writer import (
     DEFAULT_SEGMENT_MAX_BYTES,
@@ -80,6 +80,7 @@ __all__ = [
     "NewestCheckpoint",
     "NotALogError",
     "PayloadTooLargeError",
+    "RecordBatch",
     "RecordsMissingError",
     "RecoveryReport",
     "SequenceGapError",
@@ -97,6 +98,7 @@ __all__ = [
     "read_newest_checkpoint",
     "recover_log",
     "scan_log",
+    "scan_log_batches",
     "tail_mark",
     "verify_log",
     "wait_lock_log",

@@ -8,13 +8,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from aether.log.errors import LogRangeError, SequenceGapError
 from aether.log.layout import SegmentFile, check_log_directory, list_segment_files
-from aether.log.segment import DamageKind, LogRecord, scan_segment
+from aether.log.segment import DamageKind, LogRecord, RecordBatch, SegmentDamage, scan_segment
 
-__all__ = ["read_last_seq", "scan_log", "tail_mark"]
+__all__ = ["read_last_seq", "scan_log", "scan_log_batches", "tail_mark"]
 
 
 def scan_log(directory: Path, *, from_seq: int = 1, to_seq: int | None = None) -> Iterator[LogRecord]:
@@ -42,18 +42,34 @@ def scan_log(directory: Path, *, from_seq: int = 1, to_seq: int | None = None) -
         TornTailError: While iterating, at a torn tail that recovery has not cut yet,
             after every good record before it.
     """
+    return cast(Iterator[LogRecord], _scan_from(directory, from_seq=from_seq, to_seq=to_seq, batch=0))
+
+
+def scan_log_batches(
+    directory: Path, *, from_seq: int = 1, to_seq: int | None = None, size: int = 1024
+) -> Iterator[RecordBatch]:
+    """Read the log's records as `scan_log` does, in batches of up to `size` consecutive records of one segment (a
+    batch ends at a segment's end, before damage, and at `to_seq`): what replay decodes at once.
+
+    Raises:
+        As `scan_log`.
+    """
+    return cast(Iterator[RecordBatch], _scan_from(directory, from_seq=from_seq, to_seq=to_seq, batch=size))
+
+
+def _scan_from(directory: Path, *, from_seq: int, to_seq: int | None, batch: int) -> Iterator[Any]:
     check_log_directory(directory)
     segments = list_segment_files(directory)
     if segments and from_seq < segments[0].first_seq and segments[0].first_seq > 1:
         raise LogRangeError(directory, seq=from_seq, first_seq=segments[0].first_seq)
     # The segment holding from_seq is the last one whose first seq is not above it.
     start = max(0, bisect.bisect_right([segment.first_seq for segment in segments], from_seq) - 1)
-    return _scan(segments, start=start, from_seq=from_seq, to_seq=to_seq)
+    return _scan(segments, start=start, from_seq=from_seq, to_seq=to_seq, batch=batch)
 
 
 def _scan(
-    segments: Sequence[SegmentFile], *, start: int, from_seq: int, to_seq: int | None
-) -> Iterator[LogRecord]:
+    segments: Sequence[SegmentFile], *, start: int, from_seq: int, to_seq: int | None, batch: int
+) -> Iterator[LogRecord | RecordBatch]:
     if to_seq is not None and to_seq < from_seq:
         return
     previous: SegmentFile | None = None
@@ -72,9 +88,10 @@ def _scan(
             oldest=index == 0,
             from_seq=from_seq,
             to_seq=to_seq,
-            raise_damage=True,  # so it yields records only
+            raise_damage=True,  # so it yields records (or batches) only
+            batch=batch,
         )
-        segment_last_seq = yield from cast(Generator[LogRecord, None, int], records)
+        segment_last_seq = yield from cast(Generator[LogRecord | RecordBatch, None, int], records)
         if segment_last_seq == to_seq:
             return
         previous, previous_last_seq = segment, segment_last_seq
@@ -115,9 +132,12 @@ def read_last_seq(directory: Path) -> int:
         segment = segments[index]
         last_seq = segment.first_seq - 1
         header_torn = False
-        for item in scan_segment(segment, last=index == len(segments) - 1, oldest=index == 0):
-            if isinstance(item, LogRecord):
-                last_seq = item.seq
+        # In batches: only the seqs are needed, and a batch costs no object per record.
+        for item in scan_segment(segment, last=index == len(segments) - 1, oldest=index == 0, batch=4096):
+            if not isinstance(item, SegmentDamage):
+                last_seq = (
+                    item.first_seq + len(item.payloads) - 1 if isinstance(item, RecordBatch) else item.seq
+                )
             elif item.kind is not DamageKind.TORN_TAIL:
                 raise item.to_error()
             else:

@@ -10,7 +10,7 @@ import functools
 import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, Literal, NamedTuple, overload
 
 import attrs
 import crc32c
@@ -33,7 +33,7 @@ from aether.log.layout import SegmentFile
 
 _crc32c = crc32c.crc32c
 
-__all__ = ["DamageKind", "LogRecord", "SegmentDamage", "scan_segment"]
+__all__ = ["DamageKind", "LogRecord", "RecordBatch", "SegmentDamage", "scan_segment"]
 
 # Segments are read sequentially; a large buffer keeps the number of read syscalls low.
 _READ_BUFFER_SIZE = 1 * 2**20
@@ -56,6 +56,35 @@ class LogRecord(NamedTuple):
     """The segment file holding the record."""
     offset: int
     """The offset of the record's frame in that file."""
+
+
+@attrs.frozen(kw_only=True)
+class RecordBatch:
+    """Consecutive good records of one segment, read as one value (replay decodes runs of records at once)."""
+
+    first_seq: int
+    """The seq of the first record; the others follow it, one by one."""
+    payloads: list[bytes]
+    """The records' payloads, in seq order (never empty)."""
+    segment: Path
+    """The segment file holding them."""
+    offset: int
+    """The offset of the first record's frame in that file; each next frame follows the previous one."""
+
+    @classmethod
+    def of(cls, record: LogRecord) -> RecordBatch:
+        """Return the batch holding `record` alone."""
+        return cls(
+            first_seq=record.seq, payloads=[record.payload], segment=record.segment, offset=record.offset
+        )
+
+    def records(self) -> list[LogRecord]:
+        """Return the batch's records one by one (each with its seq and its frame's offset)."""
+        records, offset = [], self.offset
+        for seq, payload in enumerate(self.payloads, start=self.first_seq):
+            records.append(LogRecord(seq=seq, payload=payload, segment=self.segment, offset=offset))
+            offset += FRAME_HEADER_SIZE + len(payload)
+        return records
 
 
 _new_record = functools.partial(tuple.__new__, LogRecord)
@@ -110,6 +139,34 @@ class SegmentDamage:
                 )
 
 
+@overload
+def scan_segment(
+    segment: SegmentFile,
+    *,
+    last: bool,
+    oldest: bool,
+    resync: bool = ...,
+    from_seq: int = ...,
+    to_seq: int | None = ...,
+    raise_damage: bool = ...,
+    batch: Literal[0] = ...,
+) -> Generator[LogRecord | SegmentDamage, None, int]: ...
+
+
+@overload
+def scan_segment(
+    segment: SegmentFile,
+    *,
+    last: bool,
+    oldest: bool,
+    resync: bool = ...,
+    from_seq: int = ...,
+    to_seq: int | None = ...,
+    raise_damage: bool = ...,
+    batch: int,
+) -> Generator[LogRecord | RecordBatch | SegmentDamage, None, int]: ...
+
+
 def scan_segment(
     segment: SegmentFile,
     *,
@@ -119,7 +176,8 @@ def scan_segment(
     from_seq: int = 0,
     to_seq: int | None = None,
     raise_damage: bool = False,
-) -> Generator[LogRecord | SegmentDamage, None, int]:
+    batch: int = 0,
+) -> Generator[LogRecord | RecordBatch | SegmentDamage, None, int]:
     """Read a segment's frames in order, checking each one.
 
     Damage in the last segment is a torn tail when no valid frame (complete, checksum ok,
@@ -138,9 +196,11 @@ def scan_segment(
         from_seq: Read records below it (they are checked) without yielding them.
         to_seq: Stop after the record with this seq.
         raise_damage: Raise the damage's error (`SegmentDamage.to_error`) instead of yielding it.
+        batch: Yield the good records as `RecordBatch` values of up to this many consecutive records instead of one
+            `LogRecord` each (0: records). A batch ends before damage, so each holds records only.
 
     Yields:
-        Each good record, then at most one :class:`SegmentDamage` per damaged stretch.
+        Each good record (or batch of them), then at most one :class:`SegmentDamage` per damaged stretch.
         Scanning stops after a torn tail, bad magic, or corruption when ``resync`` is false.
 
     Returns:
@@ -168,25 +228,56 @@ def scan_segment(
             view = memoryview(data)
             end = len(data)
             position = 0
+            # The checksum starts with the length field: its crc32c, per length (records have few distinct ones).
+            length_checksums: dict[int, int] = {}
+            payloads: list[bytes] = []
+            batch_position = 0
             while position + FRAME_HEADER_SIZE <= end:
                 length, checksum, seq = _unpack_frame_header_from(data, position)
                 payload_end = position + FRAME_HEADER_SIZE + length
                 if length > MAX_PAYLOAD or seq != expected_seq or payload_end > end:
                     break
+                length_checksum = length_checksums.get(length)
+                if length_checksum is None:
+                    length_checksum = length_checksums[length] = _crc32c(view[position : position + 4])
                 # The checksum covers the length field, then the seq field and the payload (contiguous).
-                if (
-                    _crc32c(view[position + 8 : payload_end], value=_crc32c(view[position : position + 4]))
-                    != checksum
-                ):
+                if _crc32c(view[position + 8 : payload_end], length_checksum) != checksum:
                     break
                 if seq >= from_seq:
-                    yield _new_record((seq, data[position + FRAME_HEADER_SIZE : payload_end], path, offset))
+                    if not batch:
+                        yield _new_record(
+                            (
+                                seq,
+                                data[position + FRAME_HEADER_SIZE : payload_end],
+                                path,
+                                SEGMENT_HEADER_SIZE + position,
+                            )
+                        )
+                    else:
+                        if not payloads:
+                            batch_position = position
+                        payloads.append(data[position + FRAME_HEADER_SIZE : payload_end])
+                        if len(payloads) == batch or seq == to_seq:
+                            yield RecordBatch(
+                                first_seq=seq + 1 - len(payloads),
+                                payloads=payloads,
+                                segment=path,
+                                offset=SEGMENT_HEADER_SIZE + batch_position,
+                            )
+                            payloads = []
                 if seq == to_seq:
                     return expected_seq  # = seq
                 position = payload_end
-                offset = SEGMENT_HEADER_SIZE + position
                 expected_seq += 1
             view.release()
+            if payloads:
+                yield RecordBatch(
+                    first_seq=expected_seq - len(payloads),
+                    payloads=payloads,
+                    segment=path,
+                    offset=SEGMENT_HEADER_SIZE + batch_position,
+                )
+            offset = SEGMENT_HEADER_SIZE + position
             file.seek(offset)
         while True:
             header_data = file.read(FRAME_HEADER_SIZE)
@@ -196,7 +287,8 @@ def scan_segment(
             if problem is None:
                 assert header is not None, "a frame without a problem was read whole; this is a bug"
                 if header.seq >= from_seq:
-                    yield LogRecord(seq=header.seq, payload=payload, segment=segment.path, offset=offset)
+                    record = LogRecord(seq=header.seq, payload=payload, segment=segment.path, offset=offset)
+                    yield RecordBatch.of(record) if batch else record
                 if header.seq == to_seq:
                     return header.seq
                 offset += FRAME_HEADER_SIZE + header.length

@@ -12,7 +12,15 @@ from pathlib import Path
 import attrs
 
 from aether.core.errors import CodecError
-from aether.core.events import Event, PendingUpsert, Record, decode_event, decode_for_fold
+from aether.core.events import (
+    Event,
+    PendingUpsert,
+    Record,
+    UpsertBatch,
+    decode_event,
+    decode_for_fold,
+    decode_upsert_batch,
+)
 from aether.core.project.node import NodeProjector
 from aether.core.reduce import fold_event, fold_many
 from aether.core.state import EMPTY_STATE, State, decode_state, state_problems
@@ -22,10 +30,12 @@ from aether.log import (
     LogError,
     LogRangeError,
     LogRecord,
+    RecordBatch,
     list_checkpoints,
     read_checkpoint,
     read_last_seq,
     scan_log,
+    scan_log_batches,
 )
 from aether.plane.collector import collector_paused
 
@@ -123,35 +133,46 @@ def _starting_point(
 
 
 class _Decoded:
-    """The `(seq, event)` pairs of log records, decoded as `fold_many` takes them; counts them and keeps the last
-    event's observation time."""
+    """The `(seq, event)` pairs of log records, decoded as `fold_many` takes them (a run of endpoint upserts as one
+    `UpsertBatch`, any other record one by one); counts the records and keeps the last event's observation time."""
 
-    def __init__(self, items: Iterator[LogRecord]) -> None:
-        self._items = items
+    def __init__(self, batches: Iterator[RecordBatch]) -> None:
+        self._batches = batches
         self.count = 0
-        self._last: Event | PendingUpsert | None = None
+        self._last: Event | PendingUpsert | UpsertBatch | None = None
 
     @property
     def observed_at(self) -> int:
         """The observation time of the last event (0 before any)."""
         return 0 if self._last is None else self._last.observed_at
 
-    def __iter__(self) -> Iterator[tuple[int, Event | PendingUpsert]]:
+    def __iter__(self) -> Iterator[tuple[int, Event | PendingUpsert | UpsertBatch]]:
         count = self.count
-        event: Event | PendingUpsert | None = None
-        item: LogRecord | None = None
+        last: Event | PendingUpsert | UpsertBatch | None = None
         try:
-            for item in self._items:
-                event = decode_for_fold(item.payload)
-                count += 1
-                yield item.seq, event
-        except CodecError as exc:  # only decoding raises it: fold_many throws nothing into this generator
-            assert item is not None, "a record was being decoded; this is a bug"
-            raise _undecodable(item, exc) from exc
+            for batch in self._batches:
+                upserts = decode_upsert_batch(batch.payloads)
+                if upserts is not None:
+                    count += len(upserts)
+                    last = upserts
+                    yield batch.first_seq, upserts
+                    continue
+                for item in batch.records():  # the careful way: each record, named when it does not decode
+                    try:
+                        last = decode_for_fold(item.payload)
+                    except CodecError as exc:
+                        raise _undecodable(item, exc) from exc
+                    count += 1
+                    yield item.seq, last
         finally:
             self.count = count
-            if event is not None:
-                self._last = event
+            if last is not None:
+                self._last = last
+
+
+_BATCH_SIZE = 1024
+"""Records decoded at once (`decode_upsert_batch`): large enough that the per-batch cost vanishes, small enough that a
+batch broken by a record of another kind (decoded one by one) costs little."""
 
 
 def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bool = True) -> Replay:
@@ -202,7 +223,7 @@ def _fold_tail(directory: Path, start: Replay, *, last: int) -> Replay:
     state = start.state
     observed_at = start.last_observed_at
     with collector_paused():
-        decoded = _Decoded(scan_log(directory, from_seq=state.seq + 1, to_seq=last))
+        decoded = _Decoded(scan_log_batches(directory, from_seq=state.seq + 1, to_seq=last, size=_BATCH_SIZE))
         state = fold_many(state, decoded)
         folded = decoded.count
         if folded:

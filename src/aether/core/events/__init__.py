@@ -1,11 +1,13 @@
 """The event catalog: immutable, past-tense facts that sources append to the node's log."""
 
 from aether.core.events.base import Event
+from aether.core.events.batch import UpsertBatch, decode_upsert_batch
 from aether.core.events.catalog import EVENT_TYPES, KIND_OF, Record, kind_of
 from aether.core.events.codec import (
     PendingUpsert,
     decode_event,
     decode_for_fold,
+    decode_upsert_endpoint,
     encode_event,
     event_from_proto,
     event_to_proto,
@@ -58,6 +60,7 @@ from aether.core.events.registry import (
     Protocol,
     RegistryServiceAdded,
     RegistryServiceRemoved,
+    endpoint_subject,
 )
 from aether.core.events.xds import OnDemandClusterRequested, ResourceAcked, ResourceNacked
 
@@ -117,9 +120,13 @@ __all__ = [
     "TrustBundle",
     "TrustBundleRemoved",
     "TrustBundleRotated",
+    "UpsertBatch",
     "decode_event",
     "decode_for_fold",
+    "decode_upsert_batch",
+    "decode_upsert_endpoint",
     "encode_event",
+    "endpoint_subject",
     "event_from_proto",
     "event_to_proto",
     "kind_of",

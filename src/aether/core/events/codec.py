@@ -19,6 +19,7 @@ from aether.core.events.registry import (
     Health,
     HealthCheckMode,
     Protocol,
+    endpoint_subject,
 )
 from aether.core.events.wire import WirePlan, plan_for
 from aether.proto.log.v1 import log_pb2
@@ -151,7 +152,7 @@ class PendingUpsert:
     @property
     def subject(self) -> str:
         """The subject of the event it stands for (as that event's `subject`)."""
-        return f"endpoint/{self.service}/{self.protocol.name.lower()}/{self.ip}"
+        return endpoint_subject(self.service, self.protocol, self.ip)
 
     def endpoint(self) -> Endpoint:
         """Build the endpoint it carries."""
@@ -161,6 +162,23 @@ class PendingUpsert:
     def event(self) -> Event:
         """Build the event it stands for: what `decode_event` returns for the same bytes."""
         return event_from_proto(self._message)
+
+
+def decode_upsert_endpoint(payload: bytes) -> Endpoint:
+    """Parse an `EndpointAdded`/`EndpointUpdated` record and build only its endpoint (what a fold keeps of it).
+
+    Raises:
+        CodecError: as `decode_event`, and when the record is not an endpoint upsert.
+    """
+    message = _parse(payload)
+    kind = message.WhichOneof("kind")
+    if kind not in _UPSERT_KINDS:
+        raise CodecError(what="event record", reason=f"an endpoint upsert was expected, not {kind!r}")
+    try:
+        endpoint: Endpoint = _ENDPOINT_PLAN.decode_nested(getattr(message, kind).endpoint)
+    except KeyError as exc:
+        raise _unknown_enum(kind, exc) from exc
+    return endpoint
 
 
 def decode_for_fold(payload: bytes) -> Event | PendingUpsert:

@@ -76,7 +76,8 @@ def _freeze_endpoints(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
     return tuple(value)
 
 
-def _endpoint_subject(service: str, protocol: Protocol, ip: str) -> str:
+def endpoint_subject(service: str, protocol: Protocol, ip: str) -> str:
+    """The subject of an endpoint's events (what a rejection of one is filed under)."""
     return f"endpoint/{service}/{protocol.name.lower()}/{ip}"
 
 
@@ -105,7 +106,7 @@ class EndpointAdded(Event):
 
     @property
     def subject(self) -> str:
-        return _endpoint_subject(self.endpoint.service, self.endpoint.protocol, self.endpoint.ip)
+        return endpoint_subject(self.endpoint.service, self.endpoint.protocol, self.endpoint.ip)
 
 
 @attrs.frozen(kw_only=True)
@@ -117,7 +118,7 @@ class EndpointUpdated(Event):
 
     @property
     def subject(self) -> str:
-        return _endpoint_subject(self.endpoint.service, self.endpoint.protocol, self.endpoint.ip)
+        return endpoint_subject(self.endpoint.service, self.endpoint.protocol, self.endpoint.ip)
 
 
 @attrs.frozen(kw_only=True)
@@ -131,7 +132,7 @@ class EndpointRemoved(Event):
 
     @property
     def subject(self) -> str:
-        return _endpoint_subject(self.service, self.protocol, self.ip)
+        return endpoint_subject(self.service, self.protocol, self.ip)
 
 
 @attrs.frozen(kw_only=True)

@@ -41,6 +41,7 @@ from aether.core.events import (
     TlsSecretUpserted,
     TrustBundleRemoved,
     TrustBundleRotated,
+    UpsertBatch,
 )
 from aether.core.reduce import identity, kube, pods, registry, xds
 from aether.core.state.state import State
@@ -102,32 +103,48 @@ def fold(state: State, record: Record) -> State:
     return fold_event(state, record.event, seq=record.seq)
 
 
-def fold_many(state: State, items: Iterable[tuple[int, Event | PendingUpsert]]) -> State:
+def fold_many(state: State, items: Iterable[tuple[int, Event | PendingUpsert | UpsertBatch]]) -> State:
     """Return the state after folding `(seq, event)` pairs in order: what `fold_event` one by one returns.
 
     Runs of consecutive endpoint upserts fold as one step (`registry.UpsertRun`), several times cheaper per event;
     what the run does not take cleanly folds the ordinary way. Replay and the journal fold through here. Replay
-    hands in endpoint upserts as `PendingUpsert` (`decode_for_fold`): one the run does not take is built here.
+    hands in endpoint upserts as `PendingUpsert` (`decode_for_fold`) and as `UpsertBatch` (`decode_upsert_batch`,
+    paired with its first record's seq): one the run does not take is built here (a batch record by record).
 
     Raises:
         UnknownEvent: as `fold`.
     """
-    run: registry.UpsertRun | None = None
+    state, run = _fold_into_run(state, None, items)
+    return state if run is None else run.finish()
+
+
+def _fold_into_run(
+    state: State,
+    run: registry.UpsertRun | None,
+    items: Iterable[tuple[int, Event | PendingUpsert | UpsertBatch]],
+) -> tuple[State, registry.UpsertRun | None]:
+    """Fold `items` after `state` and the pending `run`: return the state and the run still open."""
     for seq, event in items:
-        if type(event) in _UPSERTS:
+        kind = type(event)
+        if kind in _UPSERTS:
             if run is None:
                 run = registry.UpsertRun(state)
+            if kind is UpsertBatch:
+                if run.add_batch(event, seq):  # type: ignore[arg-type]  # the type was just checked
+                    continue
+                state, run = _fold_into_run(state, run, enumerate(event.events(), start=seq))  # type: ignore[union-attr]
+                continue
             if run.add(event, seq):  # type: ignore[arg-type]  # the type was just checked
                 continue
         if run is not None:
             state, run = run.finish(), None
         if isinstance(event, PendingUpsert):
             event = event.event()
-        state = fold_event(state, event, seq=seq)
-    return state if run is None else run.finish()
+        state = fold_event(state, event, seq=seq)  # type: ignore[arg-type]  # a batch never gets here
+    return state, run
 
 
-_UPSERTS = frozenset((EndpointAdded, EndpointUpdated, PendingUpsert))
+_UPSERTS = frozenset((EndpointAdded, EndpointUpdated, PendingUpsert, UpsertBatch))
 
 
 def fold_all(state: State, records: Iterable[Record]) -> State:

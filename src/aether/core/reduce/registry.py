@@ -6,11 +6,14 @@ rejected (a reordered or replayed delivery), one at the same version re-applies 
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 import immutables
 
 from aether.core.events.base import Event
-from aether.core.events.codec import PendingUpsert
+from aether.core.events.batch import UpsertBatch
+from aether.core.events.codec import PendingUpsert, decode_upsert_endpoint
 from aether.core.events.registry import (
     Endpoint,
     EndpointAdded,
@@ -21,6 +24,7 @@ from aether.core.events.registry import (
     Protocol,
     RegistryServiceAdded,
     RegistryServiceRemoved,
+    endpoint_subject,
 )
 from aether.core.reduce.common import applied, next_state, rejected
 from aether.core.state.diagnostics import RejectionReason
@@ -207,6 +211,8 @@ def registry_service_removed(state: State, event: RegistryServiceRemoved, seq: i
     return applied(state, event, seq, registry=new_registry)
 
 
+_PROTOCOL_OF = {member.value: member for member in Protocol}
+
 _NO_ENDPOINTS: immutables.Map[tuple[Protocol, str], Endpoint] = immutables.Map()
 
 
@@ -218,11 +224,13 @@ class UpsertRun:
     event to drop them. A run keeps the last upsert of each endpoint instead and builds the maps and the state once,
     at `finish`. It is still pure: nothing outside the run sees a mutation, and the result equals folding each event.
 
-    A run also takes replay's `PendingUpsert` (a record parsed but not built): it checks the fields it reads and
-    builds the `Endpoint` only for the last upsert of each endpoint, at `finish`.
+    A run also takes replay's `PendingUpsert` (a record parsed but not built) and `UpsertBatch` (records decoded as
+    columns): it checks the fields it reads and builds the `Endpoint` only for the last upsert of each endpoint, at
+    `finish`.
 
     `add` takes only events that apply cleanly (current version, valid endpoint, known service, no rejection of its
     subject to lift); for any other it returns False and the caller folds it the ordinary way, after `finish`.
+    `add_batch` takes a whole batch when every record of it applies cleanly, else nothing.
     """
 
     def __init__(self, state: State) -> None:
@@ -232,10 +240,14 @@ class UpsertRun:
         # The applied version as a number (-1: none yet), so each event's check parses only its own version.
         self._version_number = int(self._version) if self._version else -1
         self._rejections = state.diagnostics.rejections
-        self._latest: dict[str, dict[tuple[Protocol, str], Endpoint | PendingUpsert]] = {}
-        # Service keys and IPs already found valid in this run: churn repeats them, and their checks are regexes.
+        self._latest: dict[str, dict[tuple[Protocol, str], Endpoint | PendingUpsert | bytes]] = {}
+        # A batch's records, as their payloads, by (service, protocol wire value, ip): `add_batch` updates it in one
+        # call; moved into `_latest` (in order) before any upsert `add` takes, and at `finish`.
+        self._batched: dict[tuple[str, int, str], bytes] = {}
+        # Service keys, IPs and ports already found valid in this run: churn repeats them, and the checks are regexes.
         self._valid_services: set[str] = set()
         self._valid_ips: set[str] = set()
+        self._valid_ports: set[int] = set()
         self._seq = state.seq
 
     def add(self, event: EndpointAdded | EndpointUpdated | PendingUpsert, seq: int) -> bool:
@@ -260,6 +272,8 @@ class UpsertRun:
                 return False
         if self._rejections and event.subject in self._rejections:
             return False
+        if self._batched:
+            self._move_batched()
         items = self._latest.get(service)
         if items is None:
             items = self._latest[service] = {}
@@ -269,15 +283,74 @@ class UpsertRun:
         self._seq = seq
         return True
 
+    def _move_batched(self) -> None:
+        latest = self._latest
+        for (service, protocol, ip), payload in self._batched.items():
+            items = latest.get(service)
+            if items is None:
+                items = latest[service] = {}
+            items[(_PROTOCOL_OF[protocol], ip)] = payload
+        self._batched = {}
+
+    def add_batch(self, batch: UpsertBatch, first_seq: int) -> bool:
+        """Fold the records of `batch` (at `first_seq` on) into the run and return True when every one applies
+        cleanly (the checks of `add`, made per column); else return False, having changed nothing."""
+        versions = batch.versions
+        digits = "".join(versions)  # no version is empty (a batch holds each field of each record)
+        if not (digits.isascii() and digits.isdigit()):
+            return False
+        numbers = list(map(int, versions))
+        if numbers[0] < self._version_number or numbers != sorted(numbers):
+            return False
+        services, ips, ports = batch.services, batch.ips, batch.ports
+        new_services = set(services).difference(self._valid_services)
+        new_ips = set(ips).difference(self._valid_ips)
+        new_ports = set(ports).difference(self._valid_ports)
+        if min(batch.weights) < 1:
+            return False
+        for service in new_services:
+            if service_key_problem(service) is not None or service not in self._registry.services:
+                return False
+        for ip in new_ips:
+            if ip_problem(ip, what="ip") is not None:
+                return False
+        for port in new_ports:
+            if port_problem(port, what="port") is not None:
+                return False
+        if batch.extra_ports is not None:
+            for port in set(itertools.chain.from_iterable(batch.extra_ports)):
+                if port_problem(port, what="ports") is not None:
+                    return False
+        keys = list(zip(services, batch.protocols, ips, strict=True))
+        if self._rejections:
+            rejections = self._rejections
+            for service, protocol, ip in keys:
+                if endpoint_subject(service, _PROTOCOL_OF[protocol], ip) in rejections:
+                    return False
+        self._valid_services |= new_services
+        self._valid_ips |= new_ips
+        self._valid_ports |= new_ports
+        self._batched.update(zip(keys, batch.payloads, strict=True))
+        self._version, self._version_number = versions[-1], numbers[-1]
+        self._seq = first_seq + len(numbers) - 1
+        return True
+
     def finish(self) -> State:
         """Return the state after every event added (the state the run began from if none was)."""
+        if self._batched:
+            self._move_batched()
         if not self._latest:
             return self._state
         endpoints = self._registry.endpoints.mutate()
         for service, latest in self._latest.items():
             items = endpoints.get(service, _NO_ENDPOINTS).mutate()
             for key, value in latest.items():
-                items[key] = value.endpoint() if isinstance(value, PendingUpsert) else value
+                if isinstance(value, Endpoint):
+                    items[key] = value
+                elif isinstance(value, bytes):
+                    items[key] = decode_upsert_endpoint(value)
+                else:
+                    items[key] = value.endpoint()
             endpoints[service] = items.finish()
         registry = RegistryState(
             version=self._version,
