@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from aether.core.gateway.model.fields import SpecInvalid, header_name, items, obj, text
+from aether.core.gateway.model.fields import SpecInvalid, field_text, header_name, items, obj, text
 from aether.core.gateway.model.regex import regex_problem
 
 EXACT = "Exact"
@@ -84,13 +84,10 @@ def _checked(pattern: str, path: str) -> str:
 
 def _path(value: Any, path: str) -> PathMatch:
     fields = obj(value, path)
-    kind = text(
-        fields.get("type"),
-        f"{path}.type",
-        default=PATH_PREFIX,
-        choices=(EXACT, PATH_PREFIX, REGULAR_EXPRESSION),
+    kind = field_text(
+        fields, "type", path, default=PATH_PREFIX, choices=(EXACT, PATH_PREFIX, REGULAR_EXPRESSION)
     )
-    spelled = text(fields.get("value"), f"{path}.value", default="/", max_length=1024)
+    spelled = field_text(fields, "value", path, default="/", max_length=1024)
     if kind == REGULAR_EXPRESSION:
         return PathMatch(type=kind, value=_checked(spelled, f"{path}.value"))
     if not spelled.startswith("/"):
@@ -119,9 +116,9 @@ def _value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tupl
     for index, raw in enumerate(items(value, path, max_items=16)):
         where = f"{path}[{index}]"
         fields = obj(raw, where)
-        kind = text(fields.get("type"), f"{where}.type", default=EXACT, choices=(EXACT, REGULAR_EXPRESSION))
+        kind = field_text(fields, "type", where, default=EXACT, choices=(EXACT, REGULAR_EXPRESSION))
         name = header_name(fields.get("name"), f"{where}.name")
-        spelled = text(fields.get("value"), f"{where}.value", max_length=4096, min_length=1)
+        spelled = field_text(fields, "value", where, max_length=4096, min_length=1)
         if kind == REGULAR_EXPRESSION:
             _checked(spelled, f"{where}.value")
         # The schema refuses a name given twice (the list is a map keyed by name).
@@ -140,14 +137,17 @@ def _value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tupl
 def http_match(value: Any, path: str) -> HTTPMatch:
     """Return one HTTPRoute match."""
     fields = obj(value, path)
-    method = fields.get("method")
+    method, headers, query = fields.get("method"), fields.get("headers"), fields.get("queryParams")
+    tested = fields.get("path")
     return HTTPMatch(
-        path=_path(fields.get("path"), f"{path}.path") if fields.get("path") is not None else PathMatch(),
+        path=_path(tested, f"{path}.path") if tested is not None else PathMatch(),
         method=text(method, f"{path}.method", choices=METHODS) if method is not None else "",
-        headers=_value_matches(fields.get("headers"), f"{path}.headers", what="header", fold_case=True),
-        query_params=_value_matches(
-            fields.get("queryParams"), f"{path}.queryParams", what="query parameter", fold_case=False
-        ),
+        headers=()
+        if headers is None
+        else _value_matches(headers, f"{path}.headers", what="header", fold_case=True),
+        query_params=()
+        if query is None
+        else _value_matches(query, f"{path}.queryParams", what="query parameter", fold_case=False),
     )
 
 

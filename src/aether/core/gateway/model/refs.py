@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from aether.core.gateway.model.fields import SpecInvalid, integer, items, obj, text
+from aether.core.gateway.model.fields import SpecInvalid, field_integer, field_text, items, obj
 
 CORE_GROUP = ""
 """The Kubernetes core group (Service, Secret), spelled `""` in references."""
@@ -65,10 +65,6 @@ class BackendRef:
         return f"{self.group or 'core'}/{self.kind}/{self.namespace}/{self.name}"
 
 
-def _object_name(value: Any, path: str) -> str:
-    return text(value, path, min_length=1)
-
-
 def parent_refs(value: Any, path: str, *, namespace: str) -> tuple[ParentRef, ...]:
     """Return a route's `parentRefs`; two references to one parent must differ in sectionName or port (CEL)."""
     refs: list[ParentRef] = []
@@ -77,12 +73,12 @@ def parent_refs(value: Any, path: str, *, namespace: str) -> tuple[ParentRef, ..
         fields = obj(raw, where)
         refs.append(
             ParentRef(
-                group=text(fields.get("group"), f"{where}.group", default=GATEWAY_GROUP),
-                kind=text(fields.get("kind"), f"{where}.kind", default="Gateway", max_length=63),
-                namespace=text(fields.get("namespace"), f"{where}.namespace", default=namespace),
-                name=_object_name(fields.get("name"), f"{where}.name"),
-                section_name=text(fields.get("sectionName"), f"{where}.sectionName", default=""),
-                port=integer(fields.get("port"), f"{where}.port", low=1, high=65535, default=0),
+                group=field_text(fields, "group", where, default=GATEWAY_GROUP),
+                kind=field_text(fields, "kind", where, default="Gateway", max_length=63),
+                namespace=field_text(fields, "namespace", where, default=namespace),
+                name=field_text(fields, "name", where, min_length=1),
+                section_name=field_text(fields, "sectionName", where, default=""),
+                port=field_integer(fields, "port", where, low=1, high=65535, default=0),
             )
         )
     seen: set[tuple[str, str, str, str, str, int]] = set()
@@ -104,20 +100,18 @@ def backend_ref(value: Any, path: str, *, namespace: str, weighted: bool = True)
     The CEL rule of the API: a reference to a core Service must give a port.
     """
     fields = obj(value, path)
-    group = text(fields.get("group"), f"{path}.group", default=CORE_GROUP)
-    kind = text(fields.get("kind"), f"{path}.kind", default="Service", max_length=63)
-    port = integer(fields.get("port"), f"{path}.port", low=1, high=65535, default=0)
+    group = field_text(fields, "group", path, default=CORE_GROUP)
+    kind = field_text(fields, "kind", path, default="Service", max_length=63)
+    port = field_integer(fields, "port", path, low=1, high=65535, default=0)
     if group == CORE_GROUP and kind == "Service" and not port:
         raise SpecInvalid(f"{path}.port", "must be specified for a Service reference")
     return BackendRef(
         group=group,
         kind=kind,
-        namespace=text(fields.get("namespace"), f"{path}.namespace", default=namespace),
-        name=_object_name(fields.get("name"), f"{path}.name"),
+        namespace=field_text(fields, "namespace", path, default=namespace),
+        name=field_text(fields, "name", path, min_length=1),
         port=port,
-        weight=integer(fields.get("weight"), f"{path}.weight", low=0, high=MAX_WEIGHT, default=1)
-        if weighted
-        else 1,
+        weight=field_integer(fields, "weight", path, low=0, high=MAX_WEIGHT, default=1) if weighted else 1,
     )
 
 

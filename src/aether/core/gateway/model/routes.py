@@ -175,7 +175,9 @@ def _prefix_replacement_rule(rule: Rule, path: str) -> None:
 
 def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Rule:
     fields = obj(value, path)
-    name = text(fields.get("name"), f"{path}.name", default="", max_length=253)
+    # Paths are spelled only for what is given (an absent field takes its default without one).
+    name = fields.get("name")
+    name = "" if name is None else text(name, f"{path}.name", max_length=253)
     if kind in L4_KINDS:
         backends = backend_refs(
             fields.get("backendRefs"), f"{path}.backendRefs", namespace=namespace, min_items=1
@@ -187,29 +189,34 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         f"{path}.matches",
         max_items=MAX_GRPC_MATCHES_PER_RULE if grpc else MAX_MATCHES_PER_RULE,
     )
-    rule_filters = filters(
-        fields.get("filters"),
-        f"{path}.filters",
-        namespace=namespace,
-        allowed=GRPC_FILTERS if grpc else HTTP_FILTERS,
+    allowed = GRPC_FILTERS if grpc else HTTP_FILTERS
+    raw_filters = fields.get("filters")
+    rule_filters = (
+        NO_FILTERS
+        if raw_filters is None
+        else filters(raw_filters, f"{path}.filters", namespace=namespace, allowed=allowed)
     )
-    backends = backend_refs(fields.get("backendRefs"), f"{path}.backendRefs", namespace=namespace)
+    raw_backends = fields.get("backendRefs")
+    backends = backend_refs(raw_backends, f"{path}.backendRefs", namespace=namespace)
+    # `backend_refs` read each backendRef as an object (or refused it): its own filters are read from it.
     per_backend = tuple(
-        filters(
-            obj(raw, f"{path}.backendRefs[{at}]").get("filters"),
-            f"{path}.backendRefs[{at}].filters",
-            namespace=namespace,
-            allowed=GRPC_FILTERS if grpc else HTTP_FILTERS,
-        )
-        for at, raw in enumerate(items(fields.get("backendRefs"), f"{path}.backendRefs", max_items=16))
+        NO_FILTERS
+        if (own := raw.get("filters")) is None
+        else filters(own, f"{path}.backendRefs[{at}].filters", namespace=namespace, allowed=allowed)
+        for at, raw in enumerate(raw_backends or ())
     )
     if backends and rule_filters.redirect is not None:
         raise SpecInvalid(path, "RequestRedirect filter must not be used together with backendRefs")
-    timeouts = obj(fields.get("timeouts"), f"{path}.timeouts") if not grpc else {}
-    request = duration_ms(timeouts.get("request"), f"{path}.timeouts.request")
-    backend = duration_ms(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest")
-    if request and backend is not None and backend > request:
-        raise SpecInvalid(f"{path}.timeouts", "backendRequest timeout cannot be longer than request timeout")
+    raw_timeouts = None if grpc else fields.get("timeouts")
+    request = backend = None
+    if raw_timeouts is not None:
+        timeouts = obj(raw_timeouts, f"{path}.timeouts")
+        request = duration_ms(timeouts.get("request"), f"{path}.timeouts.request")
+        backend = duration_ms(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest")
+        if request and backend is not None and backend > request:
+            raise SpecInvalid(
+                f"{path}.timeouts", "backendRequest timeout cannot be longer than request timeout"
+            )
     problem = ""
     matches: tuple[HTTPMatch | GRPCMatch, ...]
     try:
@@ -230,7 +237,9 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         backend_filters=per_backend if any(item is not NO_FILTERS for item in per_backend) else (),
         request_timeout_ms=request,
         backend_timeout_ms=backend,
-        retry=None if grpc else _retry(fields.get("retry"), f"{path}.retry"),
+        retry=None
+        if grpc or (raw_retry := fields.get("retry")) is None
+        else _retry(raw_retry, f"{path}.retry"),
         problem=problem,
     )
     if not problem:
@@ -246,16 +255,11 @@ def _rules(kind: str, spec: Any, *, namespace: str) -> tuple[Rule, ...]:
         raw = items(spec.get("rules"), "spec.rules", max_items=MAX_RULES)
         if not raw:
             raw = [{}]  # the API's default: one rule matching every request
-    total = sum(
-        len(
-            items(
-                obj(rule, f"spec.rules[{at}]").get("matches"),
-                f"spec.rules[{at}].matches",
-                max_items=MAX_MATCHES,
-            )
-        )
-        for at, rule in enumerate(raw)
-    )
+    total = 0
+    for at, rule in enumerate(raw):
+        given = (rule if type(rule) is dict else obj(rule, f"spec.rules[{at}]")).get("matches")
+        if given is not None:
+            total += len(items(given, f"spec.rules[{at}].matches", max_items=MAX_MATCHES))
     if total > MAX_MATCHES:
         raise SpecInvalid(
             "spec.rules",
