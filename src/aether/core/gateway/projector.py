@@ -173,6 +173,8 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
             resolver.backend(mirror.backend, route_kind=route.kind, route_namespace=route.meta.namespace)
             for mirror in rule.filters.mirrors
         )
+        if rule.filters.mirrors
+        else ()
         for rule in route.rules
     )
     problems = []

@@ -55,7 +55,7 @@ def items(value: Any, path: str, *, max_items: int, min_items: int = 0) -> Seque
     """Return `value` as a JSON array of `min_items` to `max_items` entries (absent: empty)."""
     if value is None:
         value = []
-    elif not isinstance(value, list):
+    if not isinstance(value, list):
         raise SpecInvalid(path, "must be an array", value=value)
     if len(value) > max_items:
         raise SpecInvalid(path, f"must have at most {max_items} items", value=len(value))

@@ -184,11 +184,13 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         )
         return Rule(index=index, name=name, backends=backends)
     grpc = kind == GRPC_ROUTE
-    raw_matches = items(
-        fields.get("matches"),
-        f"{path}.matches",
-        max_items=MAX_GRPC_MATCHES_PER_RULE if grpc else MAX_MATCHES_PER_RULE,
-    )
+    raw_matches = fields.get("matches")
+    if raw_matches is not None:
+        raw_matches = items(
+            raw_matches,
+            f"{path}.matches",
+            max_items=MAX_GRPC_MATCHES_PER_RULE if grpc else MAX_MATCHES_PER_RULE,
+        )
     allowed = GRPC_FILTERS if grpc else HTTP_FILTERS
     raw_filters = fields.get("filters")
     rule_filters = (
@@ -197,7 +199,9 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         else filters(raw_filters, f"{path}.filters", namespace=namespace, allowed=allowed)
     )
     raw_backends = fields.get("backendRefs")
-    backends = backend_refs(raw_backends, f"{path}.backendRefs", namespace=namespace)
+    backends = (
+        () if raw_backends is None else backend_refs(raw_backends, f"{path}.backendRefs", namespace=namespace)
+    )
     # `backend_refs` read each backendRef as an object (or refused it): its own filters are read from it.
     per_backend = tuple(
         NO_FILTERS
@@ -221,9 +225,13 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
     matches: tuple[HTTPMatch | GRPCMatch, ...]
     try:
         if grpc:
-            matches = tuple(grpc_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches))
+            matches = tuple(
+                grpc_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches or ())
+            )
         else:
-            matches = tuple(http_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches))
+            matches = tuple(
+                http_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches or ())
+            )
     except RegexInvalid as error:
         matches, problem = (), str(error)
     if not matches and not problem:
