@@ -208,19 +208,24 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
     if filters.redirect is not None:
         return (route(_redirect(entry)),)
     refused = _refused(entry)
-    total = sum(item.ref.weight for item in entry.backends)
-    usable = [
-        (index, item)
-        for index, item in enumerate(entry.backends)
-        if item.service and item.ref.weight > 0 and index not in refused
-    ]
-    own = [
-        (
-            _changes(rule.filters_of(index).request_headers),
-            _changes(rule.filters_of(index).response_headers),
-        )
-        for index, _ in usable
-    ]
+    usable: list[tuple[int, Backend]] = []
+    unresolved = 0
+    for index, item in enumerate(entry.backends):
+        if not item.service or index in refused:
+            unresolved += item.ref.weight
+        elif item.ref.weight > 0:
+            usable.append((index, item))
+    own = (
+        [
+            (
+                _changes(rule.filters_of(index).request_headers),
+                _changes(rule.filters_of(index).response_headers),
+            )
+            for index, _ in usable
+        ]
+        if rule.backend_filters
+        else [(None, None)] * len(usable)  # no backendRef has filters of its own
+    )
     per_destination = len(usable) > 1 and any(changes != (None, None) for changes in own)
     resolved = [
         ir.Destination(
@@ -232,9 +237,6 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
         )
         for (_, item), (request, response) in zip(usable, own, strict=True)
     ]
-    unresolved = sum(
-        item.ref.weight for index, item in enumerate(entry.backends) if not item.service or index in refused
-    )
     if not resolved:
         why = (
             "no backend"
@@ -260,7 +262,9 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
             status=UNRESOLVED_STATUS,
             body=f"aether: {entry.route.key} rule {rule.index}: {_refusal(refused) if refused else 'backend not resolved'}\n",
         ),
-        tested=attrs.evolve(match, per_million=unresolved * _MILLION // total),
+        tested=attrs.evolve(
+            match, per_million=unresolved * _MILLION // sum(item.ref.weight for item in entry.backends)
+        ),
     )
     return (share, forward)
 
@@ -274,10 +278,15 @@ def translate(
     services: set[str] = set()
     for entry in entries:
         routes.extend(routes_of(entry))
-        if entry.rule.filters.redirect is None and not entry.rule.filters.unsupported:
+        filters = entry.rule.filters
+        if filters.redirect is None and not filters.unsupported:
             # A backend whose own filters are refused is never sent to: its cluster is not needed.
             refused = _refused(entry)
-            sent = (item for index, item in enumerate(entry.backends) if index not in refused)
+            sent = (
+                [item for index, item in enumerate(entry.backends) if index not in refused]
+                if refused
+                else entry.backends
+            )
             # A slice backend's cluster is not a mesh service's: no mesh service is demanded for it.
             services.update(
                 item.service for item in (*sent, *entry.mirrors) if item.service and not item.cluster

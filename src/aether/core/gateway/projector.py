@@ -150,7 +150,7 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
     results = tuple(
         result for ref in route.parents if (result := parents.attach(route.kind, route, ref)) is not None
     )
-    services = frozenset((ref.namespace, ref.name) for ref in route.parents if ref.is_service)
+    services = frozenset([(ref.namespace, ref.name) for ref in route.parents if ref.is_service])
     backends = tuple(
         tuple(
             resolver.backend(

@@ -278,7 +278,9 @@ def _rules(kind: str, spec: Any, *, namespace: str) -> tuple[Rule, ...]:
         _rule(kind, rule, f"spec.rules[{index}]", index=index, namespace=namespace)
         for index, rule in enumerate(raw)
     )
-    unique([rule.name for rule in rules if rule.name], "spec.rules", what="rule names")
+    names = [rule.name for rule in rules if rule.name]
+    if len(names) > 1:
+        unique(names, "spec.rules", what="rule names")
     return rules
 
 
