@@ -105,8 +105,10 @@ def _piece_key(piece: _Piece) -> tuple[object, ...]:
 
 def _count(counts: dict[Any, int], items: Iterable[Any], by: int) -> None:
     for item in items:
-        counts[item] = counts.get(item, 0) + by
-        if not counts[item]:
+        count = counts.get(item, 0) + by
+        if count:
+            counts[item] = count
+        else:
             del counts[item]
 
 
