@@ -175,10 +175,12 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
     """
     rule = entry.rule
     filters = rule.filters
-    match = route_match(entry.match)
+    given = entry.match
+    match = route_match(given)
     if entry.caller_namespace:
         match = attrs.evolve(match, caller_namespace=entry.caller_namespace)
     rule_request, rule_response = _changes(filters.request_headers), _changes(filters.response_headers)
+    name, method = entry.name, given.method if isinstance(given, HTTPMatch) else "POST"
 
     def route(
         action: ir.Action,
@@ -188,10 +190,10 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
         response: ir.HeaderChanges | None = rule_response,
     ) -> ir.HTTPRoute:
         return ir.HTTPRoute(
-            name=entry.name,
+            name=name,
             match=tested,
             action=action,
-            method=entry.match.method if isinstance(entry.match, HTTPMatch) else "POST",
+            method=method,
             request_headers=request,
             response_headers=response,
         )

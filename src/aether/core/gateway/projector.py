@@ -116,6 +116,12 @@ class _Parents:
             return attach_to_service(ref, self._resolver)
         if not ref.is_gateway:
             return None
+        attachment = None if route is None else (route.kind, route.meta.namespace, route.hostnames, ref)
+        if attachment is not None:
+            # Stored only below, for a Gateway with listeners: a hit needs no lookup of the Gateway.
+            held = self._attached.get(attachment)
+            if held is not None:
+                return held
         key = f"Gateway/{ref.namespace}/{ref.name}"
         listeners = self._by_gateway.get(key)
         if listeners is None:
@@ -134,15 +140,11 @@ class _Parents:
                 reason=NO_MATCHING_PARENT,
                 message=f"Gateway {ref.namespace}/{ref.name} not found",
             )
-        if route is None:
+        if route is None or attachment is None:
             return ParentResult(ref=ref, controller=EDGE_CONTROLLER)
-        namespace = route.meta.namespace
-        attachment = (route.kind, namespace, route.hostnames, ref)
-        held = self._attached.get(attachment)
-        if held is None:
-            held = self._attached[attachment] = attach_to_gateway(
-                route, ref, listeners, namespace_labels=self._resolver.namespace_labels(namespace)
-            )
+        held = self._attached[attachment] = attach_to_gateway(
+            route, ref, listeners, namespace_labels=self._resolver.namespace_labels(route.meta.namespace)
+        )
         return held
 
 

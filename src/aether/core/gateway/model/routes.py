@@ -250,7 +250,7 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         else _retry(raw_retry, f"{path}.retry"),
         problem=problem,
     )
-    if not problem:
+    if not problem and (rule_filters.redirect is not None or rule_filters.rewrite is not None):
         _prefix_replacement_rule(rule, path)
     return rule
 
