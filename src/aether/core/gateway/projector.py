@@ -372,14 +372,14 @@ class GatewayProjector:
         for key, item in objects.items():
             parsed = self._parsed_object(key, item)
             parsed_now[key] = (item, parsed)
-            if isinstance(parsed, GatewayClass):
+            if isinstance(parsed, Route):  # most objects are routes
+                routes.append(parsed)
+            elif isinstance(parsed, GatewayClass):
                 classes.append(parsed)
             elif isinstance(parsed, Gateway):
                 gateways.append(parsed)
             elif isinstance(parsed, ObjectRejected):
                 rejected.append(parsed)
-            elif isinstance(parsed, Route):
-                routes.append(parsed)
             elif isinstance(parsed, RouteRejected):
                 rejected_routes.append(parsed)
         self._parsed = parsed_now
