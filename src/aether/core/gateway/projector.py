@@ -51,7 +51,7 @@ from aether.core.gateway.model.routes import (
     parse_route,
 )
 from aether.core.gateway.ordered import Ordered, route_order
-from aether.core.gateway.resolve import Resolver
+from aether.core.gateway.resolve import Backend, Resolver
 from aether.core.gateway.status import (
     ACCEPTED,
     NO_MATCHING_PARENT,
@@ -153,41 +153,50 @@ def _resolve(route: Route, parents: _Parents, resolver: Resolver) -> Resolved:
         result for ref in route.parents if (result := parents.attach(route.kind, route, ref)) is not None
     )
     services = frozenset([(ref.namespace, ref.name) for ref in route.parents if ref.is_service])
-    backends = tuple(
-        tuple(
-            resolver.backend(
-                ref, route_kind=route.kind, route_namespace=route.meta.namespace, parents=services
+    kind, namespace = route.kind, route.meta.namespace
+    # One pass over the rules (most routes have one): backends, mirrors, problems, refused backendRef filters.
+    rule_backends: list[tuple[Backend, ...]] = []
+    rule_mirrors: list[tuple[Backend, ...]] = []
+    problems: list[str] = []
+    refused: list[str] = []
+    for rule in route.rules:
+        rule_filters = rule.filters
+        rule_backends.append(
+            tuple(
+                [
+                    resolver.backend(ref, route_kind=kind, route_namespace=namespace, parents=services)
+                    for ref in rule.backends
+                ]
             )
-            for ref in rule.backends
         )
-        for rule in route.rules
-    )
-    if route.kind == UDP_ROUTE:
+        rule_mirrors.append(
+            tuple(
+                [
+                    resolver.backend(mirror.backend, route_kind=kind, route_namespace=namespace)
+                    for mirror in rule_filters.mirrors
+                ]
+            )
+            if rule_filters.mirrors
+            else ()
+        )
+        if rule.problem:
+            problems.append(f"spec.rules[{rule.index}] dropped: {rule.problem}")
+        elif rule_filters.unsupported:
+            problems.append(
+                f"spec.rules[{rule.index}] answers 500: filter {', '.join(rule_filters.unsupported)} is not supported"
+            )
+        if rule.backend_filters:
+            refused.extend(rule.backend_filter_refusals())
+    backends = tuple(rule_backends)
+    if kind == UDP_ROUTE:
         backends = tuple(
             tuple(udp_routes.udp_backend(backend, resolver.services) for backend in rule) for rule in backends
         )
-    elif route.kind in MESH_L4_KINDS and any(
+    elif kind in MESH_L4_KINDS and any(
         result.accepted and result.controller == MESH_CONTROLLER for result in results
     ):
         backends = tuple(tuple(resolver.tcp_backend(backend) for backend in rule) for rule in backends)
-    mirrors = tuple(
-        tuple(
-            resolver.backend(mirror.backend, route_kind=route.kind, route_namespace=route.meta.namespace)
-            for mirror in rule.filters.mirrors
-        )
-        if rule.filters.mirrors
-        else ()
-        for rule in route.rules
-    )
-    problems = []
-    for rule in route.rules:
-        if rule.problem:
-            problems.append(f"spec.rules[{rule.index}] dropped: {rule.problem}")
-        elif rule.filters.unsupported:
-            problems.append(
-                f"spec.rules[{rule.index}] answers 500: filter {', '.join(rule.filters.unsupported)} is not supported"
-            )
-    refused = [message for rule in route.rules for message in rule.backend_filter_refusals()]
+    mirrors = tuple(rule_mirrors)
     return Resolved(
         route=route,
         parents=results,
