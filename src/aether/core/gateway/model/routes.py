@@ -203,12 +203,12 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         () if raw_backends is None else backend_refs(raw_backends, f"{path}.backendRefs", namespace=namespace)
     )
     # `backend_refs` read each backendRef as an object (or refused it): its own filters are read from it.
-    per_backend = tuple(
+    per_backend = [
         NO_FILTERS
         if (own := raw.get("filters")) is None
         else filters(own, f"{path}.backendRefs[{at}].filters", namespace=namespace, allowed=allowed)
         for at, raw in enumerate(raw_backends or ())
-    )
+    ]
     if backends and rule_filters.redirect is not None:
         raise SpecInvalid(path, "RequestRedirect filter must not be used together with backendRefs")
     raw_timeouts = None if grpc else fields.get("timeouts")
@@ -226,11 +226,11 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
     try:
         if grpc:
             matches = tuple(
-                grpc_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches or ())
+                [grpc_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches or ())]
             )
         else:
             matches = tuple(
-                http_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches or ())
+                [http_match(raw, f"{path}.matches[{at}]") for at, raw in enumerate(raw_matches or ())]
             )
     except RegexInvalid as error:
         matches, problem = (), str(error)
@@ -242,7 +242,7 @@ def _rule(kind: str, value: Any, path: str, *, index: int, namespace: str) -> Ru
         matches=matches,
         filters=rule_filters,
         backends=backends,
-        backend_filters=per_backend if any(item is not NO_FILTERS for item in per_backend) else (),
+        backend_filters=tuple(per_backend) if any(item is not NO_FILTERS for item in per_backend) else (),
         request_timeout_ms=request,
         backend_timeout_ms=backend,
         retry=None
@@ -275,8 +275,10 @@ def _rules(kind: str, spec: Any, *, namespace: str) -> tuple[Rule, ...]:
             value=total,
         )
     rules = tuple(
-        _rule(kind, rule, f"spec.rules[{index}]", index=index, namespace=namespace)
-        for index, rule in enumerate(raw)
+        [
+            _rule(kind, rule, f"spec.rules[{index}]", index=index, namespace=namespace)
+            for index, rule in enumerate(raw)
+        ]
     )
     names = [rule.name for rule in rules if rule.name]
     if len(names) > 1:
