@@ -22,7 +22,7 @@ import immutables
 from google.protobuf.message import Message
 
 from aether.core.errors import InternalError
-from aether.core.values import Redacted
+from aether.core.values import Redacted, freeze_ints, freeze_str_map, freeze_strs
 
 
 @attrs.frozen(kw_only=True)
@@ -90,7 +90,7 @@ def _compile(cls: type[Any], skip: frozenset[str]) -> WirePlan:
         decode_args.append(f"{field.name}={decode}")
         if slots is not None:
             namespace[f"_set{index}"] = slots[field.name]
-            if field.converter is not None:
+            if field.converter is not None and field.converter not in _NO_OP_ON_DECODED:
                 namespace[f"_convert{index}"] = field.converter
                 decode = f"_convert{index}({decode})"
             slot_lines.append(f"    _set{index}(value, {decode})")
@@ -118,6 +118,10 @@ def _compile(cls: type[Any], skip: frozenset[str]) -> WirePlan:
         decode=namespace["decode"],
         decode_nested=namespace["decode_nested"],
     )
+
+
+_NO_OP_ON_DECODED = frozenset((freeze_ints, freeze_strs, freeze_str_map))
+"""Converters that return what the decode expressions build (a tuple, an `immutables.Map`) as it is: left out."""
 
 
 def _slot_setters(cls: type[Any]) -> dict[str, Callable[[Any, Any], None]] | None:
