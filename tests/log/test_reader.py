@@ -141,7 +141,16 @@ def test_read_last_seq(tmp_path: Path) -> None:
 def test_scan_log_batches_holds_the_records_scan_log_reads(tmp_path: Path, size: int) -> None:
     """Batches of up to `size` records of one segment: expanded, the very records (seqs, payloads, offsets)."""
     build_log(tmp_path, [5, 0, 2, 4])
-    for bounds in ({}, {"from_seq": 3}, {"from_seq": 2, "to_seq": 7}, {"to_seq": 6}):
+    for bounds in (
+        {},
+        {"from_seq": 3},
+        {"from_seq": 2, "to_seq": 7},
+        {"to_seq": 6},
+        {"to_seq": 1},
+        {"from_seq": 7, "to_seq": 7},
+        {"from_seq": 8, "to_seq": 5},
+        {"from_seq": 11},
+    ):
         batches = list(scan_log_batches(tmp_path, size=size, **bounds))
         assert all(1 <= len(batch.payloads) <= size for batch in batches)
         assert all(len({record.segment for record in batch.records()}) == 1 for batch in batches)

@@ -87,6 +87,15 @@ class RecordBatch:
         return records
 
 
+def _flush_at(seq: int, step: int, from_seq: int, to_seq: int | None) -> int:
+    """The seq after the batch (of `step` records) starting at `seq`: it ends early at `from_seq` (the records below
+    it are not yielded) and after `to_seq`."""
+    stop = from_seq if seq < from_seq else seq + step
+    if to_seq is not None and seq <= to_seq < stop:
+        stop = to_seq + 1
+    return stop
+
+
 _new_record = functools.partial(tuple.__new__, LogRecord)
 """`_new_record((seq, payload, segment, offset))`: a `LogRecord` without the keyword call (the hot path)."""
 
@@ -230,47 +239,52 @@ def scan_segment(
             position = 0
             # The checksum starts with the length field: its crc32c, per length (records have few distinct ones).
             length_checksums: dict[int, int] = {}
+            checksum_of_length = length_checksums.get
+            # Every sound frame's payload is appended; `flush_at` (the seq after the current batch, see
+            # `_flush_at`) is the one check per frame of where the batch ends, records below `from_seq` and `to_seq`.
+            step = batch or 1
             payloads: list[bytes] = []
+            append = payloads.append
             batch_position = 0
+            flush_at = _flush_at(expected_seq, step, from_seq, to_seq)
             while position + FRAME_HEADER_SIZE <= end:
                 length, checksum, seq = _unpack_frame_header_from(data, position)
                 payload_end = position + FRAME_HEADER_SIZE + length
                 if length > MAX_PAYLOAD or seq != expected_seq or payload_end > end:
                     break
-                length_checksum = length_checksums.get(length)
+                length_checksum = checksum_of_length(length)
                 if length_checksum is None:
                     length_checksum = length_checksums[length] = _crc32c(view[position : position + 4])
                 # The checksum covers the length field, then the seq field and the payload (contiguous).
                 if _crc32c(view[position + 8 : payload_end], length_checksum) != checksum:
                     break
-                if seq >= from_seq:
-                    if not batch:
-                        yield _new_record(
-                            (
-                                seq,
-                                data[position + FRAME_HEADER_SIZE : payload_end],
-                                path,
-                                SEGMENT_HEADER_SIZE + position,
-                            )
-                        )
-                    else:
-                        if not payloads:
-                            batch_position = position
-                        payloads.append(data[position + FRAME_HEADER_SIZE : payload_end])
-                        if len(payloads) == batch or seq == to_seq:
-                            yield RecordBatch(
-                                first_seq=seq + 1 - len(payloads),
-                                payloads=payloads,
-                                segment=path,
-                                offset=SEGMENT_HEADER_SIZE + batch_position,
-                            )
-                            payloads = []
-                if seq == to_seq:
-                    return expected_seq  # = seq
+                append(data[position + FRAME_HEADER_SIZE : payload_end])
                 position = payload_end
                 expected_seq += 1
+                if expected_seq == flush_at:
+                    if seq < from_seq:  # the batch holds only records below it: checked, not yielded
+                        payloads.clear()
+                    elif batch:
+                        yield RecordBatch(
+                            first_seq=expected_seq - len(payloads),
+                            payloads=payloads,
+                            segment=path,
+                            offset=SEGMENT_HEADER_SIZE + batch_position,
+                        )
+                        payloads = []
+                        append = payloads.append
+                    else:
+                        yield _new_record((seq, payloads.pop(), path, SEGMENT_HEADER_SIZE + batch_position))
+                    if seq == to_seq:
+                        return expected_seq - 1  # = seq
+                    batch_position = position
+                    # `_flush_at(expected_seq, ...)` inline (a call per record costs scan_log ~10%): here
+                    # expected_seq >= from_seq.
+                    flush_at = expected_seq + step
+                    if to_seq is not None and expected_seq <= to_seq < flush_at:
+                        flush_at = to_seq + 1
             view.release()
-            if payloads:
+            if payloads and expected_seq - len(payloads) >= from_seq:  # (only in batches: a record is one)
                 yield RecordBatch(
                     first_seq=expected_seq - len(payloads),
                     payloads=payloads,

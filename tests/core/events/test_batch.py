@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from aether.core.events import (
@@ -18,6 +20,9 @@ from aether.core.events import (
     decode_upsert_endpoint,
     encode_event,
 )
+from aether.core.events import batch as batch_module
+from aether.core.events.batch import decode_upsert_endpoints
+from aether.core.events.codec import CodecError
 from aether.proto.log.v1 import log_pb2
 
 
@@ -164,3 +169,43 @@ def test_a_record_whose_extra_port_is_the_marker_is_not_taken() -> None:
 
 def test_a_record_too_long_to_frame_from_the_table_is_not_taken() -> None:
     _not_taken(_payloads([_updated(0, region="r" * 5000)]))
+
+
+def test_endpoints_built_together_equal_each_record_decoded_on_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parsed a stretch at a time (here 3 records), with a record too long for the frame table in one stretch."""
+    monkeypatch.setattr(batch_module, "_ENDPOINTS_AT_ONCE", 3)
+    events: list[Event] = [_updated(index, ports=(9000,) if index == 1 else ()) for index in range(7)]
+    events[4] = _updated(4, region="r" * 5000)
+    events.append(
+        EndpointAdded(observed_at=1, source="registrar", version="9", endpoint=_updated(8).endpoint)
+    )
+    payloads = _payloads(events)
+    assert decode_upsert_endpoints(payloads) == [decode_upsert_endpoint(payload) for payload in payloads]
+    assert decode_upsert_endpoints([]) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        encode_event(
+            EndpointRemoved(
+                observed_at=1,
+                source="registrar",
+                version="2",
+                service="default/a",
+                protocol=Protocol.HTTP,
+                ip="10.0.0.1",
+            )
+        ),
+        b"\x12\x40",
+    ],
+    ids=["another kind", "truncated"],
+)
+def test_endpoints_built_together_raise_the_error_of_the_record_at_fault(bad: bytes) -> None:
+    payloads = [*_payloads([_updated(0), _updated(1)]), bad]
+    with pytest.raises(CodecError) as expected:
+        decode_upsert_endpoint(bad)
+    with pytest.raises(CodecError, match=re.escape(str(expected.value))):
+        decode_upsert_endpoints(payloads)

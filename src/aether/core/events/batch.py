@@ -27,14 +27,16 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, un
 from google.protobuf.message import DecodeError, Message
 
 from aether.core.events.base import Event
-from aether.core.events.codec import decode_event
+from aether.core.events.codec import decode_event, decode_upsert_endpoint
 from aether.core.events.registry import (
+    Endpoint,
     EndpointAdded,
     EndpointUpdated,
     Health,
     HealthCheckMode,
     Protocol,
 )
+from aether.core.events.wire import plan_for
 from aether.proto.log.v1 import log_pb2
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
@@ -45,8 +47,9 @@ _KNOWN_MODES = frozenset(member.value for member in HealthCheckMode)
 _KNOWN_PROTOCOLS = frozenset(member.value for member in Protocol)
 
 
-def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, Any]:
-    """Return the column view of an upsert batch and the real-schema container, both added to `pool`.
+def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, Any, Any]:
+    """Return the column view of an upsert batch, the real-schema container (records merged) and the real-schema
+    list (one `Event` per record), all added to `pool`.
 
     The view copies `Event`, the two upsert bodies and `Endpoint` field for field (same numbers, same types; enums
     as int32), every scalar and string field repeated, the sub-messages on the upsert path singular (they merge).
@@ -84,6 +87,11 @@ def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, Any]:
         name="events", number=1, label=_FIELD.LABEL_OPTIONAL, type=_FIELD.TYPE_MESSAGE,
         type_name=f".{_VIEW_PACKAGE}.EventColumns",
     )  # fmt: skip
+    records = file.message_type.add(name="BatchRecords")
+    records.field.add(
+        name="events", number=1, label=_FIELD.LABEL_REPEATED, type=_FIELD.TYPE_MESSAGE,
+        type_name=f".{log_pb2.Event.DESCRIPTOR.full_name}",
+    )  # fmt: skip
     merged = file.message_type.add(name="BatchMerged")
     merged.field.add(
         name="events", number=1, label=_FIELD.LABEL_OPTIONAL, type=_FIELD.TYPE_MESSAGE,
@@ -93,10 +101,11 @@ def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, Any]:
     return (
         message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_VIEW_PACKAGE}.BatchColumns")),
         message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_VIEW_PACKAGE}.BatchMerged")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_VIEW_PACKAGE}.BatchRecords")),
     )
 
 
-_BatchColumns, _BatchMerged = _column_view(descriptor_pool.Default())
+_BatchColumns, _BatchMerged, _BatchRecords = _column_view(descriptor_pool.Default())
 
 
 def _varint(value: int) -> bytes:
@@ -141,10 +150,10 @@ _EVENT_TYPES: dict[str, type[EndpointAdded] | type[EndpointUpdated]] = {
 def _aligned(column: Any, marker: object, count: int) -> list[Any] | None:
     """Return the values of a column read with a marker before each of `count` records, or None if some record does
     not hold exactly one value (the markers are then not every other entry)."""
-    values = list(column)
-    if len(values) != 2 * count or values.count(marker) != count or values[0::2].count(marker) != count:
+    values: list[Any] = column[1::2]
+    if len(column) != 2 * count or marker in values or column[0::2].count(marker) != count:
         return None
-    return values[1::2]
+    return values
 
 
 def _split(column: Any, marker: int, count: int) -> list[tuple[int, ...]] | None:
@@ -292,3 +301,43 @@ def decode_upsert_batch(payloads: Sequence[bytes]) -> UpsertBatch | None:
         weights=weights,
         extra_ports=None if len(endpoint.ports) == count else extra_ports,
     )
+
+
+_ENDPOINTS_AT_ONCE = 4096
+"""`decode_upsert_endpoints` parses this many records at once (bounding the messages alive at a time)."""
+
+
+def decode_upsert_endpoints(payloads: Sequence[bytes]) -> list[Endpoint]:
+    """Build the endpoint of each endpoint-upsert record, as `decode_upsert_endpoint` does for each one.
+
+    The records are parsed a few thousand at a time, each framed as one `Event` of a repeated field (so each is
+    parsed on its own, as the codec parses it); a stretch that does not decode that way is decoded record by record,
+    by `decode_upsert_endpoint`, which raises its error for the record at fault.
+
+    Raises:
+        CodecError: as `decode_upsert_endpoint`.
+    """
+    build = plan_for(Endpoint).decode_nested
+    endpoints: list[Endpoint] = []
+    for start in range(0, len(payloads), _ENDPOINTS_AT_ONCE):
+        stretch = payloads[start : start + _ENDPOINTS_AT_ONCE]
+        built = len(endpoints)
+        try:
+            frames = list(map(_FRAMES.__getitem__, map(len, stretch)))
+            records = _BatchRecords()
+            records.ParseFromString(
+                b"".join(itertools.chain.from_iterable(zip(frames, stretch, strict=True)))
+            )
+            for message in records.events:
+                kind = message.WhichOneof("kind")
+                if kind not in _MARKERS:
+                    raise KeyError(kind)
+                endpoints.append(build(getattr(message, kind).endpoint))
+        except (
+            IndexError,
+            DecodeError,
+            KeyError,
+        ):  # a long record, a bad one, another kind, an unknown enum value
+            del endpoints[built:]
+            endpoints.extend(map(decode_upsert_endpoint, stretch))
+    return endpoints

@@ -7,13 +7,15 @@ rejected (a reordered or replayed delivery), one at the same version re-applies 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Set as AbstractSet
+from typing import TypeVar
 
 import attrs
 import immutables
 
 from aether.core.events.base import Event
-from aether.core.events.batch import UpsertBatch
-from aether.core.events.codec import PendingUpsert, decode_upsert_endpoint
+from aether.core.events.batch import UpsertBatch, decode_upsert_endpoints
+from aether.core.events.codec import PendingUpsert
 from aether.core.events.registry import (
     Endpoint,
     EndpointAdded,
@@ -216,6 +218,16 @@ _PROTOCOL_OF = {member.value: member for member in Protocol}
 _NO_ENDPOINTS: immutables.Map[tuple[Protocol, str], Endpoint] = immutables.Map()
 
 
+_T = TypeVar("_T")
+
+
+def _new_in(column: list[_T], known: set[_T]) -> AbstractSet[_T]:
+    """The values of `column` not in `known` (none, without building a set, when `known` holds them all)."""
+    if known.issuperset(column):
+        return frozenset()
+    return set(column).difference(known)
+
+
 class UpsertRun:
     """Consecutive endpoint upserts folded as one step: the state `_upsert_endpoint` gives after each in turn, built once.
 
@@ -303,11 +315,12 @@ class UpsertRun:
         if numbers[0] < self._version_number or numbers != sorted(numbers):
             return False
         services, ips, ports = batch.services, batch.ips, batch.ports
-        new_services = set(services).difference(self._valid_services)
-        new_ips = set(ips).difference(self._valid_ips)
-        new_ports = set(ports).difference(self._valid_ports)
         if min(batch.weights) < 1:
             return False
+        # Churn repeats what the run has already found valid: `issuperset` reads a column without building a set.
+        new_services = _new_in(services, self._valid_services)
+        new_ips = _new_in(ips, self._valid_ips)
+        new_ports = _new_in(ports, self._valid_ports)
         for service in new_services:
             if service_key_problem(service) is not None or service not in self._registry.services:
                 return False
@@ -321,16 +334,20 @@ class UpsertRun:
             for port in set(itertools.chain.from_iterable(batch.extra_ports)):
                 if port_problem(port, what="ports") is not None:
                     return False
-        keys = list(zip(services, batch.protocols, ips, strict=True))
         if self._rejections:
             rejections = self._rejections
-            for service, protocol, ip in keys:
+            for service, protocol, ip in zip(services, batch.protocols, ips, strict=True):
                 if endpoint_subject(service, _PROTOCOL_OF[protocol], ip) in rejections:
                     return False
-        self._valid_services |= new_services
-        self._valid_ips |= new_ips
-        self._valid_ports |= new_ports
-        self._batched.update(zip(keys, batch.payloads, strict=True))
+        if new_services:
+            self._valid_services |= new_services
+        if new_ips:
+            self._valid_ips |= new_ips
+        if new_ports:
+            self._valid_ports |= new_ports
+        self._batched.update(
+            zip(zip(services, batch.protocols, ips, strict=True), batch.payloads, strict=True)
+        )
         self._version, self._version_number = versions[-1], numbers[-1]
         self._seq = first_seq + len(numbers) - 1
         return True
@@ -341,6 +358,17 @@ class UpsertRun:
             self._move_batched()
         if not self._latest:
             return self._state
+        # The records left as payloads are built together (in the order the loop below meets them).
+        built = iter(
+            decode_upsert_endpoints(
+                [
+                    value
+                    for latest in self._latest.values()
+                    for value in latest.values()
+                    if isinstance(value, bytes)
+                ]
+            )
+        )
         endpoints = self._registry.endpoints.mutate()
         for service, latest in self._latest.items():
             items = endpoints.get(service, _NO_ENDPOINTS).mutate()
@@ -348,7 +376,7 @@ class UpsertRun:
                 if isinstance(value, Endpoint):
                     items[key] = value
                 elif isinstance(value, bytes):
-                    items[key] = decode_upsert_endpoint(value)
+                    items[key] = next(built)
                 else:
                     items[key] = value.endpoint()
             endpoints[service] = items.finish()
