@@ -90,6 +90,8 @@ class EncodedResources:
             del block.names[position]
             if not block.names:
                 del self._blocks[index]
+        else:
+            return  # the names are as they were: so are the blocks' first names
         self._firsts = [block.names[0] for block in self._blocks]
 
     def response(

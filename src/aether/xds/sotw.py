@@ -58,12 +58,12 @@ class _TypeState:
     answered: bool = False
     """The subscription got a response: Envoy is not waiting for a first one."""
     selection: _Selection | None = None
+    """What a named subscription selects from the last snapshot looked at (reused for the next one)."""
     listed: tuple[str, ...] | None = None
     """The names the type's last request listed, as listed (None before any request)."""
     listed_as: frozenset[str] | None = None
     """The subscription `listed` makes (`_subscription`): an EDS ACK lists every name again, and the same list is
     not made a set again."""
-    """What a named subscription selects from the last snapshot looked at (reused for the next one)."""
 
 
 @attrs.define(kw_only=True)
