@@ -27,9 +27,14 @@ import attrs
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
-from aether.core.gateway import EdgeListener, GatewayView, gateway_view
+from aether.core.gateway import EdgeListener, GatewayView, UdpRouteCluster, gateway_view, ir
 from aether.core.gateway.ir import SelectorKeys
-from aether.core.mesh_names import http_cluster_name, parse_cluster_name, parse_slice_cluster_name
+from aether.core.mesh_names import (
+    SliceClusterName,
+    http_cluster_name,
+    parse_cluster_name,
+    parse_slice_cluster_name,
+)
 from aether.core.project.clusters import CONNECT_TIMEOUT_MS, service_cluster
 from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.edge_listeners import (
@@ -52,8 +57,9 @@ from aether.core.project.services import ServiceContext, project_service
 from aether.core.project.slices import slice_resources
 from aether.core.project.tls import PLAINTEXT, UpstreamIdentity
 from aether.core.project.tracing import Tracing, tracing_of
-from aether.core.project.udp_routes import udp_route_resources
+from aether.core.project.udp_routes import EndpointsOf, udp_route_resources
 from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, Resource, Snapshot
+from aether.core.state.kube import KubeState
 from aether.core.state.state import State
 
 EDGE_TRACE_SERVICE = "aether-edge"
@@ -95,7 +101,54 @@ def project_edge(state: State, *, node_id: str, options: EdgeOptions = EdgeOptio
 
 
 def edge_snapshot(view: GatewayView, state: State, *, node_id: str, options: EdgeOptions) -> Snapshot:
-    """Return the edge snapshot of an already computed `view` of `state` (what `project_edge` does after the view)."""
+    """Return the edge snapshot of an already computed `view` of `state` (what `project_edge` does after the view).
+
+    Built from scratch: `aether.core.project.edge_projector.EdgeProjector` gives the same snapshots while
+    re-projecting only what changed since its previous one.
+    """
+    inputs = edge_inputs(state, options=options)
+    certificates = edge_certificates(state, view.edge_listeners)
+    plans, unroutable = port_plans(view.edge_listeners, certificates)
+    resources = [Resource.from_message(readiness_listener(bind=options.bind))]
+    resources.extend(
+        Resource.from_message(
+            listener_message(plan, bind=options.bind, tracing=inputs.tracing),
+            references=tuple(table.name for table in tables),
+        )
+        for plan, tables in plans
+    )
+    resources.extend(Resource.from_message(table_message(table)) for _, tables in plans for table in tables)
+    cluster_plan = plan_clusters(view.backend_clusters, mesh_domain=inputs.context.mesh_domain)
+    for name, sliced in cluster_plan.singles:
+        resources.extend(single_cluster_resources(name, sliced, state.kube))
+    for service, requested in cluster_plan.services:
+        resources.extend(
+            service_cluster_resources(
+                service, requested, state, context=inputs.context, subsets=view.backend_selectors
+            )
+        )
+    resources.extend(udp_resources(udp_plans(view), state.registry.endpoints.get, bind=options.bind))
+    if unroutable:
+        resources.append(UNROUTABLE)
+    resources.extend(
+        Resource.from_message(secret) for secret in edge_secrets(state, inputs, certificates=certificates)
+    )
+    return Snapshot.build(node_id=node_id, seq=state.seq, resources=resources)
+
+
+@attrs.frozen(kw_only=True)
+class EdgeInputs:
+    """What the edge projects with beside the view, from the state's MeshConfig and the options."""
+
+    edge_id: str
+    """The edge's SPIFFE ID (its SVID's secret name)."""
+    cleartext: bool
+    context: ServiceContext
+    tracing: Tracing | None
+
+
+def edge_inputs(state: State, *, options: EdgeOptions) -> EdgeInputs:
+    """Return the edge's identity, service context and tracing for `state` and `options`."""
     mesh = state.kube.mesh_config
     edge_id = spiffe_id(options.service, trust_domain=mesh.trust_domain)
     identity = (
@@ -103,39 +156,37 @@ def edge_snapshot(view: GatewayView, state: State, *, node_id: str, options: Edg
         if options.cleartext
         else UpstreamIdentity(secret=edge_id, sds_cluster=options.spire_sds_cluster)
     )
-    context = ServiceContext(
-        mesh_domain=mesh.mesh_domain, trust_domain=mesh.trust_domain, identity=identity, locality=None
+    return EdgeInputs(
+        edge_id=edge_id,
+        cleartext=options.cleartext,
+        context=ServiceContext(
+            mesh_domain=mesh.mesh_domain, trust_domain=mesh.trust_domain, identity=identity, locality=None
+        ),
+        tracing=tracing_of(
+            mesh, collector_cluster=options.collector_cluster, service_name=EDGE_TRACE_SERVICE
+        ),
     )
-    certificates = _certificates(state, view.edge_listeners)
-    tracing = tracing_of(mesh, collector_cluster=options.collector_cluster, service_name=EDGE_TRACE_SERVICE)
-    listeners, tables, unroutable = _listeners(
-        view.edge_listeners, bind=options.bind, certificates=certificates, tracing=tracing
-    )
-    resources = [Resource.from_message(readiness_listener(bind=options.bind))]
-    resources.extend(
-        Resource.from_message(listener, references=references) for listener, references in listeners
-    )
-    resources.extend(Resource.from_message(table) for table in tables)
-    resources.extend(_clusters(view.backend_clusters, state, context=context, subsets=view.backend_selectors))
-    resources.extend(_udp(view, state, bind=options.bind))
-    if unroutable:
-        resources.append(Resource.from_message(_empty_cluster(UNROUTABLE_CLUSTER)))
+
+
+def edge_secrets(
+    state: State, inputs: EdgeInputs, *, certificates: Mapping[str, tuple[bytes, bytes]]
+) -> list[Any]:
+    """The edge's secrets: its SVID and trust bundle (none in cleartext), then the listeners' certificates."""
     secrets = (
         []
-        if options.cleartext
+        if inputs.cleartext
         else node_secrets(
-            (edge_id,),
+            (inputs.edge_id,),
             svids=state.identity.svids,
             bundles=state.identity.trust_bundles,
-            trust_domain=mesh.trust_domain,
+            trust_domain=inputs.context.trust_domain,
         )
     )
     secrets.extend(
         certificate_secret(name, cert_chain_pem=chain, private_key=key)
         for name, (chain, key) in sorted(certificates.items())
     )
-    resources.extend(Resource.from_message(secret) for secret in secrets)
-    return Snapshot.build(node_id=node_id, seq=state.seq, resources=resources)
+    return secrets
 
 
 # --- certificates ---
@@ -146,7 +197,7 @@ def certificate_name(secret: str) -> str:
     return f"kubernetes://{secret}"
 
 
-def _certificates(state: State, listeners: Iterable[EdgeListener]) -> dict[str, tuple[bytes, bytes]]:
+def edge_certificates(state: State, listeners: Iterable[EdgeListener]) -> dict[str, tuple[bytes, bytes]]:
     """The certificates the listeners name that the state holds, by SDS name: `(chain, key)`."""
     found: dict[str, tuple[bytes, bytes]] = {}
     for listener in listeners:
@@ -157,7 +208,7 @@ def _certificates(state: State, listeners: Iterable[EdgeListener]) -> dict[str, 
     return found
 
 
-def _first_certificate(listener: EdgeListener, certificates: dict[str, tuple[bytes, bytes]]) -> str:
+def _first_certificate(listener: EdgeListener, certificates: Mapping[str, tuple[bytes, bytes]]) -> str:
     # One certificate per chain: Envoy refuses two of the same key type, and the first reference is the one to use.
     return next(
         (certificate_name(s) for s in listener.certificates if certificate_name(s) in certificates), ""
@@ -167,95 +218,140 @@ def _first_certificate(listener: EdgeListener, certificates: dict[str, tuple[byt
 # --- listeners ---
 
 
-def _listeners(
-    edge_listeners: Sequence[EdgeListener],
-    *,
-    bind: str,
-    certificates: dict[str, tuple[bytes, bytes]],
-    tracing: Tracing | None = None,
-) -> tuple[list[tuple[Any, tuple[str, ...]]], list[Any], bool]:
-    """Return `(listener, its route tables)` per port, the route tables, and whether an L4 route needs
-    `edge_unroutable`. Gateway listeners sharing a port must share its protocol: the first one's wins. HTTP and
-    HTTPS listeners are traced with `tracing`."""
+@attrs.frozen(kw_only=True)
+class TablePlan:
+    """One route table of an HTTP or HTTPS listener port: its virtual hosts, then `edge_misdirected`."""
+
+    name: str
+    vhosts: tuple[ir.VirtualHost, ...]
+    misdirected: tuple[str, ...] = ()
+    """The domains `edge_misdirected` answers 421 for (the hosts the port's other chains serve); empty: none."""
+
+
+@attrs.frozen(kw_only=True)
+class ListenerPlan:
+    """One Gateway listener port: everything its Envoy listener is a function of, beside the bind address and
+    tracing (so equal plans give equal listeners)."""
+
+    port: int
+    protocol: str
+    """`HTTP`, `HTTPS`, `TLS` or `TCP` (the port's first listener's)."""
+    chains: tuple[tuple[str, str], ...] = ()
+    """HTTPS: `(hostname, certificate)` per chain."""
+    backends: tuple[tuple[str, int], ...] = ()
+    """TCP: the `(cluster, weight)` pairs every connection is split over."""
+    sni_chains: tuple[tuple[tuple[str, ...], tuple[tuple[str, int], ...]], ...] = ()
+    """TLS: per chain, its SNI names and backends."""
+    certificate: str = ""
+    """TLS Terminate: the certificate TLS ends with; empty passes it through."""
+
+
+def port_plans(
+    edge_listeners: Sequence[EdgeListener], certificates: Mapping[str, tuple[bytes, bytes]]
+) -> tuple[list[tuple[ListenerPlan, tuple[TablePlan, ...]]], bool]:
+    """Return, per port in order, its listener's plan and its route tables, and whether an L4 route needs
+    `edge_unroutable`. Gateway listeners sharing a port must share its protocol: the first one's wins (UDP
+    listeners are apart: `udp_plans`)."""
     by_port: dict[int, list[EdgeListener]] = {}
     for listener in edge_listeners:
         if listener.protocol == "UDP":
-            continue  # on sockets of their own (`_udp`)
+            continue  # on sockets of their own (`udp_plans`)
         group = by_port.setdefault(listener.port, [])
         if not group or (group[0].protocol, group[0].tls_mode) == (listener.protocol, listener.tls_mode):
             group.append(listener)
-    listeners: list[tuple[Any, tuple[str, ...]]] = []
-    tables: list[Any] = []
+    plans: list[tuple[ListenerPlan, tuple[TablePlan, ...]]] = []
     unroutable = False
     for port, group in sorted(by_port.items()):
         first = group[0]
         if first.protocol == "HTTP":
-            table = route_table(
-                route_table_name(port),
-                (envoy_virtual_host(vhost) for item in group for vhost in item.virtual_hosts),
+            table = TablePlan(
+                name=route_table_name(port),
+                vhosts=tuple(vhost for item in group for vhost in item.virtual_hosts),
             )
-            listeners.append((http_listener(port, bind=bind, tracing=tracing), (table.name,)))
-            tables.append(table)
+            plans.append((ListenerPlan(port=port, protocol="HTTP"), (table,)))
         elif first.protocol == "HTTPS":
-            chains: dict[str, tuple[str, list[Any]]] = {}
+            chains: dict[str, tuple[str, list[ir.VirtualHost]]] = {}
             for item in group:
                 certificate = _first_certificate(item, certificates)
                 if certificate:
                     held = chains.setdefault(item.hostname, (certificate, []))
-                    held[1].extend(envoy_virtual_host(vhost) for vhost in item.virtual_hosts)
+                    held[1].extend(item.virtual_hosts)
             if chains:
                 served = {
                     hostname: {domain for vhost in vhosts for domain in vhost.domains if domain != "*"}
                     for hostname, (_, vhosts) in chains.items()
                 }
-                port_tables = [
-                    route_table(
-                        route_table_name(port, hostname or "*"),
-                        [*vhosts, *_misdirected(hostname, served)],
+                tables = tuple(
+                    TablePlan(
+                        name=route_table_name(port, hostname or "*"),
+                        vhosts=tuple(vhosts),
+                        misdirected=_misdirected(hostname, served),
                     )
                     for hostname, (_, vhosts) in sorted(chains.items())
-                ]
-                listener = https_listener(
-                    port,
-                    bind=bind,
-                    chains=[(hostname, cert) for hostname, (cert, _) in sorted(chains.items())],
-                    tracing=tracing,
                 )
-                listeners.append((listener, tuple(table.name for table in port_tables)))
-                tables.extend(port_tables)
+                plan = ListenerPlan(
+                    port=port,
+                    protocol="HTTPS",
+                    chains=tuple((hostname, cert) for hostname, (cert, _) in sorted(chains.items())),
+                )
+                plans.append((plan, tables))
         elif first.protocol in ("TLS", "TCP"):
-            built = _l4_listener(port, group, bind=bind, certificates=certificates)
+            built = _l4_plan(port, group, certificates=certificates)
             if built is not None:
-                listener, needs_unroutable = built
-                listeners.append((listener, ()))
+                plan, needs_unroutable = built
+                plans.append((plan, ()))
                 unroutable = unroutable or needs_unroutable
-    return listeners, tables, unroutable
+    return plans, unroutable
 
 
-def _misdirected(hostname: str, served: dict[str, set[str]]) -> list[Any]:
-    """The `edge_misdirected` virtual host of the chain of listener `hostname`: the hosts the port's other chains
-    serve (the table keeps for the chain's own virtual hosts the domains they claim too); none when there are none."""
-    others = sorted({domain for other, domains in served.items() if other != hostname for domain in domains})
-    return [misdirected_vhost(others)] if others else []
+def listener_message(plan: ListenerPlan, *, bind: str, tracing: Tracing | None) -> Any:
+    """Return the Envoy listener of `plan` on `bind`; HTTP and HTTPS listeners are traced with `tracing`."""
+    if plan.protocol == "HTTP":
+        return http_listener(plan.port, bind=bind, tracing=tracing)
+    if plan.protocol == "HTTPS":
+        return https_listener(plan.port, bind=bind, chains=plan.chains, tracing=tracing)
+    if plan.protocol == "TCP":
+        return tcp_listener(plan.port, bind=bind, backends=plan.backends)
+    assert plan.protocol == "TLS", f"listener plan protocol {plan.protocol!r}: this is a bug"
+    return tls_listener(plan.port, bind=bind, chains=plan.sni_chains, certificate=plan.certificate)
 
 
-def _l4_listener(
-    port: int, group: Sequence[EdgeListener], *, bind: str, certificates: dict[str, tuple[bytes, bytes]]
-) -> tuple[Any, bool] | None:
-    """The TCP or TLS listener of `port`, and whether it routes to `edge_unroutable`; None when it has no route."""
+def table_message(table: TablePlan) -> Any:
+    """Return the route table of `table` (see `edge_listeners.route_table`)."""
+    vhosts = [envoy_virtual_host(vhost) for vhost in table.vhosts]
+    if table.misdirected:
+        vhosts.append(misdirected_vhost(table.misdirected))
+    return route_table(table.name, vhosts)
+
+
+def _misdirected(hostname: str, served: dict[str, set[str]]) -> tuple[str, ...]:
+    """The domains of the `edge_misdirected` virtual host of the chain of listener `hostname`: the hosts the port's
+    other chains serve (the table keeps for the chain's own virtual hosts the domains they claim too)."""
+    return tuple(
+        sorted({domain for other, domains in served.items() if other != hostname for domain in domains})
+    )
+
+
+def _l4_plan(
+    port: int, group: Sequence[EdgeListener], *, certificates: Mapping[str, tuple[bytes, bytes]]
+) -> tuple[ListenerPlan, bool] | None:
+    """The TCP or TLS listener plan of `port`, and whether it routes to `edge_unroutable`; None when it has no
+    route."""
     first = group[0]
     routes = [route for item in group for route in item.l4_routes]
     if not routes:
         return None
-    unroutable = [(UNROUTABLE_CLUSTER, 1)]
+    unroutable = ((UNROUTABLE_CLUSTER, 1),)
     if first.protocol == "TCP":
-        backends = routes[0].usable_backends or tuple(unroutable)
-        return tcp_listener(port, bind=bind, backends=backends), backends[0][0] == UNROUTABLE_CLUSTER
+        backends = routes[0].usable_backends or unroutable
+        return ListenerPlan(port=port, protocol="TCP", backends=backends), backends[0][
+            0
+        ] == UNROUTABLE_CLUSTER
     certificate = _first_certificate(first, certificates) if first.tls_mode == "Terminate" else ""
     if first.tls_mode == "Terminate" and not certificate:
         return None
     claimed: set[str] = set()
-    chains: list[tuple[Sequence[str], Sequence[tuple[str, int]]]] = []
+    chains: list[tuple[tuple[str, ...], tuple[tuple[str, int], ...]]] = []
     needs = False
     for route in routes:
         # An SNI name (or the no-name default chain) goes to the first route claiming it, in precedence order.
@@ -263,10 +359,11 @@ def _l4_listener(
         if not names:
             continue
         claimed.update(name.lower() for name in names)
-        backends = route.usable_backends or tuple(unroutable)
+        backends = route.usable_backends or unroutable
         needs = needs or backends[0][0] == UNROUTABLE_CLUSTER
         chains.append((names, backends))
-    return tls_listener(port, bind=bind, chains=chains, certificate=certificate), needs
+    plan = ListenerPlan(port=port, protocol="TLS", sni_chains=tuple(chains), certificate=certificate)
+    return plan, needs
 
 
 def udp_listener_name(port: int) -> str:
@@ -275,21 +372,30 @@ def udp_listener_name(port: int) -> str:
     return f"edge_udp_{port}"
 
 
-def _udp(view: GatewayView, state: State, *, bind: str) -> list[Resource]:
-    """The UDP listeners (one per port: its first listener's oldest route forwards) and their routes' clusters."""
-    resources: list[Resource] = []
+def udp_plans(view: GatewayView) -> tuple[tuple[int, UdpRouteCluster], ...]:
+    """Per UDP listener port (in listener order), the weighted cluster of its first listener's oldest route."""
+    plans: list[tuple[int, UdpRouteCluster]] = []
     served: set[int] = set()
-    clusters: dict[str, Resource] = {}
     for listener in view.edge_listeners:
         if listener.protocol != "UDP" or listener.port in served or not listener.l4_routes:
             continue
         served.add(listener.port)
-        cluster = view.udp_clusters[listener.l4_routes[0].route]
-        name = udp_listener_name(listener.port)
-        message = udp_proxy_listener(name, socket_address(bind, listener.port), cluster=cluster.name)
+        plans.append((listener.port, view.udp_clusters[listener.l4_routes[0].route]))
+    return tuple(plans)
+
+
+def udp_resources(
+    plans: Iterable[tuple[int, UdpRouteCluster]], endpoints_of: EndpointsOf, *, bind: str
+) -> list[Resource]:
+    """The UDP listeners of `plans` (one per port, forwarding to its cluster) and their clusters."""
+    resources: list[Resource] = []
+    clusters: dict[str, Resource] = {}
+    for port, cluster in plans:
+        name = udp_listener_name(port)
+        message = udp_proxy_listener(name, socket_address(bind, port), cluster=cluster.name)
         resources.append(Resource.from_message(message))
         if cluster.name not in clusters:
-            for item in udp_route_resources(cluster, state.registry.endpoints.get):
+            for item in udp_route_resources(cluster, endpoints_of):
                 clusters[f"{item.type_url} {item.name}"] = item
     resources.extend(item for _, item in sorted(clusters.items()))
     return resources
@@ -307,52 +413,79 @@ def _empty_cluster(name: str) -> Any:
     )
 
 
-def _clusters(
-    names: Iterable[str],
+UNROUTABLE = Resource.from_message(_empty_cluster(UNROUTABLE_CLUSTER))
+"""The `edge_unroutable` cluster, serialized once."""
+
+
+@attrs.frozen(kw_only=True)
+class ClusterPlan:
+    """The backend cluster names the routes use, by how each is built."""
+
+    singles: tuple[tuple[str, SliceClusterName | None], ...]
+    """Sorted by name: the slice clusters (Services without a selector) with their parts, and (None) the names no
+    mesh service serves, which get an endpoint-less cluster."""
+    services: tuple[tuple[str, tuple[str, ...]], ...]
+    """Sorted by service: each mesh service and the names of its clusters the routes use, sorted."""
+
+
+def plan_clusters(names: Iterable[str], *, mesh_domain: str) -> ClusterPlan:
+    """Return the plan of the backend cluster `names` the routes use."""
+    singles: list[tuple[str, SliceClusterName | None]] = []
+    by_service: dict[str, list[str]] = {}
+    for name in sorted(set(names)):
+        parsed = parse_cluster_name(name, mesh_domain=mesh_domain)
+        if parsed is None:
+            singles.append((name, parse_slice_cluster_name(name)))
+        else:
+            by_service.setdefault(parsed.service, []).append(name)
+    return ClusterPlan(
+        singles=tuple(singles),
+        services=tuple((service, tuple(requested)) for service, requested in sorted(by_service.items())),
+    )
+
+
+def single_cluster_resources(name: str, sliced: SliceClusterName | None, kube: KubeState) -> list[Resource]:
+    """The cluster (and load assignment) of a slice cluster from its Service's EndpointSlices; of a name no mesh
+    service serves (`sliced` None), a cluster with no endpoints: requests to it get 503 at once, and no route of
+    the edge ever names a missing cluster."""
+    if sliced is None:
+        return [Resource.from_message(_empty_cluster(name))]
+    cluster, assignment = slice_resources(name, sliced, kube)
+    return [Resource.from_message(cluster, references=(name,)), Resource.from_message(assignment)]
+
+
+def service_cluster_resources(
+    service: str,
+    requested: Sequence[str],
     state: State,
     *,
     context: ServiceContext,
     subsets: Mapping[str, SelectorKeys],
 ) -> list[Resource]:
-    """The clusters (and load assignments) of the backend cluster names the routes use, built like the node's:
-    a cluster the routes send Services' selections to subsets its endpoints by their labels (`subsets`).
+    """The clusters and load assignments of mesh service `service` that the routes use (`requested`), built like
+    the node's: a cluster the routes send Services' selections to subsets its endpoints by their labels
+    (`subsets`).
 
-    A name the registry cannot serve (a port no endpoint advertises) still gets its cluster, with no endpoints:
-    requests to it get 503 at once, and no route of the edge ever names a missing cluster.
+    A name the registry cannot serve (a port no endpoint advertises) still gets its cluster, with no endpoints.
     """
-    wanted = sorted(set(names))
-    by_service: dict[str, list[str]] = {}
-    resources: list[Resource] = []
-    for name in wanted:
-        parsed = parse_cluster_name(name, mesh_domain=context.mesh_domain)
-        sliced = parse_slice_cluster_name(name) if parsed is None else None
-        if sliced is not None:
-            cluster, assignment = slice_resources(name, sliced, state.kube)
-            resources.append(Resource.from_message(cluster, references=(name,)))
-            resources.append(Resource.from_message(assignment))
-        elif parsed is None:
-            resources.append(Resource.from_message(_empty_cluster(name)))
-        else:
-            by_service.setdefault(parsed.service, []).append(name)
-    peer_of = {service: spiffe_id(service, trust_domain=context.trust_domain) for service in by_service}
-    for service, requested in sorted(by_service.items()):
-        projection = project_service(
-            service,
-            state.registry.endpoints.get(service),
-            ServiceDemand(declared=True, requested=tuple(requested)),
-            in_catalog=True,
-            context=context,
-            subsets=subsets.get(http_cluster_name(service, mesh_domain=context.mesh_domain), ()),
-        )
-        served = {item.name for item in projection.resources if item.type_url == CLUSTER_TYPE}
-        resources.extend(
-            item
-            for item in projection.resources
-            if item.name in requested and item.type_url in (CLUSTER_TYPE, ENDPOINT_TYPE)
-        )
-        for name in requested:
-            if name not in served:
-                resources.extend(_unserved(name, peer=peer_of[service], context=context))
+    projection = project_service(
+        service,
+        state.registry.endpoints.get(service),
+        ServiceDemand(declared=True, requested=tuple(requested)),
+        in_catalog=True,
+        context=context,
+        subsets=subsets.get(http_cluster_name(service, mesh_domain=context.mesh_domain), ()),
+    )
+    served = {item.name for item in projection.resources if item.type_url == CLUSTER_TYPE}
+    resources = [
+        item
+        for item in projection.resources
+        if item.name in requested and item.type_url in (CLUSTER_TYPE, ENDPOINT_TYPE)
+    ]
+    peer = spiffe_id(service, trust_domain=context.trust_domain)
+    for name in requested:
+        if name not in served:
+            resources.extend(_unserved(name, peer=peer, context=context))
     return resources
 
 

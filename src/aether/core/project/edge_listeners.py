@@ -133,27 +133,45 @@ def misdirected_vhost(domains: Sequence[str]) -> Any:
     )
 
 
-def route_table(name: str, vhosts: Iterable[Any]) -> Any:
-    """Return the route table `name`: `vhosts` in order, then `edge_not_found` unless one already claims `*`.
-
-    A domain claimed twice keeps its first virtual host (the view orders them, the older route first) and is dropped
-    from the later ones, which Envoy would otherwise refuse whole; so is a virtual host name used twice.
-    """
+def route_table_options(name: str) -> Any:
+    """Return the route table `name` without virtual hosts: its options (what `route_table` adds them to)."""
     # Gateway hostnames name no port, and clients send `Host: name:port` on a listener's non-default port.
-    table = route_pb2.RouteConfiguration(name=name, ignore_port_in_host_matching=True)
+    return route_pb2.RouteConfiguration(name=name, ignore_port_in_host_matching=True)
+
+
+def table_hosts(vhosts: Iterable[tuple[str, Sequence[str]]]) -> tuple[list[tuple[int, list[str]]], bool]:
+    """Decide which virtual hosts a route table keeps, given each one's `(name, domains)` in order.
+
+    Returns `(index, the domains it keeps)` per kept virtual host, and whether `edge_not_found` ends the table (no
+    kept domain is `*`). A domain claimed twice keeps its first virtual host (the view orders them, the older route
+    first) and is dropped from the later ones, which Envoy would otherwise refuse whole; so is a virtual host name
+    used twice.
+    """
+    kept: list[tuple[int, list[str]]] = []
     domains: set[str] = set()
     names: set[str] = set()
-    for vhost in vhosts:
-        fresh = [domain for domain in vhost.domains if domain.lower() not in domains]
-        if not fresh or vhost.name in names:
+    for index, (name, claimed) in enumerate(vhosts):
+        fresh = [domain for domain in claimed if domain.lower() not in domains]
+        if not fresh or name in names:
             continue
+        kept.append((index, fresh))
+        domains.update(domain.lower() for domain in fresh)
+        names.add(name)
+    return kept, "*" not in domains
+
+
+def route_table(name: str, vhosts: Iterable[Any]) -> Any:
+    """Return the route table `name`: `vhosts` in order, then `edge_not_found` unless one already claims `*` (see
+    `table_hosts` for the domains and names each keeps)."""
+    given = list(vhosts)
+    table = route_table_options(name)
+    kept, not_found = table_hosts((vhost.name, vhost.domains) for vhost in given)
+    for index, fresh in kept:
         entry = table.virtual_hosts.add()
-        entry.CopyFrom(vhost)
+        entry.CopyFrom(given[index])
         del entry.domains[:]
         entry.domains.extend(fresh)
-        domains.update(domain.lower() for domain in fresh)
-        names.add(vhost.name)
-    if "*" not in domains:
+    if not_found:
         table.virtual_hosts.append(not_found_vhost())
     return table
 

@@ -56,18 +56,14 @@ from aether.core.project.udp import (
     udp_ports_by_service,
 )
 from aether.core.project.udp_routes import udp_route_resources
+from aether.core.project.units import ResourceChanges, same_inputs
 from aether.core.snapshot import ROUTE_TYPE, Resource, Snapshot
 from aether.core.state.state import State
 
 T = TypeVar("T")
 
-_Key = tuple[str, str]
-"""A resource's `(type_url, name)`."""
-
-_VALUES = (bool, int, str)
 _ABSENT = object()
 """Stands for an input a unit did not have (never the same object as any input)."""
-"""Input types compared by equality: plain values, which Python may or may not share between equal instances."""
 
 
 def _slice_plan(
@@ -151,15 +147,8 @@ class ProjectorStatistics:
     """Resources the last snapshot dropped."""
 
 
-def _same(old: tuple[Any, ...] | None, new: tuple[Any, ...]) -> bool:
-    """True when `old` holds the very objects of `new` (plain values: equal ones)."""
-    if old is None or len(old) != len(new):
-        return False
-    return all(a is b or (type(a) in _VALUES and a == b) for a, b in zip(old, new, strict=True))
-
-
 class _Last:
-    """The value last computed from some inputs, recomputed only when one of them changed (see `_same`)."""
+    """The value last computed from some inputs, recomputed only when one of them changed (see `same_inputs`)."""
 
     __slots__ = ("inputs", "value")
 
@@ -168,35 +157,9 @@ class _Last:
         self.value: Any = None
 
     def get(self, inputs: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
-        if not _same(self.inputs, inputs):
+        if not same_inputs(self.inputs, inputs):
             self.inputs, self.value = inputs, compute()
         return self.value
-
-
-class _Changes:
-    """The resources added, replaced and dropped by one projection, unit by unit."""
-
-    def __init__(self) -> None:
-        self.upserted: list[Resource] = []
-        self.removed: list[_Key] = []
-
-    def replace(self, old: Iterable[Resource], new: Iterable[Resource]) -> tuple[Resource, ...]:
-        """Record a unit going from `old` to `new`; return `new` with the unchanged resources of `old` reused."""
-        held = {(item.type_url, item.name): item for item in old}
-        kept: list[Resource] = []
-        for item in new:
-            previous = held.pop((item.type_url, item.name), None)
-            if (
-                previous is not None
-                and previous.digest == item.digest
-                and previous.references == item.references
-            ):
-                kept.append(previous)
-            else:
-                kept.append(item)
-                self.upserted.append(item)
-        self.removed.extend(held)
-        return tuple(kept)
 
 
 def _interned(previous: T | None, current: T) -> T:
@@ -317,7 +280,7 @@ class NodeProjector:
         )
         self._service_context, self._pod_context = service_context, pod_context
 
-        changes = _Changes()
+        changes = ResourceChanges()
         services_projected, vhosts_changed = self._project_services(
             state, demand, service_context, routings, l4_in_set.backends, subsets, udp.ports, changes
         )
@@ -589,7 +552,7 @@ class NodeProjector:
         tcp_backends: frozenset[str],
         subsets: Mapping[str, SelectorKeys],
         udp_ports: Mapping[str, tuple[int, ...]],
-        changes: _Changes,
+        changes: ResourceChanges,
     ) -> tuple[int, bool]:
         """Bring the service units in line; return how many were computed and whether a virtual host changed."""
         registry = state.registry
@@ -688,7 +651,7 @@ class NodeProjector:
                 service_subsets,
                 service_udp,
             )
-            if held is not None and _same(held[0], inputs):
+            if held is not None and same_inputs(held[0], inputs):
                 continue
             old = held[1] if held is not None else NOTHING
             new = project_service(
@@ -719,7 +682,7 @@ class NodeProjector:
         l4: tuple[MeshL4Destination, ...],
         udp: tuple[UdpDestination, ...],
         frontends: tuple[FrontendRoute, ...],
-        changes: _Changes,
+        changes: ResourceChanges,
     ) -> int:
         present = {record.pod.key for record in local.records}
         for key in sorted(set(self._pods).difference(present)):
@@ -729,7 +692,7 @@ class NodeProjector:
             bound = record.pod.key in local.bound
             inputs = (record, bound, context, l4, udp, frontends)
             held = self._pods.get(record.pod.key)
-            if held is not None and _same(held[0], inputs):
+            if held is not None and same_inputs(held[0], inputs):
                 continue
             new = project_pod(record, bound=bound, context=context, l4=l4, udp=udp, frontends=frontends)
             self._pods[record.pod.key] = (inputs, changes.replace(held[1] if held else (), new))
@@ -737,11 +700,11 @@ class NodeProjector:
         return projected
 
     def _project_routes(
-        self, state: State, demand: Demand, *, vhosts_changed: bool, changes: _Changes
+        self, state: State, demand: Demand, *, vhosts_changed: bool, changes: ResourceChanges
     ) -> None:
         mesh_domain = state.kube.mesh_config.mesh_domain
         inputs = (demand.services, mesh_domain)
-        if self._routes is not None and not vhosts_changed and _same(self._routes[0], inputs):
+        if self._routes is not None and not vhosts_changed and same_inputs(self._routes[0], inputs):
             return
         entries = [part for service in demand.services for part in self._services[service][1].vhosts]
         new = tuple(
@@ -762,7 +725,7 @@ class NodeProjector:
         self._routes = (inputs, changes.replace(self._routes[1] if self._routes else (), new))
 
     def _project_slices(
-        self, state: State, demand: Demand, routings: Mapping[str, MeshRouting], changes: _Changes
+        self, state: State, demand: Demand, routings: Mapping[str, MeshRouting], changes: ResourceChanges
     ) -> None:
         """Project the clusters of the Services without a selector that the set's GAMMA routes send to, each from
         its Service and its own EndpointSlices: a slice change re-projects only the clusters of its Service."""
@@ -771,7 +734,7 @@ class NodeProjector:
         )
         kube = state.kube
         inputs_of_set = (wanted, kube.services, kube.slices_by_service)
-        if _same(self._slices_inputs, inputs_of_set):
+        if same_inputs(self._slices_inputs, inputs_of_set):
             return
         self._slices_inputs = inputs_of_set
         for name in set(self._slices).difference(item[0] for item in wanted):
@@ -792,7 +755,7 @@ class NodeProjector:
             self._slices[name] = (service, entry, changes.replace(held[2] if held else (), new))
 
     def _project_udp_routes(
-        self, state: State, clusters: tuple[UdpRouteCluster, ...], changes: _Changes
+        self, state: State, clusters: tuple[UdpRouteCluster, ...], changes: ResourceChanges
     ) -> None:
         """Project the weighted clusters of the UDPRoutes serving the set's destinations, each from its backends'
         endpoint maps: a registry change re-projects only the clusters of the services it touched."""
@@ -803,17 +766,17 @@ class NodeProjector:
         for cluster in clusters:
             inputs = (cluster, *(endpoints.get(service) for service in cluster.services))
             held = self._udp_route_units.get(cluster.name)
-            if held is not None and held[0][0] == cluster and _same(held[0][1:], inputs[1:]):
+            if held is not None and held[0][0] == cluster and same_inputs(held[0][1:], inputs[1:]):
                 continue
             new = udp_route_resources(cluster, endpoints.get)
             self._udp_route_units[cluster.name] = (inputs, changes.replace(held[1] if held else (), new))
 
-    def _project_secrets(self, state: State, identities: tuple[str, ...], changes: _Changes) -> None:
+    def _project_secrets(self, state: State, identities: tuple[str, ...], changes: ResourceChanges) -> None:
         """The SVIDs of the local identities (their inbound listeners), their caller secrets, the trust bundle."""
         identity = state.identity
         trust_domain = state.kube.mesh_config.trust_domain
         inputs = (identity.svids, identity.trust_bundles, identities, trust_domain)
-        if self._secrets is not None and _same(self._secrets[0], inputs):
+        if self._secrets is not None and same_inputs(self._secrets[0], inputs):
             return
         messages = [
             *node_secrets(
@@ -824,7 +787,7 @@ class NodeProjector:
         new = tuple(Resource.from_message(message) for message in messages)
         self._secrets = (inputs, changes.replace(self._secrets[1] if self._secrets else (), new))
 
-    def _next_snapshot(self, state: State, changes: _Changes, not_found: frozenset[str]) -> Snapshot:
+    def _next_snapshot(self, state: State, changes: ResourceChanges, not_found: frozenset[str]) -> Snapshot:
         previous = self._snapshot
         if previous is None:
             return Snapshot.build(

@@ -19,7 +19,7 @@ from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project.messages import seconds, shared_parts
+from aether.core.project.messages import seconds, shared_parts, varint
 from aether.core.project.names import (
     CATCH_ALL_VHOST,
     INBOUND_ROUTE,
@@ -37,22 +37,10 @@ _VIRTUAL_HOSTS_TAG = b"\x12"
 AUTHORITY_HEADER = ":authority"
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
 def vhost_entry(vhost: Any) -> bytes:
     """Return `vhost` as one entry of a RouteConfiguration's `virtual_hosts` field (tag, length, bytes)."""
     body: bytes = vhost.SerializeToString(deterministic=True)
-    return _VIRTUAL_HOSTS_TAG + _varint(len(body)) + body
+    return _VIRTUAL_HOSTS_TAG + varint(len(body)) + body
 
 
 def _service_routes(action: Any, *, headers: Sequence[Any] = ()) -> list[Any]:
@@ -104,7 +92,7 @@ def service_vhost_entry(
     size = len(head) + len(shared) + len(own)
     return tuple(
         part
-        for part in (_VIRTUAL_HOSTS_TAG + _varint(size) + head, shared, *shared_parts(own, _retry_fields()))
+        for part in (_VIRTUAL_HOSTS_TAG + varint(size) + head, shared, *shared_parts(own, _retry_fields()))
         if part
     )
 
