@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from aether.core.events import Event
 from aether.core.events.kube import KubeObject, KubeService, ObjectMeta, ServicePort
+from aether.core.events.registry import Endpoint, Protocol
 from aether.core.reduce.kube import canonical_json
 from aether.testing import builders
-from aether.testing.gateway_objects import edge_gateway_events, gateway_api_object
+from aether.testing.gateway_objects import EDGE_LISTENER, edge_gateway_events, gateway_api_object
 
 SERVICES = ("web", "api", "v1", "v2")
 """Services every generated state holds (namespace `default`); `other/db` exists too, behind a namespace."""
@@ -414,4 +415,211 @@ def tied_routes(draw: st.DrawFn) -> list[Event]:
         )
         spec = {"parentRefs": parents, "rules": rules}
         events.append(builders.gateway_object_upserted(KubeObject(meta=meta, spec_json=canonical_json(spec))))
+    return events
+
+
+# --- the edge: every listener protocol, certificates, L4 routes, backends' endpoints, identity, MeshConfig ---
+
+_ALL_NAMESPACES = {"namespaces": {"from": "All"}}
+EDGE_LISTENERS = (
+    {
+        "name": "wild",
+        "port": 8080,
+        "protocol": "HTTP",
+        "hostname": "*.example.com",
+        "allowedRoutes": _ALL_NAMESPACES,
+    },
+    {"name": "plain", "port": 8081, "protocol": "HTTP", "allowedRoutes": _ALL_NAMESPACES},
+    *(
+        {
+            "name": f"secure-{index}",
+            "port": 8443,
+            "protocol": "HTTPS",
+            **({"hostname": hostname} if hostname else {}),
+            "tls": {"certificateRefs": [{"name": certificate}]},
+            "allowedRoutes": _ALL_NAMESPACES,
+        }
+        for index, (hostname, certificate) in enumerate(
+            [
+                ("a.example.com", "cert-a"),
+                ("*.example.com", "cert-b"),
+                ("", "cert-a"),
+                ("b.example.com", "gone"),
+            ]
+        )
+    ),
+    {
+        "name": "passthrough",
+        "port": 9443,
+        "protocol": "TLS",
+        "tls": {"mode": "Passthrough"},
+        "allowedRoutes": _ALL_NAMESPACES,
+    },
+    {
+        "name": "terminate",
+        "port": 9444,
+        "protocol": "TLS",
+        "hostname": "a.example.com",
+        "tls": {"mode": "Terminate", "certificateRefs": [{"name": "cert-b"}]},
+        "allowedRoutes": {**_ALL_NAMESPACES, "kinds": [{"kind": "TCPRoute"}]},
+    },
+    {"name": "tcp", "port": 9000, "protocol": "TCP", "allowedRoutes": _ALL_NAMESPACES},
+    {"name": "udp", "port": 5353, "protocol": "UDP", "allowedRoutes": _ALL_NAMESPACES},
+)
+"""Listeners the edge Gateway may have beside its HTTP one: a wildcard HTTP listener on its port, another HTTP
+port, HTTPS chains on one port (two certificates, a catch-all one, one whose Secret never exists), TLS
+passthrough and termination, TCP and UDP."""
+EDGE_CERTIFICATES = ("cert-a", "cert-b")
+"""The Secrets (namespace `edge`) the HTTPS and TLS listeners name."""
+EDGE_SERVICE_ACCOUNTS = ("default/web", "default/api", "default/v1", "default/tcp")
+"""Mesh services of the backends the routes name (a Service named like its service account resolves to it)."""
+
+
+@st.composite
+def edge_gateways(draw: st.DrawFn) -> KubeObject:
+    """The edge Gateway `edge/edge` with its HTTP listener and some of `EDGE_LISTENERS`."""
+    extra = draw(st.lists(st.sampled_from(EDGE_LISTENERS), max_size=5, unique_by=lambda item: item["name"]))
+    # Generation 1, the base Gateway's: an older one would be refused as stale.
+    meta = ObjectMeta(
+        kind="Gateway", namespace="edge", name="edge", generation=1, creation_timestamp="2024-01-01T00:00:00Z"
+    )
+    spec = {"gatewayClassName": "aether", "listeners": [dict(EDGE_LISTENER), *extra]}
+    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+
+
+@st.composite
+def edge_l4_routes(draw: st.DrawFn) -> KubeObject:
+    """A TLSRoute, TCPRoute or UDPRoute attached to the edge Gateway, to TCP, HTTP or missing backends."""
+    kind = draw(st.sampled_from(["TLSRoute", "TCPRoute", "UDPRoute"]))
+    section = draw(st.sampled_from([None, "passthrough", "terminate", "tcp", "udp"]))
+    backends = st.builds(
+        _backend, st.sampled_from(["tcp", "v1", "missing"]), weight=st.sampled_from([None, 0, 2])
+    )
+    spec: dict[str, Any] = {
+        "parentRefs": [{**EDGE_REF, **({"sectionName": section} if section else {})}],
+        "rules": [{"backendRefs": draw(st.lists(backends, max_size=2))}],
+    }
+    if kind == "TLSRoute":
+        spec["hostnames"] = draw(st.lists(_hostnames, min_size=1, max_size=2, unique=True))
+    meta = ObjectMeta(
+        kind=kind,
+        namespace="default",
+        name=draw(_route_names),
+        generation=draw(st.integers(1, 3)),
+        creation_timestamp=draw(_timestamps),
+    )
+    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+
+
+def _slice_route(path: str) -> KubeObject:
+    """An HTTPRoute of the edge to `legacy`, a Service without a selector (its EndpointSlices are its endpoints)."""
+    spec = {
+        "parentRefs": [EDGE_REF],
+        "rules": [
+            {
+                "matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                "backendRefs": [_backend("legacy")],
+            }
+        ],
+    }
+    meta = ObjectMeta(
+        kind="HTTPRoute", namespace="default", name="legacy", creation_timestamp="2024-01-01T00:00:00Z"
+    )
+    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+
+
+_endpoint_ips = st.sampled_from(["10.0.2.1", "10.0.2.2"])
+
+
+def _endpoint(draw: st.DrawFn) -> Endpoint:
+    service = draw(st.sampled_from(EDGE_SERVICE_ACCOUNTS))
+    return builders.make_endpoint(
+        draw(_endpoint_ips),
+        service=service,
+        protocol=Protocol.TCP if service == "default/tcp" else Protocol.HTTP,
+        port=draw(st.sampled_from([8080, 9090])),
+        labels={"app": service.partition("/")[2], **({"version": "v1"} if draw(st.booleans()) else {})},
+    )
+
+
+@st.composite
+def edge_registry_events(draw: st.DrawFn) -> Event:
+    """An endpoint of a backend's mesh service added, changed or removed (all at registry version 1)."""
+    endpoint = _endpoint(draw)
+    make = draw(
+        st.sampled_from([builders.endpoint_added, builders.endpoint_updated, builders.endpoint_removed])
+    )
+    event: Event = make(endpoint)
+    return event
+
+
+EDGE_ID = "spiffe://aether.internal/ns/aether-system/sa/aether-edge"
+
+
+def edge_events() -> st.SearchStrategy[Event]:
+    """What changes the edge snapshot beside routes: its Gateway's listeners, L4 routes, certificates, the
+    backends' endpoints, a Service without a selector and its slices, the edge's SVID and bundle, the MeshConfig."""
+    certificates = st.sampled_from(EDGE_CERTIFICATES)
+    return st.one_of(
+        edge_gateways().map(builders.gateway_object_upserted),
+        edge_l4_routes().map(builders.gateway_object_upserted),
+        edge_l4_routes().map(lambda item: builders.gateway_object_deleted(item.meta)),
+        st.builds(
+            lambda name, chain: builders.tls_secret_upserted(
+                builders.make_tls_secret(name, namespace="edge", cert_chain_pem=chain)
+            ),
+            certificates,
+            st.sampled_from([b"chain-1", b"chain-2"]),
+        ),
+        certificates.map(
+            lambda name: builders.tls_secret_deleted(
+                builders.make_meta(name, kind="Secret", namespace="edge")
+            )
+        ),
+        edge_registry_events(),
+        edge_registry_events(),
+        st.sampled_from(["/legacy", "/old"]).map(
+            lambda path: builders.gateway_object_upserted(_slice_route(path))
+        ),
+        st.just(builders.kube_service_upserted(builders.make_kube_service("legacy", selector={}))),
+        st.builds(
+            lambda addresses: builders.endpoint_slice_upserted(
+                builders.make_endpoint_slice(
+                    "legacy-1",
+                    namespace="default",
+                    service="legacy",
+                    addresses=addresses,
+                    ports=(("http", 8080),),
+                )
+            ),
+            st.sampled_from([("10.9.0.1",), ("10.9.0.1", "10.9.0.2")]),
+        ),
+        st.builds(
+            lambda chain: builders.svid_rotated(builders.make_svid(EDGE_ID, cert_chain_pem=chain)),
+            st.sampled_from([b"svid-1", b"svid-2"]),
+        ),
+        st.just(builders.trust_bundle_rotated(builders.make_trust_bundle(bundle_pem=b"ca-2"))),
+        st.builds(
+            lambda domain, tracing: builders.mesh_config_updated(
+                builders.make_mesh_config(
+                    mesh_domain=domain, tracing_enabled=tracing, trace_sample_per_million=10_000
+                )
+            ),
+            st.sampled_from(["aether.internal", "aether.internal", "mesh.local"]),
+            st.booleans(),
+        ),
+    )
+
+
+@st.composite
+def edge_starts(draw: st.DrawFn) -> list[Event]:
+    """A start for the edge: mostly its Gateway with more listeners and their certificates, then any events."""
+    events: list[Event] = []
+    if draw(st.integers(0, 3)):
+        events.append(builders.gateway_object_upserted(draw(edge_gateways())))
+        events.extend(
+            builders.tls_secret_upserted(builders.make_tls_secret(name, namespace="edge"))
+            for name in draw(st.lists(st.sampled_from(EDGE_CERTIFICATES), max_size=2, unique=True))
+        )
+    events.extend(draw(st.lists(st.one_of(gateway_events(), edge_events(), edge_events()), max_size=12)))
     return events
