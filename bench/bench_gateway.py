@@ -1,5 +1,6 @@
 """Gateway API projection: the view of 100, 1,000 and 5,000 HTTPRoutes from scratch, against the incremental view
-after one route changes; the view's routes spelled as Envoy messages (what the projections add); route table bytes;
+after one route changes; the view's routes spelled as Envoy messages (what the projections add); the edge's Envoy
+snapshot from scratch (`edge_snapshot`) against the edge projector's after one route changes; route table bytes;
 peak memory.
 
 The workload follows Envoy Gateway's scale benchmark: one Gateway listener, routes spread over 5 hostnames, each
@@ -31,9 +32,12 @@ from bench_projection import rss_mb
 from aether.core.events import Event, Record
 from aether.core.events.kube import KubeObject, KubeService, ObjectMeta, ServicePort
 from aether.core.gateway import GatewayProjector, GatewayView
+from aether.core.project.edge import EdgeOptions, edge_snapshot
+from aether.core.project.edge_projector import EdgeProjector
 from aether.core.project.gateway_routes import envoy_route_list, envoy_virtual_host
 from aether.core.reduce import fold_all
 from aether.core.reduce.kube import canonical_json
+from aether.core.snapshot import Snapshot
 from aether.core.state import EMPTY_STATE, State
 from aether.plane.collector import collector_deferred
 from aether.testing import builders
@@ -43,7 +47,8 @@ SIZES = (100, 1_000, 5_000, 10_000)
 SERVICES = 100
 HOSTNAMES = 5
 CHANGES = 50
-"""Single-route changes viewed incrementally at each size (the median is reported)."""
+"""Single-route changes viewed incrementally at each size (the median is reported). The edge snapshot's figure is
+the median over those of edge routes (the others leave its route table as it was)."""
 
 
 def _route(index: int, *, version: int = 0) -> KubeObject:
@@ -115,6 +120,22 @@ def deferred_view(projector: GatewayProjector, state: State) -> GatewayView:
         return projector.view(state)
 
 
+EDGE = EdgeOptions()
+"""The edge's options in every figure (the defaults: mTLS to the backends)."""
+
+
+def deferred_edge(projector: EdgeProjector, view: GatewayView, state: State) -> Snapshot:
+    """`projector.project(view, state)` under the collector policy, as the plane's publisher runs it."""
+    with collector_deferred():
+        return projector.project(view, state)
+
+
+def deferred_edge_snapshot(view: GatewayView, state: State) -> Snapshot:
+    """`edge_snapshot(view, state)` from scratch under the collector policy."""
+    with collector_deferred():
+        return edge_snapshot(view, state, node_id="edge", options=EDGE)
+
+
 def _cpu(work: Callable[[], object]) -> float:
     """Return the CPU seconds of this process that `work` took."""
     start = time.process_time()
@@ -132,13 +153,24 @@ def measure(routes: int) -> dict[str, float]:
     assert sum(len(vhost.routes) for listener in view.edge_listeners for vhost in listener.virtual_hosts) > 0
     size = route_bytes(view)
     spell = min(_cpu(lambda: envoy_routes(view)) for _ in range(3))
-    samples = []
+    edge_full = min(_cpu(lambda: deferred_edge_snapshot(view, state)) for _ in range(3))
+    edge = EdgeProjector(node_id="edge", options=EDGE)
+    deferred_edge(edge, view, state)
+    samples, edge_samples = [], []
     for step in range(CHANGES):
         index = (step * 7919) % routes
         event = builders.gateway_object_upserted(_route(index, version=step + 1))
         state = fold_all(state, [Record(seq=state.seq + 1, event=event)])
-        samples.append(_cpu(lambda: deferred_view(projector, state)))  # noqa: B023 (called at once)
+        views: list[GatewayView] = []
+        samples.append(_cpu(lambda: views.append(deferred_view(projector, state))))  # noqa: B023 (called at once)
         assert projector.statistics().resolved == 1
+        took = _cpu(lambda: deferred_edge(edge, views[0], state))  # noqa: B023 (called at once)
+        done = edge.statistics()
+        if index % 10 == 9:  # a GAMMA route: the edge's tables stay as they were
+            assert (done.routes_serialized, done.tables_built) == (0, 0), done
+        else:  # one route of one virtual host serialized, the table assembled again
+            assert (done.routes_serialized, done.tables_built, done.upserted) == (1, 1, 1), done
+            edge_samples.append(took)
     incremental = statistics.median(samples)
     _, peak = rss_mb()
     return {
@@ -147,6 +179,9 @@ def measure(routes: int) -> dict[str, float]:
         "envoy_ms": spell * 1e3,
         "incremental_ms": incremental * 1e3,
         "incremental_best_ms": min(samples) * 1e3,
+        "edge_full_ms": edge_full * 1e3,
+        "edge_incremental_ms": statistics.median(edge_samples) * 1e3,
+        "edge_incremental_best_ms": min(edge_samples) * 1e3,
         "ratio": full / incremental,
         "route_mb": size / 1e6,
         "peak_rss_mb": peak,
@@ -166,6 +201,7 @@ def main() -> None:
         f" {'routes':>9} {'peak RSS':>9}"
     )
     figures: dict[str, float] = {}
+    rows: list[tuple[int, dict[str, float]]] = []
     for routes in SIZES:
         output = subprocess.run(
             [sys.executable, str(Path(__file__)), "--size", str(routes)],
@@ -180,6 +216,20 @@ def main() -> None:
             f" {row['ratio']:>9.0f}x {row['route_mb']:>6.2f} MB {row['peak_rss_mb']:>6.0f} MB"
         )
         figures.update({f"{key}_{routes}_routes": round(value, 3) for key, value in row.items()})
+        rows.append((routes, row))
+    print(
+        "Edge snapshot (Envoy resources of the edge): from scratch (`edge_snapshot`, best of 3) and the edge"
+        " projector after one edge route changed (median / best); reference: the view's routes as Envoy messages"
+    )
+    print(
+        f"  {'routes':>7} {'as Envoy':>11} {'edge full':>11} {'one route changed':>18} {'(best)':>9} {'full/incr':>10}"
+    )
+    for routes, row in rows:
+        print(
+            f"  {routes:>7,} {row['envoy_ms']:>8.1f} ms {row['edge_full_ms']:>8.1f} ms"
+            f" {row['edge_incremental_ms']:>15.2f} ms {row['edge_incremental_best_ms']:>6.2f} ms"
+            f" {row['edge_full_ms'] / row['edge_incremental_ms']:>9.0f}x"
+        )
     full, incremental, peak = (
         figures[f"{key}_10000_routes"] for key in ("full_ms", "incremental_ms", "peak_rss_mb")
     )
@@ -190,6 +240,12 @@ def main() -> None:
         ("10,000 HTTPRoutes, one route changed", incremental, 5, "ms"),
         ("1,000 HTTPRoutes, one route changed", small, 1, "ms"),
         ("peak RSS at 10,000 HTTPRoutes", peak, 150, "MB"),
+        (
+            "edge snapshot at 10,000 HTTPRoutes, one route changed",
+            figures["edge_incremental_ms_10000_routes"],
+            5,
+            "ms",
+        ),
     ):
         print(f"  aim: {text} <= {aim} {unit}: {'met' if value <= aim else 'NOT met'} ({value:.2f} {unit})")
     write_results("gateway", figures)

@@ -14,7 +14,7 @@ Both sources own the same kinds (each deletes from the log what it no longer lis
 never combined. Either may go away: the log keeps what it last said, so the edge serves its last snapshot until it
 returns. Each replica is its own control plane with its own log: no leader, no writes to the API.
 
-    API or manifests, registrar, SVIDs ──events──▶ journal ──state──▶ project_edge ──snapshot──▶ cache ──▶ xDS ──▶ Envoy
+    API or manifests, registrar, SVIDs ──events──▶ journal ──state──▶ EdgeProjector ──snapshot──▶ cache ──▶ xDS ──▶ Envoy
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import trio
 
 from aether.core.gateway import GatewayProjector
 from aether.core.mesh_names import parse_cluster_name
-from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions, edge_snapshot
+from aether.core.project.edge import DEFAULT_EDGE_SERVICE, EdgeOptions
+from aether.core.project.edge_projector import EdgeProjector
 from aether.core.project.names import ANY_ADDRESS
 from aether.core.snapshot import Snapshot
 from aether.core.state import State
@@ -184,12 +185,16 @@ async def serve_edge(
     # One projector for the edge's life: a route change re-parses and re-resolves that route only, and its view
     # equals `gateway_view(state)` for any sequence of states (property_tests/test_gateway_incremental.py).
     gateways = GatewayProjector()
+    # And one edge projector: a route change re-serializes that route's virtual host entry and its table only, and
+    # its snapshot equals `edge_snapshot(view, state)` for any sequence of states
+    # (property_tests/test_edge_incremental.py).
+    edge = EdgeProjector(node_id=config.pod_name, options=options)
 
     def project(state: State, now: int) -> Snapshot:
         del now  # the edge has no on-demand requests to expire
         view = gateways.view(state)
         scope.update(backend_services(view.backend_clusters, mesh_domain=state.kube.mesh_config.mesh_domain))
-        return edge_snapshot(view, state, node_id=config.pod_name, options=options)
+        return edge.project(view, state)
 
     async with (
         open_plane(
