@@ -471,8 +471,36 @@ port, HTTPS chains on one port (two certificates, a catch-all one, one whose Sec
 passthrough and termination, TCP and UDP."""
 EDGE_CERTIFICATES = ("cert-a", "cert-b")
 """The Secrets (namespace `edge`) the HTTPS and TLS listeners name."""
-EDGE_SERVICE_ACCOUNTS = ("default/web", "default/api", "default/v1", "default/tcp")
-"""Mesh services of the backends the routes name (a Service named like its service account resolves to it)."""
+EDGE_SERVICE_ACCOUNTS = ("default/web", "default/api", "default/v1", "default/tcp", "default/shared")
+"""Mesh services of the backends the routes name (a Service named like its service account resolves to it;
+`shared` runs the pods of Services `v1` and `v2`, once `shared_pods` are added)."""
+
+
+def _shared_pod(name: str, labels: dict[str, str]) -> Event:
+    pod = builders.make_pod(
+        name,
+        service_account="shared",
+        node_name="node-b",
+        ips=(f"10.0.3.{len(name)}",),
+        labels={"aether.io/managed": "true", **labels},
+    )
+    return builders.pod_added(pod)
+
+
+SHARED_PODS = (
+    _shared_pod("v1-0", {"app": "v1"}),
+    _shared_pod("v2-00", {"app": "v2", "track": "canary"}),
+)
+"""Pods of service account `shared` that Services `v1` and `v2` select: routes to either go to the cluster of
+`default/shared`, subset by the selector's labels (`v2` selects by two labels once `V2_TWO_LABELS`)."""
+V2_TWO_LABELS = builders.kube_service_upserted(
+    KubeService(
+        meta=ObjectMeta(kind="Service", namespace="default", name="v2"),
+        selector={"app": "v2", "track": "canary"},
+        ports=[ServicePort(port=80)],
+        cluster_ip="10.96.0.4",
+    )
+)
 
 
 @st.composite
@@ -599,6 +627,7 @@ def edge_events() -> st.SearchStrategy[Event]:
             st.sampled_from([b"svid-1", b"svid-2"]),
         ),
         st.just(builders.trust_bundle_rotated(builders.make_trust_bundle(bundle_pem=b"ca-2"))),
+        st.sampled_from([*SHARED_PODS, V2_TWO_LABELS]),
         st.builds(
             lambda domain, tracing: builders.mesh_config_updated(
                 builders.make_mesh_config(
@@ -615,6 +644,8 @@ def edge_events() -> st.SearchStrategy[Event]:
 def edge_starts(draw: st.DrawFn) -> list[Event]:
     """A start for the edge: mostly its Gateway with more listeners and their certificates, then any events."""
     events: list[Event] = []
+    if draw(st.booleans()):
+        events.extend((*SHARED_PODS, V2_TWO_LABELS))
     if draw(st.integers(0, 3)):
         events.append(builders.gateway_object_upserted(draw(edge_gateways())))
         events.extend(

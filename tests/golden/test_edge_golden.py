@@ -23,6 +23,10 @@ from aether.cli.render_command import (
     snapshot_document,
     status_document,
 )
+from aether.core.gateway import GatewayProjector, gateway_view
+from aether.core.project.edge import EdgeOptions, edge_snapshot
+from aether.core.project.edge_projector import EdgeProjector
+from aether.core.snapshot import TYPE_ORDER
 from aether.kube.manifests import ManifestDirectory
 
 TESTDATA = Path(__file__).parent / "testdata" / "edge"
@@ -52,10 +56,14 @@ def _named_clusters(document: Any, found: set[str]) -> set[str]:
     return found
 
 
-def _edge(directory: Path, case: str) -> tuple[Any, Any, ManifestDirectory]:
+def _reading(directory: Path, case: str) -> ManifestDirectory:
     path = directory / f"{case}.in.yaml"
     base = directory / "base.yaml"
-    reading = ManifestDirectory.parse({base.name: base.read_text(), path.name: path.read_text()})
+    return ManifestDirectory.parse({base.name: base.read_text(), path.name: path.read_text()})
+
+
+def _edge(directory: Path, case: str) -> tuple[Any, Any, ManifestDirectory]:
+    reading = _reading(directory, case)
     state = render_state(reading)
     snapshot = render_snapshot(state, RenderRequest(manifests=directory, edge=True))
     assert snapshot.consistent() == ()
@@ -108,3 +116,27 @@ def test_no_orphaned_edge_outputs(update_golden: bool) -> None:
 def test_there_are_edge_cases() -> None:
     """The suite found its inputs (a wrong directory would pass vacuously)."""
     assert len(CASES) >= 8
+
+
+@pytest.mark.parametrize("cleartext", [False, True])
+def test_one_edge_projector_fed_every_case_in_turn_gives_each_cases_snapshot(cleartext: bool) -> None:
+    """A long-running edge's projectors (one Gateway projector, one edge projector) fed the states of every edge and
+    Gateway API case one after another, and back, give each state exactly the snapshot `edge_snapshot` builds from
+    scratch: every resource's bytes, digest and references, every type's version."""
+    options = EdgeOptions(cleartext=cleartext)
+    states = [
+        render_state(_reading(directory, case))
+        for directory in (TESTDATA, GATEWAY_TESTDATA)
+        for case in sorted(path.name.removesuffix(".in.yaml") for path in directory.glob("*.in.yaml"))
+    ]
+    views = GatewayProjector()
+    projector = EdgeProjector(node_id="edge", options=options)
+    for state in [*states, *reversed(states)]:
+        actual = projector.project(views.view(state), state)
+        expected = edge_snapshot(gateway_view(state), state, node_id="edge", options=options)
+        assert actual == expected
+        for type_url in TYPE_ORDER:
+            assert actual.version(type_url) == expected.version(type_url)
+            assert {name: item.body for name, item in actual.of_type(type_url).items()} == {
+                name: item.body for name, item in expected.of_type(type_url).items()
+            }
