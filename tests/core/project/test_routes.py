@@ -8,7 +8,6 @@ from google.protobuf import wrappers_pb2
 
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
 from aether.core.project.routes import (
-    _varint,
     catch_all_vhost,
     inbound_route_configuration,
     route_configuration_parts,
@@ -87,17 +86,6 @@ def test_an_assembled_route_table_is_the_message_s_own_serialization() -> None:
     assert Resource.from_body(ROUTE_TYPE, name="cap_http", body=body, references=()) == Resource.from_message(
         message
     )
-
-
-def test_varints_encode_lengths() -> None:
-    """Protobuf base-128 varints, little-endian groups."""
-    assert [_varint(0), _varint(127), _varint(128), _varint(300), _varint(2**21)] == [
-        b"\x00",
-        b"\x7f",
-        b"\x80\x01",
-        b"\xac\x02",
-        b"\x80\x80\x80\x01",
-    ]
 
 
 def test_the_inbound_table_routes_by_port_and_strips_forged_outcomes() -> None:
