@@ -11,6 +11,7 @@ anew are serialized. The bytes are those `edge.table_message` serializes to (a p
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from itertools import chain
 from typing import Any
@@ -68,17 +69,51 @@ class _Host:
     __slots__ = ("domains", "entry", "routes", "vhost")
 
     def __init__(
-        self, vhost: ir.VirtualHost, domains: tuple[str, ...], routes: dict[int, bytes], entry: bytes
+        self, vhost: ir.VirtualHost, domains: tuple[str, ...], routes: list[bytes], entry: bytes
     ) -> None:
         self.vhost = vhost
-        """The view's virtual host. Invariant: it holds every route `routes` names, so no other live route has
-        the id of one of them (an id found there is that very route)."""
+        """The view's virtual host. It holds every route `routes` belongs to, so while this is kept no other live
+        route has the id of one of them."""
         self.domains = domains
         """The domains the table keeps for it (`table_hosts`)."""
         self.routes = routes
-        """By `id` of each route of `vhost`, its `routes` entries."""
+        """The `routes` entries of each route of `vhost`, in its order."""
         self.entry = entry
         """Its `virtual_hosts` entry (tag, length, bytes)."""
+
+
+def _route_entries_of(held: _Host | None, vhost: ir.VirtualHost) -> tuple[list[bytes], int]:
+    """Return the `routes` entries of each route of `vhost`, reusing those of `held` (the entry built before)
+    for the very same route objects; and how many routes were serialized.
+
+    A change moves, adds or removes a few routes of thousands: the routes before the first and after the last
+    that are not the same objects at the same place (found at C speed, `map(operator.is_, ...)`) keep their
+    entries as they are, and only those between are looked up by identity.
+    """
+    routes = vhost.routes
+    if held is None:
+        return [_route_entries(route) for route in routes], len(routes)
+    old, entries = held.vhost.routes, held.routes
+    if old is routes:
+        return entries, 0
+    same = list(map(operator.is_, old, routes))  # as long as the shorter
+    prefix = same.index(False) if False in same else len(same)
+    same = list(map(operator.is_, reversed(old[prefix:]), reversed(routes[prefix:])))
+    suffix = same.index(False) if False in same else len(same)
+    # An id of `old` is that very route: `held.vhost` holds them all (no other live object has their ids).
+    old_end, new_end = len(old) - suffix, len(routes) - suffix
+    by_id = dict(zip(map(id, old[prefix:old_end]), entries[prefix:old_end], strict=True))
+    middle: list[bytes | None] = list(map(by_id.get, map(id, routes[prefix:new_end])))
+    serialized = 0
+    at = -1
+    while True:
+        try:
+            at = middle.index(None, at + 1)
+        except ValueError:
+            break
+        middle[at] = _route_entries(routes[prefix + at])
+        serialized += 1
+    return [*entries[:prefix], *middle, *entries[old_end:]], serialized  # type: ignore[list-item]  # Invariant: no None left
 
 
 @attrs.frozen(kw_only=True)
@@ -148,9 +183,9 @@ class EdgeTables:
                 parts.append(_NOT_FOUND_ENTRY)
             parts.append(tail)
             parts_kept = tuple(parts)
-            if (
-                held is not None and held[0] == parts_kept
-            ):  # the same entries (bytes compare by identity first)
+            # The same entries: the same resource (kept entries compare by identity first, new ones mostly by
+            # length).
+            if held is not None and held[0] == parts_kept:
                 parts_kept, resource = held
             else:
                 resource = Resource.from_parts(ROUTE_TYPE, name=plan.name, parts=parts_kept)
@@ -166,23 +201,8 @@ class EdgeTables:
         and how many routes it serialized."""
         if held is not None and held.vhost is vhost and held.domains == domains:
             return held, 0
-        # Looked up at C speed (`map`): a virtual host of thousands of routes, one of them new, costs a pass of
-        # dictionary lookups and a join. An id `previous` holds is that very route (`_Host.vhost`'s invariant).
-        previous = held.routes if held is not None else {}
-        keys = list(map(id, vhost.routes))
-        entries: list[bytes | None] = list(map(previous.get, keys))
-        serialized = 0
-        at = -1
-        while True:
-            try:
-                at = entries.index(None, at + 1)
-            except ValueError:
-                break
-            entries[at] = _route_entries(vhost.routes[at])
-            serialized += 1
-        joined: list[bytes] = entries  # type: ignore[assignment]  # Invariant: every None was filled above
-        routes = dict(zip(keys, joined, strict=True))
+        joined, serialized = _route_entries_of(held, vhost)
         head, tail = _around(envoy_virtual_host(attrs.evolve(vhost, domains=domains, routes=())), _ROUTES)
         size = len(head) + sum(map(len, joined)) + len(tail)
         entry = b"".join((_VIRTUAL_HOSTS_TAG, varint(size), head, *joined, tail))
-        return _Host(vhost, domains, routes, entry), serialized
+        return _Host(vhost, domains, joined, entry), serialized
