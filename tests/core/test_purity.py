@@ -25,6 +25,7 @@ ALLOWED = (
     "collections.abc",
     "dataclasses",
     "itertools",
+    "operator",
     "bisect",
     "math",
     "attrs",
