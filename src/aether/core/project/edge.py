@@ -16,6 +16,8 @@
   plaintext at the Service port's targetPort (UDP has no mesh inbound to carry mTLS).
 
 The edge has one identity and no local pods: nothing here depends on pods but through the registry.
+`edge_snapshot` builds from plans (`port_plans`, `plan_clusters`, `udp_plans`) that `EdgeProjector`
+(`aether.core.project.edge_projector`) keys on to re-project only what changed: the same snapshot, incrementally.
 """
 
 from __future__ import annotations
