@@ -6,7 +6,15 @@ import attrs
 
 from aether.core.events import Event
 from aether.core.project import NodeProjector, ProjectorStatistics, project_node
-from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
+from aether.core.snapshot import (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    LISTENER_TYPE,
+    ROUTE_TYPE,
+    SECRET_TYPE,
+    Snapshot,
+    pieces_digest,
+)
 from aether.core.state import State
 from aether.testing import (
     AT,
@@ -215,6 +223,29 @@ def test_a_new_local_identity_re_projects_no_other_service() -> None:
         ("RouteConfiguration", "out_http"),
     }
     assert {name for kind, name in changed if kind == "Secret"} == {new_id, f"caller:{new_id}"}
+
+
+def test_a_route_table_is_assembled_from_the_services_pieces_without_rehashing_them() -> None:
+    """Both mesh route tables hold each service's virtual hosts as the very `Piece` its projection made (hashed
+    once, there), and their digest is the rule's over the pieces' digests: a service joining the set leaves the
+    others' pieces the same objects, so no other service's bytes are hashed again."""
+    projector = NodeProjector(node_name=NODE)
+    before = projector.project(MESH, now=AT)
+    state = _then(MESH, pod_added(make_pod("cart-0", namespace="shop", service_account="cart")))
+    after = projector.project(state, now=AT)
+    assert after == project_node(state, node_name=NODE, now=AT)
+    old_out, new_out = before.of_type(ROUTE_TYPE)["out_http"], after.of_type(ROUTE_TYPE)["out_http"]
+    new_cap = after.of_type(ROUTE_TYPE)["cap_http"]
+    assert new_out.digest != old_out.digest
+    for table in (new_out, new_cap):
+        assert table.digest == pieces_digest(table.pieces)
+        assert b"".join(part for piece in table.pieces for part in piece.parts) == table.body
+    # Head, one piece per service with virtual hosts, catch-all: the services' pieces are shared by both tables,
+    # and those of the services that were there already are the objects of the previous tables.
+    assert all(a is b for a, b in zip(new_out.pieces[1:-1], new_cap.pieces[1:-1], strict=True))
+    kept = {id(piece) for piece in old_out.pieces[1:-1]}
+    assert len(new_out.pieces) == len(old_out.pieces) + 1
+    assert sum(id(piece) in kept for piece in new_out.pieces) == len(kept)
 
 
 def test_projecting_the_same_state_again_changes_nothing() -> None:

@@ -42,7 +42,7 @@ from aether.core.project.endpoints import Locality, node_locality
 from aether.core.project.frontends import FrontendRoute, frontend_routes
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.pods import PodContext, project_pod
-from aether.core.project.routes import catch_all_vhost, route_configuration_parts, vhost_entry
+from aether.core.project.routes import route_configuration_pieces
 from aether.core.project.secrets import caller_secrets, node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
 from aether.core.project.slices import slice_resources
@@ -56,7 +56,7 @@ from aether.core.project.udp import (
     udp_ports_by_service,
 )
 from aether.core.project.udp_routes import udp_route_resources
-from aether.core.snapshot import ROUTE_TYPE, Resource, Snapshot
+from aether.core.snapshot import ROUTE_TYPE, Piece, Resource, Snapshot
 from aether.core.state.state import State
 
 T = TypeVar("T")
@@ -237,6 +237,8 @@ class NodeProjector:
         self._service_context: ServiceContext | None = None
         self._pod_context: PodContext | None = None
         self._services: dict[str, tuple[tuple[Any, ...], ServiceProjection]] = {}
+        self._vhosts: dict[str, Piece] = {}
+        """The services of `_services` that have virtual hosts, and their piece: the route tables' middle."""
         self._services_inputs: tuple[Any, ...] | None = None
         self._endpoint_refs: list[Any] = []
         self._pods: dict[str, tuple[tuple[Any, ...], tuple[Resource, ...]]] = {}
@@ -604,7 +606,7 @@ class NodeProjector:
                 old_deps = old_demand.services
                 if deps != old_deps:  # services joined or left the set: line the endpoint maps up by name
                     for service in sorted(set(old_deps).difference(deps)):
-                        changes.replace(self._services.pop(service)[1].resources, ())
+                        self._drop_service(service, changes)
                     held_refs = dict(zip(old_deps, self._endpoint_refs, strict=True))
                     refs = list(map(registry.endpoints.get, deps))
                     candidates.update(
@@ -655,7 +657,7 @@ class NodeProjector:
             refs = list(map(registry.endpoints.get, deps))
             order = deps
             for service in sorted(set(self._services).difference(deps)):
-                changes.replace(self._services.pop(service)[1].resources, ())
+                self._drop_service(service, changes)
         self._services_inputs = (
             demand,
             context,
@@ -703,7 +705,12 @@ class NodeProjector:
                 udp_ports=service_udp,
             )
             vhosts = old.vhosts if old.vhosts == new.vhosts else new.vhosts
-            vhosts_changed = vhosts_changed or vhosts is not old.vhosts
+            if vhosts is not old.vhosts:
+                vhosts_changed = True
+                if vhosts.size:
+                    self._vhosts[service] = vhosts
+                else:
+                    self._vhosts.pop(service, None)
             resources = changes.replace(old.resources, new.resources)
             self._services[service] = (
                 inputs,
@@ -711,6 +718,10 @@ class NodeProjector:
             )
             projected += 1
         return projected, vhosts_changed
+
+    def _drop_service(self, service: str, changes: _Changes) -> None:
+        changes.replace(self._services.pop(service)[1].resources, ())
+        self._vhosts.pop(service, None)
 
     def _project_pods(
         self,
@@ -743,19 +754,16 @@ class NodeProjector:
         inputs = (demand.services, mesh_domain)
         if self._routes is not None and not vhosts_changed and _same(self._routes[0], inputs):
             return
-        entries = [part for service in demand.services for part in self._services[service][1].vhosts]
+        # The services' pieces, in set order, looked up at C speed: each was hashed when its service was projected,
+        # so the two tables cost O(set) pointer work and a hash over 16 bytes a service, never their 17 MB.
+        vhosts = [*filter(None, map(self._vhosts.get, demand.services))]
         new = tuple(
-            Resource.from_parts(
+            Resource.from_pieces(
                 ROUTE_TYPE,
                 name=name,
-                parts=route_configuration_parts(
-                    name,
-                    [
-                        *entries,
-                        vhost_entry(catch_all_vhost(mesh_domain=mesh_domain, passthrough=passthrough)),
-                    ],
+                pieces=route_configuration_pieces(
+                    name, vhosts, mesh_domain=mesh_domain, passthrough=passthrough
                 ),
-                references=(),
             )
             for name, passthrough in ((OUTBOUND_ROUTE, False), (CAPTURE_ROUTE, True))
         )
