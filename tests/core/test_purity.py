@@ -26,6 +26,7 @@ ALLOWED = (
     "dataclasses",
     "itertools",
     "bisect",
+    "operator",
     "math",
     "attrs",
     "immutables",

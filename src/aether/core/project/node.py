@@ -17,6 +17,8 @@ identity (done by `map` and a comprehension, about a millisecond), then the chan
 from __future__ import annotations
 
 import ipaddress
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -37,7 +39,7 @@ from aether.core.mesh_names import SliceClusterName, parse_cluster_name, parse_s
 from aether.core.order import sorted_unique
 from aether.core.project import dependencies
 from aether.core.project.clusters import passthrough_cluster
-from aether.core.project.dependencies import Demand, LocalPods, RequestIndex
+from aether.core.project.dependencies import Declarations, Demand, LocalPods, RequestIndex
 from aether.core.project.endpoints import Locality, node_locality
 from aether.core.project.frontends import FrontendRoute, frontend_routes
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
@@ -70,17 +72,27 @@ _ABSENT = object()
 """Input types compared by equality: plain values, which Python may or may not share between equal instances."""
 
 
+def _in_set(routed: Mapping[str, T], demand: Demand) -> list[tuple[str, T]]:
+    """Return the entries of `routed` (per mesh service: its GAMMA routing, frontends...) whose service is in the
+    dependency set, in the set's order: walked from `routed` (few), never from the set (thousands)."""
+    by_service = demand.by_service
+    return sorted(
+        ((service, value) for service, value in routed.items() if service in by_service), key=_first
+    )
+
+
+def _first(item: tuple[str, Any]) -> str:
+    return item[0]
+
+
 def _slice_plan(
-    services: Iterable[str], routings: Mapping[str, MeshRouting]
+    demand: Demand, routings: Mapping[str, MeshRouting]
 ) -> tuple[tuple[str, SliceClusterName, str, str], ...]:
-    """Return, sorted by name, the slice clusters the GAMMA routes of `services` send to, each with its parts, its
-    Service's key in `KubeState.services` and in `KubeState.slices_by_service`."""
+    """Return, sorted by name, the slice clusters the GAMMA routes of the set's services send to, each with its
+    parts, its Service's key in `KubeState.services` and in `KubeState.slices_by_service`."""
     plan = []
     for name in sorted_unique(
-        name
-        for service in services
-        if (routing := routings.get(service)) is not None
-        for name in routing.slice_clusters
+        name for _, routing in _in_set(routings, demand) for name in routing.slice_clusters
     ):
         parsed = parse_slice_cluster_name(name)
         assert parsed is not None, f"route cluster {name!r} is not a slice cluster: this is a bug"
@@ -396,7 +408,7 @@ class NodeProjector:
         equal, so that pod and service units stay reused)."""
 
         def compute() -> _L4InSet:
-            routings = [routing for service in demand.services if (routing := l4.get(service)) is not None]
+            routings = [routing for _, routing in _in_set(l4, demand)]
             return _interned(
                 self._l4_held,
                 _L4InSet(
@@ -417,10 +429,7 @@ class NodeProjector:
 
         def compute() -> Mapping[str, SelectorKeys]:
             found: dict[str, set[tuple[str, ...]]] = {}
-            for service in demand.services:
-                routing = routings.get(service)
-                if routing is None:
-                    continue
+            for _, routing in _in_set(routings, demand):
                 for cluster, selected in routing.backend_selectors.items():
                     parsed = parse_cluster_name(cluster, mesh_domain=mesh_domain)
                     assert parsed is not None, (
@@ -451,7 +460,7 @@ class NodeProjector:
         def compute() -> tuple[FrontendRoute, ...]:
             found = frontend_routes(
                 sorted(
-                    (item for service in demand.services for item in frontends.get(service, ())),
+                    (item for _, items in _in_set(frontends, demand) for item in items),
                     key=lambda item: (ipaddress.IPv4Address(item.address), item.port),
                 ),
                 mesh_domain=mesh_domain,
@@ -479,7 +488,7 @@ class NodeProjector:
             destinations = udp_destinations(
                 state.kube.services,
                 state.pods.values(),
-                in_set=frozenset(demand.services),
+                in_set=demand.by_service,
                 mesh_domain=mesh_domain,
                 routes=routes,
             )
@@ -519,9 +528,10 @@ class NodeProjector:
     ) -> Demand:
         mesh = state.kube.mesh_config
         on_demand = state.feedback.on_demand
-        declared: tuple[str, ...] = self._declared.get(
-            (local,), lambda: dependencies.declared_services(local.records)
+        declarations: Declarations = self._declared.get(
+            (local,), lambda: dependencies.declarations(local.records, previous=self._declared.value)
         )
+        declared = declarations.services
         index: RequestIndex = self._index.get(
             (on_demand, mesh.mesh_domain, mesh.on_demand_ttl_seconds),
             lambda: dependencies.request_index(
@@ -533,9 +543,23 @@ class NodeProjector:
         )
         # The live requests are a suffix of the index: the set changes only when `now` crosses an expiry.
         live_from = index.live_from(now)
-        demand: Demand = self._demand.get(
-            (declared, index, live_from), lambda: dependencies.demand(declared, index, live_from=live_from)
-        )
+
+        def derived() -> Demand:
+            # From the previous demand when the declarations were derived from the ones it was computed from: a
+            # pod coming or going costs its own services, not the set (O(changed); equal to computing it whole).
+            held = self._demand
+            if held.inputs is not None and declarations.base is held.inputs[0]:
+                return dependencies.demand(
+                    declared,
+                    index,
+                    live_from=live_from,
+                    previous=held.value,
+                    joined=declarations.joined,
+                    left=declarations.left,
+                )
+            return dependencies.demand(declared, index, live_from=live_from)
+
+        demand: Demand = self._demand.get((declared, index, live_from), derived)
 
         l4, udp = l4_routings
 
@@ -550,7 +574,8 @@ class NodeProjector:
                 for service, routing in routed.items()
                 if service in by_service
                 for backend in routing.backend_services
-            }.difference(demand.services)
+                if backend not in by_service
+            }
             if not extra:
                 return demand
             return dependencies.demand(sorted_unique((*declared, *extra)), index, live_from=live_from)
@@ -605,14 +630,18 @@ class NodeProjector:
             if demand is not old_demand:
                 old_deps = old_demand.services
                 if deps != old_deps:  # services joined or left the set: line the endpoint maps up by name
-                    for service in sorted(set(old_deps).difference(deps)):
+                    # (at C speed, `map`/`compress`: a set change costs no Python step per service of the set)
+                    for service in sorted(
+                        itertools.filterfalse(demand.by_service.__contains__, self._services)
+                    ):
                         self._drop_service(service, changes)
                     held_refs = dict(zip(old_deps, self._endpoint_refs, strict=True))
                     refs = list(map(registry.endpoints.get, deps))
                     candidates.update(
-                        service
-                        for service, new in zip(deps, refs, strict=True)
-                        if new is not held_refs.get(service, _ABSENT)
+                        itertools.compress(
+                            deps,
+                            map(operator.is_not, refs, map(held_refs.get, deps, itertools.repeat(_ABSENT))),
+                        )
                     )
                 # A service neither set requests has the one `declared` demand in both: only the requesting ones
                 # (and those that joined, above) can differ.
@@ -624,11 +653,7 @@ class NodeProjector:
                 )
             if registry.endpoints is not previous[2] and refs is self._endpoint_refs:
                 refs = list(map(registry.endpoints.get, deps))
-                candidates.update(
-                    service
-                    for service, new, old in zip(deps, refs, self._endpoint_refs, strict=True)
-                    if new is not old
-                )
+                candidates.update(itertools.compress(deps, map(operator.is_not, refs, self._endpoint_refs)))
             if registry.services is not previous[3]:
                 candidates.update(demand.undeclared)
             if routings is not previous[4]:
@@ -775,7 +800,7 @@ class NodeProjector:
         """Project the clusters of the Services without a selector that the set's GAMMA routes send to, each from
         its Service and its own EndpointSlices: a slice change re-projects only the clusters of its Service."""
         wanted: tuple[tuple[str, SliceClusterName, str, str], ...] = self._slices_in_set.get(
-            (demand.services, routings), lambda: _slice_plan(demand.services, routings)
+            (demand.services, routings), lambda: _slice_plan(demand, routings)
         )
         kube = state.kube
         inputs_of_set = (wanted, kube.services, kube.slices_by_service)
