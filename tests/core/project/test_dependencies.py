@@ -266,4 +266,10 @@ def test_declarations_and_demand_derived_step_by_step_equal_those_computed_whole
                 left=found.left,
             )
             assert derived == whole
+            before, after = set(previous_demand.services), set(derived.services)
+            assert (derived.moved_from, derived.joined, derived.left) == (
+                previous_demand.services,
+                tuple(sorted(after - before)),
+                tuple(sorted(before - after)),
+            )
         previous, previous_demand = found, whole

@@ -247,6 +247,13 @@ class Demand:
     """The services in the set only because they were requested, sorted (only their catalog entry matters)."""
     unmatched: tuple[str, ...]
     """Live requested names that name no mesh service under the mesh domain in force (answered as not found)."""
+    moved_from: tuple[str, ...] | None = attrs.field(default=None, eq=False, repr=False)
+    """The `services` of the demand this one was derived from (`demand(previous=...)`), None when computed whole:
+    not part of the value, only a shortcut for whoever held that demand."""
+    joined: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
+    """With `moved_from`: the services of the set not in it, sorted."""
+    left: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
+    """With `moved_from`: its services no longer in the set, sorted."""
 
 
 def _held_quic(
@@ -328,6 +335,7 @@ def _derived(
     before = previous.by_service
     by_service = before.mutate()
     undeclared = set(previous.undeclared)
+    joined, left = [], []
     for service in moved.union(previous.requesting, requested):
         is_declared = _holds(declared, service)
         names = requested.get(service)
@@ -343,10 +351,15 @@ def _derived(
             undeclared.add(service)
         else:
             undeclared.discard(service)
+        if (service in by_service) != (service in before):
+            (joined if service in by_service else left).append(service)
     return Demand(
         services=tuple(sorted((*declared, *undeclared))) if undeclared else declared,
         by_service=by_service.finish(),
         requesting=tuple(sorted(requested)),
         undeclared=tuple(sorted(undeclared)),
         unmatched=sorted_unique(unmatched),
+        moved_from=previous.services,
+        joined=tuple(sorted(joined)),
+        left=tuple(sorted(left)),
     )

@@ -16,6 +16,7 @@ identity (done by `map` and a comprehension, about a millisecond), then the chan
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import itertools
 import operator
@@ -65,6 +66,9 @@ T = TypeVar("T")
 
 _Key = tuple[str, str]
 """A resource's `(type_url, name)`."""
+
+_FEW = 64
+"""Up to this many services joining or leaving the set, the services pass edits its endpoint-map list in place."""
 
 _VALUES = (bool, int, str)
 _ABSENT = object()
@@ -629,7 +633,24 @@ class NodeProjector:
             old_demand: Demand = previous[0]
             if demand is not old_demand:
                 old_deps = old_demand.services
-                if deps != old_deps:  # services joined or left the set: line the endpoint maps up by name
+                if (
+                    deps != old_deps
+                    and demand.moved_from is old_deps
+                    and registry.endpoints is previous[2]
+                    and len(demand.joined) + len(demand.left) <= _FEW
+                ):
+                    # A few services joined or left a set derived from the last one, the registry unchanged: those
+                    # are the only candidates, and the endpoint maps' list is edited where they sit (O(changed)).
+                    for service in demand.left:
+                        self._drop_service(service, changes)
+                    for at in sorted(
+                        (bisect.bisect_left(old_deps, item) for item in demand.left), reverse=True
+                    ):
+                        del refs[at]
+                    for service in demand.joined:
+                        refs.insert(bisect.bisect_left(deps, service), registry.endpoints.get(service))
+                    candidates.update(demand.joined)
+                elif deps != old_deps:  # services joined or left the set: line the endpoint maps up by name
                     # (at C speed, `map`/`compress`: a set change costs no Python step per service of the set)
                     for service in sorted(
                         itertools.filterfalse(demand.by_service.__contains__, self._services)
