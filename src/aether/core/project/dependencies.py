@@ -335,7 +335,8 @@ def _derived(
     before = previous.by_service
     by_service = before.mutate()
     undeclared = set(previous.undeclared)
-    joined, left = [], []
+    joined: list[str] = []
+    left: list[str] = []
     for service in moved.union(previous.requesting, requested):
         is_declared = _holds(declared, service)
         names = requested.get(service)
