@@ -5,11 +5,13 @@ of those bytes. Versions are content hashes, so folding the same log gives the s
 did not change keeps its version (no churn on Envoy).
 
 The digest of a resource is blake2b-128 of its bytes, except for a resource assembled from `Piece`s (a mesh route
-table: one piece per service's virtual hosts): its digest is blake2b-128 (personalized `PIECES_PERSON`) over the
-sequence of its non-empty pieces' digests, each computed once where the piece is made. It is still a content digest
-(the same pieces give the same digest, and pieces of other bytes another one), but the split is part of it: the same
-bytes cut into other pieces give another digest, so whoever assembles a resource from pieces cuts them as a function
-of content. Adding one service to a table of 10,000 then hashes 10,000 digests, not 17 MB.
+table: one piece per service's virtual hosts, in groups of them). A piece of bytes has the blake2b-128 of its bytes
+as its digest, computed once where it is made; a group of pieces has blake2b-128 (personalized `PIECES_PERSON`) over
+the sequence of its non-empty members' digests; a resource of pieces has the digest of the group of them (a hash
+tree). It is still a content digest (the same pieces give the same digest, and pieces of other bytes another one),
+but the split is part of it: the same bytes cut or grouped otherwise give another digest, so whoever assembles a
+resource from pieces cuts and groups them as a function of content. Adding one service to a table of 10,000 then
+hashes its own bytes, its group's member digests and the table's group digests, not 17 MB.
 
 The version of a set of resources is the XOR of one 128-bit hash per (name, digest) entry: independent of order, and
 updated in O(changed) when a snapshot is derived from the previous one (`Snapshot.with_changes`), so one endpoint
@@ -24,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
 import immutables
@@ -112,14 +114,19 @@ PIECES_PERSON = b"aether.pieces"
 @attrs.frozen(kw_only=True, slots=True, weakref_slot=False)
 class Piece:
     """A run of a resource's serialized bytes made once and shared by reference (a service's virtual hosts, held by
-    both mesh route tables), with the digest of its bytes, computed once where it is made (`Piece.of`)."""
+    both mesh route tables), with its digest, computed once where it is made: a piece of bytes (`Piece.of`) or a
+    group of pieces (`Piece.group`: the bytes of its members, in order)."""
 
     parts: tuple[bytes, ...] = attrs.field(eq=False, repr=False)
-    """The bytes, in consecutive non-empty parts (themselves possibly shared with other pieces and resources)."""
+    """The bytes of a piece of bytes, in consecutive non-empty parts (themselves possibly shared with other pieces
+    and resources); empty for a group."""
     digest: bytes
-    """blake2b-128 of the parts joined (16 bytes): a piece is compared by it."""
+    """16 bytes: blake2b-128 of the parts joined, or of a group, over its members' digests (see the module
+    docstring). A piece is compared by it."""
     size: int = attrs.field(eq=False)
-    """The parts' total length."""
+    """The length of its bytes."""
+    members: tuple[Piece, ...] = attrs.field(default=(), eq=False, repr=False)
+    """A group's non-empty pieces, in order (empty for a piece of bytes)."""
 
     @classmethod
     def of(cls, parts: Iterable[bytes]) -> Piece:
@@ -130,21 +137,42 @@ class Piece:
             digest.update(part)
         return cls(parts=kept, digest=digest.digest(), size=sum(map(len, kept)))
 
+    @classmethod
+    def group(cls, pieces: Iterable[Piece]) -> Piece:
+        """Return the group of `pieces` (the empty ones left out), hashing their digests, never their bytes."""
+        kept = tuple(filter(_piece_size, pieces))
+        return cls(
+            parts=(),
+            digest=_group_digest(kept),
+            size=sum(map(_piece_size, kept)),
+            members=kept,
+        )
 
-EMPTY_PIECE = Piece.of(())
-"""No bytes: a resource assembled from pieces leaves it out (its digest does not change)."""
+    def chunks(self) -> Iterator[bytes]:
+        """Yield the piece's bytes, in order (a group's: its members')."""
+        if self.members:
+            for member in self.members:
+                yield from member.chunks()
+        else:
+            yield from self.parts
+
 
 _piece_digest = operator.attrgetter("digest")
 _piece_size = operator.attrgetter("size")
 
 
-def pieces_digest(pieces: Iterable[Piece]) -> str:
-    """Return the digest of a resource assembled from `pieces` (hex): over the non-empty pieces' digests, in order.
+def _group_digest(kept: Iterable[Piece]) -> bytes:
+    return hashlib.blake2b(b"".join(map(_piece_digest, kept)), digest_size=16, person=PIECES_PERSON).digest()
 
-    Never reads the pieces' bytes: O(pieces), whatever their size."""
-    return hashlib.blake2b(
-        b"".join(map(_piece_digest, filter(_piece_size, pieces))), digest_size=16, person=PIECES_PERSON
-    ).hexdigest()
+
+EMPTY_PIECE = Piece.of(())
+"""No bytes: a group or resource assembled from pieces leaves it out (its digest does not change)."""
+
+
+def pieces_digest(pieces: Iterable[Piece]) -> str:
+    """Return the digest of a resource assembled from `pieces` (hex): the digest of their group, over the non-empty
+    pieces' digests, in order. Never reads the pieces' bytes: O(pieces), whatever their size."""
+    return _group_digest(filter(_piece_size, pieces)).hex()
 
 
 @attrs.frozen(kw_only=True, slots=True, weakref_slot=False)
@@ -183,7 +211,7 @@ class Resource:
     def body(self) -> bytes:
         """The resource message serialized (`parts` or `pieces` joined)."""
         if self.pieces:
-            return b"".join(itertools.chain.from_iterable(piece.parts for piece in self.pieces))
+            return b"".join(itertools.chain.from_iterable(piece.chunks() for piece in self.pieces))
         parts = self.parts
         return parts[0] if len(parts) == 1 else b"".join(parts)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from aether.core.events import Event
@@ -12,6 +14,8 @@ from aether.core.snapshot import (
     LISTENER_TYPE,
     ROUTE_TYPE,
     SECRET_TYPE,
+    Piece,
+    Resource,
     Snapshot,
     pieces_digest,
 )
@@ -227,8 +231,8 @@ def test_a_new_local_identity_re_projects_no_other_service() -> None:
 
 def test_a_route_table_is_assembled_from_the_services_pieces_without_rehashing_them() -> None:
     """Both mesh route tables hold each service's virtual hosts as the very `Piece` its projection made (hashed
-    once, there), and their digest is the rule's over the pieces' digests: a service joining the set leaves the
-    others' pieces the same objects, so no other service's bytes are hashed again."""
+    once, there), in groups, and their digest is the rule's over the pieces' digests: a service joining the set
+    leaves the others' pieces the same objects, so no other service's bytes are hashed again."""
     projector = NodeProjector(node_name=NODE)
     before = projector.project(MESH, now=AT)
     state = _then(MESH, pod_added(make_pod("cart-0", namespace="shop", service_account="cart")))
@@ -239,13 +243,17 @@ def test_a_route_table_is_assembled_from_the_services_pieces_without_rehashing_t
     assert new_out.digest != old_out.digest
     for table in (new_out, new_cap):
         assert table.digest == pieces_digest(table.pieces)
-        assert b"".join(part for piece in table.pieces for part in piece.parts) == table.body
-    # Head, one piece per service with virtual hosts, catch-all: the services' pieces are shared by both tables,
-    # and those of the services that were there already are the objects of the previous tables.
+        assert b"".join(chunk for piece in table.pieces for chunk in piece.chunks()) == table.body
+    # Head, the groups of the services' pieces, catch-all: the groups are shared by both tables, and the pieces
+    # of the services that were there already are the objects of the previous tables.
     assert all(a is b for a, b in zip(new_out.pieces[1:-1], new_cap.pieces[1:-1], strict=True))
-    kept = {id(piece) for piece in old_out.pieces[1:-1]}
-    assert len(new_out.pieces) == len(old_out.pieces) + 1
-    assert sum(id(piece) in kept for piece in new_out.pieces) == len(kept)
+
+    def services_pieces(table: Resource) -> list[Piece]:
+        return [member for group in table.pieces[1:-1] for member in group.members]
+
+    kept = {id(piece) for piece in services_pieces(old_out)}
+    assert len(services_pieces(new_out)) == len(kept) + 1
+    assert sum(id(piece) in kept for piece in services_pieces(new_out)) == len(kept)
 
 
 def test_projecting_the_same_state_again_changes_nothing() -> None:
@@ -354,3 +362,34 @@ def test_the_projector_reports_the_dependency_set_of_its_last_projection() -> No
     assert projector.dependencies == ()
     projector.project(MESH, now=AT)
     assert projector.dependencies == ("default/web", "shop/api", "shop/cache", "shop/db")
+
+
+def test_a_set_of_hundreds_changed_service_by_service_projects_as_it_does_whole() -> None:
+    """Hundreds of declared services (the route tables in several groups): pods declaring more services, others,
+    fewer, then leaving; after each, the projector's snapshot (route tables and their digests included) equals the
+    whole projection, and each step re-projects only the services that joined."""
+    names = [f"shop/s{index:03}" for index in range(300)]
+
+    def client(name: str, upstreams: list[str], ip: str) -> Any:
+        return make_pod(
+            name,
+            namespace="shop",
+            service_account=name,
+            annotations={"config.aether.io/upstreams": ",".join(upstreams)},
+            ips=(ip,),
+        )
+
+    steps = [
+        (pod_added(client("a", names[::2], "10.9.0.1")), 151),
+        (pod_added(client("b", names[1::3], "10.9.0.2")), 51),  # 100 declared, half of them new
+        (pod_updated(client("b", names[1:9], "10.9.0.2")), 2),  # s003 and s005 are new; 66 left
+        (pod_removed("a", namespace="shop"), 0),  # 146 left
+        (pod_added(client("c", names[250:], "10.9.0.3")), 51),
+    ]
+    projector = NodeProjector(node_name=NODE)
+    state = MESH
+    projector.project(state, now=AT)
+    for event, joined in steps:
+        state = _then(state, event)
+        assert projector.project(state, now=AT) == project_node(state, node_name=NODE, now=AT)
+        assert projector.statistics().services_projected == joined

@@ -45,6 +45,7 @@ from aether.core.project.endpoints import Locality, node_locality
 from aether.core.project.frontends import FrontendRoute, frontend_routes
 from aether.core.project.names import CAPTURE_ROUTE, OUTBOUND_ROUTE, spiffe_id
 from aether.core.project.pods import PodContext, project_pod
+from aether.core.project.route_groups import RouteGroups
 from aether.core.project.routes import route_configuration_pieces
 from aether.core.project.secrets import caller_secrets, node_secrets
 from aether.core.project.services import NOTHING, ServiceContext, ServiceProjection, project_service
@@ -255,6 +256,9 @@ class NodeProjector:
         self._services: dict[str, tuple[tuple[Any, ...], ServiceProjection]] = {}
         self._vhosts: dict[str, Piece] = {}
         """The services of `_services` that have virtual hosts, and their piece: the route tables' middle."""
+        self._touched: set[str] = set()
+        """The services the current projection's services pass dropped, added or changed the virtual hosts of."""
+        self._route_groups = RouteGroups()
         self._services_inputs: tuple[Any, ...] | None = None
         self._endpoint_refs: list[Any] = []
         self._pods: dict[str, tuple[tuple[Any, ...], tuple[Resource, ...]]] = {}
@@ -336,7 +340,7 @@ class NodeProjector:
         self._service_context, self._pod_context = service_context, pod_context
 
         changes = _Changes()
-        services_projected, vhosts_changed = self._project_services(
+        services_projected, touched = self._project_services(
             state, demand, service_context, routings, l4_in_set.backends, subsets, udp.ports, changes
         )
         pods_projected = self._project_pods(
@@ -346,7 +350,7 @@ class NodeProjector:
             (local, udp.destinations),
             lambda: udp_captures(local.records, bound=local.bound, destinations=udp.destinations),
         )
-        self._project_routes(state, demand, vhosts_changed=vhosts_changed, changes=changes)
+        self._project_routes(state, demand, touched=touched, changes=changes)
         self._project_slices(state, demand, routings, changes)
         self._project_udp_routes(state, udp.clusters, changes)
         self._project_secrets(state, identities, changes)
@@ -621,9 +625,12 @@ class NodeProjector:
         subsets: Mapping[str, SelectorKeys],
         udp_ports: Mapping[str, tuple[int, ...]],
         changes: _Changes,
-    ) -> tuple[int, bool]:
-        """Bring the service units in line; return how many were computed and whether a virtual host changed."""
+    ) -> tuple[int, set[str] | None]:
+        """Bring the service units in line; return how many were computed and the services that joined or left the
+        set or whose virtual hosts changed (None: any may have)."""
         registry = state.registry
+        self._touched = set()
+        touched: set[str] | None = self._touched
         deps = demand.services
         previous = self._services_inputs
         refs = self._endpoint_refs
@@ -704,6 +711,7 @@ class NodeProjector:
             order = deps
             for service in sorted(set(self._services).difference(deps)):
                 self._drop_service(service, changes)
+            touched = None
         self._services_inputs = (
             demand,
             context,
@@ -715,7 +723,7 @@ class NodeProjector:
             udp_ports,
         )
         self._endpoint_refs = refs
-        projected, vhosts_changed = 0, False
+        projected = 0
         for service in order:
             held = self._services.get(service)
             # A new set gives a requested service an equal demand of its own: keep the one it was projected from.
@@ -751,8 +759,10 @@ class NodeProjector:
                 udp_ports=service_udp,
             )
             vhosts = old.vhosts if old.vhosts == new.vhosts else new.vhosts
+            if held is None:
+                self._touched.add(service)
             if vhosts is not old.vhosts:
-                vhosts_changed = True
+                self._touched.add(service)
                 if vhosts.size:
                     self._vhosts[service] = vhosts
                 else:
@@ -763,11 +773,12 @@ class NodeProjector:
                 ServiceProjection(resources=resources, vhosts=vhosts, not_found=new.not_found),
             )
             projected += 1
-        return projected, vhosts_changed
+        return projected, touched
 
     def _drop_service(self, service: str, changes: _Changes) -> None:
         changes.replace(self._services.pop(service)[1].resources, ())
         self._vhosts.pop(service, None)
+        self._touched.add(service)
 
     def _project_pods(
         self,
@@ -794,15 +805,21 @@ class NodeProjector:
         return projected
 
     def _project_routes(
-        self, state: State, demand: Demand, *, vhosts_changed: bool, changes: _Changes
+        self, state: State, demand: Demand, *, touched: set[str] | None, changes: _Changes
     ) -> None:
         mesh_domain = state.kube.mesh_config.mesh_domain
         inputs = (demand.services, mesh_domain)
-        if self._routes is not None and not vhosts_changed and _same(self._routes[0], inputs):
+        if (
+            self._routes is not None
+            and touched is not None
+            and not touched
+            and _same(self._routes[0], inputs)
+        ):
             return
-        # The services' pieces, in set order, looked up at C speed: each was hashed when its service was projected,
-        # so the two tables cost O(set) pointer work and a hash over 16 bytes a service, never their 17 MB.
-        vhosts = [*filter(None, map(self._vhosts.get, demand.services))]
+        # The services' pieces (each hashed when its service was projected) in content-defined groups: only the
+        # groups of the touched services are made again, so the two tables cost O(changed + groups), never their
+        # 17 MB nor a step per service of the set (`route_groups`).
+        vhosts = self._route_groups.update(demand.services, self._vhosts, touched=touched)
         new = tuple(
             Resource.from_pieces(
                 ROUTE_TYPE,
