@@ -687,23 +687,29 @@ class NodeProjector:
             if routings is not previous[4]:
                 old_routings = previous[4]
                 candidates.update(
-                    service for service in deps if routings.get(service) is not old_routings.get(service)
+                    service
+                    for service in {*routings, *old_routings}
+                    if service in demand.by_service and routings.get(service) is not old_routings.get(service)
                 )
             if tcp_backends is not previous[5]:
-                candidates.update(tcp_backends.symmetric_difference(previous[5]).intersection(deps))
+                candidates.update(
+                    service
+                    for service in tcp_backends.symmetric_difference(previous[5])
+                    if service in demand.by_service
+                )
             if subsets is not previous[6]:
                 old_subsets = previous[6]
                 candidates.update(
                     service
-                    for service in {*subsets, *old_subsets}.intersection(deps)
-                    if subsets.get(service) is not old_subsets.get(service)
+                    for service in {*subsets, *old_subsets}
+                    if service in demand.by_service and subsets.get(service) is not old_subsets.get(service)
                 )
             if udp_ports is not previous[7]:
                 old_ports = previous[7]
                 candidates.update(
                     service
-                    for service in {*udp_ports, *old_ports}.intersection(deps)
-                    if udp_ports.get(service) is not old_ports.get(service)
+                    for service in {*udp_ports, *old_ports}
+                    if service in demand.by_service and udp_ports.get(service) is not old_ports.get(service)
                 )
             order: Iterable[str] = sorted(candidates)
         else:
