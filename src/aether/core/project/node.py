@@ -11,7 +11,10 @@ keeps its `Resource` objects (their digests and packed bytes are reused), and th
 holds the two equal over random event sequences).
 
 What one registry event costs at 10,000 services: one pass over the dependency set comparing endpoint maps by
-identity (done by `map` and a comprehension, about a millisecond), then the changed service's resources only.
+identity (done by `map` and `compress`, at C speed), then the changed service's resources only. What a service
+joining or leaving the set costs (a pod of a new service account, a new upstream): its own resources, the set's
+declarations and demand derived from the previous ones (`dependencies.declarations`, `demand(previous=...)`), and
+its group of the route tables (`route_groups`): nothing walks the set in Python.
 """
 
 from __future__ import annotations
