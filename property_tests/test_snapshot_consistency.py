@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from aether.core.snapshot import REFERENCED_TYPES, SHORT_NAMES, Resource, Snapshot
+from aether.core.snapshot import REFERENCED_TYPES, ROUTE_TYPE, SHORT_NAMES, Piece, Resource, Snapshot
 from property_tests.strategies import snapshot_changes
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -57,3 +57,32 @@ def test_changed_since_names_every_resource_that_differs(
             differing = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
             assert differing <= changed.get(type_url, set())
     assert newest.changed_since(Snapshot.build(node_id="node-a", resources=())) is None
+
+
+@PROPERTY
+@given(
+    first=st.lists(st.lists(st.binary(max_size=6), max_size=3), max_size=6),
+    second=st.lists(st.lists(st.binary(max_size=6), max_size=3), max_size=6),
+)
+def test_a_pieced_resource_s_digest_is_a_function_of_its_pieces_bytes(
+    first: list[list[bytes]], second: list[list[bytes]]
+) -> None:
+    """Pieces (each given as parts) assembled into a resource: its bytes are theirs joined, and two resources have
+    the same digest exactly when their non-empty pieces hold the same bytes in the same order (however each piece
+    is cut into parts, and wherever empty pieces fall)."""
+
+    def assembled(pieces: list[list[bytes]]) -> Resource:
+        return Resource.from_pieces(ROUTE_TYPE, name="t", pieces=[Piece.of(parts) for parts in pieces])
+
+    def content(pieces: list[list[bytes]]) -> list[bytes]:
+        return [joined for parts in pieces if (joined := b"".join(parts))]
+
+    one, other = assembled(first), assembled(second)
+    assert one.body == b"".join(content(first))
+    assert one.size == len(one.body)
+    assert one == assembled([list(parts) for parts in first])  # made again from equal bytes: the same version
+    # The same pieces cut into other parts, with empty pieces between them: the same version.
+    recut = [[b"".join(parts)[:1], b"".join(parts)[1:]] for parts in first]
+    assert one == assembled([[], *(item for parts in recut for item in (parts, [b""]))])
+    assert (one.digest == other.digest) == (content(first) == content(second))
+    event("same pieces" if content(first) == content(second) else "other pieces")

@@ -27,6 +27,7 @@ ALLOWED = (
     "itertools",
     "operator",
     "bisect",
+    "operator",
     "math",
     "attrs",
     "immutables",

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import immutables
 import pytest
 from google.protobuf import any_pb2
 
 from aether.core.errors import InternalError
-from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, Resource, Snapshot, type_version, version_of
+from aether.core.snapshot import (
+    CLUSTER_TYPE,
+    EMPTY_PIECE,
+    ENDPOINT_TYPE,
+    PIECES_PERSON,
+    ROUTE_TYPE,
+    Piece,
+    Resource,
+    Snapshot,
+    pieces_digest,
+    type_version,
+    version_of,
+)
 from tests.xds._snapshots import NODE, assignment, cluster, snapshot
 
 
@@ -59,6 +73,36 @@ def test_a_resource_of_shared_parts_is_the_resource_of_their_bytes() -> None:
     assert split.body == body
     assert split.size == len(body)
     assert split.entry_hash == whole.entry_hash
+
+
+def test_a_pieced_resource_is_versioned_by_its_pieces_digests_without_reading_their_bytes() -> None:
+    """`from_pieces` hashes the pieces' digests, never their bytes: a piece carrying a digest that is not of its
+    bytes (made here by hand, to tell the two apart) gives the digest of the rule over that digest."""
+    made = Piece.of((b"virtual ", b"host"))
+    assert made.digest == hashlib.blake2b(b"virtual host", digest_size=16).digest()
+    assert made.size == 12
+    forged = Piece(parts=(b"x" * 1000,), digest=bytes(range(16)), size=1000)
+    resource = Resource.from_pieces(ROUTE_TYPE, name="t", pieces=(made, EMPTY_PIECE, forged))
+    expected = hashlib.blake2b(made.digest + forged.digest, digest_size=16, person=PIECES_PERSON).hexdigest()
+    assert resource.digest == pieces_digest((made, forged)) == expected
+    assert resource.pieces == (made, forged)  # the empty piece is left out; the others kept by reference
+    assert resource.pieces[0] is made
+    assert resource.body == b"virtual host" + b"x" * 1000
+    assert resource.size == len(resource.body)
+    assert resource.entry_hash == Resource.from_pieces(ROUTE_TYPE, name="t", pieces=(made, forged)).entry_hash
+
+
+def test_a_pieced_resource_is_not_the_resource_of_its_bytes() -> None:
+    """The split is part of a pieced resource's digest (by design): its bytes as one body, or cut otherwise, give
+    another digest; no pieces at all is the empty message."""
+    first, second = Piece.of((b"ab",)), Piece.of((b"cd",))
+    pieced = Resource.from_pieces(ROUTE_TYPE, name="t", pieces=(first, second))
+    assert pieced.body == b"abcd"
+    assert pieced != Resource.from_body(ROUTE_TYPE, name="t", body=b"abcd")
+    assert pieced != Resource.from_pieces(ROUTE_TYPE, name="t", pieces=(Piece.of((b"abcd",)),))
+    assert pieced != Resource.from_pieces(ROUTE_TYPE, name="t", pieces=(second, first))
+    empty = Resource.from_pieces(ROUTE_TYPE, name="t", pieces=(EMPTY_PIECE,))
+    assert (empty.body, empty.size) == (b"", 0)
 
 
 def test_only_served_resource_types_become_resources() -> None:

@@ -4,6 +4,15 @@ A snapshot is a value: resources by type URL, each resource kept as its determin
 of those bytes. Versions are content hashes, so folding the same log gives the same versions, and a resource that
 did not change keeps its version (no churn on Envoy).
 
+The digest of a resource is blake2b-128 of its bytes, except for a resource assembled from `Piece`s (a mesh route
+table: one piece per service's virtual hosts, in groups of them). A piece of bytes has the blake2b-128 of its bytes
+as its digest, computed once where it is made; a group of pieces has blake2b-128 (personalized `PIECES_PERSON`) over
+the sequence of its non-empty members' digests; a resource of pieces has the digest of the group of them (a hash
+tree). It is still a content digest (the same pieces give the same digest, and pieces of other bytes another one),
+but the split is part of it: the same bytes cut or grouped otherwise give another digest, so whoever assembles a
+resource from pieces cuts and groups them as a function of content. Adding one service to a table of 10,000 then
+hashes its own bytes, its group's member digests and the table's group digests, not 17 MB.
+
 The version of a set of resources is the XOR of one 128-bit hash per (name, digest) entry: independent of order, and
 updated in O(changed) when a snapshot is derived from the previous one (`Snapshot.with_changes`), so one endpoint
 change at 10,000 clusters does not rehash the other 9,999.
@@ -15,7 +24,9 @@ a Delta stream that sent an older snapshot then looks at those names only, inste
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import itertools
+import operator
+from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
 import immutables
@@ -96,27 +107,101 @@ def _format_version(aggregate: int) -> str:
     return f"{aggregate:032x}"[:16]
 
 
+PIECES_PERSON = b"aether.pieces"
+"""The blake2b personalization of a pieced resource's digest: it is never the digest of some bytes by construction."""
+
+
+@attrs.frozen(kw_only=True, slots=True, weakref_slot=False)
+class Piece:
+    """A run of a resource's serialized bytes made once and shared by reference (a service's virtual hosts, held by
+    both mesh route tables), with its digest, computed once where it is made: a piece of bytes (`Piece.of`) or a
+    group of pieces (`Piece.group`: the bytes of its members, in order)."""
+
+    parts: tuple[bytes, ...] = attrs.field(eq=False, repr=False)
+    """The bytes of a piece of bytes, in consecutive non-empty parts (themselves possibly shared with other pieces
+    and resources); empty for a group."""
+    digest: bytes
+    """16 bytes: blake2b-128 of the parts joined, or of a group, over its members' digests (see the module
+    docstring). A piece is compared by it."""
+    size: int = attrs.field(eq=False)
+    """The length of its bytes."""
+    members: tuple[Piece, ...] = attrs.field(default=(), eq=False, repr=False)
+    """A group's non-empty pieces, in order (empty for a piece of bytes)."""
+
+    @classmethod
+    def of(cls, parts: Iterable[bytes]) -> Piece:
+        """Return the piece of `parts` joined, hashing them once."""
+        kept = tuple(part for part in parts if part)
+        digest = hashlib.blake2b(digest_size=16)
+        for part in kept:
+            digest.update(part)
+        return cls(parts=kept, digest=digest.digest(), size=sum(map(len, kept)))
+
+    @classmethod
+    def group(cls, pieces: Iterable[Piece]) -> Piece:
+        """Return the group of `pieces` (the empty ones left out), hashing their digests, never their bytes."""
+        kept = tuple(filter(_piece_size, pieces))
+        return cls(
+            parts=(),
+            digest=_group_digest(kept),
+            size=sum(map(_piece_size, kept)),
+            members=kept,
+        )
+
+    def chunks(self) -> Iterator[bytes]:
+        """Yield the piece's bytes, in order (a group's: its members')."""
+        if self.members:
+            for member in self.members:
+                yield from member.chunks()
+        else:
+            yield from self.parts
+
+
+_piece_digest = operator.attrgetter("digest")
+_piece_size = operator.attrgetter("size")
+
+
+def _group_digest(kept: Iterable[Piece]) -> bytes:
+    return hashlib.blake2b(b"".join(map(_piece_digest, kept)), digest_size=16, person=PIECES_PERSON).digest()
+
+
+EMPTY_PIECE = Piece.of(())
+"""No bytes: a group or resource assembled from pieces leaves it out (its digest does not change)."""
+
+
+def pieces_digest(pieces: Iterable[Piece]) -> str:
+    """Return the digest of a resource assembled from `pieces` (hex): the digest of their group, over the non-empty
+    pieces' digests, in order. Never reads the pieces' bytes: O(pieces), whatever their size."""
+    return _group_digest(filter(_piece_size, pieces)).hex()
+
+
 @attrs.frozen(kw_only=True, slots=True, weakref_slot=False)
 class Resource:
     """One Envoy resource, serialized once: the bytes every push reuses and the digest that versions it.
 
     Only the bytes are kept, never the message they came from nor a packed copy of them: at 10,000 services a
     snapshot is tens of megabytes of bytes, and a second copy of each would double it. The bytes may be kept in
-    `parts` that other resources share (the two mesh route tables hold the same virtual hosts: each keeps the
-    services' serialized entries by reference); `body` joins them when asked.
+    `parts` that other resources share (clusters of one kind share their common fields), or in `pieces` (the two
+    mesh route tables hold the same virtual hosts: each keeps the services' pieces by reference); `body` joins
+    them when asked.
     """
 
     type_url: str
     name: str
     parts: tuple[bytes, ...] = attrs.field(eq=False, repr=False)
-    """The resource message serialized deterministically (the `value` of its `Any`), in consecutive pieces that
-    may be shared with other resources. Not compared: `digest` stands for them."""
+    """The resource message serialized deterministically (the `value` of its `Any`), in consecutive parts that
+    may be shared with other resources (empty when it is made of `pieces`). Not compared: `digest` stands for
+    them."""
     digest: str
-    """blake2b-128 of `body`, hex: the resource's version in Delta xDS."""
+    """The resource's version in Delta xDS, hex: blake2b-128 of `body`, or for a resource made of `pieces` the
+    digest over theirs (`pieces_digest`, see the module docstring)."""
     references: tuple[str, ...] = ()
     """Names of resources of the dependent type this one needs (a cluster's CLA, a listener's route configs)."""
     entry_hash: int = attrs.field(eq=False, repr=False)
     """This resource's share of its type's version (see the module docstring)."""
+    pieces: tuple[Piece, ...] = attrs.field(default=(), eq=False, repr=False)
+    """The resource's bytes as shared pieces, each hashed once where it was made (`from_pieces`); empty for a
+    resource kept in `parts`."""
 
     @entry_hash.default
     def _entry_hash_default(self) -> int:
@@ -124,13 +209,17 @@ class Resource:
 
     @property
     def body(self) -> bytes:
-        """The resource message serialized (`parts` joined)."""
+        """The resource message serialized (`parts` or `pieces` joined)."""
+        if self.pieces:
+            return b"".join(itertools.chain.from_iterable(piece.chunks() for piece in self.pieces))
         parts = self.parts
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     @property
     def size(self) -> int:
         """`len(body)`, without joining the parts."""
+        if self.pieces:
+            return sum(map(_piece_size, self.pieces))
         return sum(map(len, self.parts))
 
     @property
@@ -158,8 +247,8 @@ class Resource:
     def from_body(cls, type_url: str, *, name: str, body: bytes, references: Iterable[str] = ()) -> Resource:
         """Return the resource whose serialized message is `body` (assembled from cached parts, not re-serialized).
 
-        The caller guarantees `body` is what `from_message` would serialize; this and `from_parts` are the only
-        places digests are made.
+        The caller guarantees `body` is what `from_message` would serialize; this, `from_parts` and `from_pieces`
+        are the only places resource digests are made.
         """
         return cls.from_parts(type_url, name=name, parts=(body,), references=references)
 
@@ -179,6 +268,26 @@ class Resource:
             parts=kept or (b"",),
             digest=digest.hexdigest(),
             references=tuple(references),
+        )
+
+    @classmethod
+    def from_pieces(
+        cls, type_url: str, *, name: str, pieces: Iterable[Piece], references: Iterable[str] = ()
+    ) -> Resource:
+        """Return the resource whose serialized message is `pieces` joined, keeping the pieces by reference.
+
+        Its digest is `pieces_digest(pieces)`: the pieces' bytes are not read (they were hashed when made), so
+        assembling a table of 10,000 shared pieces costs O(pieces), not O(bytes). The caller cuts the pieces as a
+        function of content (the split is part of the digest: see the module docstring).
+        """
+        kept = tuple(filter(_piece_size, pieces))
+        return cls(
+            type_url=type_url,
+            name=name,
+            parts=() if kept else (b"",),
+            digest=pieces_digest(kept),
+            references=tuple(references),
+            pieces=kept,
         )
 
 

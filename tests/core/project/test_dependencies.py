@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import immutables
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aether.core.project.dependencies import (
+    Declarations,
     Demand,
     ServiceDemand,
+    declarations,
     declared_services,
     demand,
     local_pods,
@@ -172,3 +178,98 @@ def test_a_pod_of_a_captured_node_binds_only_in_its_namespace() -> None:
     assert [e.pod_name for e in local_endpoints(joined, node_name="node-a", cluster_name="").values()] == [
         "web-1"
     ]
+
+
+_SERVICES = ("default/a", "default/b", "shop/c", "shop/d", "shop/e")
+_POD_NAMES = ("p0", "p1", "p2", "p3")
+_REQUESTED = (
+    "a.default.aether.internal",
+    "c.shop.aether.internal",
+    "c.shop.aether.internal:9090",
+    "e.shop.aether.internal",
+    "x.other.mesh.local",
+)
+
+
+def _pods_at(step: dict[str, tuple[int, tuple[int, ...]]]) -> tuple[Any, ...]:
+    events = [
+        pod_added(
+            make_pod(
+                name,
+                namespace=_SERVICES[account].split("/")[0],
+                service_account=_SERVICES[account].split("/")[1],
+                annotations={"config.aether.io/upstreams": ",".join(_SERVICES[item] for item in upstreams)},
+                ips=(f"10.0.0.{_POD_NAMES.index(name) + 1}",),
+            )
+        )
+        for name, (account, upstreams) in sorted(step.items())
+    ]
+    return local_pods(fold_events(*events).pods, node_name="node-a").records
+
+
+_PODS = st.dictionaries(
+    st.sampled_from(_POD_NAMES),
+    st.tuples(st.integers(0, len(_SERVICES) - 1), st.lists(st.integers(0, len(_SERVICES) - 1), max_size=3)),
+    max_size=len(_POD_NAMES),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(_PODS, st.lists(st.sampled_from(_REQUESTED), unique=True), st.integers(0, 5)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_declarations_and_demand_derived_step_by_step_equal_those_computed_whole(
+    steps: list[tuple[dict[str, tuple[int, tuple[int, ...]]], list[str], int]],
+) -> None:
+    """Pods coming, going and changing their upstreams, requests coming and expiring: the declarations derived
+    from the previous ones are `declared_services`, with the services that joined and left, and the demand
+    derived from the previous one (given those) equals the demand computed from scratch."""
+    held_records: dict[str, Any] = {}
+    previous: Declarations | None = None
+    previous_demand: Demand | None = None
+    for pods, names, live_from in steps:
+        # A pod that did not change keeps its record object, as the state does.
+        records = tuple(
+            held if (held := held_records.get(record.pod.key)) is not None and held == record else record
+            for record in _pods_at(pods)
+        )
+        held_records = {record.pod.key: record for record in records}
+        found = declarations(records, previous=previous)
+        assert found.services == declared_services(records)
+        if previous is not None:
+            before, after = set(previous.services), set(found.services)
+            assert (found.base, found.joined, found.left) == (
+                previous.services,
+                tuple(sorted(after - before)),
+                tuple(sorted(before - after)),
+            )
+            if not found.joined and not found.left:
+                assert found.services is previous.services
+        index = request_index(
+            _requests(*(("node-a", name, AT + offset) for offset, name in enumerate(names))),
+            node_name="node-a",
+            mesh_domain="aether.internal",
+            ttl_seconds=60,
+        )
+        whole = demand(found.services, index, live_from=min(live_from, len(names)))
+        if previous_demand is not None:
+            derived = demand(
+                found.services,
+                index,
+                live_from=min(live_from, len(names)),
+                previous=previous_demand,
+                joined=found.joined,
+                left=found.left,
+            )
+            assert derived == whole
+            before, after = set(previous_demand.services), set(derived.services)
+            assert (derived.moved_from, derived.joined, derived.left) == (
+                previous_demand.services,
+                tuple(sorted(after - before)),
+                tuple(sorted(before - after)),
+            )
+        previous, previous_demand = found, whole

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from aether.core.events import Event
 from aether.core.project import NodeProjector, ProjectorStatistics, project_node
-from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE, Snapshot
+from aether.core.snapshot import (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    LISTENER_TYPE,
+    ROUTE_TYPE,
+    SECRET_TYPE,
+    Piece,
+    Resource,
+    Snapshot,
+    pieces_digest,
+)
 from aether.core.state import State
 from aether.testing import (
     AT,
@@ -217,6 +229,33 @@ def test_a_new_local_identity_re_projects_no_other_service() -> None:
     assert {name for kind, name in changed if kind == "Secret"} == {new_id, f"caller:{new_id}"}
 
 
+def test_a_route_table_is_assembled_from_the_services_pieces_without_rehashing_them() -> None:
+    """Both mesh route tables hold each service's virtual hosts as the very `Piece` its projection made (hashed
+    once, there), in groups, and their digest is the rule's over the pieces' digests: a service joining the set
+    leaves the others' pieces the same objects, so no other service's bytes are hashed again."""
+    projector = NodeProjector(node_name=NODE)
+    before = projector.project(MESH, now=AT)
+    state = _then(MESH, pod_added(make_pod("cart-0", namespace="shop", service_account="cart")))
+    after = projector.project(state, now=AT)
+    assert after == project_node(state, node_name=NODE, now=AT)
+    old_out, new_out = before.of_type(ROUTE_TYPE)["out_http"], after.of_type(ROUTE_TYPE)["out_http"]
+    new_cap = after.of_type(ROUTE_TYPE)["cap_http"]
+    assert new_out.digest != old_out.digest
+    for table in (new_out, new_cap):
+        assert table.digest == pieces_digest(table.pieces)
+        assert b"".join(chunk for piece in table.pieces for chunk in piece.chunks()) == table.body
+    # Head, the groups of the services' pieces, catch-all: the groups are shared by both tables, and the pieces
+    # of the services that were there already are the objects of the previous tables.
+    assert all(a is b for a, b in zip(new_out.pieces[1:-1], new_cap.pieces[1:-1], strict=True))
+
+    def services_pieces(table: Resource) -> list[Piece]:
+        return [member for group in table.pieces[1:-1] for member in group.members]
+
+    kept = {id(piece) for piece in services_pieces(old_out)}
+    assert len(services_pieces(new_out)) == len(kept) + 1
+    assert sum(id(piece) in kept for piece in services_pieces(new_out)) == len(kept)
+
+
 def test_projecting_the_same_state_again_changes_nothing() -> None:
     """A second projection of the same state reuses every resource: nothing upserted, nothing removed."""
     projector = NodeProjector(node_name=NODE)
@@ -323,3 +362,34 @@ def test_the_projector_reports_the_dependency_set_of_its_last_projection() -> No
     assert projector.dependencies == ()
     projector.project(MESH, now=AT)
     assert projector.dependencies == ("default/web", "shop/api", "shop/cache", "shop/db")
+
+
+def test_a_set_of_hundreds_changed_service_by_service_projects_as_it_does_whole() -> None:
+    """Hundreds of declared services (the route tables in several groups): pods declaring more services, others,
+    fewer, then leaving; after each, the projector's snapshot (route tables and their digests included) equals the
+    whole projection, and each step re-projects only the services that joined."""
+    names = [f"shop/s{index:03}" for index in range(300)]
+
+    def client(name: str, upstreams: list[str], ip: str) -> Any:
+        return make_pod(
+            name,
+            namespace="shop",
+            service_account=name,
+            annotations={"config.aether.io/upstreams": ",".join(upstreams)},
+            ips=(ip,),
+        )
+
+    steps = [
+        (pod_added(client("a", names[::2], "10.9.0.1")), 151),
+        (pod_added(client("b", names[1::3], "10.9.0.2")), 51),  # 100 declared, half of them new
+        (pod_updated(client("b", names[1:9], "10.9.0.2")), 2),  # s003 and s005 are new; 66 left
+        (pod_removed("a", namespace="shop"), 0),  # 146 left
+        (pod_added(client("c", names[250:], "10.9.0.3")), 51),
+    ]
+    projector = NodeProjector(node_name=NODE)
+    state = MESH
+    projector.project(state, now=AT)
+    for event, joined in steps:
+        state = _then(state, event)
+        assert projector.project(state, now=AT) == project_node(state, node_name=NODE, now=AT)
+        assert projector.statistics().services_projected == joined

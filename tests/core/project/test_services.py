@@ -10,6 +10,7 @@ from aether.core.project.dependencies import ServiceDemand
 from aether.core.project.routes import route_configuration_parts
 from aether.core.project.services import ServiceContext, ServiceProjection, project_service
 from aether.core.project.tls import PLAINTEXT
+from aether.core.snapshot import EMPTY_PIECE
 from aether.core.state.registry import ServiceEndpoints
 from aether.testing import make_endpoint
 from tests.core.project._helpers import decode, names_of
@@ -26,7 +27,7 @@ def _endpoints(*items: Endpoint) -> ServiceEndpoints:
 
 def _vhosts(projection: ServiceProjection) -> list[tuple[str, list[str], str]]:
     table = route_pb2.RouteConfiguration()
-    table.ParseFromString(b"".join(route_configuration_parts("t", projection.vhosts)))
+    table.ParseFromString(b"".join(route_configuration_parts("t", projection.vhosts.parts)))
     return [(vhost.name, list(vhost.domains), vhost.routes[0].route.cluster) for vhost in table.virtual_hosts]
 
 
@@ -74,7 +75,7 @@ def test_a_tcp_service_gets_its_tcp_cluster_only() -> None:
         "tcp:cache.shop.aether.internal",
         "tcp:cache.shop.aether.internal",
     ]
-    assert projection.vhosts == ()
+    assert projection.vhosts == EMPTY_PIECE
 
 
 def test_a_declared_service_without_endpoints_gets_an_empty_http_cluster() -> None:
@@ -93,11 +94,15 @@ def test_a_requested_service_outside_the_catalog_is_not_found() -> None:
         declared=False, requested=("ghost.shop.aether.internal", "ghost.shop.aether.internal:80")
     )
     projection = project_service("shop/ghost", None, demand, in_catalog=False, context=CONTEXT)
-    assert (projection.resources, projection.vhosts, projection.not_found) == ((), (), demand.requested)
+    assert (projection.resources, projection.vhosts, projection.not_found) == (
+        (),
+        EMPTY_PIECE,
+        demand.requested,
+    )
     quiet = project_service(
         "shop/ghost", None, ServiceDemand(declared=False), in_catalog=False, context=CONTEXT
     )
-    assert (quiet.resources, quiet.vhosts, quiet.not_found) == ((), (), ())
+    assert (quiet.resources, quiet.vhosts, quiet.not_found) == ((), EMPTY_PIECE, ())
 
 
 def test_a_requested_primary_port_gets_its_exact_cluster() -> None:

@@ -9,7 +9,8 @@ projects the same set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 import immutables
@@ -83,6 +84,91 @@ def declared_services(records: Iterable[PodRecord]) -> tuple[str, ...]:
         services.append(record.service)
         services.extend(record.config.upstreams)
     return sorted_unique(services)
+
+
+_FEW = 64
+"""Up to this many services joining or leaving, the sorted set is edited in place; beyond, sorted again."""
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Declarations:
+    """The services local pods run and declare (`services`), with what they were counted from, so that a pod
+    coming, going or changing updates them in O(its own names), not O(the set) (`declarations`)."""
+
+    services: tuple[str, ...]
+    """`declared_services(records)`: sorted and distinct."""
+    records: Mapping[str, PodRecord]
+    """The pods counted, by key."""
+    counts: immutables.Map[str, int]
+    """Per service, how many times the pods name it (as their own service or an upstream)."""
+    base: tuple[str, ...] | None = None
+    """The `services` of the declarations these were derived from (None: counted from scratch)."""
+    joined: tuple[str, ...] = ()
+    """The services of `services` not in `base`, sorted."""
+    left: tuple[str, ...] = ()
+    """The services of `base` not in `services`, sorted."""
+
+
+def _names(record: PodRecord) -> tuple[str, ...]:
+    return (record.service, *record.config.upstreams)
+
+
+def declarations(records: Iterable[PodRecord], *, previous: Declarations | None = None) -> Declarations:
+    """Return the declarations of `records`: counted from scratch, or from `previous` by the records that are not
+    the very objects it counted (O(their names)); `services` is then `previous.services` itself when no service
+    came or went."""
+    by_key = {record.pod.key: record for record in records}
+    if previous is None:
+        counted: dict[str, int] = {}
+        for record in by_key.values():
+            for name in _names(record):
+                counted[name] = counted.get(name, 0) + 1
+        return Declarations(services=tuple(sorted(counted)), records=by_key, counts=immutables.Map(counted))
+    held, before = previous.records, previous.counts
+    counts = before.mutate()
+    touched: set[str] = set()
+    for key, record in held.items():
+        if by_key.get(key) is not record:
+            for name in _names(record):
+                counts[name] = counts[name] - 1
+                touched.add(name)
+    for key, record in by_key.items():
+        if held.get(key) is not record:
+            for name in _names(record):
+                counts[name] = counts.get(name, 0) + 1
+                touched.add(name)
+    joined, left = [], []
+    for name in touched:
+        if not counts[name]:
+            del counts[name]
+            left.append(name)
+        elif name not in before:
+            joined.append(name)
+    finished = counts.finish()
+    services = previous.services
+    if len(joined) + len(left) > _FEW:
+        services = tuple(sorted(finished))
+    elif joined or left:
+        edited = list(services)
+        for name in left:
+            del edited[bisect.bisect_left(edited, name)]
+        for name in joined:
+            bisect.insort(edited, name)
+        services = tuple(edited)
+    return Declarations(
+        services=services,
+        records=by_key,
+        counts=finished,
+        base=previous.services,
+        joined=tuple(sorted(joined)),
+        left=tuple(sorted(left)),
+    )
+
+
+def _holds(ordered: tuple[str, ...], name: str) -> bool:
+    """Whether the sorted `ordered` holds `name` (a binary search: no set of thousands built for a few lookups)."""
+    at = bisect.bisect_left(ordered, name)
+    return at < len(ordered) and ordered[at] == name
 
 
 @attrs.frozen(kw_only=True)
@@ -161,6 +247,13 @@ class Demand:
     """The services in the set only because they were requested, sorted (only their catalog entry matters)."""
     unmatched: tuple[str, ...]
     """Live requested names that name no mesh service under the mesh domain in force (answered as not found)."""
+    moved_from: tuple[str, ...] | None = attrs.field(default=None, eq=False, repr=False)
+    """The `services` of the demand this one was derived from (`demand(previous=...)`), None when computed whole:
+    not part of the value, only a shortcut for whoever held that demand."""
+    joined: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
+    """With `moved_from`: the services of the set not in it, sorted."""
+    left: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
+    """With `moved_from`: its services no longer in the set, sorted."""
 
 
 def _held_quic(
@@ -173,21 +266,33 @@ def _held_quic(
     long as both declarations, not for the on-demand TTL: dropping it would fail the pair's requests until Envoy
     asked again.
     """
-    wanted = set(declared)
     return [
         (name, parsed)
         for name, parsed in zip(index.names[:live_from], index.parsed[:live_from], strict=True)
         if parsed is not None
         and parsed.protocol == "quic"
-        and parsed.service in wanted
-        and parsed.source in wanted
+        and _holds(declared, parsed.service)
+        and _holds(declared, parsed.source)
     ]
 
 
-def demand(declared: tuple[str, ...], index: RequestIndex, *, live_from: int) -> Demand:
+def demand(
+    declared: tuple[str, ...],
+    index: RequestIndex,
+    *,
+    live_from: int,
+    previous: Demand | None = None,
+    joined: Collection[str] = (),
+    left: Collection[str] = (),
+) -> Demand:
     """Return the dependency set: `declared` (sorted and distinct: `declared_services`) plus the services of the
     requests from `live_from` on (and the `quic:` clusters between declared services, whatever their age:
-    `_held_quic`)."""
+    `_held_quic`).
+
+    With `previous`, the demand of the declared services `declared` minus `joined` plus `left` (under any
+    requests), the result (equal to the one computed without it) is derived from it in O(joined + left +
+    requests): only those services and the requesting ones can have another demand.
+    """
     requested: dict[str, list[str]] = {}
     unmatched: list[str] = []
     for name, held in _held_quic(declared, index, live_from=live_from):
@@ -197,6 +302,8 @@ def demand(declared: tuple[str, ...], index: RequestIndex, *, live_from: int) ->
             unmatched.append(name)
         else:
             requested.setdefault(parsed.service, []).append(name)
+    if previous is not None:
+        return _derived(previous, declared, requested, unmatched, {*joined, *left})
     by_service = dict.fromkeys(declared, _DECLARED)
     undeclared: list[str] = []
     for service, names in requested.items():
@@ -213,4 +320,47 @@ def demand(declared: tuple[str, ...], index: RequestIndex, *, live_from: int) ->
         requesting=tuple(sorted(requested)),
         undeclared=tuple(sorted(undeclared)),
         unmatched=sorted_unique(unmatched),
+    )
+
+
+def _derived(
+    previous: Demand,
+    declared: tuple[str, ...],
+    requested: Mapping[str, list[str]],
+    unmatched: list[str],
+    moved: set[str],
+) -> Demand:
+    """`demand(...)` from `previous`: the services in `moved` (declared or no more) and those requesting now or
+    before get their demand again; every other one keeps its entry (the same object)."""
+    before = previous.by_service
+    by_service = before.mutate()
+    undeclared = set(previous.undeclared)
+    joined: list[str] = []
+    left: list[str] = []
+    for service in moved.union(previous.requesting, requested):
+        is_declared = _holds(declared, service)
+        names = requested.get(service)
+        if names is not None:
+            value = ServiceDemand(declared=is_declared, requested=sorted_unique(names))
+            held = before.get(service)
+            by_service[service] = held if held is not None and held == value else value
+        elif is_declared:
+            by_service[service] = _DECLARED
+        elif service in by_service:
+            del by_service[service]
+        if names is not None and not is_declared:
+            undeclared.add(service)
+        else:
+            undeclared.discard(service)
+        if (service in by_service) != (service in before):
+            (joined if service in by_service else left).append(service)
+    return Demand(
+        services=tuple(sorted((*declared, *undeclared))) if undeclared else declared,
+        by_service=by_service.finish(),
+        requesting=tuple(sorted(requested)),
+        undeclared=tuple(sorted(undeclared)),
+        unmatched=sorted_unique(unmatched),
+        moved_from=previous.services,
+        joined=tuple(sorted(joined)),
+        left=tuple(sorted(left)),
     )

@@ -6,6 +6,11 @@ bytes of their `virtual_hosts` field entries, and a table is assembled by concat
 serialization writes fields in field-number order, so `name` (1), the entries (2) and `validate_clusters` (7)
 joined are the bytes the whole message serializes to (a test holds them equal). Adding one service then costs a
 join, not the re-serialization of every other service's routes.
+
+The mesh tables are kept as `Piece`s (`route_configuration_pieces`): the head, one piece per service (its virtual
+hosts, hashed once when the service is projected: `services.ServiceProjection.vhosts`), and the catch-all with the
+tail. The table's digest is over the pieces' digests (`aether.core.snapshot`), so a service joining the set hashes
+no other service's bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from aether.core.project.names import (
 )
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
 from aether.core.project.quic import QUIC_CLUSTER_HEADER, quic_header_present
+from aether.core.snapshot import Piece
 
 _VIRTUAL_HOSTS_TAG = b"\x12"
 """Field 2 (`virtual_hosts`), wire type 2 (length-delimited): `(2 << 3) | 2`."""
@@ -199,6 +205,27 @@ _ROUTE_TAIL = route_pb2.RouteConfiguration(
     validate_clusters=wrappers_pb2.BoolValue(value=False),
     request_headers_to_remove=[QUIC_CLUSTER_HEADER],
 ).SerializeToString(deterministic=True)
+
+
+def route_configuration_pieces(
+    name: str, vhosts: Iterable[Piece], *, mesh_domain: str, passthrough: bool
+) -> tuple[Piece, ...]:
+    """Return the mesh route table `name` as pieces: its head, the services' `vhosts` pieces in order (the very
+    objects given, shared with the other table), then the catch-all virtual host (`catch_all_vhost`) with the
+    tail. The pieces joined are `route_configuration_parts(name, [*entries, catch-all entry])` joined."""
+    return (_head_piece(name), *vhosts, _catch_all_piece(mesh_domain=mesh_domain, passthrough=passthrough))
+
+
+@functools.lru_cache(maxsize=64)
+def _head_piece(name: str) -> Piece:
+    return Piece.of((_route_head(name),))
+
+
+@functools.lru_cache(maxsize=64)
+def _catch_all_piece(*, mesh_domain: str, passthrough: bool) -> Piece:
+    return Piece.of(
+        (vhost_entry(catch_all_vhost(mesh_domain=mesh_domain, passthrough=passthrough)), _ROUTE_TAIL)
+    )
 
 
 def inbound_route_configuration(routes: Sequence[tuple[str | None, str]]) -> Any:

@@ -53,7 +53,7 @@ from aether.core.project.quic import (
 )
 from aether.core.project.routes import routed_vhost, service_vhost_entry, vhost_entry
 from aether.core.project.tls import UpstreamIdentity
-from aether.core.snapshot import Resource
+from aether.core.snapshot import EMPTY_PIECE, Piece, Resource
 from aether.core.state.registry import ServiceEndpoints
 
 
@@ -75,9 +75,10 @@ class ServiceProjection:
 
     resources: tuple[Resource, ...] = ()
     """Its clusters and their load assignments."""
-    vhosts: tuple[bytes, ...] = ()
-    """Its virtual hosts, serialized as `virtual_hosts` entries of a route table (see `routes`), in parts that the
-    route tables keep by reference (some shared by every service: `routes.service_vhost_entry`)."""
+    vhosts: Piece = EMPTY_PIECE
+    """Its virtual hosts, serialized as `virtual_hosts` entries of a route table (see `routes`): one piece, hashed
+    here once, that both route tables keep by reference (its parts partly shared by every service:
+    `routes.service_vhost_entry`)."""
     not_found: tuple[str, ...] = ()
     """The names requested on demand that it cannot serve."""
 
@@ -298,7 +299,7 @@ def project_service(
         )
     return ServiceProjection(
         resources=tuple(resources),
-        vhosts=tuple(
+        vhosts=Piece.of(
             _vhosts(vhosts, routing, fqdn=service_fqdn(service, mesh_domain=context.mesh_domain), quic=quic)
         ),
         not_found=tuple(name for name in demand.requested if name not in names),

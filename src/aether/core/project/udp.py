@@ -118,7 +118,7 @@ def udp_destinations(
                     ),
                 )
             )
-    for service in sorted(set(routes).intersection(in_set)):
+    for service in sorted(service for service in routes if service in in_set):  # routes are few, the set many
         for taken in routes[service]:
             found.append(
                 (
