@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from aether.dns.answer import Answered, Dropped, Forward, MeshResolver, ResolverStatistics, Transport
+from aether.dns.datagrams import BATCH_SIZE, QueryBatch
 from aether.dns.errors import RecordsFileRejected
 from aether.dns.forward import UPSTREAM_TIMEOUT, HostPort, Upstreams, serve_upstreams
 from aether.dns.instrumentation import observe_mesh_dns
@@ -128,6 +129,7 @@ async def serve_mesh_dns(
     upstream_timeout: float = UPSTREAM_TIMEOUT,
     poll_interval: float = RECORDS_POLL_INTERVAL,
     clock: Callable[[], float] = trio.current_time,
+    batch_syscalls: bool = True,
     task_status: trio.TaskStatus[RunningMeshDns] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve mesh DNS on `listen` (UDP and TCP, same port) until cancelled.
@@ -140,6 +142,8 @@ async def serve_mesh_dns(
         upstream_timeout: seconds to wait for each upstream.
         poll_interval: seconds between record-file checks.
         clock: the time forwarded answers age by (seconds); tests pass a clock they move by hand.
+        batch_syscalls: take and answer UDP queries a batch per `recvmmsg`/`sendmmsg` where the platform has
+            them (Linux); False, or elsewhere, one `recvfrom`/`sendto` per datagram. Both answer the same bytes.
         task_status: receives a `RunningMeshDns` once both sockets listen.
 
     Error handling:
@@ -164,7 +168,11 @@ async def serve_mesh_dns(
                 udp=raw_udp,
                 flight_nursery=nursery,
             )
-            nursery.start_soon(_serve_udp, raw_udp, server, flights, clock)
+            batch = QueryBatch.open(raw_udp) if batch_syscalls else None
+            if batch is None:
+                nursery.start_soon(_serve_udp, raw_udp, server, flights, clock)
+            else:
+                nursery.start_soon(_serve_udp_batches, raw_udp, batch, server, flights, clock)
             nursery.start_soon(
                 trio.serve_listeners,
                 lambda stream: _serve_tcp_connection(stream, server, flights, clock),
@@ -269,8 +277,46 @@ def _load(content: bytes, *, path: Path, server: RunningMeshDns) -> None:
     )
 
 
-UDP_BATCH = 64
+UDP_BATCH = BATCH_SIZE
 """Datagrams the UDP loop handles before it lets other tasks run (TCP clients, forwards, record reloads)."""
+
+
+async def _serve_udp_batches(
+    raw: socket.socket,
+    batch: QueryBatch,
+    server: RunningMeshDns,
+    flights: _Flights,
+    clock: Callable[[], float],
+) -> None:
+    """Answer UDP queries until cancelled, a `QueryBatch` at a time: one `recvmmsg` takes up to `UDP_BATCH`
+    datagrams, the cached answers are put in place in one pass, the other queries go the way `_serve_udp`
+    sends them (answered in the batch, or joining a flight), and one `sendmmsg` sends the batch's answers.
+    """
+    resolver = server.resolver
+    lookup = resolver.udp_lookup()
+    udp = Transport.UDP
+    while True:
+        await trio.lowlevel.wait_readable(raw)
+        count = batch.receive()
+        if not count:
+            continue
+        now = clock()
+        server.udp_queries += count
+        misses = batch.answer_cached(lookup, now=now)
+        resolver.count_hits(count - len(misses))
+        for index in misses:
+            query = batch.query(index)
+            resolution = _resolve(server, query, transport=udp, now=now)
+            if isinstance(resolution, Answered):
+                if resolution.problem is not None:
+                    _log_problem(resolution.problem, server=server, peer=batch.sender(index))
+                batch.reply(index, resolution.response)
+            elif isinstance(resolution, Forward):
+                flights.forward_udp(resolution, query, batch.sender(index))
+            else:
+                _log_dropped(resolution, server=server, peer=batch.sender(index))
+        batch.send()
+        await trio.lowlevel.checkpoint()
 
 
 async def _serve_udp(
