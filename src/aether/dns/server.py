@@ -51,6 +51,8 @@ class MeshDnsStatistics:
 
     resolver: ResolverStatistics
     udp_queries: int
+    udp_batches: int
+    """Wake-ups of the UDP loop that took at least one datagram: `udp_queries / udp_batches` is the mean batch."""
     tcp_queries: int
     forwarded: int
     """Questions sent upstream (one per flight, whatever the number of clients that asked it)."""
@@ -71,6 +73,7 @@ class RunningMeshDns:
         self.address = address
         self.resolver = resolver
         self.udp_queries = 0
+        self.udp_batches = 0
         self.tcp_queries = 0
         self.forwarded = 0
         self.coalesced = 0
@@ -86,6 +89,7 @@ class RunningMeshDns:
         return MeshDnsStatistics(
             resolver=self.resolver.statistics(),
             udp_queries=self.udp_queries,
+            udp_batches=self.udp_batches,
             tcp_queries=self.tcp_queries,
             forwarded=self.forwarded,
             coalesced=self.coalesced,
@@ -302,6 +306,7 @@ async def _serve_udp_batches(
             continue
         now = clock()
         server.udp_queries += count
+        server.udp_batches += 1
         misses = batch.answer_cached(lookup, now=now)
         resolver.count_hits(count - len(misses))
         for index in misses:
@@ -336,6 +341,7 @@ async def _serve_udp(
     while True:
         await trio.lowlevel.wait_readable(raw)
         now = clock()  # once per batch: a batch takes well under a millisecond
+        taken = server.udp_queries
         for _ in range(UDP_BATCH):
             try:
                 query, client = raw.recvfrom(_MAX_UDP_QUERY)
@@ -361,6 +367,8 @@ async def _serve_udp(
                 flights.forward_udp(resolution, query, client)
             else:
                 _log_dropped(resolution, server=server, peer=client)
+        if server.udp_queries != taken:
+            server.udp_batches += 1
         await trio.lowlevel.checkpoint()
 
 
