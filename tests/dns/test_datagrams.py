@@ -208,3 +208,24 @@ async def test_batched_and_per_datagram_loops_answer_the_same_bytes(
     assert rounds[0] == rounds[1]
     assert any("shorter than a DNS header" in record.getMessage() for record in caplog.records)
     assert any("answered FORMERR" in record.getMessage() for record in caplog.records)
+
+
+def test_an_ipv6_socket_gives_each_sender_as_recvfrom_does_and_answers_it() -> None:
+    """On an AF_INET6 socket a slot's sender is the 4-tuple `recvfrom` gives, and its answer goes back there."""
+    try:
+        server = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        server.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    with server, socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as client:
+        server.setblocking(False)
+        client.bind(("::1", 0))
+        client.settimeout(RECEIVE_TIMEOUT)
+        batch = QueryBatch.open(server)
+        assert batch is not None
+        client.sendto(b"\x12\x34question", server.getsockname())
+        assert batch.receive() == 1
+        assert batch.sender(0) == client.getsockname()
+        assert batch.answer_cached({b"uquestion": (b"answer", 1.0)}.get, now=0.0) == []
+        assert batch.send() == 0
+        assert client.recv(64) == b"\x12\x34answer"
