@@ -11,8 +11,8 @@ import dns.message
 import pytest
 import trio
 
-from aether.dns import HostPort, RunningMeshDns, serve_mesh_dns
-from aether.dns.datagrams import BATCH_SIZE, QueryBatch
+from aether.dns import HostPort, QueryBatch, RunningMeshDns, serve_mesh_dns
+from aether.dns.datagrams import BATCH_SIZE
 
 from .conftest import MESH_DOMAIN, write_records
 
