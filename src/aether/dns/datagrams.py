@@ -36,6 +36,7 @@ rather than counted from the end."""
 _ID = 2
 _MARKER = Transport.UDP.value
 _MSG_DONTWAIT = 0x40
+"""Linux's value (these are Linux calls; `socket.MSG_DONTWAIT` is missing on some platforms)."""
 _RETRIED = (errno.EINTR, errno.ECONNREFUSED, errno.ECONNRESET)
 """`recvmmsg` errors after which the next datagram is still there: a signal, or an earlier ICMP error reported."""
 _IPV4 = struct.Struct("!H4s")
@@ -148,7 +149,14 @@ class QueryBatch:
         words = ctypes.sizeof(_MMsgHdr) // 4
         self._lengths = memoryview(self._received).cast("B").cast("I")[_MMsgHdr.length.offset // 4 :: words]
         """`msg_len` of each received slot: its datagram's length."""
-        self._reply_lengths = memoryview(self._reply_vectors).cast("B").cast("Q")[3::4]
+        word = ctypes.sizeof(ctypes.c_size_t)
+        self._reply_lengths = (
+            memoryview(self._reply_vectors)
+            .cast("B")
+            .cast("Q" if word == 8 else "I")[
+                (ctypes.sizeof(_IoVec) + _IoVec.length.offset) // word :: 2 * ctypes.sizeof(_IoVec) // word
+            ]
+        )
         """`iov_len` of each reply slot's second piece: the answer's length after its ID."""
         self._unanswered: list[int] = []
         self._count = 0
