@@ -12,6 +12,7 @@ from aether.dns.answer import (
     Transport,
 )
 from aether.dns.cache import AnswerCache, AnswerCacheStatistics
+from aether.dns.datagrams import QueryBatch
 from aether.dns.errors import ListenAddressInvalid, MeshDnsError, RecordsFileRejected, WireFormatError
 from aether.dns.forward import HostPort, Upstreams, serve_upstreams, upstreams_from_resolv_conf
 from aether.dns.records import MeshRecords, ParsedRecords, parse_records
@@ -31,6 +32,7 @@ __all__ = [
     "MeshRecords",
     "MeshResolver",
     "ParsedRecords",
+    "QueryBatch",
     "Question",
     "RecordsFileRejected",
     "Reply",

@@ -9,6 +9,7 @@ differs only in ID or name case is answered without going upstream.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 import attrs
 import dnslib
@@ -161,6 +162,19 @@ class MeshResolver:
             self._hits += 1
             return query[:2] + entry[0]
         return None
+
+    def udp_lookup(self) -> Callable[[bytes], tuple[bytes, float] | None]:
+        """The answer cache's own `get`, for a loop that answers a batch of UDP queries without a call per query.
+
+        The key is `Transport.UDP.value` + the query after its ID; the value is the answer after its ID and until
+        when it is right (the caller compares it with now, and counts its hits with `count_hits`). It stays
+        valid: the cache is one dict for the resolver's lifetime, cleared in place.
+        """
+        return self._cache.get
+
+    def count_hits(self, count: int) -> None:
+        """Count `count` answers served from `udp_lookup`'s cache."""
+        self._hits += count
 
     def resolve(self, query: bytes, *, transport: Transport, now: float) -> Resolution:
         """Decide what to do with the packet `query` that arrived over `transport` at `now` (seconds, any epoch)."""
