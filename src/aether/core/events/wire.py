@@ -13,8 +13,10 @@ per-field closures.
 from __future__ import annotations
 
 import enum
+import itertools
 import typing
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -185,3 +187,78 @@ def _field_code(name: str, hint: Any, slot: str, namespace: dict[str, Any]) -> t
         namespace[f"{slot}_encode"], namespace[f"{slot}_decode"] = nested.encode_into, nested.decode_nested
         return f"{slot}_encode({value}, {wire})", f"{slot}_decode({wire})"
     raise InternalError(detail=f"field {name!r} has a type the wire mapping does not know: {hint!r}")
+
+
+def decode_columns(cls: type[Any], columns: Message, messages: Sequence[Message]) -> list[Any]:
+    """Build the values of `messages` (each an `cls` message) as `decode_nested` builds each one, field by field.
+
+    `columns` is the same records parsed into a *column view* of the message (every scalar field repeated: see
+    `aether.core.events.batch`) from their canonical bytes (each field written once when set, omitted at its zero
+    value): a column holding one entry per record, or none, gives that field of every record in one conversion; a
+    column holding some other count, and every list or map field, is read from each message. A class whose
+    `__init__` does more than store its fields (see `_slot_setters`) is built by `decode_nested`, one by one.
+
+    Raises:
+        KeyError: an enum value is not a member of its enum (as `decode_nested`).
+    """
+    count = len(messages)
+    slots = _slot_setters(cls)
+    if not count or slots is None:
+        decode = plan_for(cls).decode_nested
+        return [decode(message) for message in messages]
+    hints = typing.get_type_hints(cls)
+    values: list[Any] = list(map(object.__new__, itertools.repeat(cls, count)))
+    for field in attrs.fields(cls):
+        column = _column(field.name, hints[field.name], columns, messages)
+        if field.converter is not None and field.converter not in _NO_OP_ON_DECODED:
+            column = map(field.converter, column)
+        # Invariant: `column` yields exactly `count` values (a shorter one would leave slots unset).
+        deque(map(slots[field.name], values, column), maxlen=0)
+    return values
+
+
+def _column(name: str, hint: Any, columns: Message, messages: Sequence[Message]) -> Iterable[Any]:
+    """Return the values of field `name` of every record, converted as `decode_nested` converts them."""
+    count = len(messages)
+    column = getattr(columns, name)
+    scalar = _scalar(hint)
+    if scalar is not None:
+        convert, zero = scalar
+        if not column:
+            return itertools.repeat(zero if convert is None else convert(zero), count)
+        raw = column if len(column) == count else map(getattr, messages, itertools.repeat(name))
+        return list(raw) if convert is None else list(map(convert, raw))
+    origin = typing.get_origin(hint)
+    if origin is immutables.Map:
+        return (
+            itertools.repeat(_EMPTY_MAP, count)
+            if not column
+            else map(_from_pairs, map(getattr, messages, itertools.repeat(name)))
+        )
+    item = typing.get_args(hint)[0] if origin is tuple else None
+    if item in (str, int):
+        return (
+            itertools.repeat((), count)
+            if not column
+            else [tuple(v) if v else () for v in map(getattr, messages, itertools.repeat(name))]
+        )
+    if item is not None:
+        decode = plan_for(item).decode_nested
+        return [
+            tuple([decode(value) for value in values])
+            for values in map(getattr, messages, itertools.repeat(name))
+        ]
+    return map(plan_for(hint).decode_nested, map(getattr, messages, itertools.repeat(name)))
+
+
+def _scalar(hint: Any) -> tuple[Callable[[Any], Any] | None, Any] | None:
+    """Return how a scalar field's wire value converts (None: as it is) and its wire zero; None if not a scalar."""
+    if hint in (str, int, bool, bytes):
+        return None, hint()
+    if hint is Redacted:
+        return Redacted, b""
+    if isinstance(hint, type) and issubclass(hint, enum.IntEnum | enum.StrEnum):
+        return {member.value: member for member in hint}.__getitem__, 0 if issubclass(
+            hint, enum.IntEnum
+        ) else ""
+    return None
