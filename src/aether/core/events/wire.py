@@ -190,75 +190,54 @@ def _field_code(name: str, hint: Any, slot: str, namespace: dict[str, Any]) -> t
 
 
 def decode_columns(cls: type[Any], columns: Message, messages: Sequence[Message]) -> list[Any]:
-    """Build the values of `messages` (each an `cls` message) as `decode_nested` builds each one, field by field.
+    """Build the values of `messages` (one or more `cls` messages) as `decode_nested` builds each one, a field at a
+    time.
 
-    `columns` is the same records parsed into a *column view* of the message (every scalar field repeated: see
+    `columns` is the same records parsed into a *column view* of the message (every field repeated: see
     `aether.core.events.batch`) from their canonical bytes (each field written once when set, omitted at its zero
-    value): a column holding one entry per record, or none, gives that field of every record in one conversion; a
-    column holding some other count, and every list or map field, is read from each message. A class whose
-    `__init__` does more than store its fields (see `_slot_setters`) is built by `decode_nested`, one by one.
+    value): a scalar column holding one entry per record, or none, gives that field of every record in one
+    conversion; a scalar column holding some other count, and a list or map column holding any, is read from each
+    message. `cls` must be a class `decode_nested` stores slot by slot (see `_slot_setters`) whose fields are
+    scalars, int enums, string maps and tuples of strings or ints (as `Endpoint`).
 
     Raises:
         KeyError: an enum value is not a member of its enum (as `decode_nested`).
     """
-    count = len(messages)
     slots = _slot_setters(cls)
-    if not count or slots is None:
-        decode = plan_for(cls).decode_nested
-        return [decode(message) for message in messages]
+    if slots is None:
+        raise InternalError(
+            detail=f"{cls.__qualname__} is not stored slot by slot: it cannot decode as columns"
+        )
     hints = typing.get_type_hints(cls)
-    values: list[Any] = list(map(object.__new__, itertools.repeat(cls, count)))
+    values: list[Any] = list(map(object.__new__, itertools.repeat(cls, len(messages))))
     for field in attrs.fields(cls):
         column = _column(field.name, hints[field.name], columns, messages)
         if field.converter is not None and field.converter not in _NO_OP_ON_DECODED:
             column = map(field.converter, column)
-        # Invariant: `column` yields exactly `count` values (a shorter one would leave slots unset).
+        # Invariant: `column` yields one value per record (a shorter one would leave slots unset).
         deque(map(slots[field.name], values, column), maxlen=0)
     return values
 
 
 def _column(name: str, hint: Any, columns: Message, messages: Sequence[Message]) -> Iterable[Any]:
-    """Return the values of field `name` of every record, converted as `decode_nested` converts them."""
+    """Return field `name` of every record, converted as `decode_nested` converts it."""
     count = len(messages)
     column = getattr(columns, name)
-    scalar = _scalar(hint)
-    if scalar is not None:
-        convert, zero = scalar
-        if not column:
-            return itertools.repeat(zero if convert is None else convert(zero), count)
-        raw = column if len(column) == count else map(getattr, messages, itertools.repeat(name))
-        return list(raw) if convert is None else list(map(convert, raw))
+    each = map(getattr, messages, itertools.repeat(name))
     origin = typing.get_origin(hint)
+    if hint in (str, int, bool):
+        return (
+            itertools.repeat(hint(), count) if not column else list(column if len(column) == count else each)
+        )
+    if isinstance(hint, type) and issubclass(hint, enum.IntEnum):
+        member = {item.value: item for item in hint}.__getitem__
+        if not column:
+            return itertools.repeat(member(0), count)
+        return list(map(member, column if len(column) == count else each))
     if origin is immutables.Map:
+        return itertools.repeat(_EMPTY_MAP, count) if not column else list(map(_from_pairs, each))
+    if origin is tuple and typing.get_args(hint)[0] in (str, int):
         return (
-            itertools.repeat(_EMPTY_MAP, count)
-            if not column
-            else map(_from_pairs, map(getattr, messages, itertools.repeat(name)))
+            itertools.repeat((), count) if not column else [tuple(items) if items else () for items in each]
         )
-    item = typing.get_args(hint)[0] if origin is tuple else None
-    if item in (str, int):
-        return (
-            itertools.repeat((), count)
-            if not column
-            else [tuple(v) if v else () for v in map(getattr, messages, itertools.repeat(name))]
-        )
-    if item is not None:
-        decode = plan_for(item).decode_nested
-        return [
-            tuple([decode(value) for value in values])
-            for values in map(getattr, messages, itertools.repeat(name))
-        ]
-    return map(plan_for(hint).decode_nested, map(getattr, messages, itertools.repeat(name)))
-
-
-def _scalar(hint: Any) -> tuple[Callable[[Any], Any] | None, Any] | None:
-    """Return how a scalar field's wire value converts (None: as it is) and its wire zero; None if not a scalar."""
-    if hint in (str, int, bool, bytes):
-        return None, hint()
-    if hint is Redacted:
-        return Redacted, b""
-    if isinstance(hint, type) and issubclass(hint, enum.IntEnum | enum.StrEnum):
-        return {member.value: member for member in hint}.__getitem__, 0 if issubclass(
-            hint, enum.IntEnum
-        ) else ""
-    return None
+    raise InternalError(detail=f"field {name!r} has a type columns do not decode: {hint!r}")
