@@ -225,5 +225,11 @@ def test_a_states_endpoints_built_as_columns_equal_each_one_decoded_on_its_own()
         plan_for(Endpoint).encode_into(endpoint, message.registry.endpoints.add())
     payload = message.SerializeToString(deterministic=True)
     parsed = log_pb2.State.FromString(payload).registry.endpoints
-    assert decode_state_endpoints(payload, parsed) == endpoints
+    decoded = decode_state_endpoints(payload, parsed)
+    assert decoded.values == endpoints
     assert [plan_for(Endpoint).decode_nested(item) for item in parsed] == endpoints
+    assert (decoded.fields["service"], decoded.fields["protocol"], decoded.fields["port"]) == (
+        ["default/web", "default/web", "shop/db"],
+        [Protocol.HTTP, Protocol.UNSPECIFIED, Protocol.HTTP],
+        [8080, 0, 8080],
+    )

@@ -36,7 +36,7 @@ from aether.core.events.registry import (
     HealthCheckMode,
     Protocol,
 )
-from aether.core.events.wire import decode_columns, plan_for
+from aether.core.events.wire import DecodedColumns, decode_columns, plan_for
 from aether.proto.log.v1 import log_pb2
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
@@ -360,7 +360,7 @@ def decode_upsert_endpoints(payloads: Sequence[bytes]) -> list[Endpoint]:
     return endpoints
 
 
-def decode_state_endpoints(payload: bytes, endpoints: Sequence[Message]) -> list[Endpoint]:
+def decode_state_endpoints(payload: bytes, endpoints: Sequence[Message]) -> DecodedColumns:
     """Build the endpoints of a checkpoint's state, as `plan_for(Endpoint).decode_nested` builds each one.
 
     `payload` must be the canonical bytes of an `aether.log.v1.State` with no unknown field (each field written once

@@ -16,7 +16,7 @@ import enum
 import itertools
 import typing
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -189,7 +189,22 @@ def _field_code(name: str, hint: Any, slot: str, namespace: dict[str, Any]) -> t
     raise InternalError(detail=f"field {name!r} has a type the wire mapping does not know: {hint!r}")
 
 
-def decode_columns(cls: type[Any], columns: Message, messages: Sequence[Message]) -> list[Any]:
+@attrs.frozen(kw_only=True)
+class DecodedColumns:
+    """Values built from columns (`decode_columns`), with the columns they were built from."""
+
+    values: list[Any]
+    """The values, in record order."""
+    fields: dict[str, list[Any]]
+    """Each field's values, converted as stored, in record order (what a caller keys the values by)."""
+
+
+_CHUNK = 1024
+"""Values filled at a time, a field after another: a chunk of ~17-field values (~200 KB) stays in the CPU's cache
+while each of its fields is stored; the whole list, field by field, misses it at every store (measured: ~2x)."""
+
+
+def decode_columns(cls: type[Any], columns: Message, messages: Sequence[Message]) -> DecodedColumns:
     """Build the values of `messages` (one or more `cls` messages) as `decode_nested` builds each one, a field at a
     time.
 
@@ -209,35 +224,37 @@ def decode_columns(cls: type[Any], columns: Message, messages: Sequence[Message]
             detail=f"{cls.__qualname__} is not stored slot by slot: it cannot decode as columns"
         )
     hints = typing.get_type_hints(cls)
-    values: list[Any] = list(map(object.__new__, itertools.repeat(cls, len(messages))))
+    fields: dict[str, list[Any]] = {}
+    stores: list[tuple[Callable[[Any, Any], None], Iterator[Any]]] = []
     for field in attrs.fields(cls):
-        column = _column(field.name, hints[field.name], columns, messages)
+        column = fields[field.name] = _column(field.name, hints[field.name], columns, messages)
         if field.converter is not None and field.converter not in _NO_OP_ON_DECODED:
-            column = map(field.converter, column)
-        # Invariant: `column` yields one value per record (a shorter one would leave slots unset).
-        deque(map(slots[field.name], values, column), maxlen=0)
-    return values
+            column = fields[field.name] = list(map(field.converter, column))
+        stores.append((slots[field.name], iter(column)))
+    values: list[Any] = list(map(object.__new__, itertools.repeat(cls, len(messages))))
+    for start in range(0, len(values), _CHUNK):
+        chunk = values[start : start + _CHUNK]
+        for store, column_values in stores:
+            # `map` stops at the chunk's end before taking from the column: each store takes the chunk's own values.
+            deque(map(store, chunk, column_values), maxlen=0)
+    return DecodedColumns(values=values, fields=fields)
 
 
-def _column(name: str, hint: Any, columns: Message, messages: Sequence[Message]) -> Iterable[Any]:
+def _column(name: str, hint: Any, columns: Message, messages: Sequence[Message]) -> list[Any]:
     """Return field `name` of every record, converted as `decode_nested` converts it."""
     count = len(messages)
     column = getattr(columns, name)
     each = map(getattr, messages, itertools.repeat(name))
     origin = typing.get_origin(hint)
     if hint in (str, int, bool):
-        return (
-            itertools.repeat(hint(), count) if not column else list(column if len(column) == count else each)
-        )
+        return [hint()] * count if not column else list(column if len(column) == count else each)
     if isinstance(hint, type) and issubclass(hint, enum.IntEnum):
         member = {item.value: item for item in hint}.__getitem__
         if not column:
-            return itertools.repeat(member(0), count)
+            return [member(0)] * count
         return list(map(member, column if len(column) == count else each))
     if origin is immutables.Map:
-        return itertools.repeat(_EMPTY_MAP, count) if not column else list(map(_from_pairs, each))
+        return [_EMPTY_MAP] * count if not column else list(map(_from_pairs, each))
     if origin is tuple and typing.get_args(hint)[0] in (str, int):
-        return (
-            itertools.repeat((), count) if not column else [tuple(items) if items else () for items in each]
-        )
+        return [()] * count if not column else [tuple(items) if items else () for items in each]
     raise InternalError(detail=f"field {name!r} has a type columns do not decode: {hint!r}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import immutables
@@ -25,7 +25,7 @@ from aether.core.events.kube import (
     TlsSecret,
 )
 from aether.core.events.registry import Endpoint
-from aether.core.events.wire import plan_for
+from aether.core.events.wire import DecodedColumns, plan_for
 from aether.core.order import sorted_values
 from aether.core.state.diagnostics import Diagnostics, Rejection
 from aether.core.state.feedback import FeedbackState, OnDemandRequest, XdsFeedback
@@ -85,23 +85,20 @@ def state_from_proto(message: log_pb2.State) -> State:
     )
 
 
-def _grouped(endpoints: list[Endpoint]) -> immutables.Map[str, ServiceEndpoints]:
-    """Return `endpoints` by service, then by `(protocol, ip)`, as `state_from_proto` keys them (a later endpoint
-    of the same key replaces an earlier one); runs of one service are keyed at once."""
+def _grouped(decoded: DecodedColumns) -> immutables.Map[str, ServiceEndpoints]:
+    """Return endpoints decoded as columns by service, then by `(protocol, ip)`, as `state_from_proto` keys them (a
+    later endpoint of the same key replaces an earlier one); runs of one service are keyed at once."""
+    endpoints, fields = decoded.values, decoded.fields
+    keys = list(zip(fields["protocol"], fields["ip"], strict=True))
     by_service: dict[str, ServiceEndpoints] = {}
-    keys = list(zip(_fields(endpoints, "protocol"), _fields(endpoints, "ip"), strict=True))
     start = 0
-    for service, run in itertools.groupby(_fields(endpoints, "service")):
+    for service, run in itertools.groupby(fields["service"]):
         end = start + len(list(run))
         items = zip(keys[start:end], endpoints[start:end], strict=True)
         held = by_service.get(service)
         by_service[service] = immutables.Map(items) if held is None else held.update(items)
         start = end
     return immutables.Map(by_service)
-
-
-def _fields(values: list[Endpoint], name: str) -> Iterator[Any]:
-    return map(getattr, values, itertools.repeat(name))
 
 
 def _state_from_proto(message: log_pb2.State, *, endpoints: immutables.Map[str, ServiceEndpoints]) -> State:
