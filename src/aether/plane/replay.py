@@ -188,17 +188,15 @@ def replay_log(directory: Path, *, until: int | None = None, use_checkpoints: bo
         LogError: a damaged log, a record that does not decode, or records missing before the oldest segment.
     """
     last = read_last_seq(directory) if until is None else until
-    # One pause for both steps: resumed between them, the collector would walk the whole decoded checkpoint once
-    # (as long as decoding it) and free nothing.
     with collector_paused():
         state, checkpoint_seq, skipped = (
             _starting_point(directory, until=last) if use_checkpoints else (EMPTY_STATE, None, ())
         )
-        return _fold_tail(
-            directory,
-            Replay(state=state, checkpoint_seq=checkpoint_seq, records_folded=0, skipped_checkpoints=skipped),
-            last=last,
-        )
+    return _fold_tail(
+        directory,
+        Replay(state=state, checkpoint_seq=checkpoint_seq, records_folded=0, skipped_checkpoints=skipped),
+        last=last,
+    )
 
 
 def resume_replay(directory: Path, since: Replay, *, until: int | None = None) -> Replay:

@@ -200,8 +200,10 @@ class DecodedColumns:
 
 
 _CHUNK = 1024
-"""Values filled at a time, a field after another: a chunk of ~17-field values (~200 KB) stays in the CPU's cache
-while each of its fields is stored; the whole list, field by field, misses it at every store (measured: ~2x)."""
+"""Values filled at a time, a field after another, so that a chunk (~200 KB of 17-field values) stays in the CPU's
+cache while each of its fields is stored, where the whole list, a field at a time, would be walked 17 times. The gain
+measured is small: a 100,000-endpoint checkpoint in a heap holding two other states, best of 4 under load 3-4,
+decoded in 0.326-0.331 s unchunked, 0.309 s at 4,096, 0.304-0.327 s at 1,024, 0.279 s at 256 (near the noise)."""
 
 
 def decode_columns(cls: type[Any], columns: Message, messages: Sequence[Message]) -> DecodedColumns:

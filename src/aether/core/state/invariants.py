@@ -18,8 +18,8 @@ def state_problems(state: State) -> tuple[str, ...]:
     """
     registry = state.registry
     # A checkpoint holds ~100,000 endpoints: they are checked in any order and only what is broken is sorted (by
-    # service, then the catalog, the empty map and the endpoints by key), which names the same problems in the order
-    # of the sorted maps at a tenth of sorting them.
+    # service, then the catalog, the empty map and the endpoints by key): the same problems in the same order,
+    # without sorting every map (measured at 100,000 endpoints: 53 ms against 90 ms).
     broken: list[tuple[str, int, tuple[Any, ...], str]] = []
     for service, endpoints in registry.endpoints.items():
         if service not in registry.services:
