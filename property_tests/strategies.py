@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
+import immutables
 from envoy.service.discovery.v3 import discovery_pb2
 from hypothesis import strategies as st
 
@@ -82,6 +83,7 @@ from aether.core.reduce.annotations import (
 )
 from aether.core.reduce.kube import GATEWAY_KINDS, canonical_json
 from aether.core.snapshot import TYPE_ORDER, Resource, Snapshot
+from aether.core.state import RegistryState
 from aether.core.values import Redacted
 from aether.proto.registrar.v1 import registrar_pb2
 from aether.registrar.convert import change_to_proto
@@ -253,6 +255,61 @@ def endpoints(*, faults: bool = True) -> st.SearchStrategy[Endpoint]:
         node_name=st.sampled_from(("", "node-a")),
         node_ip=st.sampled_from(("", "192.168.1.10")),
         cluster_name=st.sampled_from(("", "kind")),
+    )
+
+
+_wire_uint32s = st.one_of(st.sampled_from((0, 1, 8080, UINT32_MAX)), st.integers(0, UINT32_MAX))
+_wire_texts = st.one_of(
+    st.sampled_from(("", "x", "é\x00", "n" * 5000)), st.text(alphabet="ab.-/é\x00", max_size=8)
+)  # zero values, unusual characters, and a record far over a kilobyte
+_wire_maps = st.dictionaries(_wire_texts, _wire_texts, max_size=3)
+
+
+def wire_endpoints() -> st.SearchStrategy[Endpoint]:
+    """Endpoints with any value each field's wire type holds (zero values, UNSPECIFIED enums, long strings, many
+    ports): what a checkpoint may carry, beyond what folding valid events gives."""
+    return st.builds(
+        Endpoint,
+        service=st.one_of(st.sampled_from(SERVICES), _wire_texts),
+        protocol=st.sampled_from(Protocol),
+        ip=st.one_of(st.sampled_from(IPS), _wire_texts),
+        port=_wire_uint32s,
+        ports=st.lists(_wire_uint32s, max_size=40).map(tuple),
+        weight=_wire_uint32s,
+        region=_wire_texts,
+        zone=_wire_texts,
+        metadata=_wire_maps,
+        health=st.sampled_from(Health),
+        health_check_mode=st.sampled_from(HealthCheckMode),
+        namespace=_wire_texts,
+        pod_name=_wire_texts,
+        node_name=_wire_texts,
+        node_ip=_wire_texts,
+        cluster_name=_wire_texts,
+        labels=_wire_maps,
+    )
+
+
+@st.composite
+def registry_states(draw: st.DrawFn) -> RegistryState:
+    """A registry as a checkpoint holds it: endpoints drawn by `wire_endpoints` (often many of one service, as a
+    real registry holds them), each under its own key, every service of them in the catalog, and some without."""
+    drawn: list[Endpoint] = draw(st.lists(wire_endpoints(), max_size=40))
+    one_service: bool = draw(st.booleans())
+    if drawn and one_service:  # one service holding them all: long runs of one service
+        drawn = [attrs.evolve(endpoint, service=drawn[0].service) for endpoint in drawn]
+    by_service: dict[str, dict[tuple[Protocol, str], Endpoint]] = {}
+    for endpoint in drawn:
+        by_service.setdefault(endpoint.service, {})[(endpoint.protocol, endpoint.ip)] = endpoint
+    services = set(by_service) | set(draw(st.lists(st.sampled_from(SERVICES), max_size=3)))
+    return RegistryState(
+        version=draw(_wire_texts),
+        synced=draw(st.booleans()),
+        services=immutables.Map((service, True) for service in services),
+        endpoints=immutables.Map(
+            (service, immutables.Map[tuple[Protocol, str], Endpoint](items))
+            for service, items in by_service.items()
+        ),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -9,12 +11,13 @@ import immutables
 import pytest
 import trio
 
-from aether.core.events import Record, encode_event
+from aether.core.events import Endpoint, Protocol, Record, encode_event
 from aether.core.reduce import fold_all
-from aether.core.state import EMPTY_STATE, State, encode_state
+from aether.core.state import EMPTY_STATE, State, decode_state, encode_state, state_to_proto
 from aether.log import open_event_log
 from aether.log.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from aether.plane.replay import UndecodableRecordError, replay_log
+from aether.proto.log.v1 import log_pb2
 from aether.testing import endpoint_added, make_endpoint, registry_service_added
 
 
@@ -102,3 +105,65 @@ def test_a_run_of_endpoint_upserts_replays_to_the_state_folded_live(tmp_path: Pa
     assert replayed.state == fold_all(EMPTY_STATE, records)
     assert replayed.records_folded == len(records)
     assert replayed.last_observed_at == events[-1].observed_at
+
+
+def _write_payload(directory: Path, payload: bytes) -> None:
+    async def write() -> None:
+        async with open_event_log(directory) as log:
+            await log.append_many([encode_event(record.event) for record in _records()])
+            await log.write_checkpoint(seq=2, payload=payload)
+
+    trio.run(write)
+
+
+def _many_endpoints() -> State:
+    """The records' state with 300 endpoints more (so its endpoints decode as columns)."""
+    state = fold_all(EMPTY_STATE, _records())
+    endpoints = {(Protocol.HTTP, f"10.1.{index // 250}.{index % 250}"): index for index in range(300)}
+    web = immutables.Map[tuple[Protocol, str], Endpoint](
+        {key: make_endpoint(key[1], weight=index + 1) for key, index in endpoints.items()}
+    ).update(state.registry.endpoints["default/web"])
+    return attrs.evolve(
+        state, registry=attrs.evolve(state.registry, endpoints=immutables.Map({"default/web": web}))
+    )
+
+
+def _cut_short(message: log_pb2.State) -> bytes:
+    return message.SerializeToString(deterministic=True)[:-7]
+
+
+def _with_unknown_protocol(message: log_pb2.State) -> bytes:
+    message.registry.endpoints[150].protocol = 7  # type: ignore[assignment]
+    return message.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        pytest.param(
+            _cut_short,
+            r"cannot decode checkpoint state: not an aether\.log\.v1\.State \(.+\)",
+            id="truncated",
+        ),
+        pytest.param(
+            _with_unknown_protocol,
+            r"cannot decode checkpoint state: enum value 7 is unknown \(written by a newer version\?\)",
+            id="unknown-protocol",
+        ),
+    ],
+)
+def test_a_checkpoint_whose_state_does_not_decode_is_skipped_and_replay_folds_from_seq_1(
+    tmp_path: Path, damage: Callable[[log_pb2.State], bytes], reason: str
+) -> None:
+    """A checkpoint of many endpoints, its frame sound but its state cut short or holding an enum value this version
+    does not know, is skipped with the codec's reason: replay folds the records from seq 1."""
+    assert decode_state(encode_state(_many_endpoints())) == _many_endpoints()
+    _write_payload(tmp_path / "log", damage(state_to_proto(_many_endpoints())))
+    replay = replay_log(tmp_path / "log")
+    assert (replay.state, replay.checkpoint_seq, replay.records_folded) == (
+        fold_all(EMPTY_STATE, _records()),
+        None,
+        2,
+    )
+    assert [item.path.name for item in replay.skipped_checkpoints] == ["00000000000000000002.ckpt"]
+    assert re.fullmatch(reason, replay.skipped_checkpoints[0].reason)

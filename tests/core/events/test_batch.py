@@ -21,8 +21,9 @@ from aether.core.events import (
     encode_event,
 )
 from aether.core.events import batch as batch_module
-from aether.core.events.batch import decode_upsert_endpoints
+from aether.core.events.batch import decode_state_endpoints, decode_upsert_endpoints
 from aether.core.events.codec import CodecError
+from aether.core.events.wire import plan_for
 from aether.proto.log.v1 import log_pb2
 
 
@@ -209,3 +210,26 @@ def test_endpoints_built_together_raise_the_error_of_the_record_at_fault(bad: by
         decode_upsert_endpoint(bad)
     with pytest.raises(CodecError, match=re.escape(str(expected.value))):
         decode_upsert_endpoints(payloads)
+
+
+def test_a_states_endpoints_built_as_columns_equal_each_one_decoded_on_its_own() -> None:
+    """Fields every endpoint sets, none sets and some set (region, ports, labels, a zero port, an UNSPECIFIED
+    protocol) are each read right: the columns give what `decode_nested` gives for each endpoint."""
+    endpoints = [
+        Endpoint(service="default/web", ip="10.0.0.1", region="eu", labels={"app": "web"}),
+        Endpoint(service="default/web", ip="10.0.0.2", protocol=Protocol.UNSPECIFIED, port=0, ports=(1, 2)),
+        Endpoint(service="shop/db", ip="10.0.1.1", health=Health.DRAINING, metadata={"a": "1", "b": ""}),
+    ]
+    message = log_pb2.State()
+    for endpoint in endpoints:
+        plan_for(Endpoint).encode_into(endpoint, message.registry.endpoints.add())
+    payload = message.SerializeToString(deterministic=True)
+    parsed = log_pb2.State.FromString(payload).registry.endpoints
+    decoded = decode_state_endpoints(payload, parsed)
+    assert decoded.values == endpoints
+    assert [plan_for(Endpoint).decode_nested(item) for item in parsed] == endpoints
+    assert (decoded.fields["service"], decoded.fields["protocol"], decoded.fields["port"]) == (
+        ["default/web", "default/web", "shop/db"],
+        [Protocol.HTTP, Protocol.UNSPECIFIED, Protocol.HTTP],
+        [8080, 0, 8080],
+    )

@@ -7,7 +7,7 @@ import pytest
 
 from aether.core.errors import InternalError
 from aether.core.events import Endpoint, Pod
-from aether.core.events.wire import plan_for
+from aether.core.events.wire import decode_columns, plan_for
 from aether.proto.log.v1 import log_pb2
 from aether.testing import make_endpoint, make_pod
 
@@ -60,3 +60,21 @@ def test_a_field_type_the_mapping_does_not_know_is_an_internal_error() -> None:
         r" <class 'float'>$",
     ):
         plan_for(Ratio)
+
+
+@attrs.frozen(kw_only=True)
+class Checked:
+    """A value whose `__init__` validates: not stored slot by slot."""
+
+    value: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+def test_columns_decode_only_classes_stored_slot_by_slot_with_plain_fields() -> None:
+    """A class with a validator, or with a field type columns do not decode, is refused as a bug."""
+    columns = log_pb2.StringPair(value="1.5")
+    with pytest.raises(InternalError, match=r"Checked is not stored slot by slot"):
+        decode_columns(Checked, columns, [columns])
+    with pytest.raises(
+        InternalError, match=r"field 'value' has a type columns do not decode: <class 'float'>"
+    ):
+        decode_columns(Ratio, columns, [columns])

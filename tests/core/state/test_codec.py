@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
+import immutables
 import pytest
 
 from aether.core.errors import CodecError
-from aether.core.events import Protocol
+from aether.core.events import Endpoint, Protocol
+from aether.core.events.wire import plan_for
 from aether.core.state import (
     EMPTY_STATE,
     State,
@@ -17,6 +19,7 @@ from aether.core.state import (
     state_from_proto,
     state_to_proto,
 )
+from aether.proto.log.v1 import log_pb2
 from aether.testing import (
     endpoints_snapshot_completed,
     endpoints_snapshot_received,
@@ -144,3 +147,47 @@ def test_garbage_bytes_raise_codec_error() -> None:
     ) as caught:
         decode_state(b"\xff\xff\xff\xff")
     assert caught.value.what == "checkpoint state"
+
+
+def test_endpoints_out_of_service_order_or_repeated_decode_as_the_per_record_decoder_keys_them() -> None:
+    """A canonical payload whose endpoints are not grouped by service, or name one endpoint twice (not what
+    `encode_state` writes), keys them as the per-record decoder does: by service, the later of two replacing."""
+    message = log_pb2.State(seq=3)
+    message.registry.services.extend(["default/web", "shop/db"])
+    for endpoint in (
+        make_endpoint("10.0.0.1", weight=1),
+        make_endpoint("10.0.1.1", service="shop/db"),
+        make_endpoint("10.0.0.2"),
+        make_endpoint("10.0.0.1", weight=7),
+    ):
+        plan_for(Endpoint).encode_into(endpoint, message.registry.endpoints.add())
+    payload = message.SerializeToString(deterministic=True)
+    decoded = decode_state(payload)
+    assert decoded == state_from_proto(log_pb2.State.FromString(payload))
+    assert decoded.registry.endpoints == immutables.Map(
+        {
+            "default/web": immutables.Map[tuple[Protocol, str], Endpoint](
+                {
+                    (Protocol.HTTP, "10.0.0.1"): make_endpoint("10.0.0.1", weight=7),
+                    (Protocol.HTTP, "10.0.0.2"): make_endpoint("10.0.0.2"),
+                }
+            ),
+            "shop/db": immutables.Map[tuple[Protocol, str], Endpoint](
+                {(Protocol.HTTP, "10.0.1.1"): make_endpoint("10.0.1.1", service="shop/db")}
+            ),
+        }
+    )
+
+
+@pytest.mark.parametrize("canonical", [True, False], ids=["as-columns", "one-by-one"])
+def test_an_enum_value_this_version_does_not_know_raises_codec_error(canonical: bool) -> None:
+    """A protocol no member of `Protocol` holds is a `CodecError` naming the value, whether the endpoints are read
+    as columns or (a payload with an unknown field) one by one."""
+    message = state_to_proto(_populated())
+    message.registry.endpoints[1].protocol = 7  # type: ignore[assignment]
+    payload = message.SerializeToString(deterministic=True) + (b"" if canonical else b"\x98\x06\x01")
+    with pytest.raises(
+        CodecError,
+        match=r"^cannot decode checkpoint state: enum value 7 is unknown \(written by a newer version\?\)$",
+    ):
+        decode_state(payload)

@@ -36,7 +36,7 @@ from aether.core.events.registry import (
     HealthCheckMode,
     Protocol,
 )
-from aether.core.events.wire import plan_for
+from aether.core.events.wire import DecodedColumns, decode_columns, plan_for
 from aether.proto.log.v1 import log_pb2
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
@@ -47,9 +47,9 @@ _KNOWN_MODES = frozenset(member.value for member in HealthCheckMode)
 _KNOWN_PROTOCOLS = frozenset(member.value for member in Protocol)
 
 
-def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, Any, Any]:
-    """Return the column view of an upsert batch, the real-schema container (records merged) and the real-schema
-    list (one `Event` per record), all added to `pool`.
+def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, ...]:
+    """Return the column view of an upsert batch, the real-schema container (records merged), the real-schema
+    list (one `Event` per record) and the column view of a state's endpoints, all added to `pool`.
 
     The view copies `Event`, the two upsert bodies and `Endpoint` field for field (same numbers, same types; enums
     as int32), every scalar and string field repeated, the sub-messages on the upsert path singular (they merge).
@@ -97,15 +97,32 @@ def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, Any, Any]:
         name="events", number=1, label=_FIELD.LABEL_OPTIONAL, type=_FIELD.TYPE_MESSAGE,
         type_name=f".{log_pb2.Event.DESCRIPTOR.full_name}",
     )  # fmt: skip
+    # A checkpoint's state with only its endpoints, as columns: the state's registry (singular) holding the
+    # endpoints (repeated) as one `EndpointColumns` (singular: the endpoints merge); every other field unknown.
+    for name, field, target in (
+        (
+            "RegistryEndpointColumns",
+            log_pb2.RegistryState.DESCRIPTOR.fields_by_name["endpoints"],
+            "EndpointColumns",
+        ),
+        (
+            "StateEndpointColumns",
+            log_pb2.State.DESCRIPTOR.fields_by_name["registry"],
+            "RegistryEndpointColumns",
+        ),
+    ):
+        file.message_type.add(name=name).field.add(
+            name=field.name, number=field.number, label=_FIELD.LABEL_OPTIONAL, type=_FIELD.TYPE_MESSAGE,
+            type_name=f".{_VIEW_PACKAGE}.{target}",
+        )  # fmt: skip
     pool.Add(file)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_VIEW_PACKAGE}.BatchColumns")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_VIEW_PACKAGE}.BatchMerged")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_VIEW_PACKAGE}.BatchRecords")),
+    return tuple(
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_VIEW_PACKAGE}.{name}"))
+        for name in ("BatchColumns", "BatchMerged", "BatchRecords", "StateEndpointColumns")
     )
 
 
-_BatchColumns, _BatchMerged, _BatchRecords = _column_view(descriptor_pool.Default())
+_BatchColumns, _BatchMerged, _BatchRecords, _StateEndpointColumns = _column_view(descriptor_pool.Default())
 
 
 def _varint(value: int) -> bytes:
@@ -341,3 +358,19 @@ def decode_upsert_endpoints(payloads: Sequence[bytes]) -> list[Endpoint]:
             del endpoints[built:]
             endpoints.extend(map(decode_upsert_endpoint, stretch))
     return endpoints
+
+
+def decode_state_endpoints(payload: bytes, endpoints: Sequence[Message]) -> DecodedColumns:
+    """Build the endpoints of a checkpoint's state, as `plan_for(Endpoint).decode_nested` builds each one.
+
+    `payload` must be the canonical bytes of an `aether.log.v1.State` with no unknown field (each field written once
+    when set, omitted at its zero value: what `SerializeToString` of its parse gives back) and `endpoints` its
+    `registry.endpoints`, parsed: the payload is parsed once more as columns (`StateEndpointColumns`) and each field
+    of the endpoints is read as one list where its column says it can be (see `wire.decode_columns`).
+
+    Raises:
+        KeyError: an enum value is not a member of its enum.
+    """
+    view = _StateEndpointColumns()
+    view.ParseFromString(payload)
+    return decode_columns(Endpoint, view.registry.endpoints, endpoints)

@@ -13,8 +13,10 @@ per-field closures.
 from __future__ import annotations
 
 import enum
+import itertools
 import typing
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -185,3 +187,76 @@ def _field_code(name: str, hint: Any, slot: str, namespace: dict[str, Any]) -> t
         namespace[f"{slot}_encode"], namespace[f"{slot}_decode"] = nested.encode_into, nested.decode_nested
         return f"{slot}_encode({value}, {wire})", f"{slot}_decode({wire})"
     raise InternalError(detail=f"field {name!r} has a type the wire mapping does not know: {hint!r}")
+
+
+@attrs.frozen(kw_only=True)
+class DecodedColumns:
+    """Values built from columns (`decode_columns`), with the columns they were built from."""
+
+    values: list[Any]
+    """The values, in record order."""
+    fields: dict[str, list[Any]]
+    """Each field's values, converted as stored, in record order (what a caller keys the values by)."""
+
+
+_CHUNK = 1024
+"""Values filled at a time, a field after another, so that a chunk (~200 KB of 17-field values) stays in the CPU's
+cache while each of its fields is stored, where the whole list, a field at a time, would be walked 17 times. The gain
+measured is small: a 100,000-endpoint checkpoint in a heap holding two other states, best of 4 under load 3-4,
+decoded in 0.326-0.331 s unchunked, 0.309 s at 4,096, 0.304-0.327 s at 1,024, 0.279 s at 256 (near the noise)."""
+
+
+def decode_columns(cls: type[Any], columns: Message, messages: Sequence[Message]) -> DecodedColumns:
+    """Build the values of `messages` (one or more `cls` messages) as `decode_nested` builds each one, a field at a
+    time.
+
+    `columns` is the same records parsed into a *column view* of the message (every field repeated: see
+    `aether.core.events.batch`) from their canonical bytes (each field written once when set, omitted at its zero
+    value): a scalar column holding one entry per record, or none, gives that field of every record in one
+    conversion; a scalar column holding some other count, and a list or map column holding any, is read from each
+    message. `cls` must be a class `decode_nested` stores slot by slot (see `_slot_setters`) whose fields are
+    scalars, int enums, string maps and tuples of strings or ints (as `Endpoint`).
+
+    Raises:
+        KeyError: an enum value is not a member of its enum (as `decode_nested`).
+    """
+    slots = _slot_setters(cls)
+    if slots is None:
+        raise InternalError(
+            detail=f"{cls.__qualname__} is not stored slot by slot: it cannot decode as columns"
+        )
+    hints = typing.get_type_hints(cls)
+    fields: dict[str, list[Any]] = {}
+    stores: list[tuple[Callable[[Any, Any], None], Iterator[Any]]] = []
+    for field in attrs.fields(cls):
+        column = fields[field.name] = _column(field.name, hints[field.name], columns, messages)
+        if field.converter is not None and field.converter not in _NO_OP_ON_DECODED:
+            column = fields[field.name] = list(map(field.converter, column))
+        stores.append((slots[field.name], iter(column)))
+    values: list[Any] = list(map(object.__new__, itertools.repeat(cls, len(messages))))
+    for start in range(0, len(values), _CHUNK):
+        chunk = values[start : start + _CHUNK]
+        for store, column_values in stores:
+            # `map` stops at the chunk's end before taking from the column: each store takes the chunk's own values.
+            deque(map(store, chunk, column_values), maxlen=0)
+    return DecodedColumns(values=values, fields=fields)
+
+
+def _column(name: str, hint: Any, columns: Message, messages: Sequence[Message]) -> list[Any]:
+    """Return field `name` of every record, converted as `decode_nested` converts it."""
+    count = len(messages)
+    column = getattr(columns, name)
+    each = map(getattr, messages, itertools.repeat(name))
+    origin = typing.get_origin(hint)
+    if hint in (str, int, bool):
+        return [hint()] * count if not column else list(column if len(column) == count else each)
+    if isinstance(hint, type) and issubclass(hint, enum.IntEnum):
+        member = {item.value: item for item in hint}.__getitem__
+        if not column:
+            return [member(0)] * count
+        return list(map(member, column if len(column) == count else each))
+    if origin is immutables.Map:
+        return [_EMPTY_MAP] * count if not column else list(map(_from_pairs, each))
+    if origin is tuple and typing.get_args(hint)[0] in (str, int):
+        return [()] * count if not column else [tuple(items) if items else () for items in each]
+    raise InternalError(detail=f"field {name!r} has a type columns do not decode: {hint!r}")

@@ -6,6 +6,7 @@ Every collection is written in the order `aether.core.order` decides, so equal s
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,6 +14,7 @@ import immutables
 from google.protobuf.message import DecodeError
 
 from aether.core.errors import CodecError
+from aether.core.events.batch import decode_state_endpoints
 from aether.core.events.identity import Svid, TrustBundle
 from aether.core.events.kube import (
     KubeEndpointSlice,
@@ -23,14 +25,14 @@ from aether.core.events.kube import (
     TlsSecret,
 )
 from aether.core.events.registry import Endpoint
-from aether.core.events.wire import plan_for
+from aether.core.events.wire import DecodedColumns, plan_for
 from aether.core.order import sorted_values
 from aether.core.state.diagnostics import Diagnostics, Rejection
 from aether.core.state.feedback import FeedbackState, OnDemandRequest, XdsFeedback
 from aether.core.state.identity import IdentityState
 from aether.core.state.kube import KubeState, index_slices
 from aether.core.state.pods import PodRecord
-from aether.core.state.registry import RegistryState
+from aether.core.state.registry import RegistryState, ServiceEndpoints
 from aether.core.state.state import State
 from aether.proto.log.v1 import log_pb2
 
@@ -77,11 +79,34 @@ def state_from_proto(message: log_pb2.State) -> State:
     endpoints: dict[str, dict[Any, Endpoint]] = {}
     for endpoint in _read(Endpoint, message.registry.endpoints):
         endpoints.setdefault(endpoint.service, {})[(endpoint.protocol, endpoint.ip)] = endpoint
+    return _state_from_proto(
+        message,
+        endpoints=immutables.Map((service, immutables.Map(items)) for service, items in endpoints.items()),
+    )
+
+
+def _grouped(decoded: DecodedColumns) -> immutables.Map[str, ServiceEndpoints]:
+    """Return endpoints decoded as columns by service, then by `(protocol, ip)`, as `state_from_proto` keys them (a
+    later endpoint of the same key replaces an earlier one); runs of one service are keyed at once."""
+    endpoints, fields = decoded.values, decoded.fields
+    keys = list(zip(fields["protocol"], fields["ip"], strict=True))
+    by_service: dict[str, ServiceEndpoints] = {}
+    start = 0
+    for service, run in itertools.groupby(fields["service"]):
+        end = start + len(list(run))
+        items = zip(keys[start:end], endpoints[start:end], strict=True)
+        held = by_service.get(service)
+        by_service[service] = immutables.Map(items) if held is None else held.update(items)
+        start = end
+    return immutables.Map(by_service)
+
+
+def _state_from_proto(message: log_pb2.State, *, endpoints: immutables.Map[str, ServiceEndpoints]) -> State:
     registry = RegistryState(
         version=message.registry.version,
         synced=message.registry.synced,
         services=immutables.Map((service, True) for service in message.registry.services),
-        endpoints=immutables.Map((service, immutables.Map(items)) for service, items in endpoints.items()),
+        endpoints=endpoints,
     )
     pods: list[PodRecord] = _read(PodRecord, message.pods)
     services: list[KubeService] = _read(KubeService, message.services)
@@ -132,17 +157,27 @@ def encode_state(state: State) -> bytes:
 
 
 def decode_state(payload: bytes) -> State:
-    """Parse a checkpoint's payload.
+    """Parse a checkpoint's payload (its endpoints as columns when it is in the form `encode_state` writes).
 
     Raises:
-        CodecError: `payload` is not an `aether.log.v1.State`.
+        CodecError: `payload` is not an `aether.log.v1.State`, or holds an enum value this version does not know.
     """
     message = log_pb2.State()
     try:
         message.ParseFromString(payload)
     except DecodeError as exc:
         raise CodecError(what="checkpoint state", reason=f"not an aether.log.v1.State ({exc})") from exc
-    return state_from_proto(message)
+    records = message.registry.endpoints
+    # The state ignores unknown fields: without them, a payload that is its parse's own bytes is canonical, which
+    # is what reading the endpoints as columns needs (`decode_state_endpoints`); any other is read one by one.
+    message.DiscardUnknownFields()
+    try:
+        if records and message.SerializeToString(deterministic=True) == payload:
+            return _state_from_proto(message, endpoints=_grouped(decode_state_endpoints(payload, records)))
+        return state_from_proto(message)
+    except KeyError as exc:
+        reason = f"enum value {exc.args[0]!r} is unknown (written by a newer version?)"
+        raise CodecError(what="checkpoint state", reason=reason) from exc
 
 
 def state_digest(state: State) -> str:
