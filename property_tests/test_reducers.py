@@ -21,6 +21,7 @@ from aether.core.events import (
 from aether.core.reduce import fold, fold_all, fold_event
 from aether.core.state import (
     EMPTY_STATE,
+    MAX_ENDPOINT_STEPS,
     MAX_REJECTIONS,
     Diagnostics,
     State,
@@ -29,7 +30,6 @@ from aether.core.state import (
     state_digest,
 )
 from aether.core.state.kube import index_slices
-from aether.core.state.registry import MAX_ENDPOINT_STEPS
 from property_tests.strategies import EVENT_STRATEGIES, event_sequences, events, records, upsert_runs
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,8 +5,7 @@ from __future__ import annotations
 import attrs
 import immutables
 
-from aether.core.state import State, decode_state, encode_state
-from aether.core.state.registry import MAX_ENDPOINT_STEPS, RegistryState
+from aether.core.state import MAX_ENDPOINT_STEPS, RegistryState, State, decode_state, encode_state
 from aether.testing import (
     endpoint_added,
     endpoint_removed,
@@ -110,11 +109,11 @@ def test_the_chain_holds_at_most_max_endpoint_steps() -> None:
     assert last.registry.changed_since(first.registry.endpoints) is None
 
 
-def test_with_endpoints_leaves_out_services_whose_map_is_the_same_object() -> None:
+def test_history_to_leaves_out_services_whose_map_is_the_same_object() -> None:
     """The services given are a superset: a step lists only those whose map it replaced."""
     registry = _synced().registry
     endpoints = registry.endpoints.set("shop/db", immutables.Map())
-    step = registry.with_endpoints(endpoints, changed=("shop/db", "default/web", "shop/none"))
+    step = registry.history_to(endpoints, changed=("shop/db", "default/web", "shop/none"))
     assert step is not None
     assert (step.before, step.after, step.services, step.previous, step.depth) == (
         registry.endpoints,
@@ -123,5 +122,5 @@ def test_with_endpoints_leaves_out_services_whose_map_is_the_same_object() -> No
         None,
         1,
     )
-    assert registry.with_endpoints(registry.endpoints, changed=("shop/db",)) is registry.history
+    assert registry.history_to(registry.endpoints, changed=("shop/db",)) is registry.history
     assert RegistryState().changed_since(immutables.Map()) is None

@@ -145,7 +145,7 @@ def _upsert_endpoint(state: State, event: EndpointAdded | EndpointUpdated, seq: 
         synced=registry.synced,
         services=registry.services,
         endpoints=endpoints,
-        history=registry.with_endpoints(endpoints, changed=(endpoint.service,)),
+        history=registry.history_to(endpoints, changed=(endpoint.service,)),
     )
     return applied(state, event, seq, registry=new_registry)
 
@@ -181,7 +181,7 @@ def endpoint_removed(state: State, event: EndpointRemoved, seq: int) -> State:
         registry,
         version=event.version,
         endpoints=endpoints,
-        history=registry.with_endpoints(endpoints, changed=(event.service,)),
+        history=registry.history_to(endpoints, changed=(event.service,)),
     )
     return applied(state, event, seq, registry=new_registry)
 
@@ -220,7 +220,7 @@ def registry_service_removed(state: State, event: RegistryServiceRemoved, seq: i
         version=event.version,
         services=registry.services.delete(event.service),
         endpoints=endpoints,
-        history=registry.with_endpoints(endpoints, changed=(event.service,)),
+        history=registry.history_to(endpoints, changed=(event.service,)),
     )
     return applied(state, event, seq, registry=new_registry)
 
@@ -398,6 +398,6 @@ class UpsertRun:
             synced=self._registry.synced,
             services=self._registry.services,
             endpoints=maps,
-            history=self._registry.with_endpoints(maps, changed=self._latest),
+            history=self._registry.history_to(maps, changed=self._latest),
         )
         return next_state(self._state, self._seq, {"registry": registry})

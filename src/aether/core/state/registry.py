@@ -69,7 +69,7 @@ class RegistryState:
         """Return how many endpoints the registry holds."""
         return sum(len(items) for items in self.endpoints.values())
 
-    def with_endpoints(self, endpoints: EndpointMaps, *, changed: Iterable[str]) -> EndpointStep | None:
+    def history_to(self, endpoints: EndpointMaps, *, changed: Iterable[str]) -> EndpointStep | None:
         """Return the history of a registry whose maps are `endpoints`, made from this one's by replacing the maps
         of the services `changed` (a superset of them: those whose map is the same object are left out).
 
