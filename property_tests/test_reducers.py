@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import attrs
@@ -9,10 +10,18 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, find, given, settings
 from hypothesis import strategies as st
 
-from aether.core.events import EVENT_TYPES, Event, Record, decode_event, encode_event
+from aether.core.events import (
+    EVENT_TYPES,
+    EndpointsSnapshotReceived,
+    Event,
+    Record,
+    decode_event,
+    encode_event,
+)
 from aether.core.reduce import fold, fold_all, fold_event
 from aether.core.state import (
     EMPTY_STATE,
+    MAX_ENDPOINT_STEPS,
     MAX_REJECTIONS,
     Diagnostics,
     State,
@@ -21,7 +30,7 @@ from aether.core.state import (
     state_digest,
 )
 from aether.core.state.kube import index_slices
-from property_tests.strategies import EVENT_STRATEGIES, event_sequences, events, records
+from property_tests.strategies import EVENT_STRATEGIES, event_sequences, events, records, upsert_runs
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -181,3 +190,46 @@ def test_the_event_codec_round_trips_every_event(event: Event) -> None:
     decoded = decode_event(payload)
     assert decoded == event
     assert encode_event(decoded) == payload
+
+
+def _replaced(before: State, after: State) -> frozenset[str]:
+    """The services whose endpoint map is not the same object in both states."""
+    old, new = before.registry.endpoints, after.registry.endpoints
+    return frozenset(service for service in {*old, *new} if old.get(service) is not new.get(service))
+
+
+@PROPERTY
+@given(st.one_of(records(), upsert_runs()), st.data())
+def test_the_registry_history_names_exactly_the_services_whose_endpoint_maps_were_replaced(
+    items: tuple[Record, ...], data: st.DataObject
+) -> None:
+    """Between two states of a fold, `changed_since` names exactly the services whose maps the steps between
+    replaced (one step: those whose map is not the same object), and answers unless a snapshot came between.
+
+    Folded one record at a time, then from a drawn state on with runs of upserts as one step (`fold_all`): the
+    second gives a superset of the maps that differ, the union of the first's steps.
+    """
+    assert len(items) < MAX_ENDPOINT_STEPS  # no chain runs out here: every step is remembered
+    states = [EMPTY_STATE]
+    for record in items:
+        states.append(fold_event(states[-1], record.event, seq=record.seq))
+    steps = [_replaced(before, after) for before, after in itertools.pairwise(states)]
+    snapshots = [
+        type(record.event) is EndpointsSnapshotReceived
+        and after.registry.endpoints is not before.registry.endpoints
+        for record, (before, after) in zip(items, itertools.pairwise(states), strict=True)
+    ]
+    for first, second in itertools.combinations(range(len(states)), 2):
+        got = states[second].registry.changed_since(states[first].registry.endpoints)
+        if any(snapshots[first:second]):
+            assert got is None
+        else:
+            assert got == frozenset().union(*steps[first:second])
+    start = data.draw(st.integers(0, len(items)), label="start")
+    batched = fold_all(states[start], items[start:])
+    assert batched == states[-1]
+    got = batched.registry.changed_since(states[start].registry.endpoints)
+    if not any(snapshots[start:]):
+        assert got is not None
+        assert _replaced(states[start], batched) <= got <= frozenset().union(*steps[start:])
+    event("a snapshot between" if any(snapshots) else "no snapshot between")

@@ -10,8 +10,10 @@ keeps its `Resource` objects (their digests and packed bytes are reused), and th
 `project_node(state, node_name=..., now=...)` for any sequence of states, whatever came before (a property test
 holds the two equal over random event sequences).
 
-What one registry event costs at 10,000 services: one pass over the dependency set comparing endpoint maps by
-identity (done by `map` and `compress`, at C speed), then the changed service's resources only. What a service
+What one registry event costs at 10,000 services: the changed service's resources only. The registry's history
+(`RegistryState.changed_since`) names the services whose endpoint maps were replaced since the maps the last
+projection saw; without one (a new snapshot, a checkpoint read, a projector many steps behind) the pass compares
+every map of the set by identity instead (by `map` and `compress`, at C speed). What a service
 joining or leaving the set costs (a pod of a new service account, a new upstream): its own resources, the set's
 declarations and demand derived from the previous ones (`dependencies.declarations`, `demand(previous=...)`), and
 its group of the route tables (`route_groups`): nothing walks the set in Python.
@@ -646,8 +648,20 @@ class NodeProjector:
                     if service in by_service and by_service[service] is not old_by_service.get(service)
                 )
             if registry.endpoints is not previous[2] and refs is self._endpoint_refs:
-                refs = list(map(registry.endpoints.get, deps))
-                candidates.update(itertools.compress(deps, map(operator.is_not, refs, self._endpoint_refs)))
+                changed = registry.changed_since(previous[2])
+                if changed is None:
+                    # No history from the last maps (a new snapshot, a checkpoint read): compare them all.
+                    refs = list(map(registry.endpoints.get, deps))
+                    candidates.update(
+                        itertools.compress(deps, map(operator.is_not, refs, self._endpoint_refs))
+                    )
+                else:
+                    # The registry's history names the services whose maps were replaced since: O(changed).
+                    maps, by_service = registry.endpoints, demand.by_service
+                    for service in changed:
+                        if service in by_service:
+                            refs[bisect.bisect_left(deps, service)] = maps.get(service)
+                            candidates.add(service)
             if registry.services is not previous[3]:
                 candidates.update(demand.undeclared)
             if routings is not previous[4]:

@@ -103,6 +103,7 @@ def endpoints_snapshot_received(state: State, event: EndpointsSnapshotReceived, 
     endpoints: immutables.Map[str, ServiceEndpoints] = immutables.Map(
         {service: ServiceEndpoints(items) for service, items in grouped.items()}
     )
+    # Every map is new: the registry starts without history (an incremental projector compares them all, once).
     registry = RegistryState(version=event.version, synced=False, services=services, endpoints=endpoints)
     state = applied(state, event, seq, registry=registry)
     if problems:
@@ -138,11 +139,13 @@ def _upsert_endpoint(state: State, event: EndpointAdded | EndpointUpdated, seq: 
         )
         return rejected(state, event, seq, reason=RejectionReason.UNKNOWN_SERVICE, message=message)
     items = registry.endpoints_of(endpoint.service).set((endpoint.protocol, endpoint.ip), endpoint)
+    endpoints = registry.endpoints.set(endpoint.service, items)
     new_registry = RegistryState(
         version=event.version,
         synced=registry.synced,
         services=registry.services,
-        endpoints=registry.endpoints.set(endpoint.service, items),
+        endpoints=endpoints,
+        history=registry.history_to(endpoints, changed=(endpoint.service,)),
     )
     return applied(state, event, seq, registry=new_registry)
 
@@ -174,7 +177,12 @@ def endpoint_removed(state: State, event: EndpointRemoved, seq: int) -> State:
         if remaining
         else registry.endpoints.delete(event.service)
     )
-    new_registry = attrs.evolve(registry, version=event.version, endpoints=endpoints)
+    new_registry = attrs.evolve(
+        registry,
+        version=event.version,
+        endpoints=endpoints,
+        history=registry.history_to(endpoints, changed=(event.service,)),
+    )
     return applied(state, event, seq, registry=new_registry)
 
 
@@ -208,7 +216,11 @@ def registry_service_removed(state: State, event: RegistryServiceRemoved, seq: i
         else registry.endpoints
     )
     new_registry = attrs.evolve(
-        registry, version=event.version, services=registry.services.delete(event.service), endpoints=endpoints
+        registry,
+        version=event.version,
+        services=registry.services.delete(event.service),
+        endpoints=endpoints,
+        history=registry.history_to(endpoints, changed=(event.service,)),
     )
     return applied(state, event, seq, registry=new_registry)
 
@@ -380,10 +392,12 @@ class UpsertRun:
                 else:
                     items[key] = value.endpoint()
             endpoints[service] = items.finish()
+        maps = endpoints.finish()
         registry = RegistryState(
             version=self._version,
             synced=self._registry.synced,
             services=self._registry.services,
-            endpoints=endpoints.finish(),
+            endpoints=maps,
+            history=self._registry.history_to(maps, changed=self._latest),
         )
         return next_state(self._state, self._seq, {"registry": registry})

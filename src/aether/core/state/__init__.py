@@ -8,14 +8,16 @@ from aether.core.state.identity import IdentityState
 from aether.core.state.invariants import state_problems
 from aether.core.state.kube import KubeState
 from aether.core.state.pods import PodConfig, PodRecord
-from aether.core.state.registry import RegistryState
+from aether.core.state.registry import MAX_ENDPOINT_STEPS, EndpointStep, RegistryState
 from aether.core.state.state import EMPTY_STATE, State
 from aether.core.state.summary import StateSummary, state_document, summarize
 
 __all__ = [
     "EMPTY_STATE",
+    "MAX_ENDPOINT_STEPS",
     "MAX_REJECTIONS",
     "Diagnostics",
+    "EndpointStep",
     "FeedbackState",
     "IdentityState",
     "KubeState",
