@@ -11,8 +11,8 @@ measured in the same run. Each size runs in its own process, so its peak RSS is 
 Anchor: Envoy Gateway's control plane peaks at 263 MiB with 1,000 HTTPRoutes.
 Aims (issue 21, target 7): 10,000 HTTPRoutes in <= 1 s from scratch and <= 5 ms incrementally, with <= 150 MB RSS;
 1,000 HTTPRoutes <= 1 ms incrementally. Times are CPU time of the process (the machine is shared: wall-clock is
-noise), the full view's best of 3; (first) is the process's first view, whose survivors the collector policy freezes
-as its baseline (`aether.plane.collector`: every projection runs under it, as in the controller and the plane).
+noise), the full view's best of 3; (first) is the process's first view, which runs the collector policy's first full
+collection (`aether.plane.collector`: every projection runs under it, as in the controller and the plane).
 """
 
 from __future__ import annotations

@@ -15,9 +15,7 @@ So:
   the frozen population, and once that population grew by `FULL_COLLECTION_GROWTH` since the last full collection
   (CPython's own rule for full collections, applied to what is frozen), everything is unfrozen, collected once and
   frozen again. Frozen garbage is so bounded by a quarter of what was alive after the last full collection
-  (plus `FULL_COLLECTION_MINIMUM`). The process's first freeze is counted as if a full collection had just run:
-  what start-up built (a replayed state, the first snapshot or view: hundreds of thousands of objects at 10,000
-  services or routes) is kept, and collecting it would free nothing. The frozen population is estimated without walking it (what each freeze
+  (plus `FULL_COLLECTION_MINIMUM`). The frozen population is estimated without walking it (what each freeze
   added), and counted only when the estimate calls for a collection.
 
 Process-wide, like the collector: every caller that drives a projection (the plane's publisher for the agent and
@@ -79,13 +77,7 @@ def collector_deferred() -> Iterator[None]:
         finally:
             added = gc.get_count()[0] + _older_generations()
             gc.freeze()
-            if not _Frozen.after_full:
-                # The process's first freeze: what is alive is what start-up built and keeps (the replayed state,
-                # the first snapshot or view). A full collection over it would free nothing, so it is the
-                # population later growth is measured from, counted once.
-                _Frozen.after_full = _Frozen.estimate = gc.get_freeze_count()
-            else:
-                _Frozen.estimate += added
+            _Frozen.estimate += added
             threshold = _Frozen.after_full * FULL_COLLECTION_GROWTH + FULL_COLLECTION_MINIMUM
             if _Frozen.estimate > threshold:
                 _Frozen.estimate = gc.get_freeze_count()
