@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from aether.core.errors import CodecError
 from aether.core.events import Record
+from aether.core.protowire import length_delimited
 from aether.core.reduce import fold_all
 from aether.core.state import (
     EMPTY_STATE,
@@ -28,19 +29,6 @@ PROPERTY = settings(max_examples=300, deadline=None)
 def _per_record(payload: bytes) -> State:
     """What the per-record decoder gives for `payload`."""
     return state_from_proto(log_pb2.State.FromString(payload))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(0x80 | (value & 0x7F))
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(number: int, body: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(body)) + body
 
 
 @PROPERTY
@@ -62,7 +50,7 @@ def test_decoding_a_checkpoint_gives_the_state_the_per_record_decoder_gives(
 
 _MANGLINGS = (
     b"\x98\x06\x01",  # an unknown field (99, varint)
-    _field(1, b"other/svc"),  # the service written twice: the last one counts
+    length_delimited(1, b"other/svc"),  # the service written twice: the last one counts
     b"\x10\x02",  # the protocol written twice
     b"\x22\x02\x90\x3f",  # the port packed (another wire form: unknown to the schema)
     b"\x20\x00",  # the port written at its zero value, after its value
@@ -83,9 +71,11 @@ def test_a_payload_not_in_canonical_form_decodes_as_the_per_record_decoder_reads
         index = data.draw(st.integers(0, len(endpoints) - 1))
         endpoints[index] += data.draw(st.sampled_from(_MANGLINGS))
     del message.registry.endpoints[:]
-    registry_bytes = message.registry.SerializeToString() + b"".join(_field(4, item) for item in endpoints)
+    registry_bytes = message.registry.SerializeToString() + b"".join(
+        length_delimited(4, item) for item in endpoints
+    )
     message.ClearField("registry")
-    payload = message.SerializeToString() + _field(3, registry_bytes)
+    payload = message.SerializeToString() + length_delimited(3, registry_bytes)
     try:
         expected = _per_record(payload)
     except KeyError:  # the protocol this version does not know

@@ -15,6 +15,7 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricsData, Sum
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from aether.core.protowire import varint
 from aether.proto.otlp.v1 import otlp_pb2 as otlp
 
 __all__ = ["FinishedSpan", "encode_finished_spans", "encode_metrics", "metric_points"]
@@ -180,29 +181,15 @@ _SPANS_BETWEEN_PAUSES = 32
 """About 0.2 ms of encoding: the role's thread waits at most that for the GIL, not the interpreter's 5 ms switch."""
 
 
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return _BYTES[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_BYTES = [bytes((value,)) for value in range(0x80)]
-
-
 def _delimited(tag: bytes, payload: bytes) -> bytes:
-    return tag + _varint(len(payload)) + payload
+    return tag + varint(len(payload)) + payload
 
 
 def _any_value(value: Any) -> bytes:
     if value is True or value is False:
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
-        return b"\x18" + _varint(value & 0xFFFF_FFFF_FFFF_FFFF)  # int64: two's complement
+        return b"\x18" + varint(value & 0xFFFF_FFFF_FFFF_FFFF)  # int64: two's complement
     if isinstance(value, float):
         return b"\x21" + _pack_double(value)
     return _delimited(b"\x0a", (value if isinstance(value, str) else str(value)).encode())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aether.core.project.messages import shared_parts, varint
+from aether.core.project.messages import shared_parts
 
 
 def test_the_pieces_found_are_the_very_objects_given_and_the_parts_join_into_the_body() -> None:
@@ -23,14 +23,3 @@ def test_a_piece_not_found_or_empty_is_not_cut_out() -> None:
     assert shared_parts(body, (b"x", b"z")) == (b"x", b"y", b"z")
     assert shared_parts(body, (b"xyz",)) == (b"xyz",)
     assert shared_parts(b"", (b"x",)) == ()
-
-
-def test_varints_encode_lengths() -> None:
-    """Protobuf base-128 varints, little-endian groups."""
-    assert [varint(0), varint(127), varint(128), varint(300), varint(2**21)] == [
-        b"\x00",
-        b"\x7f",
-        b"\x80\x01",
-        b"\xac\x02",
-        b"\x80\x80\x80\x01",
-    ]

@@ -37,6 +37,7 @@ from aether.core.events.registry import (
     Protocol,
 )
 from aether.core.events.wire import DecodedColumns, decode_columns, plan_for
+from aether.core.protowire import length_delimited, varint
 from aether.proto.log.v1 import log_pb2
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
@@ -125,35 +126,21 @@ def _column_view(pool: descriptor_pool.DescriptorPool) -> tuple[Any, ...]:
 _BatchColumns, _BatchMerged, _BatchRecords, _StateEndpointColumns = _column_view(descriptor_pool.Default())
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(0x80 | (value & 0x7F))
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _occurrence(number: int, body: bytes) -> bytes:
-    """One length-delimited occurrence of field `number` holding `body`."""
-    return _varint(number << 3 | 2) + _varint(len(body)) + body
-
-
 _MAX_FRAMED = 4096
 """Records shorter than this are framed from a table; a batch holding a longer one is not taken (upserts are ~100
 bytes)."""
-_FRAMES = tuple(_varint(1 << 3 | 2) + _varint(length) for length in range(_MAX_FRAMED))
+_FRAMES = tuple(varint(1 << 3 | 2) + varint(length) for length in range(_MAX_FRAMED))
 """`_FRAMES[n]`: the tag and length that make an n-byte record one occurrence of `events` (field 1)."""
 
 # The marker: a version, service, protocol, ip, port, ports entry and weight, each at its zero value (which a
 # canonical record never writes: it omits default values).
 _MARKER_ENDPOINT = b"\x0a\x00" + b"\x10\x00" + b"\x1a\x00" + b"\x20\x00" + b"\x28\x00" + b"\x30\x00"
 _MARKERS = {
-    kind: _occurrence(
+    kind: length_delimited(
         1,
-        _occurrence(
+        length_delimited(
             log_pb2.Event.DESCRIPTOR.fields_by_name[kind].number,
-            b"\x0a\x00" + _occurrence(2, _MARKER_ENDPOINT),
+            b"\x0a\x00" + length_delimited(2, _MARKER_ENDPOINT),
         ),
     )
     for kind in _UPSERT_KINDS

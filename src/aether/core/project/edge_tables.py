@@ -28,8 +28,8 @@ from aether.core.project.edge_listeners import (
     table_hosts,
 )
 from aether.core.project.gateway_routes import envoy_routes, envoy_virtual_host
-from aether.core.project.messages import varint
 from aether.core.project.routes import vhost_entry
+from aether.core.protowire import varint
 from aether.core.snapshot import ROUTE_TYPE, Resource
 
 _VIRTUAL_HOSTS = 2

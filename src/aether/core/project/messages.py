@@ -52,19 +52,6 @@ def socket_address(host: str, port: int, *, netns: str = "") -> Any:
     )
 
 
-def varint(value: int) -> bytes:
-    """Return `value` (not negative) as a protobuf base-128 varint: how a length-delimited field's length is written."""
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
 def shared_parts(body: bytes, pieces: Iterable[bytes]) -> tuple[bytes, ...]:
     """Return `body` cut into parts where each of `pieces` occurs (in order, each at most once, searched after the
     previous one): those parts are the very `pieces` objects, shared by reference with every other body cut so.

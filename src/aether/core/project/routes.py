@@ -24,7 +24,7 @@ from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf import wrappers_pb2
 
-from aether.core.project.messages import seconds, shared_parts, varint
+from aether.core.project.messages import seconds, shared_parts
 from aether.core.project.names import (
     CATCH_ALL_VHOST,
     INBOUND_ROUTE,
@@ -35,6 +35,7 @@ from aether.core.project.names import (
 )
 from aether.core.project.outcome import idempotent_method_matcher, retry_policy
 from aether.core.project.quic import QUIC_CLUSTER_HEADER, quic_header_present
+from aether.core.protowire import varint
 from aether.core.snapshot import Piece
 
 _VIRTUAL_HOSTS_TAG = b"\x12"
