@@ -252,12 +252,17 @@ def l4_routes(draw: st.DrawFn) -> KubeObject:
             unique_by=lambda item: (item["name"], item.get("port", 0)),
         )
     )
-    backends = st.builds(
-        _backend, st.sampled_from(["tcp", "tcp", "v1", "missing"]), weight=st.sampled_from([None, 0, 2])
-    )
+    return _l4_route(draw, kind, parents, backends=["tcp", "tcp", "v1", "missing"], max_backends=3)
+
+
+def _l4_route(
+    draw: st.DrawFn, kind: str, parents: list[dict[str, Any]], *, backends: list[str], max_backends: int
+) -> KubeObject:
+    """An L4 route of `kind` in `default` attached to `parents`, with up to `max_backends` of `backends`."""
+    refs = st.builds(_backend, st.sampled_from(backends), weight=st.sampled_from([None, 0, 2]))
     spec: dict[str, Any] = {
         "parentRefs": parents,
-        "rules": [{"backendRefs": draw(st.lists(backends, max_size=3))}],
+        "rules": [{"backendRefs": draw(st.lists(refs, max_size=max_backends))}],
     }
     if kind == "TLSRoute":
         spec["hostnames"] = draw(st.lists(_hostnames, min_size=1, max_size=2, unique=True))
@@ -520,23 +525,8 @@ def edge_l4_routes(draw: st.DrawFn) -> KubeObject:
     """A TLSRoute, TCPRoute or UDPRoute attached to the edge Gateway, to TCP, HTTP or missing backends."""
     kind = draw(st.sampled_from(["TLSRoute", "TCPRoute", "UDPRoute"]))
     section = draw(st.sampled_from([None, "passthrough", "terminate", "tcp", "udp"]))
-    backends = st.builds(
-        _backend, st.sampled_from(["tcp", "v1", "missing"]), weight=st.sampled_from([None, 0, 2])
-    )
-    spec: dict[str, Any] = {
-        "parentRefs": [{**EDGE_REF, **({"sectionName": section} if section else {})}],
-        "rules": [{"backendRefs": draw(st.lists(backends, max_size=2))}],
-    }
-    if kind == "TLSRoute":
-        spec["hostnames"] = draw(st.lists(_hostnames, min_size=1, max_size=2, unique=True))
-    meta = ObjectMeta(
-        kind=kind,
-        namespace="default",
-        name=draw(_route_names),
-        generation=draw(st.integers(1, 3)),
-        creation_timestamp=draw(_timestamps),
-    )
-    return KubeObject(meta=meta, spec_json=canonical_json(spec))
+    parents = [{**EDGE_REF, **({"sectionName": section} if section else {})}]
+    return _l4_route(draw, kind, parents, backends=["tcp", "v1", "missing"], max_backends=2)
 
 
 def _slice_route(path: str) -> KubeObject:
