@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 
 import pytest
 
+from aether.registrar.backends.etcd import collect_frozen_too
 from aether.testing.etcd import EtcdServer, running_etcd
 
 
@@ -19,7 +19,10 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
 
 @pytest.fixture
 def free_grpc_aio() -> Iterator[None]:
-    """After the test, collect what it left: grpc.aio's engine stays bound to the test's (closed) asyncio loop
-    until its last channel object is freed, and the next test's loop would inherit it. Used by the etcd tests."""
+    """Before and after the test, collect what earlier tests and this one left: grpc.aio's engine stays bound to
+    a test's (closed) asyncio loop until its last channel object is freed, and the next test's loop would inherit
+    it. The collection reaches what a projection froze in this process (tests of the plane run projections, which
+    freeze what is alive after each one). Used by the etcd tests."""
+    collect_frozen_too()
     yield
-    gc.collect()
+    collect_frozen_too()
