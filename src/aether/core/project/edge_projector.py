@@ -43,7 +43,7 @@ from aether.core.project.edge import (
 )
 from aether.core.project.edge_listeners import readiness_listener
 from aether.core.project.edge_tables import EdgeTables
-from aether.core.project.units import ResourceChanges
+from aether.core.project.units import ResourceChanges, same_inputs
 from aether.core.snapshot import Resource, Snapshot
 from aether.core.state.state import State
 
@@ -210,7 +210,7 @@ class EdgeProjector:
         for name, sliced in plan.singles:
             single = _single_inputs(sliced, state)
             held_single = self._singles.get(name)
-            if held_single is not None and _same_objects(held_single[0], single):
+            if held_single is not None and same_inputs(held_single[0], single):
                 continue
             new = single_cluster_resources(name, sliced, kube)
             self._singles[name] = (single, changes.replace(held_single[1] if held_single else (), new))
@@ -235,7 +235,7 @@ class EdgeProjector:
         endpoints = state.registry.endpoints
         maps = tuple(endpoints.get(service) for _, cluster in plans for service in cluster.services)
         held = self._udp
-        if held is not None and held[0][0] == plans and _same_objects(held[0][1], maps):
+        if held is not None and held[0][0] == plans and same_inputs(held[0][1], maps):
             return
         new = udp_resources(plans, endpoints.get, bind=self._options.bind)
         self._udp = ((plans, maps), changes.replace(held[1] if held else (), new))
@@ -251,7 +251,7 @@ class EdgeProjector:
         identity = state.identity
         unit = (inputs, identity.svids, identity.trust_bundles)
         held = self._secrets
-        if held is not None and _same_objects(held[0][:3], unit) and held[0][3] == certificates:
+        if held is not None and same_inputs(held[0][:3], unit) and held[0][3] == certificates:
             return
         new = tuple(
             Resource.from_message(secret) for secret in edge_secrets(state, inputs, certificates=certificates)
@@ -289,10 +289,6 @@ def _single_inputs(sliced: SliceClusterName | None, state: State) -> tuple[Any, 
         kube.services.get(f"Service/{sliced.namespace}/{sliced.service}"),
         kube.slices_by_service.get(f"{sliced.namespace}/{sliced.service}"),
     )
-
-
-def _same_objects(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
-    return len(old) == len(new) and all(a is b for a, b in zip(old, new, strict=True))
 
 
 def _same_service(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
