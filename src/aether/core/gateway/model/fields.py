@@ -8,9 +8,13 @@ anyway (an older server, a manifest rendered offline), the object is rejected wh
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+FlatObject = tuple[tuple[str, str | int], ...]
+"""A JSON object whose values are all strings or integers, as its items (hashable)."""
 
 UNSUPPORTED_VALUE = "UnsupportedValue"
 
@@ -143,6 +147,43 @@ def field_integer(
     return integer(value, f"{where}.{name}", low=low, high=high, default=default)
 
 
+def flat_objects(value: Any) -> tuple[FlatObject, ...] | None:
+    """Return a JSON array of flat objects (every value a string or an integer) as a hashable key, in order; None
+    for anything else (absent, not an array, a nested or another scalar value).
+
+    What parses a key equal to another gives the same result: `True` and `1.0` are not integers here, so they never
+    share a key with `1` (they compare equal, but the schema refuses them). So a parse of the array may be memoized
+    on the key (`thawed` gives the array back): reference lists repeat across routes.
+    """
+    if type(value) is not list:
+        return None
+    key = []
+    for item in value:
+        if type(item) is not dict:
+            return None
+        for field in item.values():
+            kind = type(field)
+            if kind is not str and kind is not int:
+                return None
+        key.append(tuple(item.items()))
+    return tuple(key)
+
+
+def thawed(key: tuple[FlatObject, ...]) -> list[dict[str, Any]]:
+    """Return the JSON array `flat_objects` made `key` of (an equal one)."""
+    return [dict(item) for item in key]
+
+
+def flat_strings(value: Any) -> tuple[str, ...] | None:
+    """Return a JSON array of strings as a hashable key (None for anything else), like `flat_objects`."""
+    if type(value) is not list:
+        return None
+    for item in value:
+        if type(item) is not str:
+            return None
+    return tuple(value)
+
+
 def hostname(value: Any, path: str) -> str:
     """Return a Gateway API `Hostname`: RFC 1123, no IP, a wildcard only as the whole leading label."""
     name = text(value, path, min_length=1)
@@ -160,6 +201,18 @@ def hostname(value: Any, path: str) -> str:
 
 def hostnames(value: Any, path: str, *, max_items: int = 16) -> tuple[str, ...]:
     """Return a list of hostnames (the routes' `hostnames`)."""
+    key = flat_strings(value)
+    if key is None:
+        return _hostnames(value, path, max_items=max_items)
+    return _flat_hostnames(key, path, max_items)
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of values; routes repeat the same hostnames
+def _flat_hostnames(key: tuple[str, ...], path: str, max_items: int) -> tuple[str, ...]:
+    return _hostnames(list(key), path, max_items=max_items)
+
+
+def _hostnames(value: Any, path: str, *, max_items: int) -> tuple[str, ...]:
     return tuple(
         hostname(item, f"{path}[{index}]")
         for index, item in enumerate(items(value, path, max_items=max_items))
