@@ -9,6 +9,7 @@ it, so Envoy never sees a domain twice on a port.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from typing import Any
@@ -25,7 +26,7 @@ from aether.core.gateway.contract import (
 )
 from aether.core.gateway.entries import Entry, translate
 from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
-from aether.core.gateway.ir import selector_keys
+from aether.core.gateway.ir import forward_selector_keys
 from aether.core.gateway.l4 import claim, weighted_backends
 from aether.core.gateway.listeners import ListenerState
 from aether.core.gateway.memo import Memo
@@ -103,6 +104,24 @@ def _piece_key(piece: _Piece) -> tuple[object, ...]:
     return piece.key
 
 
+@functools.lru_cache(
+    maxsize=4096
+)  # a pure function of values; routes to the same backends share their Forward
+def _targets(
+    forwards: tuple[ir.Forward, ...],
+) -> tuple[frozenset[str], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Return the clusters that the routes whose forwarding actions are `forwards` send or mirror to, and the
+    `(cluster, selector keys)` of their selected shares (sorted, distinct)."""
+    return (
+        frozenset(cluster for forward in forwards for cluster in forward.clusters),
+        tuple(
+            (cluster, selected)
+            for cluster, found in forward_selector_keys(forwards).items()
+            for selected in found
+        ),
+    )
+
+
 def _count(counts: dict[Any, int], items: Iterable[Any], by: int) -> None:
     for item in items:
         count = counts.get(item, 0) + by
@@ -151,17 +170,16 @@ class _VirtualHost:
         for entry in item.entries(host=host, listener_port=self._port, listener_scheme=self._scheme):
             routes, services = translate((entry,), routes_of=self._memo.entry_routes)
             key = (rank, *entry_key(entry))
+            clusters, selectors = _targets(
+                tuple([route.action for route in routes if type(route.action) is ir.Forward])
+            )
             piece = _Piece(
                 key=key,
                 entry=entry,
                 routes=tuple(routes),
                 services=self._intern(frozenset(services)),
-                clusters=self._intern(frozenset(cluster for route in routes for cluster in route.clusters)),
-                selectors=tuple(
-                    (cluster, selected)
-                    for cluster, found in selector_keys(routes).items()
-                    for selected in found
-                ),
+                clusters=clusters,
+                selectors=selectors,
             )
             identity = (entry.host, entry.match)
             keys.append(piece)

@@ -10,6 +10,7 @@ resolved backends. Every route thus names a cluster of a resolved backend or ans
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 
@@ -109,24 +110,22 @@ def _forward(entry: Entry, destinations: Sequence[ir.Destination], *, mesh_domai
     request, backend = rule.request_timeout_ms, rule.backend_timeout_ms
     rewrite = rule.filters.rewrite
     retry = rule.retry
-    return ir.Forward(
-        destinations=tuple(destinations),
+    return _shared_forward(
+        tuple(destinations),
         # backendRequest bounds each attempt, never the request: retries go on while the request timeout lasts.
         # Without one, the attempts bound the request (0, since the data plane's default could cut one short).
-        timeout_ms=request if request is not None else 0 if backend else None,
-        per_try_timeout_ms=backend or 0,
-        retry=(
-            None
-            if retry is None
-            else ir.Retry(codes=retry.codes, attempts=retry.attempts, backoff_ms=retry.backoff_ms or 0)
-        ),
-        host_rewrite=rewrite.hostname if rewrite is not None else "",
-        path_rewrite=(
+        request if request is not None else 0 if backend else None,
+        backend or 0,
+        None
+        if retry is None
+        else ir.Retry(codes=retry.codes, attempts=retry.attempts, backoff_ms=retry.backoff_ms or 0),
+        rewrite.hostname if rewrite is not None else "",
+        (
             _path_rewrite(rewrite.path, entry.match)
             if rewrite is not None and rewrite.path is not None
             else None
         ),
-        mirrors=tuple(
+        tuple(
             ir.Mirror(
                 cluster=backend_ref.cluster_name(mesh_domain=mesh_domain),
                 per_million=(
@@ -137,7 +136,40 @@ def _forward(entry: Entry, destinations: Sequence[ir.Destination], *, mesh_domai
             )
             for mirror, backend_ref in zip(rule.filters.mirrors, entry.mirrors, strict=True)
             if backend_ref.service
-        ),
+        )
+        if rule.filters.mirrors
+        else (),
+    )
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of values; routes to the same backends share one Forward
+def _shared_forward(
+    destinations: tuple[ir.Destination, ...],
+    timeout_ms: int | None,
+    per_try_timeout_ms: int,
+    retry: ir.Retry | None,
+    host_rewrite: str,
+    path_rewrite: ir.PathRewrite | None,
+    mirrors: tuple[ir.Mirror, ...],
+) -> ir.Forward:
+    return ir.Forward(
+        destinations=destinations,
+        timeout_ms=timeout_ms,
+        per_try_timeout_ms=per_try_timeout_ms,
+        retry=retry,
+        host_rewrite=host_rewrite,
+        path_rewrite=path_rewrite,
+        mirrors=mirrors,
+    )
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of values; routes share their backends
+def _plain_destination(backend: Backend, mesh_domain: str) -> ir.Destination:
+    """The destination of a backend without changes of its own."""
+    return ir.Destination(
+        cluster=backend.cluster_name(mesh_domain=mesh_domain),
+        weight=backend.ref.weight,
+        selector=backend.selector,
     )
 
 
@@ -229,16 +261,20 @@ def entry_routes(entry: Entry, *, mesh_domain: str) -> tuple[ir.HTTPRoute, ...]:
         else [(None, None)] * len(usable)  # no backendRef has filters of its own
     )
     per_destination = len(usable) > 1 and any(changes != (None, None) for changes in own)
-    resolved = [
-        ir.Destination(
-            cluster=item.cluster_name(mesh_domain=mesh_domain),
-            weight=item.ref.weight,
-            selector=item.selector,
-            request_headers=_then(rule_request, request) if per_destination else None,
-            response_headers=_then(rule_response, response) if per_destination else None,
-        )
-        for (_, item), (request, response) in zip(usable, own, strict=True)
-    ]
+    resolved = (
+        [
+            ir.Destination(
+                cluster=item.cluster_name(mesh_domain=mesh_domain),
+                weight=item.ref.weight,
+                selector=item.selector,
+                request_headers=_then(rule_request, request),
+                response_headers=_then(rule_response, response),
+            )
+            for (_, item), (request, response) in zip(usable, own, strict=True)
+        ]
+        if per_destination
+        else [_plain_destination(item, mesh_domain) for _, item in usable]
+    )
     if not resolved:
         why = (
             "no backend"

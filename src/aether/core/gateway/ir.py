@@ -127,7 +127,7 @@ class Redirect:
     path: PathRewrite | None = None
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Destination:
     """A cluster a forwarding route sends its share of the requests to."""
 
@@ -165,7 +165,7 @@ class Retry:
     """The base interval between retries; 0 leaves it to the projection."""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Forward:
     """Send the request on, split by weight over `destinations`."""
 
@@ -226,12 +226,16 @@ SelectorKeys = tuple[tuple[str, ...], ...]
 
 def selector_keys(routes: Iterable[HTTPRoute]) -> Mapping[str, SelectorKeys]:
     """Return, per cluster that `routes` send a selected share to, the key sets of those selectors (sorted)."""
+    return forward_selector_keys(route.action for route in routes if isinstance(route.action, Forward))
+
+
+def forward_selector_keys(forwards: Iterable[Forward]) -> Mapping[str, SelectorKeys]:
+    """Return, per cluster that `forwards` send a selected share to, the key sets of those selectors (sorted)."""
     found: dict[str, set[tuple[str, ...]]] = {}
-    for route in routes:
-        if isinstance(route.action, Forward):
-            for item in route.action.destinations:
-                if item.selector:
-                    found.setdefault(item.cluster, set()).add(tuple(label for label, _ in item.selector))
+    for forward in forwards:
+        for item in forward.destinations:
+            if item.selector:
+                found.setdefault(item.cluster, set()).add(tuple(label for label, _ in item.selector))
     return {cluster: tuple(sorted(keys)) for cluster, keys in sorted(found.items())}
 
 

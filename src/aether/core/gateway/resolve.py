@@ -39,7 +39,7 @@ UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 _NO_NAMESPACES: Mapping[str, KubeNamespace] = immutables.Map()
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Backend:
     """A backendRef resolved: the mesh service behind it, or why there is none."""
 

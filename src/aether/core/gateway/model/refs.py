@@ -26,7 +26,7 @@ MAX_PARENT_REFS = 32
 MAX_WEIGHT = 1_000_000
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class ParentRef:
     """Where a route wants to attach: a Gateway (north-south, the edge) or a Service (east-west, GAMMA)."""
 
@@ -51,7 +51,7 @@ class ParentRef:
         return self.group == GATEWAY_GROUP and self.kind == "Gateway"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class BackendRef:
     """A backend a route sends to (or mirrors to), with its weight."""
 
