@@ -170,3 +170,16 @@ def test_a_backend_with_a_filter_it_cannot_apply_alone_answers_its_share_500() -
         body="aether: HTTPRoute/default/r rule 0: backendRefs[0] has filter URLRewrite, which cannot apply to one "
         "backend\n",
     )
+
+
+def test_entries_to_the_same_backends_share_their_forward() -> None:
+    """Two routes forwarding to the same backend get one Forward object (equal to a fresh one), so what is kept per
+    forward (a virtual host's clusters and selector keys) is computed once; a rule of its own (a timeout) gets its
+    own."""
+    rule = {"backendRefs": [{"name": "web", "port": 80}]}
+    (first,) = entry_routes(_entry(rule), mesh_domain=MESH_DOMAIN)
+    (second,) = entry_routes(_entry(rule), mesh_domain=MESH_DOMAIN)
+    assert first.action is second.action
+    assert first.action == ir.Forward(destinations=(ir.Destination(cluster=WEB, weight=1),))
+    (timed,) = entry_routes(_entry({**rule, "timeouts": {"request": "1s"}}), mesh_domain=MESH_DOMAIN)
+    assert timed.action == ir.Forward(destinations=(ir.Destination(cluster=WEB, weight=1),), timeout_ms=1000)

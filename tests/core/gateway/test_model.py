@@ -418,3 +418,76 @@ def test_reference_grants_parse_or_grant_nothing() -> None:
     assert not grant.permits(**common, to_kind="Secret", to_name="db")
     assert parse_reference_grant(meta, json.dumps({"from": [], "to": [{"kind": "Service"}]})) is None
     assert parse_reference_grant(meta, "{") is None
+
+
+def _parsed(spec: Any) -> Route:
+    parsed = parse_route("HTTPRoute", _meta("HTTPRoute"), json.dumps(spec))
+    assert isinstance(parsed, Route), parsed
+    return parsed
+
+
+@pytest.mark.parametrize(
+    ("valid", "invalid", "message"),
+    [
+        (
+            {"parentRefs": [{"name": "edge", "port": 80}]},
+            {"parentRefs": [{"name": "edge", "port": True}]},
+            "spec.parentRefs[0].port: must be an integer (got True)",
+        ),
+        (
+            {"parentRefs": [{"name": "edge", "port": 80}]},
+            {"parentRefs": [{"name": "edge", "port": 80.0}]},
+            "spec.parentRefs[0].port: must be an integer (got 80.0)",
+        ),
+        (
+            _rule(backendRefs=[{"name": "a", "port": 1, "weight": 1}]),
+            _rule(backendRefs=[{"name": "a", "port": 1, "weight": True}]),
+            "spec.rules[0].backendRefs[0].weight: must be an integer (got True)",
+        ),
+        (
+            _rule(matches=[{"headers": [{"name": "x", "value": "1"}]}]),
+            _rule(matches=[{"headers": [{"name": "x", "value": 1}]}]),
+            "spec.rules[0].matches[0].headers[0].value: must be a string (got 1)",
+        ),
+    ],
+)
+def test_a_value_equal_to_a_valid_one_but_of_another_type_is_still_refused(
+    valid: Any, invalid: Any, message: str
+) -> None:
+    """References, hostnames and header matches are parsed once per distinct value: `True` and `80.0` equal `1`
+    and `80` in Python, yet after the valid spelling parsed the other is refused, with the same message as always."""
+    _parsed(valid)
+    assert _rejected("HTTPRoute", invalid) == message
+    assert _rejected("HTTPRoute", invalid) == message
+
+
+def test_routes_with_equal_references_share_their_parsed_values() -> None:
+    """Routes that repeat a parentRef, backendRef, hostnames or header match get the same parsed objects (what
+    later memos compare by identity), equal to what a route of its own would get."""
+    spec = {
+        "parentRefs": [{"name": "edge"}],
+        "hostnames": ["a.example.com"],
+        "rules": [
+            {
+                "matches": [{"headers": [{"name": "X-Tenant", "value": "t1"}]}],
+                "backendRefs": [{"name": "svc", "port": 80}],
+            }
+        ],
+    }
+    first, second = _parsed(spec), _parsed(spec)
+    assert first == second
+    assert first.parents is second.parents
+    assert first.hostnames is second.hostnames
+    assert first.rules[0].backends is second.rules[0].backends
+    assert first.rules[0].matches[0].headers is second.rules[0].matches[0].headers
+    assert first.rules[0].matches[0].headers == (ValueMatch(type="Exact", name="x-tenant", value="t1"),)
+    assert first.rules[0].backends == (BackendRef(namespace="default", name="svc", port=80),)
+
+
+def test_references_with_nested_values_parse_each_time() -> None:
+    """A backendRef with filters of its own (a nested value) is parsed as given, not shared."""
+    own = [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "a", "value": "b"}]}}]
+    spec = _rule(backendRefs=[{"name": "svc", "port": 80, "filters": own}])
+    first, second = _parsed(spec), _parsed(spec)
+    assert first == second
+    assert first.rules[0].backends is not second.rules[0].backends
