@@ -24,7 +24,7 @@ from aether.core.gateway.contract import (
     L4Route,
     ObjectStatus,
 )
-from aether.core.gateway.entries import Entry, translate
+from aether.core.gateway.entries import Entry, sent_services
 from aether.core.gateway.hostnames import ANY_HOST, covers, specificity
 from aether.core.gateway.ir import forward_selector_keys
 from aether.core.gateway.l4 import claim, weighted_backends
@@ -158,8 +158,6 @@ class _VirtualHost:
         self._clusters: dict[str, int] = {}
         self._selectors: dict[tuple[str, tuple[str, ...]], int] = {}
         self._keys: dict[str, list[_Piece]] = {}
-        self._interned: dict[frozenset[str], frozenset[str]] = {}
-        """One object per set of services or clusters (they repeat across the entries)."""
         self._built: _Domain | None = None
 
     def add(self, item: Resolved) -> None:
@@ -168,16 +166,15 @@ class _VirtualHost:
         keys = self._keys.setdefault(item.route.key, [])
         rank = _KIND_RANK[item.route.kind]
         for entry in item.entries(host=host, listener_port=self._port, listener_scheme=self._scheme):
-            routes, services = translate((entry,), routes_of=self._memo.entry_routes)
-            key = (rank, *entry_key(entry))
+            routes = self._memo.entry_routes(entry)
             clusters, selectors = _targets(
                 tuple([route.action for route in routes if type(route.action) is ir.Forward])
             )
             piece = _Piece(
-                key=key,
+                key=(rank, *entry_key(entry)),
                 entry=entry,
-                routes=tuple(routes),
-                services=self._intern(frozenset(services)),
+                routes=routes,
+                services=sent_services(entry),
                 clusters=clusters,
                 selectors=selectors,
             )
@@ -225,9 +222,6 @@ class _VirtualHost:
             if not group:
                 del self._claims[identity]
         self._built = None
-
-    def _intern(self, names: frozenset[str]) -> frozenset[str]:
-        return self._interned.setdefault(names, names)
 
     def _keep(self, piece: _Piece, by: int) -> None:
         if by > 0:

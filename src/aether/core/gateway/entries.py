@@ -316,17 +316,26 @@ def translate(
     services: set[str] = set()
     for entry in entries:
         routes.extend(routes_of(entry))
-        filters = entry.rule.filters
-        if filters.redirect is None and not filters.unsupported:
-            # A backend whose own filters are refused is never sent to: its cluster is not needed.
-            refused = _refused(entry)
-            sent = (
-                [item for index, item in enumerate(entry.backends) if index not in refused]
-                if refused
-                else entry.backends
-            )
-            # A slice backend's cluster is not a mesh service's: no mesh service is demanded for it.
-            services.update(
-                item.service for item in (*sent, *entry.mirrors) if item.service and not item.cluster
-            )
+        services.update(sent_services(entry))
     return routes, services
+
+
+def sent_services(entry: Entry) -> frozenset[str]:
+    """Return the mesh services the routes of `entry` send or mirror to."""
+    filters = entry.rule.filters
+    if filters.redirect is not None or filters.unsupported:
+        return frozenset()
+    # A backend whose own filters are refused is never sent to: its cluster is not needed.
+    refused = _refused(entry)
+    sent = (
+        tuple([item for index, item in enumerate(entry.backends) if index not in refused])
+        if refused
+        else entry.backends
+    )
+    return _services(sent, entry.mirrors)
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of values; routes repeat the same backends
+def _services(backends: tuple[Backend, ...], mirrors: tuple[Backend, ...]) -> frozenset[str]:
+    # A slice backend's cluster is not a mesh service's: no mesh service is demanded for it.
+    return frozenset(item.service for item in (*backends, *mirrors) if item.service and not item.cluster)

@@ -59,7 +59,9 @@ def http_route_match(match: HTTPMatch) -> ir.RouteMatch:
             ir.NamedMatch(name=METHOD_HEADER, match=ir.StringMatch(kind=ir.EXACT, value=match.method))
         )
     return ir.RouteMatch(
-        path=tested, headers=tuple(headers), query_params=tuple(_named(item) for item in match.query_params)
+        path=tested,
+        headers=tuple(headers),
+        query_params=tuple([_named(item) for item in match.query_params]) if match.query_params else (),
     )
 
 
