@@ -34,6 +34,16 @@ _ABSENT = object()
 """Stands for an input a unit did not have (never the same object as any input)."""
 
 
+def _replaced(
+    old: Mapping[str, object], new: Mapping[str, object], *, in_set: Mapping[str, object]
+) -> Iterator[str]:
+    """Yield the services of the set whose entry (routing, subsets, UDP ports) `new` holds another object for
+    than `old` (or that only one of them has)."""
+    return (
+        service for service in {*new, *old} if service in in_set and new.get(service) is not old.get(service)
+    )
+
+
 class ServiceUnits:
     """The service units of one node's projections, and the virtual hosts of those that have any."""
 
@@ -143,12 +153,7 @@ class ServiceUnits:
             if registry.services is not previous[3]:
                 candidates.update(demand.undeclared)
             if routings is not previous[4]:
-                old_routings = previous[4]
-                candidates.update(
-                    service
-                    for service in {*routings, *old_routings}
-                    if service in demand.by_service and routings.get(service) is not old_routings.get(service)
-                )
+                candidates.update(_replaced(previous[4], routings, in_set=demand.by_service))
             if tcp_backends is not previous[5]:
                 candidates.update(
                     service
@@ -156,19 +161,9 @@ class ServiceUnits:
                     if service in demand.by_service
                 )
             if subsets is not previous[6]:
-                old_subsets = previous[6]
-                candidates.update(
-                    service
-                    for service in {*subsets, *old_subsets}
-                    if service in demand.by_service and subsets.get(service) is not old_subsets.get(service)
-                )
+                candidates.update(_replaced(previous[6], subsets, in_set=demand.by_service))
             if udp_ports is not previous[7]:
-                old_ports = previous[7]
-                candidates.update(
-                    service
-                    for service in {*udp_ports, *old_ports}
-                    if service in demand.by_service and udp_ports.get(service) is not old_ports.get(service)
-                )
+                candidates.update(_replaced(previous[7], udp_ports, in_set=demand.by_service))
             order: Iterable[str] = sorted(candidates)
         else:
             refs = list(map(registry.endpoints.get, deps))
