@@ -66,9 +66,8 @@ async def test_udp_queries_share_one_socket_per_upstream(nursery: trio.Nursery) 
     """Concurrent and successive UDP queries to one upstream leave from one source port, each with its own ID."""
     seen: list[tuple[int, int]] = []
 
+    replies: list[object] = []
     sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
-    await sock.bind(("127.0.0.1", 0))
-    upstream = HostPort(host="127.0.0.1", port=sock.getsockname()[1])
 
     async def serve() -> None:
         while True:
@@ -76,19 +75,24 @@ async def test_udp_queries_share_one_socket_per_upstream(nursery: trio.Nursery) 
             seen.append((client[1], int.from_bytes(packet[:2], "big")))
             await sock.sendto(bytes(dnslib.DNSRecord.parse(packet).reply().pack()), client)
 
-    nursery.start_soon(serve)
-    pool: Upstreams = await nursery.start(serve_upstreams, (upstream,))
-    replies: list[object] = []
+    # The upstream's task runs in a nursery of the test's own, ended before its socket closes.
+    with sock:
+        await sock.bind(("127.0.0.1", 0))
+        upstream = HostPort(host="127.0.0.1", port=sock.getsockname()[1])
+        async with trio.open_nursery() as upstream_side:
+            upstream_side.start_soon(serve)
+            pool: Upstreams = await nursery.start(serve_upstreams, (upstream,))
 
-    async def ask(name: str) -> None:
-        query = bytes(dnslib.DNSRecord.question(name).pack())
-        replies.append(await pool.ask(query, transport=Transport.UDP))
+            async def ask(name: str) -> None:
+                query = bytes(dnslib.DNSRecord.question(name).pack())
+                replies.append(await pool.ask(query, transport=Transport.UDP))
 
-    with trio.fail_after(10):
-        async with trio.open_nursery() as askers:
-            for index in range(20):
-                askers.start_soon(ask, f"name{index}.example")
-        await ask("last.example")
+            with trio.fail_after(10):
+                async with trio.open_nursery() as askers:
+                    for index in range(20):
+                        askers.start_soon(ask, f"name{index}.example")
+                await ask("last.example")
+            upstream_side.cancel_scope.cancel()
     assert len(replies) == 21
     assert None not in replies
     assert len({port for port, _ in seen}) == 1

@@ -4,7 +4,7 @@ by hand: the TTL cache on a clock the test moves, negative caching, coalescing, 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import attrs
@@ -65,10 +65,10 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def hand_upstream() -> HandUpstream:
-    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
-    await sock.bind(("127.0.0.1", 0))
-    return HandUpstream(sock)
+async def hand_upstream() -> AsyncIterator[HandUpstream]:
+    with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as sock:
+        await sock.bind(("127.0.0.1", 0))
+        yield HandUpstream(sock)
 
 
 @pytest.fixture

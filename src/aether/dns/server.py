@@ -297,12 +297,11 @@ async def _serve_udp_batches(
     clock: Callable[[], float],
 ) -> None:
     """Answer UDP queries until cancelled, a `QueryBatch` at a time: one `recvmmsg` takes up to `UDP_BATCH`
-    datagrams, the cached answers are put in place in one pass, the other queries go the way `_serve_udp`
-    sends them (answered in the batch, or joining a flight), and one `sendmmsg` sends the batch's answers.
+    datagrams, the cached answers are put in place in one pass, the other queries go through `_answer_uncached`
+    as `_serve_udp`'s do (answered in the batch, or joining a flight), and one `sendmmsg` sends the batch's answers.
     """
     resolver = server.resolver
     lookup = resolver.udp_lookup()
-    udp = Transport.UDP
     while True:
         # `wait_readable` always parks the task, so the other tasks run between wake-ups; a wake-up costs far
         # more than a `recvmmsg` that finds nothing, so a full batch is followed by another at once (up to
@@ -318,16 +317,11 @@ async def _serve_udp_batches(
             misses = batch.answer_cached(lookup, now=now)
             resolver.count_hits(count - len(misses))
             for index in misses:
-                query = batch.query(index)
-                resolution = _resolve(server, query, transport=udp, now=now)
-                if isinstance(resolution, Answered):
-                    if resolution.problem is not None:
-                        _log_problem(resolution.problem, server=server, peer=batch.sender(index))
-                    batch.reply(index, resolution.response)
-                elif isinstance(resolution, Forward):
-                    flights.forward_udp(resolution, query, batch.sender(index))
-                else:
-                    _log_dropped(resolution, server=server, peer=batch.sender(index))
+                response = _answer_uncached(
+                    batch.query(index), batch.sender(index), server=server, flights=flights, now=now
+                )
+                if response is not None:
+                    batch.reply(index, response)
             batch.send()
             if count < UDP_BATCH:
                 break  # the socket had no more
@@ -367,18 +361,30 @@ async def _serve_udp(
                 except OSError as exc:
                     logger.info("udp answer to %s not sent: %s", client, exc)
                 continue
-            resolution = _resolve(server, query, transport=udp, now=now)
-            if isinstance(resolution, Answered):
-                if resolution.problem is not None:
-                    _log_problem(resolution.problem, server=server, peer=client)
-                _send_now(raw, resolution.response, client)
-            elif isinstance(resolution, Forward):
-                flights.forward_udp(resolution, query, client)
-            else:
-                _log_dropped(resolution, server=server, peer=client)
+            response = _answer_uncached(query, client, server=server, flights=flights, now=now)
+            if response is not None:
+                _send_now(raw, response, client)
         if server.udp_queries != taken:
             server.udp_batches += 1
         await trio.lowlevel.checkpoint()
+
+
+def _answer_uncached(
+    query: bytes, client: tuple[object, ...], *, server: RunningMeshDns, flights: _Flights, now: float
+) -> bytes | None:
+    """Resolve a UDP query the answer cache did not answer, for both UDP loops: return the answer to send now, or
+    None when there is none yet (forwarded: its flight answers `client` when the upstream replies) or none at all
+    (dropped, logged)."""
+    resolution = _resolve(server, query, transport=Transport.UDP, now=now)
+    if isinstance(resolution, Answered):
+        if resolution.problem is not None:
+            _log_problem(resolution.problem, server=server, peer=client)
+        return resolution.response
+    if isinstance(resolution, Forward):
+        flights.forward_udp(resolution, query, client)
+    else:
+        _log_dropped(resolution, server=server, peer=client)
+    return None
 
 
 def _send_now(raw: socket.socket, response: bytes, client: tuple[object, ...]) -> None:
