@@ -40,6 +40,7 @@ from purerpc.grpclib.events import (
 from purerpc.grpclib.exceptions import MessageTooLargeError as PurerpcMessageTooLargeError
 from purerpc.grpclib.status import Status, StatusCode
 
+from aether.rpc.data_frames import receive_data_frame
 from aether.rpc.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
 
 __all__ = [
@@ -185,7 +186,9 @@ async def _listen(self: GRPCSocket) -> AsyncIterator[GRPCStream]:
     - It looked streams up with ``self._streams[stream_id]``: an event for a stream that already ended
       raised KeyError and tore down the connection with all its streams. Now such events are dropped.
 
-    Also: a message over the size limit (`_MessageRejected`) fails its stream; see `_reject_message`.
+    Also: a message over the size limit (`_MessageRejected`) fails its stream; see `_reject_message`. What the peer
+    sent is read by `aether.rpc.data_frames.receive_data_frame` when it is one DATA frame on an open stream (h2
+    reads everything else), and each event is handed to its stream without a checkpoint per event.
     """
     try:
         while True:
@@ -193,7 +196,9 @@ async def _listen(self: GRPCSocket) -> AsyncIterator[GRPCStream]:
                 data = await self._socket.recv(self._receive_buffer_size)
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 return
-            events = self._grpc_connection.receive_data(data)
+            events = receive_data_frame(self._grpc_connection, data)
+            if events is None:
+                events = self._grpc_connection.receive_data(data)
             await self._socket.flush()
             for event in events:
                 if isinstance(event, WindowUpdated):
@@ -220,7 +225,8 @@ async def _listen(self: GRPCSocket) -> AsyncIterator[GRPCStream]:
                 elif isinstance(event, _MessageRejected):
                     await _reject_message(self, stream, event)
                 else:
-                    await stream._incoming_events[0].send(event)
+                    # Never blocks (the stream's buffer is unbounded); the receive of this loop is its checkpoint.
+                    stream._incoming_events[0].send_nowait(event)
                     if isinstance(event, RequestReceived):
                         yield stream
                     elif isinstance(event, RequestEnded | ResponseEnded):
@@ -353,9 +359,19 @@ def _data_received(self: GRPCConnection, event: h2.events.DataReceived) -> list[
         # The stream's message was rejected earlier in this batch of frames; its reset is not sent yet.
         _acknowledge(self, event.stream_id, event.flow_controlled_length)
         return []
+    data = event.data
+    if (
+        buffer._message_length is None  # no message begun in an earlier frame
+        and not buffer._buffer._size
+        and len(data) >= _PREFIX
+        and data[0] == 0  # not compressed
+        and int.from_bytes(data[1:_PREFIX], "big") == len(data) - _PREFIX <= buffer._max_message_length
+    ):
+        # The frame holds exactly one whole message: what the buffer would return for it.
+        return [MessageReceived(event.stream_id, data[_PREFIX:], event.flow_controlled_length)]
     rejected: list[GRPCEvent] = []
     try:
-        buffer.data_received(event.data, event.flow_controlled_length)
+        buffer.data_received(data, event.flow_controlled_length)
     except PurerpcMessageTooLargeError:
         del self.message_read_buffers[event.stream_id]
         # MessageReadBuffer has consumed the 5-byte header (its flow-controlled length is kept apart) and holds
@@ -372,6 +388,10 @@ def _data_received(self: GRPCConnection, event: h2.events.DataReceived) -> list[
         for message, length in buffer.read_all_complete_messages_flowcontrol()
     ]
     return received + rejected
+
+
+_PREFIX = 5
+"""A gRPC message's prefix: compressed or not (one byte), then its length (four)."""
 
 
 def _acknowledge(connection: GRPCConnection, stream_id: int, length: int) -> None:
