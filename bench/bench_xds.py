@@ -30,6 +30,7 @@ from aether.core.snapshot import CLUSTER_TYPE, ENDPOINT_TYPE, SHORT_NAMES, Resou
 from aether.envoy.bootstrap import ads_bootstrap
 from aether.envoy.process import find_envoy_binary, open_envoy
 from aether.rpc.listen import ListenAddress, serve_grpc
+from aether.sync import LatestValue
 from aether.testing.envoy import static_bootstrap
 from aether.testing.xds_resources import LOOPBACK, make_cluster, make_load_assignment
 from aether.xds.cache import SnapshotCache
@@ -53,9 +54,6 @@ LOAD_TIMEOUT = 90.0
 
 SYNC_TIMEOUT = 5.0
 # After the ACK the server's status is SYNCED at once (same task); 5 s is a margin, not an expectation.
-
-STATUS_POLL = 0.002
-# Status is polled only where no ACK event marks the end (Delta unsubscribes); 2 ms keeps that wait tight.
 
 SERVER_SHARE_AIM = 0.05
 DELTA_CHANGE_AIM = 0.050
@@ -115,6 +113,8 @@ class _TimedXdsServer(XdsServer):
         super().__init__(cache, **options)
         self.publish_seconds = 0.0
         self.receive_seconds = 0.0
+        self.steps: LatestValue[int] = LatestValue(0)
+        """How many snapshots and requests the stream machines took: set after each (`wait_synced` waits on it)."""
 
     def _step(self, machine: Any, item: Any) -> StreamOutput:
         start = time.thread_time()
@@ -126,6 +126,11 @@ class _TimedXdsServer(XdsServer):
                 self.publish_seconds += spent
             else:
                 self.receive_seconds += spent
+            self.steps.set(self.steps.value + 1)
+
+    def sync_states(self) -> tuple[tuple[TypeStatus, ...], ...]:
+        """Each open stream's `sync_states()`: O(types), where `status()` hashes every name a Delta stream holds."""
+        return tuple(machine.sync_states() for machine in self._machines.values())
 
 
 @attrs.define(kw_only=True)
@@ -245,16 +250,41 @@ def _not_acked(plane: ControlPlane, pending: dict[str, str], *, what: str, secon
 async def wait_synced(plane: ControlPlane, snapshot: Snapshot, *, types: Sequence[str], what: str) -> None:
     """Wait until the server's status shows each of `types` SYNCED at `snapshot`'s version.
 
+    Woken by each step of a stream machine, not polled: no event marks a Delta unsubscribe, but the request that
+    makes it is a step. The versions (`status()`, which hashes every name a Delta stream holds) are read only once
+    `wait_settled`'s O(types) condition holds.
+
     Raises:
         RuntimeError: Not so within `SYNC_TIMEOUT` seconds.
     """
     expected = {type_url: snapshot.version(type_url) for type_url in types}
     with trio.move_on_after(SYNC_TIMEOUT):
-        # The server changes status as it reads Envoy's requests; no event marks a Delta unsubscribe, so poll.
-        while not _synced(plane, expected):  # noqa: ASYNC110
-            await trio.sleep(STATUS_POLL)
+        await plane.server.steps.wait_value(lambda _: _settled(plane) and _synced(plane, expected))
         return
     raise RuntimeError(f"{what}: status not SYNCED within {SYNC_TIMEOUT} s (status {_status_text(plane)})")
+
+
+async def wait_settled(plane: ControlPlane, *, what: str) -> None:
+    """Wait until the one stream has nothing in flight and nothing rejected (`sync_states()`, O(types)).
+
+    After a push whose ACKs came at the snapshot's versions this is what `wait_synced` checks; its versions are
+    those of the ACK events.
+
+    Raises:
+        RuntimeError: Not so within `SYNC_TIMEOUT` seconds.
+    """
+    with trio.move_on_after(SYNC_TIMEOUT):
+        await plane.server.steps.wait_value(lambda _: _settled(plane))
+        return
+    raise RuntimeError(f"{what}: still in flight after {SYNC_TIMEOUT} s (status {_status_text(plane)})")
+
+
+_UNSETTLED = frozenset({TypeStatus.STALE, TypeStatus.NACKED})
+
+
+def _settled(plane: ControlPlane) -> bool:
+    streams = plane.server.sync_states()
+    return len(streams) == 1 and _UNSETTLED.isdisjoint(streams[0])
 
 
 def _synced(plane: ControlPlane, expected: dict[str, str]) -> bool:
@@ -300,7 +330,7 @@ async def push(plane: ControlPlane, snapshot: Snapshot, *, types: Sequence[str],
         receive_seconds=server.receive_seconds - receive_before,
         gc_seconds=GC_CLOCK.seconds - gc_before,
     )
-    await wait_synced(plane, snapshot, types=types, what=what)
+    await wait_settled(plane, what=what)
     return measured
 
 

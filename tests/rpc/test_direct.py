@@ -7,7 +7,7 @@ import contextlib
 import functools
 import struct
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import h2.events
 import purerpc
@@ -62,11 +62,15 @@ def _message(index: int, *, size: int) -> bytes:
 
 @contextlib.asynccontextmanager
 async def serving(direct: Direct) -> AsyncIterator[ListenAddress]:
+    async with serving_service(direct.service()) as address:
+        yield address
+
+
+@contextlib.asynccontextmanager
+async def serving_service(service: purerpc.Service) -> AsyncIterator[ListenAddress]:
     async with trio.open_nursery() as nursery:
         address = await nursery.start(
-            functools.partial(
-                serve_grpc, [direct.service()], listen=ListenAddress.tcp(host="127.0.0.1", port=0)
-            )
+            functools.partial(serve_grpc, [service], listen=ListenAddress.tcp(host="127.0.0.1", port=0))
         )
         yield address
         nursery.cancel_scope.cancel()
@@ -129,10 +133,16 @@ def test_there_is_no_current_stream_outside_a_handler() -> None:
     assert current_server_stream() is None
 
 
+@pytest.fixture
+def through_the_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch goes to the send thread, even one connection's few bytes (written on the trio thread else)."""
+    monkeypatch.setattr(compat, "_INLINE_LIMIT", 0)
+
+
 class HeldSend:
-    """Send: with the send thread held, one message sent with `send_nowait` (its bytes then wait in the thread),
-    then `value` more yielded by the handler (with `wait`, once the first is in flight; without, in the same
-    scheduler tick: one batch takes them all); `in_flight` tells when the first is in flight."""
+    """Send: with the send thread held, one message sent with `send_nowait` (its bytes then wait in the thread:
+    use `through_the_thread`), then `value` more yielded by the handler (with `wait`, once the first is in flight;
+    without, in the same scheduler tick: one batch takes them all); `in_flight` tells when the first is in flight."""
 
     def __init__(self, *, wait: bool = True) -> None:
         self.wait = wait
@@ -162,6 +172,7 @@ class HeldSend:
             yield EncodedMessage(_message(index, size=10))
 
 
+@pytest.mark.usefixtures("through_the_thread")
 @pytest.mark.parametrize("wait", [True, False], ids=["after-the-batch", "in-the-same-batch"])
 async def test_what_the_handler_yields_while_the_send_thread_holds_earlier_bytes_goes_after_them(
     wait: bool,
@@ -188,6 +199,7 @@ async def test_what_the_handler_yields_while_the_send_thread_holds_earlier_bytes
     assert (messages, status) == ([bytes([index]) * 10 for index in range(4)], "0")
 
 
+@pytest.mark.usefixtures("through_the_thread")
 async def test_a_connection_closed_while_the_send_thread_holds_its_bytes_closes_after_writing_them() -> None:
     """The server shuts down while the send thread holds bytes of a connection: the connection's socket stays
     open (its descriptor cannot be reused by another connection) until the thread wrote them; the client reads
@@ -256,3 +268,90 @@ async def test_bytes_the_socket_does_not_take_are_given_back_and_sent_in_order(
     assert direct.accepted == [True] * count
     assert messages == [bytes([index % 256]) * size for index in range(count + 1)]
     assert status == "0"
+
+
+class Batches:
+    """Send: `value` messages of `size` bytes with `send_nowait` on each of `streams` open streams at once (one
+    scheduler tick), once all `streams` have asked; then one yielded. `sent` is set once they are handed over."""
+
+    def __init__(self, *, streams: int, size: int) -> None:
+        self.size = size
+        self.sent = trio.Event()
+        self._senders: list[StreamSender] = []
+        self._count = streams
+        self._asked = trio.Event()
+
+    def service(self) -> purerpc.Service:
+        service = purerpc.Service(SERVICE_NAME)
+        signature = purerpc.RPCSignature(
+            purerpc.Cardinality.UNARY_STREAM, wrappers_pb2.UInt32Value, wrappers_pb2.BytesValue
+        )
+        service.add_method("Send", self._send, signature)
+        return service
+
+    async def _send(self, request: wrappers_pb2.UInt32Value) -> AsyncIterator[EncodedMessage]:
+        stream = current_server_stream()
+        assert stream is not None
+        self._senders.append(StreamSender(stream))
+        if len(self._senders) == self._count:
+            for sender in self._senders:  # no checkpoint between them: one tick, one batch
+                for index in range(request.value):
+                    assert sender.send_nowait([_message(index, size=self.size)])
+            self.sent.set()
+            self._asked.set()
+        await self._asked.wait()
+        yield EncodedMessage(_message(request.value, size=self.size))
+
+
+@contextlib.contextmanager
+def _send_thread_held() -> Iterator[threading.Event]:
+    """Hold the send thread (it writes nothing) until the event yielded is set, or the block ends."""
+    release = threading.Event()
+    compat._send_thread().call(release.wait)
+    try:
+        yield release
+    finally:
+        release.set()  # else the server's connections, closing, would wait for the thread for ever
+
+
+@pytest.mark.parametrize(
+    ("streams", "size", "inline"),
+    [
+        pytest.param(1, 10, True, id="one-connection-few-bytes-on-the-trio-thread"),
+        pytest.param(2, 10, False, id="two-connections-through-the-thread"),
+        # Two messages of 65 bytes each (with the gRPC prefix and the frame header): over the limit set below.
+        pytest.param(1, 60, False, id="one-connection-over-the-inline-limit-through-the-thread"),
+    ],
+)
+async def test_a_batch_of_one_connection_few_bytes_is_written_on_the_trio_thread(
+    streams: int, size: int, inline: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the send thread held, messages sent directly on `streams` connections in one tick: one connection's
+    few bytes are written at once (the client reads them, then status OK, while the thread is still held); a
+    batch of two connections, or of more bytes than `_INLINE_LIMIT`, waits in the thread until it is released
+    (each connection's bytes are in flight), then every client reads its messages in order."""
+    monkeypatch.setattr(compat, "_INLINE_LIMIT", 100)
+    batches = Batches(streams=streams, size=size)
+    with trio.fail_after(30):
+        async with serving_service(batches.service()) as address, contextlib.AsyncExitStack() as stack:
+            release = stack.enter_context(_send_thread_held())
+            clients = [await stack.enter_async_context(RawH2Client.connect(address)) for _ in range(streams)]
+            stream_ids = []
+            for client in clients:
+                stream_ids.append(await client.open("Send"))
+                await client.send(stream_ids[-1], wrappers_pb2.UInt32Value(value=2), end_stream=True)
+            await batches.sent.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            outlets = [getattr(sender._socket, compat._OUTLET_ATTRIBUTE) for sender in batches._senders]
+            assert [outlet.in_flight for outlet in outlets] == [not inline] * streams
+            if inline:
+                received = [await _receive_all(clients[0], stream_ids[0])]
+                release.set()
+            else:
+                release.set()
+                received = [
+                    await _receive_all(client, stream_id)
+                    for client, stream_id in zip(clients, stream_ids, strict=True)
+                ]
+    expected = [bytes([index]) * size for index in range(3)]
+    assert received == [(expected, "0")] * streams

@@ -40,6 +40,7 @@ from purerpc.grpclib.events import (
 from purerpc.grpclib.exceptions import MessageTooLargeError as PurerpcMessageTooLargeError
 from purerpc.grpclib.status import Status, StatusCode
 
+from aether.rpc.data_frames import receive_data_frame
 from aether.rpc.errors import MessageTooLargeError, PeerGoneError, PurerpcVersionError
 
 __all__ = [
@@ -185,7 +186,9 @@ async def _listen(self: GRPCSocket) -> AsyncIterator[GRPCStream]:
     - It looked streams up with ``self._streams[stream_id]``: an event for a stream that already ended
       raised KeyError and tore down the connection with all its streams. Now such events are dropped.
 
-    Also: a message over the size limit (`_MessageRejected`) fails its stream; see `_reject_message`.
+    Also: a message over the size limit (`_MessageRejected`) fails its stream; see `_reject_message`. What the peer
+    sent is read by `aether.rpc.data_frames.receive_data_frame` when it is one DATA frame on an open stream (h2
+    reads everything else), and each event is handed to its stream without a checkpoint per event.
     """
     try:
         while True:
@@ -193,7 +196,9 @@ async def _listen(self: GRPCSocket) -> AsyncIterator[GRPCStream]:
                 data = await self._socket.recv(self._receive_buffer_size)
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 return
-            events = self._grpc_connection.receive_data(data)
+            events = receive_data_frame(self._grpc_connection, data)
+            if events is None:
+                events = self._grpc_connection.receive_data(data)
             await self._socket.flush()
             for event in events:
                 if isinstance(event, WindowUpdated):
@@ -220,7 +225,8 @@ async def _listen(self: GRPCSocket) -> AsyncIterator[GRPCStream]:
                 elif isinstance(event, _MessageRejected):
                     await _reject_message(self, stream, event)
                 else:
-                    await stream._incoming_events[0].send(event)
+                    # Never blocks (the stream's buffer is unbounded); the receive of this loop is its checkpoint.
+                    stream._incoming_events[0].send_nowait(event)
                     if isinstance(event, RequestReceived):
                         yield stream
                     elif isinstance(event, RequestEnded | ResponseEnded):
@@ -353,9 +359,19 @@ def _data_received(self: GRPCConnection, event: h2.events.DataReceived) -> list[
         # The stream's message was rejected earlier in this batch of frames; its reset is not sent yet.
         _acknowledge(self, event.stream_id, event.flow_controlled_length)
         return []
+    data = event.data
+    if (
+        buffer._message_length is None  # no message begun in an earlier frame
+        and not buffer._buffer._size
+        and len(data) >= _PREFIX
+        and data[0] == 0  # not compressed
+        and int.from_bytes(data[1:_PREFIX], "big") == len(data) - _PREFIX <= buffer._max_message_length
+    ):
+        # The frame holds exactly one whole message: what the buffer would return for it.
+        return [MessageReceived(event.stream_id, data[_PREFIX:], event.flow_controlled_length)]
     rejected: list[GRPCEvent] = []
     try:
-        buffer.data_received(event.data, event.flow_controlled_length)
+        buffer.data_received(data, event.flow_controlled_length)
     except PurerpcMessageTooLargeError:
         del self.message_read_buffers[event.stream_id]
         # MessageReadBuffer has consumed the 5-byte header (its flow-controlled length is kept apart) and holds
@@ -372,6 +388,10 @@ def _data_received(self: GRPCConnection, event: h2.events.DataReceived) -> list[
         for message, length in buffer.read_all_complete_messages_flowcontrol()
     ]
     return received + rejected
+
+
+_PREFIX = 5
+"""A gRPC message's prefix: compressed or not (one byte), then its length (four)."""
 
 
 def _acknowledge(connection: GRPCConnection, stream_id: int, length: int) -> None:
@@ -496,13 +516,16 @@ _OUTLET_ATTRIBUTE = "_aether_outlet"
 
 def send_soon(wrapper: SocketWrapper, data: bytes) -> None:
     """Send `data` (frames h2 has charged to its flow-control windows) on `wrapper`'s connection after what h2 has
-    pending for it, from the send thread, soon; never blocks.
+    pending for it, at the end of this scheduler tick; never blocks.
 
-    Everything sent within one scheduler tick goes to the send thread as one batch, one `send` per connection
-    however many messages it has; while nothing else is pending for the connection, `data` does not go through
-    h2's buffer at all. A socket send releases the GIL, so the kernel's part of it (on loopback, the receiver's
-    TCP processing too) runs beside the trio thread. Falls back to h2's buffer and `flush_nowait` under TLS (only
-    the TLS stream may write its socket) and once the connection's writer task has ended.
+    Everything sent within one scheduler tick is one batch, one `send` per connection however many messages it
+    has; while nothing else is pending for the connection, `data` does not go through h2's buffer at all. A batch
+    of one connection's few bytes (`_INLINE_LIMIT`), with nothing pending in h2 for it, is written on the trio
+    thread (a lone stream's response: no thread hand-off, no wake-up of trio's loop); any other batch (a fan-out
+    to many connections, a large response) goes to the send thread. A socket send releases the GIL, so there the
+    kernel's part of it (on loopback, the receiver's TCP processing too) runs beside the trio thread. Falls back to
+    h2's buffer and `flush_nowait` under TLS (only the TLS stream may write its socket) and once the connection's
+    writer task has ended.
     """
     outlet = _outlet(wrapper)
     if outlet is None or outlet.closed:
@@ -607,13 +630,29 @@ _Work = _Batch | Callable[[], object] | None
 """What the send thread takes: a batch to write, a call to make (tests hold the thread with one), or None: end."""
 
 
+_INLINE_LIMIT = 65_536
+"""The most bytes a batch of one connection may hold to be written on the trio thread (`_SendThread._submit`).
+
+A lone xDS response to one Envoy (an endpoint change: a few hundred bytes) costs two wake-ups of trio's loop and
+two thread switches through the send thread, more than its `send`; a larger write (a whole SotW type), or one
+batch to many connections, is worth the thread, where the kernel's part runs beside the trio thread.
+"""
+
+
 class _SendThread:
-    """A thread that writes batches of connections' bytes (non-blocking sends), one per trio run."""
+    """Writes each scheduler tick's batch of connections' bytes (non-blocking sends): a batch of one connection's
+    few bytes on the trio thread, any other in a thread of its own; one per trio run.
+
+    The batch is taken at the end of the tick by a system task (`serve`) that `add` reschedules: no wake-up of
+    trio's loop through its wakeup socket, as `run_sync_soon` would make.
+    """
 
     def __init__(self, token: trio.lowlevel.TrioToken) -> None:
         self._token = token
         self._queue: queue.SimpleQueue[_Work] = queue.SimpleQueue()
         self._adding: list[_Outlet] = []
+        self._parked: trio.lowlevel.Task | None = None
+        """The task of `serve` while it waits for a batch."""
         self._thread = threading.Thread(target=self._run, name="aether-rpc-send", daemon=True)
         self._thread.start()
 
@@ -623,8 +662,27 @@ class _SendThread:
             return
         outlet.queued = True
         self._adding.append(outlet)
-        if len(self._adding) == 1:
-            self._token.run_sync_soon(self._submit)
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(parked)
+
+    async def serve(self) -> None:
+        """Take each tick's batch once the tasks that made it have run (trio thread); at the end, stop the thread."""
+        try:
+            while True:
+                if not self._adding:
+                    self._parked = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._abort)
+                else:
+                    await trio.lowlevel.checkpoint()
+                self._submit()
+        finally:
+            self.stop()
+
+    def _abort(self, raise_cancel: Any) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def call(self, function: Callable[[], object]) -> None:
         """Call `function` in the send thread once it wrote what it has now (trio thread)."""
@@ -635,8 +693,10 @@ class _SendThread:
         self._queue.put(None)
 
     def _submit(self) -> None:
-        """Hand the tick's batch to the thread: each connection's pending bytes, taken from h2 (trio thread)."""
+        """Write the tick's batch, or hand it to the thread: each connection's pending bytes, taken from h2."""
         adding, self._adding = self._adding, []
+        if len(adding) == 1 and _write_inline(adding[0]):
+            return
         batch: _Batch = []
         for outlet in adding:
             outlet.queued = False
@@ -677,6 +737,22 @@ class _SendThread:
                 return
 
 
+def _write_inline(outlet: _Outlet) -> bool:
+    """Write `outlet`'s bytes for this tick on the trio thread, as the send thread would, if they are only those
+    `collecting` (h2 has nothing pending for it) and few; else return False, having done nothing."""
+    collecting = outlet.collecting
+    if collecting is None or outlet.h2._data_to_send or len(collecting) > _INLINE_LIMIT:
+        return False
+    outlet.queued = False
+    outlet.collecting = None
+    try:
+        count = outlet.socket.send(collecting)
+    except OSError:  # full (EAGAIN), or broken: the writer task waits, or raises for the connection
+        count = 0
+    _sent([(outlet, collecting)], [count])
+    return True
+
+
 def _sent(batch: _Batch, sent: list[int]) -> None:
     """The send thread wrote `sent` bytes of each of `batch` (trio thread): give back what it did not write."""
     for (outlet, data), count in zip(batch, sent, strict=True):
@@ -704,15 +780,8 @@ def _send_thread() -> _SendThread:
         pass
     thread = _SendThread(trio.lowlevel.current_trio_token())
     _SEND_THREAD.set(thread)
-    trio.lowlevel.spawn_system_task(_stop_at_exit, thread, name="aether-rpc-send-thread")
+    trio.lowlevel.spawn_system_task(thread.serve, name="aether-rpc-send-thread")
     return thread
-
-
-async def _stop_at_exit(thread: _SendThread) -> None:
-    try:
-        await trio.sleep_forever()
-    finally:
-        thread.stop()
 
 
 async def _flush(self: SocketWrapper) -> None:

@@ -6,9 +6,9 @@ watchers) serializes it once and hands the bytes to each stream:
 - from the handler's response iterator, yielded as an `EncodedMessage` (purerpc calls `SerializeToString`, which
   returns the bytes);
 - or, from any task, with a `StreamSender` of the stream (`current_server_stream` in its handler): the message's DATA
-  frames go into the connection's h2 buffer, the flow-control windows are charged as h2 itself does, and the
-  socket is written by the send thread within the scheduler tick (`aether.rpc.compat.send_soon`). No await,
-  no task switch, no h2 frame objects.
+  frames are charged to the flow-control windows as h2 itself charges them, and the socket is written at the end of
+  the scheduler tick, on the trio thread or by the send thread (`aether.rpc.compat.send_soon`). No await, no task
+  switch, no h2 frame objects.
   When the stream's flow-control window cannot take the messages whole, nothing is sent and it returns False:
   the caller keeps them and sends them from the handler, which waits for the window.
 
