@@ -7,7 +7,7 @@ import contextlib
 import functools
 import struct
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import h2.events
 import purerpc
@@ -24,6 +24,18 @@ from tests.rpc.test_compat import RawH2Client
 SERVICE_NAME = "aether.test.Echo"  # the path `RawH2Client.open` asks for
 
 
+def send_service(
+    handler: Callable[[wrappers_pb2.UInt32Value], AsyncIterator[EncodedMessage]],
+) -> purerpc.Service:
+    """The test service: `Send`, a count in, a stream of messages out, answered by `handler`."""
+    service = purerpc.Service(SERVICE_NAME)
+    signature = purerpc.RPCSignature(
+        purerpc.Cardinality.UNARY_STREAM, wrappers_pb2.UInt32Value, wrappers_pb2.BytesValue
+    )
+    service.add_method("Send", handler, signature)
+    return service
+
+
 class Direct:
     """Send: `value` messages sent with `StreamSender.send_nowait` (each return value kept), then one yielded."""
 
@@ -32,12 +44,7 @@ class Direct:
         self.accepted: list[bool] = []
 
     def service(self) -> purerpc.Service:
-        service = purerpc.Service(SERVICE_NAME)
-        signature = purerpc.RPCSignature(
-            purerpc.Cardinality.UNARY_STREAM, wrappers_pb2.UInt32Value, wrappers_pb2.BytesValue
-        )
-        service.add_method("Send", self._send, signature)
-        return service
+        return send_service(self._send)
 
     async def _send(self, request: wrappers_pb2.UInt32Value) -> AsyncIterator[EncodedMessage]:
         stream = current_server_stream()
@@ -151,12 +158,7 @@ class HeldSend:
         self.outlet: compat._Outlet | None = None
 
     def service(self) -> purerpc.Service:
-        service = purerpc.Service(SERVICE_NAME)
-        signature = purerpc.RPCSignature(
-            purerpc.Cardinality.UNARY_STREAM, wrappers_pb2.UInt32Value, wrappers_pb2.BytesValue
-        )
-        service.add_method("Send", self._send, signature)
-        return service
+        return send_service(self._send)
 
     async def _send(self, request: wrappers_pb2.UInt32Value) -> AsyncIterator[EncodedMessage]:
         stream = current_server_stream()
@@ -282,12 +284,7 @@ class Batches:
         self._asked = trio.Event()
 
     def service(self) -> purerpc.Service:
-        service = purerpc.Service(SERVICE_NAME)
-        signature = purerpc.RPCSignature(
-            purerpc.Cardinality.UNARY_STREAM, wrappers_pb2.UInt32Value, wrappers_pb2.BytesValue
-        )
-        service.add_method("Send", self._send, signature)
-        return service
+        return send_service(self._send)
 
     async def _send(self, request: wrappers_pb2.UInt32Value) -> AsyncIterator[EncodedMessage]:
         stream = current_server_stream()

@@ -520,7 +520,7 @@ def send_soon(wrapper: SocketWrapper, data: bytes) -> None:
 
     Everything sent within one scheduler tick is one batch, one `send` per connection however many messages it
     has; while nothing else is pending for the connection, `data` does not go through h2's buffer at all. A batch
-    of one connection's few bytes (`_INLINE_LIMIT`), with nothing pending in h2 for it, is written on the trio
+    of one connection's few bytes (`_INLINE_LIMIT`, what h2 buffered after them included) is written on the trio
     thread (a lone stream's response: no thread hand-off, no wake-up of trio's loop); any other batch (a fan-out
     to many connections, a large response) goes to the send thread. A socket send releases the GIL, so there the
     kernel's part of it (on loopback, the receiver's TCP processing too) runs beside the trio thread. Falls back to
@@ -738,13 +738,18 @@ class _SendThread:
 
 
 def _write_inline(outlet: _Outlet) -> bool:
-    """Write `outlet`'s bytes for this tick on the trio thread, as the send thread would, if they are only those
-    `collecting` (h2 has nothing pending for it) and few; else return False, having done nothing."""
+    """Write `outlet`'s bytes for this tick on the trio thread, as the send thread would: those `collecting`, then
+    what h2 buffered after them (a stream's trailers, say), if they are few; else return False, having done
+    nothing."""
     collecting = outlet.collecting
-    if collecting is None or outlet.h2._data_to_send or len(collecting) > _INLINE_LIMIT:
+    pending: bytearray = outlet.h2._data_to_send
+    if collecting is None or len(collecting) + len(pending) > _INLINE_LIMIT:
         return False
     outlet.queued = False
     outlet.collecting = None
+    if pending:
+        collecting += pending
+        pending.clear()
     try:
         count = outlet.socket.send(collecting)
     except OSError:  # full (EAGAIN), or broken: the writer task waits, or raises for the connection
