@@ -143,7 +143,7 @@ def cold_caches() -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("aether.core.") and module is not None:
             for value in vars(module).values():
-                if callable(getattr(value, "cache_clear", None)):
+                if not isinstance(value, type) and callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
 
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 FlatObject = tuple[tuple[str, str | int], ...]
 """A JSON object whose values are all strings or integers, as its items (hashable)."""
+FlatArray = tuple[str | FlatObject, ...]
+"""A JSON array of strings or flat objects, as a hashable key (`flat_key`)."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 UNSUPPORTED_VALUE = "UnsupportedValue"
 
@@ -147,19 +152,23 @@ def field_integer(
     return integer(value, f"{where}.{name}", low=low, high=high, default=default)
 
 
-def flat_objects(value: Any) -> tuple[FlatObject, ...] | None:
-    """Return a JSON array of flat objects (every value a string or an integer) as a hashable key, in order; None
-    for anything else (absent, not an array, a nested or another scalar value).
+def flat_key(value: Any) -> FlatArray | None:
+    """Return a JSON array of strings or of flat objects (every value a string or an integer) as a hashable key, in
+    order; None for anything else (absent, not an array, a nested or another scalar value).
 
     What parses a key equal to another gives the same result: `True` and `1.0` are not integers here, so they never
     share a key with `1` (they compare equal, but the schema refuses them). So a parse of the array may be memoized
-    on the key (`thawed` gives the array back): reference lists repeat across routes.
+    on the key (`thawed` gives the array back): see `MemoizedByValue`.
     """
     if type(value) is not list:
         return None
-    key = []
+    key: list[str | FlatObject] = []
     for item in value:
-        if type(item) is not dict:
+        kind = type(item)
+        if kind is str:
+            key.append(item)
+            continue
+        if kind is not dict:
             return None
         for field in item.values():
             kind = type(field)
@@ -169,19 +178,39 @@ def flat_objects(value: Any) -> tuple[FlatObject, ...] | None:
     return tuple(key)
 
 
-def thawed(key: tuple[FlatObject, ...]) -> list[dict[str, Any]]:
-    """Return the JSON array `flat_objects` made `key` of (an equal one)."""
-    return [dict(item) for item in key]
+def thawed(key: FlatArray) -> list[Any]:
+    """Return the JSON array `flat_key` made `key` of (an equal one)."""
+    return [item if isinstance(item, str) else dict(item) for item in key]
 
 
-def flat_strings(value: Any) -> tuple[str, ...] | None:
-    """Return a JSON array of strings as a hashable key (None for anything else), like `flat_objects`."""
-    if type(value) is not list:
-        return None
-    for item in value:
-        if type(item) is not str:
-            return None
-    return tuple(value)
+class MemoizedByValue(Generic[P, R]):
+    """A parse of a JSON array (`parse(value, path, ...)`), memoized on the array's value when it is flat
+    (`flat_key`): references, hostnames and header matches repeat across the routes, and each distinct one is
+    parsed once per path and options.
+
+    The same parse runs on a miss, on the array thawed from its key, so its result is what parsing the value gives;
+    a refusal is raised by it and never cached, so every error message is the one the parse always gave. A value
+    that is not flat is parsed each time. The memo is process-wide and bounded (4,096 entries); `cache_clear`
+    empties it.
+    """
+
+    def __init__(self, parse: Callable[Concatenate[Any, str, P], R]) -> None:
+        functools.update_wrapper(self, parse)
+        self._parse = parse
+        self._memo = functools.lru_cache(maxsize=4096)(self._thawed)
+
+    def __call__(self, value: Any, path: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        key = flat_key(value)
+        if key is None:
+            return self._parse(value, path, *args, **kwargs)
+        return self._memo(key, path, *args, **kwargs)  # type: ignore[arg-type]  # JSON options: str, int, bool
+
+    def cache_clear(self) -> None:
+        """Forget every parse (a benchmark's from-scratch figure starts cold)."""
+        self._memo.cache_clear()
+
+    def _thawed(self, key: FlatArray, path: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._parse(thawed(key), path, *args, **kwargs)
 
 
 def hostname(value: Any, path: str) -> str:
@@ -199,20 +228,9 @@ def hostname(value: Any, path: str) -> str:
     return name
 
 
+@MemoizedByValue
 def hostnames(value: Any, path: str, *, max_items: int = 16) -> tuple[str, ...]:
     """Return a list of hostnames (the routes' `hostnames`)."""
-    key = flat_strings(value)
-    if key is None:
-        return _hostnames(value, path, max_items=max_items)
-    return _flat_hostnames(key, path, max_items)
-
-
-@functools.lru_cache(maxsize=4096)  # a pure function of values; routes repeat the same hostnames
-def _flat_hostnames(key: tuple[str, ...], path: str, max_items: int) -> tuple[str, ...]:
-    return _hostnames(list(key), path, max_items=max_items)
-
-
-def _hostnames(value: Any, path: str, *, max_items: int) -> tuple[str, ...]:
     return tuple(
         hostname(item, f"{path}[{index}]")
         for index, item in enumerate(items(value, path, max_items=max_items))

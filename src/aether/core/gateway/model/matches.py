@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
 import attrs
 
 from aether.core.gateway.model.fields import (
-    FlatObject,
+    MemoizedByValue,
     SpecInvalid,
     field_text,
-    flat_objects,
     header_name,
     items,
     obj,
     text,
-    thawed,
 )
 from aether.core.gateway.model.regex import regex_problem
 
@@ -118,23 +115,10 @@ def _path(value: Any, path: str) -> PathMatch:
     return PathMatch(type=kind, value=spelled)
 
 
+@MemoizedByValue
 def _value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tuple[ValueMatch, ...]:
     if value is None:
         return ()
-    key = flat_objects(value)
-    if key is None:
-        return _parsed_value_matches(value, path, what=what, fold_case=fold_case)
-    return _flat_value_matches(key, path, what, fold_case)
-
-
-@functools.lru_cache(maxsize=4096)  # a pure function of values; header matches repeat across the routes
-def _flat_value_matches(
-    key: tuple[FlatObject, ...], path: str, what: str, fold_case: bool
-) -> tuple[ValueMatch, ...]:
-    return _parsed_value_matches(thawed(key), path, what=what, fold_case=fold_case)
-
-
-def _parsed_value_matches(value: Any, path: str, *, what: str, fold_case: bool) -> tuple[ValueMatch, ...]:
     matches: list[ValueMatch] = []
     seen: set[str] = set()
     spelled_names: set[str] = set()

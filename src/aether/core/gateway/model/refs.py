@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import attrs
 
 from aether.core.gateway.model.fields import (
-    FlatObject,
+    MemoizedByValue,
     SpecInvalid,
     field_integer,
     field_text,
-    flat_objects,
     items,
     obj,
-    thawed,
 )
 
 CORE_GROUP = ""
@@ -75,20 +72,9 @@ class BackendRef:
         return f"{self.group or 'core'}/{self.kind}/{self.namespace}/{self.name}"
 
 
+@MemoizedByValue
 def parent_refs(value: Any, path: str, *, namespace: str) -> tuple[ParentRef, ...]:
     """Return a route's `parentRefs`; two references to one parent must differ in sectionName or port (CEL)."""
-    key = flat_objects(value)
-    if key is None:
-        return _parent_refs(value, path, namespace=namespace)
-    return _flat_parent_refs(key, path, namespace)
-
-
-@functools.lru_cache(maxsize=4096)  # a pure function of values; routes repeat the same parentRefs
-def _flat_parent_refs(key: tuple[FlatObject, ...], path: str, namespace: str) -> tuple[ParentRef, ...]:
-    return _parent_refs(thawed(key), path, namespace=namespace)
-
-
-def _parent_refs(value: Any, path: str, *, namespace: str) -> tuple[ParentRef, ...]:
     refs: list[ParentRef] = []
     for index, raw in enumerate(items(value, path, max_items=MAX_PARENT_REFS)):
         where = f"{path}[{index}]"
@@ -137,22 +123,9 @@ def backend_ref(value: Any, path: str, *, namespace: str, weighted: bool = True)
     )
 
 
+@MemoizedByValue  # a backendRef with filters is not flat: those are parsed each time
 def backend_refs(value: Any, path: str, *, namespace: str, min_items: int = 0) -> tuple[BackendRef, ...]:
     """Return a rule's backendRefs (at most 16)."""
-    key = flat_objects(value)  # a backendRef with filters is not flat: those are parsed each time
-    if key is None:
-        return _backend_refs(value, path, namespace=namespace, min_items=min_items)
-    return _flat_backend_refs(key, path, namespace, min_items)
-
-
-@functools.lru_cache(maxsize=4096)  # a pure function of values; routes repeat the same backendRefs
-def _flat_backend_refs(
-    key: tuple[FlatObject, ...], path: str, namespace: str, min_items: int
-) -> tuple[BackendRef, ...]:
-    return _backend_refs(thawed(key), path, namespace=namespace, min_items=min_items)
-
-
-def _backend_refs(value: Any, path: str, *, namespace: str, min_items: int) -> tuple[BackendRef, ...]:
     return tuple(
         backend_ref(raw, f"{path}[{index}]", namespace=namespace)
         for index, raw in enumerate(items(value, path, max_items=16, min_items=min_items))
