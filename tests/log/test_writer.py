@@ -7,11 +7,13 @@ import re
 import resource
 import signal
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from aether.log import (
     MAX_PAYLOAD,
@@ -30,7 +32,9 @@ from aether.log import (
     read_newest_checkpoint,
     scan_log,
     verify_log,
+    writer,
 )
+from aether.log.active_segment import ActiveSegment, write_batch
 from aether.log.layout import list_segment_files
 
 from .helpers import build_log, flip_byte, frame_offsets, names, payload, snapshot
@@ -117,6 +121,64 @@ async def test_append_many_gets_consecutive_seqs_among_concurrent_appends(tmp_pa
     for seqs in ranges:
         assert len(seqs) == 5
         assert len({by_seq[seq] for seq in seqs}) == 1
+
+
+async def test_appenders_wait_for_room_while_a_full_batch_is_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one batch is written, the next fills up to MAX_BATCH_RECORDS and later appenders wait (counted in
+    `appenders_waiting`) for the batch after it; an append_many larger than the bound goes out whole."""
+    monkeypatch.setattr(writer, "MAX_BATCH_RECORDS", 3)
+    release = threading.Event()
+    held = write_batch
+
+    def write_when_released(
+        active: ActiveSegment, *, first_seq: int, payloads: Sequence[bytes]
+    ) -> ActiveSegment:
+        release.wait(timeout=30)
+        return held(active, first_seq=first_seq, payloads=payloads)
+
+    monkeypatch.setattr(writer, "write_batch", write_when_released)
+    seqs: dict[bytes, range] = {}
+
+    async def appender(name: bytes, count: int) -> None:
+        if count == 1:
+            seq = await log.append(name)
+            seqs[name] = range(seq, seq + 1)
+        else:
+            seqs[name] = await log.append_many([name] * count)
+
+    async with open_event_log(tmp_path) as log:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(appender, b"first", 1)
+            await trio.testing.wait_all_tasks_blocked()  # the committer holds [first]
+            for index in range(8):
+                nursery.start_soon(appender, b"one-%d" % index, 1)
+            try:
+                await trio.testing.wait_all_tasks_blocked()
+                assert log.statistics().appenders_waiting == 5  # 3 of the 8 fill the pending batch
+            finally:
+                release.set()
+        assert (await log.append_many([b"burst"] * 5)) == range(10, 15)
+        statistics = log.statistics()
+    assert sorted(seq for span in seqs.values() for seq in span) == list(range(1, 10))
+    assert statistics.appends == 14
+    assert statistics.batches == 5  # [first], 3, 3, 2, then the burst of 5 whole
+    assert statistics.appenders_waiting == 0
+    assert {payload: seq for seq, payload in _read(tmp_path)}.keys() == {*seqs, b"burst"}
+
+
+async def test_an_append_cancelled_before_it_starts_appends_nothing(tmp_path: Path) -> None:
+    """A call made in a cancelled scope raises Cancelled and adds nothing to the log."""
+    async with open_event_log(tmp_path) as log:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await log.append(b"never")
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await log.append_many([b"never", b"never"])
+        assert await log.append(b"kept") == 1
+    assert _read(tmp_path) == [(1, b"kept")]
 
 
 async def test_seqs_continue_across_rollover_and_reopen(tmp_path: Path) -> None:

@@ -207,8 +207,17 @@ class EventLog:
             If the call is cancelled while it waits for its batch to be synced, the record may still
             become durable; its seq is then simply not returned.
         """
-        seqs = await self.append_many((payload,))
-        return seqs.start
+        # append_many's steps, for one payload without a tuple or a coroutine frame between this task and its
+        # wait: a task parks and resumes through every frame it is in, once per append.
+        _check_payload(payload)
+        await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: nothing was appended
+        self._check_usable()
+        size = len(payload) + FRAME_HEADER_SIZE
+        while not self._has_room(1, size):
+            await self._wait_for_room()
+        pending, start = self._add((payload,), size)
+        await pending.done.wait()
+        return self._first_seq(pending, start)
 
     async def append_many(self, payloads: Iterable[bytes]) -> range:
         """Append payloads as consecutive records in one batch; return once they are durable.
@@ -233,31 +242,18 @@ class EventLog:
         """
         batch = tuple(payloads)
         for payload in batch:
-            if not isinstance(payload, bytes):
-                raise TypeError(f"payload: must be bytes (got {type(payload).__name__!r})")
-            if len(payload) > MAX_PAYLOAD:
-                raise PayloadTooLargeError(len(payload), maximum=MAX_PAYLOAD)
+            _check_payload(payload)
         await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: nothing was appended
         self._check_usable()
         if not batch:
             await trio.lowlevel.checkpoint()
             return range(self._last_seq + 1, self._last_seq + 1)
         size = sum(map(len, batch)) + FRAME_HEADER_SIZE * len(batch)
-        pending = self._pending
-        while pending.payloads and (
-            pending.size + size > MAX_BATCH_BYTES or len(pending.payloads) + len(batch) > MAX_BATCH_RECORDS
-        ):
-            await self._room.park()  # the committer took the batch: a new one is pending
-            self._check_usable()
-            pending = self._pending
-        start = len(pending.payloads)
-        pending.payloads.extend(batch)
-        pending.size += size
-        self._committer_idle.unpark()
+        while not self._has_room(len(batch), size):
+            await self._wait_for_room()
+        pending, start = self._add(batch, size)
         await pending.done.wait()
-        if pending.error is not None:
-            self._raise(pending.error)
-        first = pending.first_seq + start
+        first = self._first_seq(pending, start)
         return range(first, first + len(batch))
 
     async def write_checkpoint(self, *, seq: int, payload: bytes) -> None:
@@ -302,6 +298,37 @@ class EventLog:
             An iterator over the records, as :func:`~aether.log.reader.scan_log` gives them.
         """
         return scan_log(self._directory, from_seq=from_seq, to_seq=self._last_seq)
+
+    def _has_room(self, records: int, size: int) -> bool:
+        """Whether the pending batch can take `records` payloads of `size` frame bytes: it is empty (one call's
+        payloads always go out whole, however many), or stays within `MAX_BATCH_BYTES` and `MAX_BATCH_RECORDS`."""
+        pending = self._pending
+        return not pending.payloads or (
+            pending.size + size <= MAX_BATCH_BYTES and len(pending.payloads) + records <= MAX_BATCH_RECORDS
+        )
+
+    async def _wait_for_room(self) -> None:
+        """Wait until the committer takes the full pending batch (a new, empty one is then pending)."""
+        await self._room.park()
+        self._check_usable()
+
+    def _add(self, payloads: tuple[bytes, ...], size: int) -> tuple[_Batch, int]:
+        """Add payloads to the pending batch; return it and the payloads' index in it."""
+        pending = self._pending
+        start = len(pending.payloads)
+        pending.payloads.extend(payloads)
+        pending.size += size
+        if not start:
+            # The committer parks only while nothing is pending, so the first payloads of a batch wake it; a
+            # later append finds it woken already, or busy and bound to look at the pending batch next.
+            self._committer_idle.unpark()
+        return pending, start
+
+    def _first_seq(self, batch: _Batch, start: int) -> int:
+        """The seq of the payload at index `start` of a batch the committer answered, or its error raised."""
+        if batch.error is not None:
+            self._raise(batch.error)
+        return batch.first_seq + start
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -399,6 +426,13 @@ class EventLog:
 
 
 _T = TypeVar("_T")
+
+
+def _check_payload(payload: object) -> None:
+    if not isinstance(payload, bytes):
+        raise TypeError(f"payload: must be bytes (got {type(payload).__name__!r})")
+    if len(payload) > MAX_PAYLOAD:
+        raise PayloadTooLargeError(len(payload), maximum=MAX_PAYLOAD)
 
 
 async def _in_worker_thread(function: Callable[[], _T]) -> _T:
