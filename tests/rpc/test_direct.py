@@ -315,18 +315,19 @@ def _send_thread_held() -> Iterator[threading.Event]:
     ("streams", "size", "inline"),
     [
         pytest.param(1, 10, True, id="one-connection-few-bytes-on-the-trio-thread"),
-        pytest.param(2, 10, False, id="two-connections-through-the-thread"),
+        pytest.param(3, 10, True, id="three-connections-few-bytes-each-on-the-trio-thread"),
         # Two messages of 65 bytes each (with the gRPC prefix and the frame header): over the limit set below.
         pytest.param(1, 60, False, id="one-connection-over-the-inline-limit-through-the-thread"),
+        pytest.param(3, 60, False, id="three-connections-over-the-inline-limit-through-the-thread"),
     ],
 )
-async def test_a_batch_of_one_connection_few_bytes_is_written_on_the_trio_thread(
+async def test_a_connection_few_bytes_are_written_on_the_trio_thread_and_more_go_through_the_send_thread(
     streams: int, size: int, inline: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the send thread held, messages sent directly on `streams` connections in one tick: one connection's
-    few bytes are written at once (the client reads them, then status OK, while the thread is still held); a
-    batch of two connections, or of more bytes than `_INLINE_LIMIT`, waits in the thread until it is released
-    (each connection's bytes are in flight), then every client reads its messages in order."""
+    """With the send thread held, messages sent directly on `streams` connections in one tick: a connection's few
+    bytes are written at once, however many connections the batch has (each client reads its messages, then
+    status OK, while the thread is still held); a connection's bytes over `_INLINE_LIMIT` wait in the thread until
+    it is released (each connection's bytes are in flight), then every client reads its messages in order."""
     monkeypatch.setattr(compat, "_INLINE_LIMIT", 100)
     batches = Batches(streams=streams, size=size)
     with trio.fail_after(30):
@@ -341,14 +342,11 @@ async def test_a_batch_of_one_connection_few_bytes_is_written_on_the_trio_thread
             await trio.testing.wait_all_tasks_blocked()
             outlets = [getattr(sender._socket, compat._OUTLET_ATTRIBUTE) for sender in batches._senders]
             assert [outlet.in_flight for outlet in outlets] == [not inline] * streams
-            if inline:
-                received = [await _receive_all(clients[0], stream_ids[0])]
+            if not inline:
                 release.set()
-            else:
-                release.set()
-                received = [
-                    await _receive_all(client, stream_id)
-                    for client, stream_id in zip(clients, stream_ids, strict=True)
-                ]
+            received = [
+                await _receive_all(client, stream_id)
+                for client, stream_id in zip(clients, stream_ids, strict=True)
+            ]
     expected = [bytes([index]) * size for index in range(3)]
     assert received == [(expected, "0")] * streams

@@ -479,13 +479,7 @@ def flush_nowait(wrapper: SocketWrapper) -> None:
         pending: bytearray = wrapper._grpc_connection.h2_connection._data_to_send
         if not pending:
             return
-        try:
-            sent = raw.send(pending)
-        except OSError:
-            sent = (
-                0  # full (EAGAIN), or broken: the writer task's own send waits, or raises for the connection
-            )
-        del pending[:sent]
+        del pending[: _send_once(raw, pending)]
         if not pending:
             return
     wrapper._flush_event.set()
@@ -519,13 +513,12 @@ def send_soon(wrapper: SocketWrapper, data: bytes) -> None:
     pending for it, at the end of this scheduler tick; never blocks.
 
     Everything sent within one scheduler tick is one batch, one `send` per connection however many messages it
-    has; while nothing else is pending for the connection, `data` does not go through h2's buffer at all. A batch
-    of one connection's few bytes (`_INLINE_LIMIT`, what h2 buffered after them included) is written on the trio
-    thread (a lone stream's response: no thread hand-off, no wake-up of trio's loop); any other batch (a fan-out
-    to many connections, a large response) goes to the send thread. A socket send releases the GIL, so there the
-    kernel's part of it (on loopback, the receiver's TCP processing too) runs beside the trio thread. Falls back to
-    h2's buffer and `flush_nowait` under TLS (only the TLS stream may write its socket) and once the connection's
-    writer task has ended.
+    has; while nothing else is pending for the connection, `data` does not go through h2's buffer at all. A
+    connection's few bytes in the batch (`_INLINE_LIMIT`, what h2 buffered after them included) are written on the
+    trio thread at the end of the tick, a fan-out to many connections too; a connection's larger write (a whole
+    SotW type) goes to the send thread, where the kernel's copy runs beside the trio thread (a socket send releases
+    the GIL). Falls back to h2's buffer and `flush_nowait` under TLS (only the TLS stream may write its socket) and
+    once the connection's writer task has ended.
     """
     outlet = _outlet(wrapper)
     if outlet is None or outlet.closed:
@@ -631,17 +624,20 @@ _Work = _Batch | Callable[[], object] | None
 
 
 _INLINE_LIMIT = 65_536
-"""The most bytes a batch of one connection may hold to be written on the trio thread (`_SendThread._submit`).
+"""The most bytes of one connection in a tick's batch that are written on the trio thread (`_SendThread._submit`).
 
-A lone xDS response to one Envoy (an endpoint change: a few hundred bytes) costs two wake-ups of trio's loop and
-two thread switches through the send thread, more than its `send`; a larger write (a whole SotW type), or one
-batch to many connections, is worth the thread, where the kernel's part runs beside the trio thread.
+A small write through the send thread costs more than its `send`: a lone xDS response (an endpoint change, a few
+hundred bytes) two wake-ups of trio's loop and two thread switches; a fan-out (a registrar change to hundreds of
+watchers) waits for the GIL after every `send` the thread makes, up to the interpreter's switch interval (5 ms)
+each time while the trio thread runs, so its sends spread over the trio thread's idle moments (measured: the last
+of 500 watchers got a change 4 to 10 times later at the 99th percentile, for the same CPU). A larger write is
+worth the thread: its kernel copy runs beside the trio thread.
 """
 
 
 class _SendThread:
-    """Writes each scheduler tick's batch of connections' bytes (non-blocking sends): a batch of one connection's
-    few bytes on the trio thread, any other in a thread of its own; one per trio run.
+    """Writes each scheduler tick's batch of connections' bytes (non-blocking sends): each connection's few bytes
+    on the trio thread, larger writes in a thread of its own; one per trio run.
 
     The batch is taken at the end of the tick by a system task (`serve`) that `add` reschedules: no wake-up of
     trio's loop through its wakeup socket, as `run_sync_soon` would make.
@@ -693,69 +689,55 @@ class _SendThread:
         self._queue.put(None)
 
     def _submit(self) -> None:
-        """Write the tick's batch, or hand it to the thread: each connection's pending bytes, taken from h2."""
+        """Write the tick's batch: each connection's pending bytes, taken from h2, written here if few, else handed
+        to the thread."""
         adding, self._adding = self._adding, []
-        if len(adding) == 1 and _write_inline(adding[0]):
-            return
+        here: _Batch = []
         batch: _Batch = []
         for outlet in adding:
             outlet.queued = False
             pending: bytearray = outlet.h2._data_to_send
             collecting = outlet.collecting
+            data: bytes | bytearray
             if collecting is not None:  # sent even once `closed`: the writer task waits for it
                 outlet.collecting = None
-                outlet.in_flight = True
                 if pending:
                     collecting += pending
                     pending.clear()
-                batch.append((outlet, collecting))  # no one else holds it now
+                data = collecting  # no one else holds it now
             elif outlet.closed or outlet.in_flight or getattr(outlet.wrapper, _SENDING_ATTRIBUTE, False):
                 continue  # the writer task, or `_sent`, takes what is pending
             elif pending:
-                outlet.in_flight = True
-                batch.append((outlet, bytes(pending)))
+                data = bytes(pending)
                 pending.clear()
+            else:
+                continue
+            outlet.in_flight = True
+            (here if len(data) <= _INLINE_LIMIT else batch).append((outlet, data))
         if batch:
             self._queue.put(batch)
+        if here:
+            _sent(here, [_send_once(outlet.socket, data) for outlet, data in here])
 
     def _run(self) -> None:  # the send thread
         while (batch := self._queue.get()) is not None:
             if callable(batch):
                 batch()
                 continue
-            sent: list[int] = []
-            for outlet, data in batch:
-                try:
-                    sent.append(outlet.socket.send(data))
-                except (
-                    OSError
-                ):  # full (EAGAIN), or broken: the writer task waits, or raises for the connection
-                    sent.append(0)
+            sent = [_send_once(outlet.socket, data) for outlet, data in batch]
             try:
                 self._token.run_sync_soon(_sent, batch, sent)
             except trio.RunFinishedError:
                 return
 
 
-def _write_inline(outlet: _Outlet) -> bool:
-    """Write `outlet`'s bytes for this tick on the trio thread, as the send thread would: those `collecting`, then
-    what h2 buffered after them (a stream's trailers, say), if they are few; else return False, having done
-    nothing."""
-    collecting = outlet.collecting
-    pending: bytearray = outlet.h2._data_to_send
-    if collecting is None or len(collecting) + len(pending) > _INLINE_LIMIT:
-        return False
-    outlet.queued = False
-    outlet.collecting = None
-    if pending:
-        collecting += pending
-        pending.clear()
+def _send_once(raw: socket.socket, data: bytes | bytearray) -> int:
+    """One non-blocking `send` of `data` on `raw`: the bytes written, 0 when the socket is full (EAGAIN) or broken
+    (the writer task then waits for it, or raises for the connection)."""
     try:
-        count = outlet.socket.send(collecting)
-    except OSError:  # full (EAGAIN), or broken: the writer task waits, or raises for the connection
-        count = 0
-    _sent([(outlet, collecting)], [count])
-    return True
+        return raw.send(data)
+    except OSError:
+        return 0
 
 
 def _sent(batch: _Batch, sent: list[int]) -> None:
