@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -111,12 +112,14 @@ async def test_reload_on_file_change_and_missing_file_keeps_last_records(
     with trio.fail_after(5):
         await server.wait_generation(2)
     assert addresses(await udp(server, "reviews.default.aether.internal")) == ["10.96.0.99"]
-    path = trio.Path(records_path)
-    await path.unlink()
-    await path.write_text("{ half written")
+    # Garbled, put in place in one step: a poll between an unlink and a write would count the file missing
+    # first, and the test would delete the garbled file before any poll saw it.
+    side = records_path.with_suffix(".garbled")
+    side.write_text("{ half written")
+    os.replace(side, records_path)
     with trio.fail_after(5):
         await server.wait_record_file_problems(1)
-    await path.unlink()
+    await trio.Path(records_path).unlink()
     with trio.fail_after(5):
         await server.wait_record_file_problems(2)
     assert addresses(await udp(server, "reviews.default.aether.internal")) == ["10.96.0.99"]
