@@ -118,6 +118,7 @@ def test_the_headless_scenario_passes_and_its_log_replays_to_the_served_snapshot
     }
     assert report["timings"]["first_routed_request"] > 0
     assert report["timings"]["route_edit_observed"] > 0
+    assert report["timings"]["route_edit_acked"] is not None  # Envoy's ACK of the edited routes was seen
 
     # The log reproduces what the agent served, byte for byte (versions are digests of the resources' bytes).
     served = report["served"]

@@ -148,9 +148,14 @@ class DemoMesh:
         return self.kubelet.workloads
 
     def _xds_rows(self) -> dict[str, TypeStatusRow]:
-        """The rows of Envoy's newest stream, by xDS type (empty before Envoy connects)."""
-        streams = [stream for stream in self.agent.server.status() if stream.node_id == NODE]
-        return rows_by_type(streams[-1].types) if streams else {}
+        """The rows of Envoy's streams, by xDS type, the newest stream's row where two carry a type (empty before
+        Envoy connects). Envoy holds more than its ADS stream (SDS has a stream of its own), so the newest stream
+        alone may carry one type only."""
+        rows: dict[str, TypeStatusRow] = {}
+        for stream in self.agent.server.status():
+            if stream.node_id == NODE:
+                rows.update(rows_by_type(stream.types))
+        return rows
 
     def xds_state(self) -> dict[str, str]:
         """Return the sync state per xDS type of Envoy's stream (empty before Envoy connects)."""
