@@ -158,7 +158,7 @@ class DemoMesh:
         return rows
 
     def xds_state(self) -> dict[str, str]:
-        """Return the sync state per xDS type of Envoy's stream (empty before Envoy connects)."""
+        """Return the sync state per xDS type of Envoy's streams (empty before Envoy connects)."""
         return {kind: row.status.value for kind, row in self._xds_rows().items()}
 
     def acked_version(self, kind: str) -> str:
