@@ -193,11 +193,15 @@ def _cluster_name(index: int) -> str:
     return f"cluster-{index:05d}"
 
 
+def moved_assignment(*, index: int, seq: int) -> Resource:
+    """Return cluster `index`'s CLA with its one endpoint on the port of `seq`: a new port on every push."""
+    name = _cluster_name(index)
+    return Resource.from_message(make_load_assignment(name, [(LOOPBACK, CHANGED_PORT + seq)]))
+
+
 def with_endpoint_moved(snapshot: Snapshot, *, index: int, seq: int) -> Snapshot:
     """Return `snapshot` with cluster `index`'s one endpoint on a new port; only that CLA is rebuilt."""
-    name = _cluster_name(index)
-    assignment = Resource.from_message(make_load_assignment(name, [(LOOPBACK, CHANGED_PORT + seq)]))
-    return snapshot.with_changes(seq=seq, upserted=[assignment])
+    return snapshot.with_changes(seq=seq, upserted=[moved_assignment(index=index, seq=seq)])
 
 
 def _drain(feedback: trio.MemoryReceiveChannel[Event]) -> None:

@@ -3,6 +3,11 @@
 `bench_xds.py` measures every row with few repeats; this one measures the row a user feels most (one endpoint moves in
 a large mesh) often enough for a p99. Delta and SotW run on the same machine in the same run: SotW, which must send
 every load assignment by protocol, is the reference. Server CPU is this process's CPU from `set_snapshot` to the ACK.
+
+A third row, the transport, is the floor under the server CPU: the same pushes and ACKs through `aether.rpc` alone
+(purerpc, h2, trio), with no xDS work in between, against a peer process that ACKs each push at once. It is what any
+server on this stack spends per push and ACK, so the "server CPU <= 5% of the push->ACK" aim can be met only if the
+transport's CPU is below 5% of Delta's push->ACK.
 """
 
 from __future__ import annotations
@@ -12,19 +17,39 @@ import gc
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import purerpc
 import trio
 from _common import write_results
-from bench_xds import GC_CLOCK, Push, Workload, open_loaded_envoy, push, with_endpoint_moved
+from bench_xds import (
+    GC_CLOCK,
+    Push,
+    Workload,
+    moved_assignment,
+    open_loaded_envoy,
+    push,
+    with_endpoint_moved,
+)
+from envoy.service.discovery.v3 import discovery_pb2
 
 from aether.core.snapshot import ENDPOINT_TYPE
+from aether.rpc import ListenAddress, StreamSender, current_server_stream, serve_grpc
+from aether.xds.server import SERVICE_NAME
 
 CLUSTERS = 10_000
 PUSHES = 200
 P99_AIM_MS = 10.0
 SHARE_AIM = 0.05
+
+PEER = Path(__file__).with_name("_xds_ack_peer.py")
+"""The transport floor's peer: ACKs each push at once, in a process of its own."""
+
+TRANSPORT_WARMUP = 10
+"""Exchanges the transport floor makes before it times any (Delta's pushes follow Envoy's initial load)."""
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -43,6 +68,92 @@ async def measure(mode: str, workload: Workload, *, clusters: int, pushes: int, 
             what = f"{mode}: endpoint change at {clusters:,}"
             measured.append(await push(plane, current, types=(ENDPOINT_TYPE,), what=what))
     return measured
+
+
+class _Undecoded:
+    """The request type of the transport floor's handler: its bytes are kept, not decoded (no xDS work)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def ParseFromString(self, data: bytes) -> None:  # the name purerpc calls
+        self.data = data
+
+
+def _push_bytes(*, clusters: int, step: int) -> bytes:
+    """The response a Delta push of measured step `step` carries: one moved CLA, built as the Delta machine does."""
+    seq = step + 2
+    assignment = moved_assignment(index=step * 7919 % clusters, seq=seq)
+    response = discovery_pb2.DeltaDiscoveryResponse(
+        type_url=ENDPOINT_TYPE, nonce=f"{seq:x}", system_version_info=f"seq-{seq}"
+    )
+    assignment.pack_into(response.resources.add(name=assignment.name, version=assignment.digest).resource)
+    data: bytes = response.SerializeToString()
+    return data
+
+
+async def measure_transport(*, clusters: int, pushes: int, work_dir: Path) -> list[Push]:
+    """Time `pushes` pushes and ACKs through `aether.rpc` alone: the server CPU under any xDS work.
+
+    The handler sends each push's bytes (built beforehand) with the stream's `StreamSender`, as the xDS server
+    sends a push, and takes the ACK from its request iterator, undecoded; the peer answers each push at once.
+    """
+    measured: list[Push] = []
+
+    async def exchange(
+        requests: AsyncIterator[_Undecoded],
+    ) -> AsyncIterator[discovery_pb2.DeltaDiscoveryResponse]:
+        stream = current_server_stream()
+        assert stream is not None, "served by aether.rpc.serve_grpc"
+        sender = StreamSender(stream)
+        incoming = aiter(requests)
+        await anext(incoming)  # the subscription
+        for step in range(-TRANSPORT_WARMUP, pushes):
+            data = _push_bytes(clusters=clusters, step=step % pushes)
+            gc_before = GC_CLOCK.seconds
+            cpu_before = time.process_time()
+            start = time.perf_counter()
+            if not sender.send_nowait((data,)):
+                raise RuntimeError("transport: a push did not fit the peer's flow-control window")
+            await anext(incoming)
+            seconds = time.perf_counter() - start
+            cpu_seconds = time.process_time() - cpu_before
+            if step >= 0:
+                measured.append(
+                    Push(
+                        seconds=seconds,
+                        cpu_seconds=cpu_seconds,
+                        publish_seconds=0.0,
+                        receive_seconds=0.0,
+                        gc_seconds=GC_CLOCK.seconds - gc_before,
+                    )
+                )
+        # purerpc's handler is an async generator; this one sends with `sender` only.
+        nothing: tuple[discovery_pb2.DeltaDiscoveryResponse, ...] = ()
+        for response in nothing:
+            yield response
+
+    service = purerpc.Service(SERVICE_NAME)
+    service.add_method(
+        "DeltaAggregatedResources",
+        exchange,
+        purerpc.RPCSignature(
+            purerpc.Cardinality.STREAM_STREAM, _Undecoded, discovery_pb2.DeltaDiscoveryResponse
+        ),
+    )
+    socket = work_dir / "transport.sock"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_serve, service, socket)
+        # The peer exits once the handler returns and the stream ends.
+        await trio.run_process([sys.executable, str(PEER), str(socket)])
+        nursery.cancel_scope.cancel()
+    if len(measured) != pushes:
+        raise RuntimeError(f"transport: the peer left after {len(measured)} of {pushes} pushes")
+    return measured
+
+
+async def _serve(service: purerpc.Service, socket: Path, *, task_status: trio.TaskStatus[Any]) -> None:
+    await serve_grpc([service], listen=ListenAddress.unix(socket), task_status=task_status)
 
 
 def _figures(pushes: list[Push]) -> dict[str, float]:
@@ -73,10 +184,12 @@ def _figures(pushes: list[Push]) -> dict[str, float]:
 async def run(clusters: int, pushes: int) -> dict[str, list[Push]]:
     workload = Workload.build(clusters)
     with tempfile.TemporaryDirectory(prefix="bench-xds-change-") as name:
-        return {
+        rows = {
             mode: await measure(mode, workload, clusters=clusters, pushes=pushes, work_dir=Path(name))
             for mode in ("delta", "sotw")
         }
+        rows["transport"] = await measure_transport(clusters=clusters, pushes=pushes, work_dir=Path(name))
+        return rows
 
 
 def main() -> None:
@@ -105,7 +218,14 @@ def main() -> None:
             f"{row['receive_p50_ms']:>9.3f}{row['grpc_and_loop_p50_ms']:>10.3f}{row['server_share_p50']:>9.1%}"
         )
     print("  (CPU columns are medians unless marked p99; gRPC+loop = server CPU less publish and ACK read)")
-    delta, sotw = figures["delta"], figures["sotw"]
+    print(
+        "  (transport: the same pushes and ACKs through aether.rpc alone, no xDS work, a purerpc peer process)"
+    )
+    delta, sotw, transport = figures["delta"], figures["sotw"], figures["transport"]
+    figures["transport_cpu_p50_over_delta_p50"] = round(transport["server_cpu_p50_ms"] / delta["p50_ms"], 4)
+    figures["transport_cpu_p50_over_delta_cpu_p50"] = round(
+        transport["server_cpu_p50_ms"] / delta["server_cpu_p50_ms"], 4
+    )
     figures["delta_p99_over_sotw_p99"] = round(delta["p99_ms"] / sotw["p99_ms"], 3)
     print(f"  delta p99 / sotw p99 (the reference, same run): {figures['delta_p99_over_sotw_p99']:.3f}")
     print(
@@ -117,6 +237,11 @@ def main() -> None:
         f"  aim: delta p99 <= {P99_AIM_MS:.0f} ms: {'met' if delta['p99_ms'] <= P99_AIM_MS else 'NOT met'};"
         f" server CPU <= {SHARE_AIM:.0%} of the push->ACK (medians):"
         f" {'met' if delta['server_share_p50'] <= SHARE_AIM else 'NOT met'}"
+    )
+    print(
+        f"  the floor under it: the transport alone spends {transport['server_cpu_p50_ms']:.2f} ms of server CPU"
+        f" per push and ACK (p50), {figures['transport_cpu_p50_over_delta_p50']:.1%} of delta's push->ACK p50 and"
+        f" {figures['transport_cpu_p50_over_delta_cpu_p50']:.0%} of delta's server CPU p50"
     )
     write_results("xds_change", figures)
 
