@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import socket
 import statistics
 import sys
 import tempfile
@@ -116,17 +117,9 @@ async def measure_transport(*, clusters: int, pushes: int, work_dir: Path) -> li
             if not sender.send_nowait((data,)):
                 raise RuntimeError("transport: a push did not fit the peer's flow-control window")
             await anext(incoming)
-            seconds = time.perf_counter() - start
-            cpu_seconds = time.process_time() - cpu_before
             if step >= 0:
                 measured.append(
-                    Push(
-                        seconds=seconds,
-                        cpu_seconds=cpu_seconds,
-                        publish_seconds=0.0,
-                        receive_seconds=0.0,
-                        gc_seconds=GC_CLOCK.seconds - gc_before,
-                    )
+                    _exchange(start=start, cpu_before=cpu_before, gc_seconds=GC_CLOCK.seconds - gc_before)
                 )
         # purerpc's handler is an async generator; this one sends with `sender` only.
         nothing: tuple[discovery_pb2.DeltaDiscoveryResponse, ...] = ()
@@ -141,19 +134,65 @@ async def measure_transport(*, clusters: int, pushes: int, work_dir: Path) -> li
             purerpc.Cardinality.STREAM_STREAM, _Undecoded, discovery_pb2.DeltaDiscoveryResponse
         ),
     )
-    socket = work_dir / "transport.sock"
+    path = work_dir / "transport.sock"
     async with trio.open_nursery() as nursery:
-        await nursery.start(_serve, service, socket)
+        await nursery.start(_serve, service, path)
         # The peer exits once the handler returns and the stream ends.
-        await trio.run_process([sys.executable, str(PEER), str(socket)])
+        await trio.run_process([sys.executable, str(PEER), str(path)])
         nursery.cancel_scope.cancel()
     if len(measured) != pushes:
         raise RuntimeError(f"transport: the peer left after {len(measured)} of {pushes} pushes")
     return measured
 
 
-async def _serve(service: purerpc.Service, socket: Path, *, task_status: trio.TaskStatus[Any]) -> None:
-    await serve_grpc([service], listen=ListenAddress.unix(socket), task_status=task_status)
+async def measure_socket(*, clusters: int, pushes: int, work_dir: Path) -> list[Push]:
+    """Time `pushes` pushes and ACKs as bare bytes over a trio socket: the floor under the transport.
+
+    Each push's bytes go out in one `send`, and an ACK's worth of bytes comes back in one `recv`, from a peer that
+    answers each read at once: what any trio server spends per push and ACK, before HTTP/2 or gRPC.
+    """
+    measured: list[Push] = []
+    path = work_dir / "bare.sock"
+    listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with listener:
+        await listener.bind(str(path))
+        listener.listen()
+        async with trio.open_nursery() as nursery:
+            # The peer exits once the connection closes.
+            nursery.start_soon(trio.run_process, [sys.executable, str(PEER), str(path), "--raw"])
+            accepted, _ = await listener.accept()
+            with accepted:
+                for step in range(-TRANSPORT_WARMUP, pushes):
+                    data = _push_bytes(clusters=clusters, step=step % pushes)
+                    gc_before = GC_CLOCK.seconds
+                    cpu_before = time.process_time()
+                    start = time.perf_counter()
+                    if await accepted.send(data) != len(data):
+                        raise RuntimeError("socket: a push did not go out in one send")
+                    if not await accepted.recv(65_536):
+                        raise RuntimeError("socket: the peer closed the connection")
+                    if step >= 0:
+                        measured.append(
+                            _exchange(
+                                start=start, cpu_before=cpu_before, gc_seconds=GC_CLOCK.seconds - gc_before
+                            )
+                        )
+    return measured
+
+
+def _exchange(*, start: float, cpu_before: float, gc_seconds: float) -> Push:
+    """One exchange of a floor, from its `perf_counter` and `process_time` at the start (no publish, no ACK read)."""
+    return Push(
+        seconds=time.perf_counter() - start,
+        cpu_seconds=time.process_time() - cpu_before,
+        publish_seconds=0.0,
+        receive_seconds=0.0,
+        gc_seconds=gc_seconds,
+    )
+
+
+async def _serve(service: purerpc.Service, path: Path, *, task_status: trio.TaskStatus[Any]) -> None:
+    await serve_grpc([service], listen=ListenAddress.unix(path), task_status=task_status)
 
 
 def _figures(pushes: list[Push]) -> dict[str, float]:
@@ -189,6 +228,7 @@ async def run(clusters: int, pushes: int) -> dict[str, list[Push]]:
             for mode in ("delta", "sotw")
         }
         rows["transport"] = await measure_transport(clusters=clusters, pushes=pushes, work_dir=Path(name))
+        rows["socket"] = await measure_socket(clusters=clusters, pushes=pushes, work_dir=Path(name))
         return rows
 
 
@@ -219,13 +259,16 @@ def main() -> None:
         )
     print("  (CPU columns are medians unless marked p99; gRPC+loop = server CPU less publish and ACK read)")
     print(
-        "  (transport: the same pushes and ACKs through aether.rpc alone, no xDS work, a purerpc peer process)"
+        "  (transport: the same pushes and ACKs through aether.rpc alone, no xDS work, against a purerpc peer;"
     )
-    delta, sotw, transport = figures["delta"], figures["sotw"], figures["transport"]
-    figures["transport_cpu_p50_over_delta_p50"] = round(transport["server_cpu_p50_ms"] / delta["p50_ms"], 4)
-    figures["transport_cpu_p50_over_delta_cpu_p50"] = round(
-        transport["server_cpu_p50_ms"] / delta["server_cpu_p50_ms"], 4
+    print(
+        "   socket: the same bytes over a bare trio socket, one send and one recv, against a peer process too)"
     )
+    delta, sotw = figures["delta"], figures["sotw"]
+    for floor in ("transport", "socket"):
+        cpu = figures[floor]["server_cpu_p50_ms"]
+        figures[f"{floor}_cpu_p50_over_delta_p50"] = round(cpu / delta["p50_ms"], 4)
+        figures[f"{floor}_cpu_p50_over_delta_cpu_p50"] = round(cpu / delta["server_cpu_p50_ms"], 4)
     figures["delta_p99_over_sotw_p99"] = round(delta["p99_ms"] / sotw["p99_ms"], 3)
     print(f"  delta p99 / sotw p99 (the reference, same run): {figures['delta_p99_over_sotw_p99']:.3f}")
     print(
@@ -239,9 +282,10 @@ def main() -> None:
         f" {'met' if delta['server_share_p50'] <= SHARE_AIM else 'NOT met'}"
     )
     print(
-        f"  the floor under it: the transport alone spends {transport['server_cpu_p50_ms']:.2f} ms of server CPU"
-        f" per push and ACK (p50), {figures['transport_cpu_p50_over_delta_p50']:.1%} of delta's push->ACK p50 and"
-        f" {figures['transport_cpu_p50_over_delta_cpu_p50']:.0%} of delta's server CPU p50"
+        "  the floors under it, server CPU per push and ACK (p50) against delta's push->ACK p50:"
+        f" the transport {figures['transport']['server_cpu_p50_ms']:.3f} ms"
+        f" ({figures['transport_cpu_p50_over_delta_p50']:.1%}), a bare trio socket"
+        f" {figures['socket']['server_cpu_p50_ms']:.3f} ms ({figures['socket_cpu_p50_over_delta_p50']:.1%})"
     )
     write_results("xds_change", figures)
 
